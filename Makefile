@@ -1,0 +1,101 @@
+# tractd build. `make` builds the daemon binary; `make check` runs every test;
+# `make demo` tracks the built-in phantom; `make bench` runs the benchmark.
+#   make CC=clang            build with clang
+#   make SANITIZE=1          ASan+UBSan build in build-asan/
+#   make install PREFIX=/usr/local DESTDIR=...
+
+CC ?= cc
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+PYTHON ?= /usr/bin/python3
+SANITIZE ?= 0
+
+ifeq ($(SANITIZE),1)
+BUILD ?= build-asan
+SANFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+OPT = -O1
+else
+BUILD ?= build
+SANFLAGS =
+OPT = -O2
+endif
+
+PKGS = vulkan jansson zlib lapacke
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+NIFTI_CFLAGS = -I/usr/include/nifti
+NIFTI_LIBS = -lnifti2 -lznz
+
+CFLAGS ?= $(OPT) -g
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+	-Wmissing-prototypes -Idaemon -I$(BUILD) $(PKG_CFLAGS) $(NIFTI_CFLAGS) $(SANFLAGS) $(CFLAGS)
+# Debian 12's libshaderc.so carries a partial glslang that clashes with the
+# rest of it: link shaderc and glslang statically (glslang-dev, spirv-tools).
+SHADERC_LIBS = -Wl,--start-group -lshaderc_combined -lglslang -lSPIRV -lSPIRV-Tools-opt -lSPIRV-Tools \
+	-lMachineIndependent -lGenericCodeGen -lOSDependent -lOGLCompiler -Wl,--end-group -lstdc++
+LIBS = $(PKG_LIBS) $(SHADERC_LIBS) $(NIFTI_LIBS) -llapack -lm -lpthread
+ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
+
+DAEMON_SRC = $(wildcard daemon/*.c)
+DAEMON_LIB_SRC = $(filter-out daemon/main.c,$(DAEMON_SRC))
+DAEMON_LIB_OBJ = $(patsubst daemon/%.c,$(BUILD)/daemon/%.o,$(DAEMON_LIB_SRC)) $(BUILD)/shaders_embed.o
+SHADER_SRC = $(sort $(wildcard shaders/*.comp shaders/*.glsl))
+UNIT_SRC = $(wildcard tests/unit/test_*.c)
+UNIT_BIN = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+
+.PHONY: all check check-unit check-asan check-python demo bench install clean
+all: $(BUILD)/tractd
+
+$(BUILD)/daemon/%.o: daemon/%.c $(wildcard daemon/*.h) | $(BUILD)/daemon
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/embed: scripts/embed.c | $(BUILD)
+	$(CC) -std=c11 -Wall -Wextra -Werror -O1 -o $@ $<
+
+$(BUILD)/shaders_embed.c: $(BUILD)/embed $(SHADER_SRC)
+	$(BUILD)/embed $(SHADER_SRC) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/shaders_embed.o: $(BUILD)/shaders_embed.c daemon/shaders.h
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/libtractd.a: $(DAEMON_LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/tractd: $(BUILD)/daemon/main.o $(BUILD)/libtractd.a
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtractd.a | $(BUILD)/tests
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libtractd.a $(LIBS) -lcmocka
+
+$(BUILD) $(BUILD)/daemon $(BUILD)/tests:
+	mkdir -p $@
+
+# Unit tests (no GPU). Each binary is a cmocka suite.
+check-unit: $(UNIT_BIN)
+	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
+
+# The whole suite: unit tests, then an ASan/UBSan pass over the unit tests and
+# the bad-input cases, then the engine tests on lavapipe and the DIPY parity
+# tests (pytest).
+check: all check-unit
+	$(MAKE) --no-print-directory SANITIZE=1 check-asan
+	$(MAKE) --no-print-directory check-python
+
+check-asan: $(BUILD)/tractd check-unit
+
+check-python: all
+	TRACTD=$(abspath build/tractd) TRACTD_ASAN=$(abspath build-asan/tractd) \
+		$(PYTHON) -m pytest -q tests/parity tests/engine
+
+demo: all
+	scripts/demo.sh $(BUILD)/tractd
+
+bench: all
+	bench/bench.sh $(BUILD)/tractd
+
+install: all
+	install -Dm755 $(BUILD)/tractd $(DESTDIR)$(BINDIR)/tractd
+
+clean:
+	rm -rf build build-asan

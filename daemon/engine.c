@@ -1,0 +1,714 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine: one tracking job from validated spec to TRK records (see engine.h).
+ *
+ * Flow: load inputs (volumes, sphere, seed generator) -> plan chunk and batch
+ * sizes from the device limits -> compile/fetch pipelines -> upload the ODF,
+ * stop map and sphere -> for each seed chunk: pass 1 (prob_init: initial
+ * directions per seed), build the streamline list on the host, then for each
+ * batch of streamlines pass 2 (prob_track), read back only the points of kept
+ * streamlines and append them to the TRK writer.
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernel_params.h"
+#include "log.h"
+#include "philox.h"
+#include "seeds.h"
+#include "sphere.h"
+#include "trk.h"
+#include "volume.h"
+
+#define DEFAULT_BUDGET_CAP (4ull << 30)
+#define MIN_WORK_BUDGET (8ull << 20)
+#define TARGET_WORKGROUP_LANES 64
+#define ODF_SYMMETRY_TOLERANCE 1e-3
+
+struct job_inputs {
+	struct volume odf;
+	struct volume stop;
+	struct sphere sphere;
+	struct seeds *seeds;
+	bool symmetric;       /* compare directions by |cos| */
+};
+
+struct job_plan {
+	uint32_t subgroup;        /* lanes per item */
+	uint32_t items;           /* items (subgroups) per workgroup */
+	uint32_t max_peaks;       /* initial directions kept per seed, at most */
+	uint32_t slot_points;     /* 2 * max_steps + 1 */
+	uint64_t chunk_seeds;
+	uint64_t batch_lines;
+};
+
+struct job_gpu {
+	struct gpu_pipeline *init, *track;
+	struct gpu_buffer *odf, *fa, *vertices, *nbr_offset, *nbr;
+	struct gpu_buffer *seeds, *ndirs, *dirs;
+	struct gpu_buffer *line_start, *line_id, *points, *ranges, *readback;
+};
+
+/* Host-side arrays reused across chunks and batches. */
+struct job_host {
+	float *seed_xyz;          /* 3 * chunk_seeds */
+	uint32_t *ndirs;          /* chunk_seeds */
+	float *dirs;              /* 3 * max_peaks * chunk_seeds */
+	float *line_start;        /* 6 * chunk lines */
+	uint32_t *line_id;        /* 2 * chunk lines */
+	uint32_t *ranges;         /* 2 * batch_lines */
+	struct gpu_copy_region *regions;  /* batch_lines */
+	uint32_t *kept_points;    /* batch_lines: points of each copied streamline */
+};
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---- inputs ------------------------------------------------------------- */
+
+static int load_sphere(const struct jobspec *job, struct sphere *ret, struct errbuf *err)
+{
+	if (job->sphere_vertices)
+		return sphere_from_vertices(job->sphere_vertices, job->sphere_nv,
+					    "tracking.sphere.vertices", ret, err);
+	return sphere_builtin(job->sphere_name, ret, err);
+}
+
+static int require_3d_on_grid(const struct volume *v, const struct volume *ref, const char *field,
+			      const char *path, struct errbuf *err)
+{
+	if (v->dim[3] != 1)
+		return errbuf_set(err, -EINVAL, field, "%s must be a 3D volume, got %lld volumes",
+				  path, (long long)v->dim[3]);
+	if (!volume_same_grid(v, ref))
+		return errbuf_set(err, -EINVAL, field, "%s is on a different grid (%lldx%lldx%lld "
+				  "or another affine) than inputs.odf (%lldx%lldx%lld)", path,
+				  (long long)v->dim[0], (long long)v->dim[1], (long long)v->dim[2],
+				  (long long)ref->dim[0], (long long)ref->dim[1], (long long)ref->dim[2]);
+	return 0;
+}
+
+static void clip_negative(struct volume *v)
+{
+	size_t n = volume_voxels(v) * (size_t)v->dim[3];
+
+	for (size_t i = 0; i < n; i++)
+		if (v->data[i] < 0.0f)
+			v->data[i] = 0.0f;
+}
+
+/* For each vertex, the index of its antipode, or -1. */
+static int *antipodes(const struct sphere *s)
+{
+	int *anti = malloc(sizeof(*anti) * (size_t)s->nv);
+
+	if (!anti)
+		return NULL;
+	for (int j = 0; j < s->nv; j++) {
+		const float *a = &s->vertices[3 * j];
+		anti[j] = -1;
+		for (int k = 0; k < s->nv && anti[j] < 0; k++) {
+			const float *b = &s->vertices[3 * k];
+			if (a[0] * b[0] + a[1] * b[1] + a[2] * b[2] < -1.0f + 1e-5f)
+				anti[j] = k;
+		}
+	}
+	return anti;
+}
+
+static bool voxel_symmetric(const float *f, const int *anti, int nv)
+{
+	float top = 0.0f;
+
+	for (int j = 0; j < nv; j++)
+		top = f[j] > top ? f[j] : top;
+	for (int j = 0; j < nv; j++)
+		if (anti[j] > j && fabsf(f[j] - f[anti[j]]) > ODF_SYMMETRY_TOLERANCE * top)
+			return false;
+	return true;
+}
+
+/* An ODF sampled on a hemisphere is symmetric by convention; on a full sphere
+ * it is when every voxel has equal values at antipodal vertices. Symmetric
+ * ODFs compare directions by |cos| (DIPY); asymmetric ones by cos. */
+static int odf_symmetry(const struct volume *odf, const struct sphere *s, bool *ret,
+			struct errbuf *err)
+{
+	int *anti;
+	size_t nvox = volume_voxels(odf);
+	bool symmetric = true;
+
+	if (!s->antipodal) {
+		*ret = true;
+		return 0;
+	}
+	anti = antipodes(s);
+	if (!anti)
+		return errbuf_set(err, -ENOMEM, "inputs.odf", "out of memory");
+	for (size_t v = 0; v < nvox && symmetric; v++)
+		symmetric = voxel_symmetric(&odf->data[v * (size_t)s->nv], anti, s->nv);
+	free(anti);
+	*ret = symmetric;
+	return 0;
+}
+
+static int load_seeds(const struct jobspec *job, const struct volume *odf, struct seeds **ret,
+		      struct errbuf *err)
+{
+	struct volume roi = { 0 };
+	int r;
+
+	if (job->seed_kind == JOBSPEC_SEEDS_POINTS)
+		return seeds_from_points(job->seed_points, job->n_seed_points, job->seed_points_ras,
+					 odf->affine, odf->dim, ret, err);
+	r = volume_load(job->seed_roi_path, "seeds.roi", &roi, err);
+	if (r == 0)
+		r = require_3d_on_grid(&roi, odf, "seeds.roi", job->seed_roi_path, err);
+	if (r == 0)
+		r = seeds_from_mask(&roi, job->seed_count, job->seed_per_voxel, job->rng_seed, ret, err);
+	volume_free(&roi);
+	if (r == 0 && seeds_count(*ret) > JOBSPEC_MAX_SEEDS) {
+		seeds_free(*ret);
+		*ret = NULL;
+		r = errbuf_set(err, -EINVAL, "seeds.count", "%llu seeds per voxel exceed the limit "
+			       "of %llu seeds per job", (unsigned long long)job->seed_count,
+			       (unsigned long long)JOBSPEC_MAX_SEEDS);
+	}
+	return r;
+}
+
+static int load_inputs(const struct jobspec *job, struct job_inputs *in, struct errbuf *err)
+{
+	int r = volume_load(job->odf_path, "inputs.odf", &in->odf, err);
+
+	if (r < 0)
+		return r;
+	r = load_sphere(job, &in->sphere, err);
+	if (r < 0)
+		return r;
+	if (in->odf.dim[3] != in->sphere.nv)
+		return errbuf_set(err, -EINVAL, "inputs.odf", "%s has %lld volumes but the sphere "
+				  "(tracking.sphere) has %d vertices: the ODF must be sampled on it",
+				  job->odf_path, (long long)in->odf.dim[3], in->sphere.nv);
+	r = volume_load(job->stop_map_path, "inputs.stop_map", &in->stop, err);
+	if (r == 0)
+		r = require_3d_on_grid(&in->stop, &in->odf, "inputs.stop_map", job->stop_map_path, err);
+	if (r == 0)
+		r = load_seeds(job, &in->odf, &in->seeds, err);
+	if (r < 0)
+		return r;
+	clip_negative(&in->odf);
+	return odf_symmetry(&in->odf, &in->sphere, &in->symmetric, err);
+}
+
+static void free_inputs(struct job_inputs *in)
+{
+	volume_free(&in->odf);
+	volume_free(&in->stop);
+	sphere_free(&in->sphere);
+	seeds_free(in->seeds);
+	in->seeds = NULL;
+}
+
+/* ---- planning ----------------------------------------------------------- */
+
+/* Peaks kept are pairwise more than min_separation_angle apart, so caps of
+ * half that angle around them (and around their antipodes when |cos| is used)
+ * are disjoint: n * 2 pi (1 - cos(a/2)) <= 4 pi, halved for axes. */
+static uint32_t peak_bound(double min_separation_deg, bool symmetric, int nv)
+{
+	double cap = 1.0 - cos(min_separation_deg * M_PI / 360.0);
+	double bound = floor((symmetric ? 1.0 : 2.0) / cap);
+
+	return bound < (double)nv ? (uint32_t)bound : (uint32_t)nv;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+static uint64_t input_bytes(const struct job_inputs *in)
+{
+	size_t nvox = volume_voxels(&in->odf);
+	return 4ull * nvox * (uint64_t)in->sphere.nv + 4ull * nvox +
+	       12ull * (uint64_t)in->sphere.nv + 4ull * (uint64_t)(in->sphere.nv + 1) +
+	       8ull * (uint64_t)in->sphere.n_edges;
+}
+
+static int check_input_fits(const struct gpu_limits *lim, const struct job_inputs *in,
+			    struct errbuf *err)
+{
+	uint64_t odf_bytes = 4ull * volume_voxels(&in->odf) * (uint64_t)in->sphere.nv;
+	uint64_t limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
+
+	if (odf_bytes > limit)
+		return errbuf_set(err, -E2BIG, "inputs.odf", "the ODF needs %llu MiB on the GPU, over "
+				  "this device's %llu MiB per storage buffer; use a smaller sphere "
+				  "(e.g. repulsion100) or crop the volume",
+				  (unsigned long long)(odf_bytes >> 20), (unsigned long long)(limit >> 20));
+	return 0;
+}
+
+static int choose_items(const struct gpu_limits *lim, int nv, uint32_t *ret, struct errbuf *err)
+{
+	uint32_t per_item_shared = 2u * 4u * (uint32_t)nv;   /* prob_init: s_pmf + s_cand */
+	uint32_t items = TARGET_WORKGROUP_LANES / lim->subgroup_size;
+
+	if (items == 0)
+		items = 1;
+	while (items > 1 && (items * per_item_shared > lim->max_shared_bytes ||
+			     items * lim->subgroup_size > lim->max_workgroup_invocations))
+		items--;
+	if (per_item_shared > lim->max_shared_bytes)
+		return errbuf_set(err, -E2BIG, "tracking.sphere", "a sphere of %d vertices needs %u "
+				  "bytes of shared memory, over this device's %u", nv,
+				  per_item_shared, lim->max_shared_bytes);
+	*ret = items;
+	return 0;
+}
+
+static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
+		     const struct job_inputs *in, const struct engine_options *opts,
+		     struct job_plan *plan, struct errbuf *err)
+{
+	uint64_t budget = opts->memory_budget ? opts->memory_budget
+					      : min_u64(lim->device_local_bytes / 2, DEFAULT_BUDGET_CAP);
+	uint64_t buffer_limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
+	uint64_t inputs = input_bytes(in);
+	uint64_t work, line_slot_bytes, per_line, per_seed;
+	int r = check_input_fits(lim, in, err);
+
+	if (r < 0)
+		return r;
+	if (inputs >= budget)
+		return errbuf_set(err, -E2BIG, "inputs.odf", "the inputs need %llu MiB of GPU memory, "
+				  "over the job's budget of %llu MiB", (unsigned long long)(inputs >> 20),
+				  (unsigned long long)(budget >> 20));
+	work = budget - inputs > MIN_WORK_BUDGET ? budget - inputs : MIN_WORK_BUDGET;
+	r = choose_items(lim, in->sphere.nv, &plan->items, err);
+	if (r < 0)
+		return r;
+	plan->subgroup = lim->subgroup_size;
+	plan->max_peaks = peak_bound(job->min_separation_angle, in->symmetric, in->sphere.nv);
+	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
+
+	/* Two thirds of the work budget for streamline slots (GPU + read-back copy). */
+	line_slot_bytes = 12ull * plan->slot_points;
+	per_line = 2 * line_slot_bytes + 6 * 4 + 2 * 4 + 2 * 4;
+	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
+	per_seed = 12 + 4 + 12ull * plan->max_peaks;
+	plan->chunk_seeds = min_u64(buffer_limit / (12ull * plan->max_peaks), work / 3 / per_seed);
+	plan->chunk_seeds = min_u64(plan->chunk_seeds, seeds_count(in->seeds));
+	if (opts->max_chunk_seeds)
+		plan->chunk_seeds = min_u64(plan->chunk_seeds, opts->max_chunk_seeds);
+	/* Line ids and slot offsets are 32-bit in the kernels. */
+	plan->batch_lines = min_u64(plan->batch_lines, UINT32_MAX / plan->slot_points / 3);
+	if (plan->batch_lines == 0 || plan->chunk_seeds == 0)
+		return errbuf_set(err, -E2BIG, "tracking.max_steps", "a streamline of up to %u points "
+				  "does not fit this device's buffer limit of %llu bytes",
+				  plan->slot_points, (unsigned long long)buffer_limit);
+	log_debug("plan: %u lanes x %u items per workgroup, %u peaks/seed, %llu seeds/chunk, "
+		  "%llu streamlines/batch", plan->subgroup, plan->items, plan->max_peaks,
+		  (unsigned long long)plan->chunk_seeds, (unsigned long long)plan->batch_lines);
+	return 0;
+}
+
+/* ---- GPU resources ------------------------------------------------------ */
+
+static int get_pipelines(struct gpu_ctx *gpu, const struct job_plan *plan,
+			 const struct job_inputs *in, struct job_gpu *g, struct errbuf *err)
+{
+	char sg[32], items[32], nv[32], peaks[32], sym[32];
+	const char *defines[] = { sg, items, nv, peaks, sym, NULL };
+	int r;
+
+	snprintf(sg, sizeof(sg), "SG=%u", plan->subgroup);
+	snprintf(items, sizeof(items), "ITEMS=%u", plan->items);
+	snprintf(nv, sizeof(nv), "NV=%d", in->sphere.nv);
+	snprintf(peaks, sizeof(peaks), "MAX_PEAKS=%u", plan->max_peaks);
+	snprintf(sym, sizeof(sym), "SYMMETRIC=%d", in->symmetric ? 1 : 0);
+	r = gpu_pipeline_get(gpu, "prob_init.comp", defines, 7, sizeof(struct kernel_params),
+			     &g->init, err);
+	if (r < 0)
+		return r;
+	return gpu_pipeline_get(gpu, "prob_track.comp", defines, 7, sizeof(struct kernel_params),
+				&g->track, err);
+}
+
+static int new_buffer(struct gpu_ctx *gpu, uint64_t bytes, enum gpu_memory kind,
+		      struct gpu_buffer **ret, struct errbuf *err)
+{
+	return gpu_buffer_new(gpu, bytes ? bytes : 4, kind, ret, err);
+}
+
+static int upload_new(struct gpu_ctx *gpu, const void *data, uint64_t bytes,
+		      struct gpu_buffer **ret, struct errbuf *err)
+{
+	int r = new_buffer(gpu, bytes, GPU_MEMORY_DEVICE, ret, err);
+
+	if (r < 0)
+		return r;
+	return gpu_upload(gpu, *ret, 0, data, bytes, err);
+}
+
+static int upload_inputs(struct gpu_ctx *gpu, const struct job_inputs *in, struct job_gpu *g,
+			 struct errbuf *err)
+{
+	const struct sphere *s = &in->sphere;
+	size_t nvox = volume_voxels(&in->odf);
+	int r = upload_new(gpu, in->odf.data, 4ull * nvox * (uint64_t)s->nv, &g->odf, err);
+
+	if (r == 0)
+		r = upload_new(gpu, in->stop.data, 4ull * nvox, &g->fa, err);
+	if (r == 0)
+		r = upload_new(gpu, s->vertices, 12ull * (uint64_t)s->nv, &g->vertices, err);
+	if (r == 0)
+		r = upload_new(gpu, s->nbr_offset, 4ull * (uint64_t)(s->nv + 1), &g->nbr_offset, err);
+	if (r == 0)
+		r = upload_new(gpu, s->nbr, 8ull * (uint64_t)s->n_edges, &g->nbr, err);
+	return r;
+}
+
+static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
+			      struct job_gpu *g, struct errbuf *err)
+{
+	uint64_t s = plan->chunk_seeds, l = plan->batch_lines;
+	uint64_t slot_bytes = 12ull * plan->slot_points * l;
+	int r = new_buffer(gpu, 12 * s, GPU_MEMORY_DEVICE, &g->seeds, err);
+
+	if (r == 0)
+		r = new_buffer(gpu, 4 * s, GPU_MEMORY_DEVICE, &g->ndirs, err);
+	if (r == 0)
+		r = new_buffer(gpu, 12ull * plan->max_peaks * s, GPU_MEMORY_DEVICE, &g->dirs, err);
+	if (r == 0)
+		r = new_buffer(gpu, 24 * l, GPU_MEMORY_DEVICE, &g->line_start, err);
+	if (r == 0)
+		r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &g->line_id, err);
+	if (r == 0)
+		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_DEVICE, &g->points, err);
+	if (r == 0)
+		r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &g->ranges, err);
+	if (r == 0)
+		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_READBACK, &g->readback, err);
+	return r;
+}
+
+static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
+{
+	struct gpu_buffer *all[] = { g->odf, g->fa, g->vertices, g->nbr_offset, g->nbr, g->seeds,
+				     g->ndirs, g->dirs, g->line_start, g->line_id, g->points,
+				     g->ranges, g->readback };
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		gpu_buffer_free(gpu, all[i]);
+	memset(g, 0, sizeof(*g));
+}
+
+static int alloc_host(const struct job_plan *plan, struct job_host *h, struct errbuf *err)
+{
+	uint64_t s = plan->chunk_seeds, l = plan->batch_lines;
+	uint64_t chunk_lines = s * plan->max_peaks;
+
+	h->seed_xyz = malloc(12 * s);
+	h->ndirs = malloc(4 * s);
+	h->dirs = malloc(12ull * plan->max_peaks * s);
+	h->line_start = malloc(24 * chunk_lines);
+	h->line_id = malloc(8 * chunk_lines);
+	h->ranges = malloc(8 * l);
+	h->regions = malloc(sizeof(*h->regions) * l);
+	h->kept_points = malloc(4 * l);
+	if (!h->seed_xyz || !h->ndirs || !h->dirs || !h->line_start || !h->line_id || !h->ranges ||
+	    !h->regions || !h->kept_points)
+		return errbuf_set(err, -ENOMEM, "", "out of host memory for %llu seeds per chunk",
+				  (unsigned long long)s);
+	return 0;
+}
+
+static void free_host(struct job_host *h)
+{
+	free(h->seed_xyz);
+	free(h->ndirs);
+	free(h->dirs);
+	free(h->line_start);
+	free(h->line_id);
+	free(h->ranges);
+	free(h->regions);
+	free(h->kept_points);
+	memset(h, 0, sizeof(*h));
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+struct job_run {
+	struct gpu_ctx *gpu;
+	const struct jobspec *job;
+	const struct job_inputs *in;
+	const struct job_plan *plan;
+	struct job_gpu *g;
+	struct job_host *h;
+	struct trk_writer *trk;
+	struct kernel_params params;
+	struct engine_stats *stats;
+};
+
+static void fill_params(struct job_run *run)
+{
+	const struct jobspec *job = run->job;
+	uint32_t key[2];
+
+	memset(&run->params, 0, sizeof(run->params));
+	for (int i = 0; i < 3; i++)
+		run->params.dim[i] = (int32_t)run->in->odf.dim[i];
+	run->params.track[0] = (float)job->step_size;
+	run->params.track[1] = (float)cos(job->max_angle * M_PI / 180.0);
+	run->params.track[2] = (float)job->pmf_threshold;
+	run->params.track[3] = (float)job->fa_threshold;
+	run->params.peak[0] = (float)job->relative_peak_threshold;
+	run->params.peak[1] = (float)cos(job->min_separation_angle * M_PI / 180.0);
+	philox_key_from_seed(job->rng_seed, key);
+	run->params.rng[0] = key[0];
+	run->params.rng[1] = key[1];
+	run->params.work[2] = (uint32_t)job->max_steps;
+}
+
+/* Dispatches items [0, n) of a kernel, split where the workgroup count limit
+ * requires it. */
+static int dispatch_items(struct job_run *run, struct gpu_pipeline *pipe,
+			  struct gpu_buffer *const *buffers, uint64_t n, struct errbuf *err)
+{
+	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
+	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan->items;
+	int r = gpu_batch_begin(run->gpu, err);
+
+	for (uint64_t first = 0; r == 0 && first < n; first += per_dispatch) {
+		uint64_t count = min_u64(per_dispatch, n - first);
+		run->params.work[0] = (uint32_t)first;
+		run->params.work[1] = (uint32_t)count;
+		r = gpu_batch_dispatch(run->gpu, pipe, buffers, &run->params,
+				       (uint32_t)((count + run->plan->items - 1) / run->plan->items), err);
+	}
+	if (r == 0)
+		r = gpu_batch_submit_wait(run->gpu, err);
+	return r;
+}
+
+static double line_length_mm(const float *pts, uint32_t n, const double vox[3])
+{
+	double len = 0.0;
+
+	for (uint32_t i = 1; i < n; i++) {
+		double d2 = 0.0;
+		for (int a = 0; a < 3; a++) {
+			double d = (double)(pts[3 * i + a] - pts[3 * (i - 1) + a]) * vox[a];
+			d2 += d * d;
+		}
+		len += sqrt(d2);
+	}
+	return len;
+}
+
+/* Copies the points of streamlines with >= 2 points into the read-back buffer
+ * and appends those within the length limits to the TRK. */
+static int emit_batch(struct job_run *run, uint64_t n_lines, struct errbuf *err)
+{
+	struct job_host *h = run->h;
+	uint32_t n_regions = 0;
+	uint64_t dst = 0;
+	double vox[3], t0;
+	const float *host;
+	int r;
+
+	for (uint64_t i = 0; i < n_lines; i++) {
+		uint32_t first = h->ranges[2 * i], count = h->ranges[2 * i + 1];
+		if (count < 2)
+			continue;
+		h->regions[n_regions] = (struct gpu_copy_region){ 12ull * first, dst, 12ull * count };
+		h->kept_points[n_regions++] = count;
+		dst += 12ull * count;
+	}
+	r = gpu_batch_begin(run->gpu, err);
+	if (r == 0)
+		r = gpu_batch_copy(run->gpu, run->g->points, run->g->readback, h->regions, n_regions, err);
+	if (r == 0)
+		r = gpu_batch_submit_wait(run->gpu, err);
+	if (r < 0)
+		return r;
+
+	t0 = now_seconds();
+	host = gpu_buffer_host(run->g->readback);
+	for (int a = 0; a < 3; a++)
+		vox[a] = sqrt(run->in->odf.affine[0][a] * run->in->odf.affine[0][a] +
+			      run->in->odf.affine[1][a] * run->in->odf.affine[1][a] +
+			      run->in->odf.affine[2][a] * run->in->odf.affine[2][a]);
+	for (uint32_t i = 0; i < n_regions; i++) {
+		const float *pts = host + h->regions[i].dst_offset / 4;
+		double len = line_length_mm(pts, h->kept_points[i], vox);
+		if (len < run->job->min_length || len > run->job->max_length)
+			continue;
+		r = trk_write_streamline(run->trk, pts, h->kept_points[i]);
+		if (r < 0)
+			return errbuf_set(err, r, "output.path", "cannot write the tractogram: %s",
+					  strerror(-r));
+		run->stats->streamlines++;
+		run->stats->points += h->kept_points[i];
+	}
+	run->stats->write_seconds += now_seconds() - t0;
+	return 0;
+}
+
+static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines, struct errbuf *err)
+{
+	struct job_gpu *g = run->g;
+	struct gpu_buffer *const buffers[] = { g->odf, g->fa, g->vertices, g->line_start,
+					       g->line_id, g->points, g->ranges };
+	int r = gpu_upload(run->gpu, g->line_start, 0, run->h->line_start + 6 * first_line,
+			   24 * n_lines, err);
+
+	if (r == 0)
+		r = gpu_upload(run->gpu, g->line_id, 0, run->h->line_id + 2 * first_line, 8 * n_lines, err);
+	if (r == 0)
+		r = dispatch_items(run, g->track, buffers, n_lines, err);
+	if (r == 0)
+		r = gpu_download(run->gpu, g->ranges, 0, run->h->ranges, 8 * n_lines, err);
+	if (r == 0)
+		r = emit_batch(run, n_lines, err);
+	run->stats->batches++;
+	return r;
+}
+
+/* Lists the chunk's streamlines: one per initial direction of each seed, in
+ * (seed, direction) order. */
+static uint64_t build_lines(struct job_run *run, uint64_t first_seed, uint64_t n_seeds)
+{
+	struct job_host *h = run->h;
+	uint32_t max_peaks = run->plan->max_peaks;
+	uint64_t n = 0;
+
+	for (uint64_t s = 0; s < n_seeds; s++) {
+		for (uint32_t d = 0; d < h->ndirs[s]; d++, n++) {
+			memcpy(&h->line_start[6 * n], &h->seed_xyz[3 * s], 12);
+			memcpy(&h->line_start[6 * n + 3], &h->dirs[3 * (s * max_peaks + d)], 12);
+			h->line_id[2 * n] = (uint32_t)(first_seed + s);
+			h->line_id[2 * n + 1] = d;
+		}
+	}
+	return n;
+}
+
+static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds, struct errbuf *err)
+{
+	struct job_gpu *g = run->g;
+	struct job_host *h = run->h;
+	struct gpu_buffer *const buffers[] = { g->odf, g->vertices, g->nbr_offset, g->nbr,
+					       g->seeds, g->ndirs, g->dirs };
+	uint64_t n_lines;
+	int r = seeds_fill(run->in->seeds, first_seed, n_seeds, h->seed_xyz);
+
+	if (r < 0)
+		return errbuf_set(err, r, "seeds", "cannot generate seeds %llu..%llu",
+				  (unsigned long long)first_seed,
+				  (unsigned long long)(first_seed + n_seeds));
+	r = gpu_upload(run->gpu, g->seeds, 0, h->seed_xyz, 12 * n_seeds, err);
+	if (r == 0)
+		r = dispatch_items(run, g->init, buffers, n_seeds, err);
+	if (r == 0)
+		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
+	if (r == 0)
+		r = gpu_download(run->gpu, g->dirs, 0, h->dirs, 12ull * run->plan->max_peaks * n_seeds,
+				 err);
+	if (r < 0)
+		return r;
+	n_lines = build_lines(run, first_seed, n_seeds);
+	for (uint64_t first = 0; first < n_lines && r == 0; first += run->plan->batch_lines)
+		r = run_batch(run, first, min_u64(run->plan->batch_lines, n_lines - first), err);
+	run->stats->chunks++;
+	return r;
+}
+
+static int track_all(struct job_run *run, struct errbuf *err)
+{
+	uint64_t total = seeds_count(run->in->seeds);
+	double t0 = now_seconds(), write_before = run->stats->write_seconds;
+	int r = 0;
+
+	fill_params(run);
+	for (uint64_t first = 0; first < total && r == 0; first += run->plan->chunk_seeds) {
+		uint64_t n = min_u64(run->plan->chunk_seeds, total - first);
+		r = run_chunk(run, first, n, err);
+		log_debug("seeds %llu/%llu, streamlines %llu", (unsigned long long)(first + n),
+			  (unsigned long long)total, (unsigned long long)run->stats->streamlines);
+	}
+	run->stats->seeds = total;
+	run->stats->track_seconds += now_seconds() - t0 -
+				     (run->stats->write_seconds - write_before);
+	return r;
+}
+
+static int prepare_gpu(struct gpu_ctx *gpu, const struct job_plan *plan,
+		       const struct job_inputs *in, struct job_gpu *g, struct engine_stats *stats,
+		       struct errbuf *err)
+{
+	double compile_before = gpu_compile_seconds(gpu), t0;
+	int r = get_pipelines(gpu, plan, in, g, err);
+
+	stats->compile_seconds = gpu_compile_seconds(gpu) - compile_before;
+	if (r < 0)
+		return r;
+	t0 = now_seconds();
+	r = upload_inputs(gpu, in, g, err);
+	stats->upload_seconds = now_seconds() - t0;
+	if (r == 0)
+		r = alloc_work_buffers(gpu, plan, g, err);
+	return r;
+}
+
+int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_options *opts,
+	       FILE *out, struct engine_stats *stats, struct errbuf *err)
+{
+	struct engine_stats local_stats;
+	struct job_inputs in = { 0 };
+	struct job_plan plan;
+	struct job_gpu g = { 0 };
+	struct job_host h = { 0 };
+	struct job_run run = { .gpu = gpu, .job = job, .in = &in, .plan = &plan, .g = &g, .h = &h };
+	double t0 = now_seconds();
+	int r;
+
+	if (!stats)
+		stats = &local_stats;
+	memset(stats, 0, sizeof(*stats));
+	run.stats = stats;
+	r = load_inputs(job, &in, err);
+	stats->load_seconds = now_seconds() - t0;
+	if (r == 0)
+		r = plan_work(gpu_get_limits(gpu), job, &in, opts, &plan, err);
+	if (r == 0)
+		r = prepare_gpu(gpu, &plan, &in, &g, stats, err);
+	if (r == 0)
+		r = alloc_host(&plan, &h, err);
+	if (r == 0)
+		r = trk_writer_new(out, in.odf.dim, in.odf.affine, &run.trk, err);
+	if (r == 0)
+		r = track_all(&run, err);
+	if (run.trk) {
+		int fr = trk_writer_finish(run.trk);
+		if (r == 0 && fr < 0)
+			r = errbuf_set(err, fr, "output.path", "cannot finish the tractogram: %s",
+				       strerror(-fr));
+	}
+	free_host(&h);
+	free_job_gpu(gpu, &g);
+	free_inputs(&in);
+	return r;
+}

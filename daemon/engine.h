@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine: runs one validated tracking job on one GPU context and streams the
+ * streamlines to a TRK writer.
+ *
+ * Owns, for the duration of engine_run(), the job's host volumes, sphere, seed
+ * generator and GPU buffers (all released before it returns). Plans the work
+ * from the device limits: seeds are processed in chunks whose per-seed buffers
+ * fit one storage-buffer binding, one allocation and the memory budget, and
+ * each chunk's streamlines in batches whose point slots fit likewise. Output
+ * is in (seed index, direction index) order and bit-identical whatever the
+ * chunk and batch sizes, because every random draw is keyed by the global seed
+ * index (philox.h). Logs progress at debug level and failures not at all (the
+ * caller reports the errbuf).
+ */
+#ifndef TRACTD_ENGINE_H
+#define TRACTD_ENGINE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "errbuf.h"
+#include "gpu.h"
+#include "jobspec.h"
+
+struct engine_options {
+	uint64_t max_chunk_seeds;   /* 0: as many as the limits allow */
+	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
+};
+
+struct engine_stats {
+	uint64_t seeds;
+	uint64_t streamlines;       /* written to the output */
+	uint64_t points;
+	uint64_t chunks;            /* seed chunks */
+	uint64_t batches;           /* streamline batches */
+	double load_seconds;        /* reading inputs, seeds, sphere */
+	double upload_seconds;
+	double compile_seconds;     /* pipelines compiled during this job */
+	double track_seconds;       /* GPU work and transfers */
+	double write_seconds;       /* TRK encoding and writing */
+};
+
+/* Runs job; writes a TRK to out (seekable: n_count patched). On failure
+ * returns a negative errno with err naming the input field for input problems
+ * (-EINVAL, -ENOENT, -EIO) or "device" for GPU problems. stats may be NULL. */
+int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_options *opts,
+	       FILE *out, struct engine_stats *stats, struct errbuf *err);
+
+#endif

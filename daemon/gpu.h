@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpu: the Vulkan context. Owns the instance, the chosen physical and logical
+ * device, one compute queue, a command pool, descriptor pool, a staging
+ * buffer, every compiled pipeline (cached by shader name + defines for the life
+ * of the context, backed by a VkPipelineCache on disk) and the buffers it hands
+ * out (each buffer owns its VkBuffer, memory and mapping).
+ *
+ * Shaders are the GLSL sources embedded from shaders/ (daemon/shaders.h),
+ * compiled with libshaderc on first use. Work is recorded into one batch at a
+ * time (dispatches, copies, barriers) and submitted synchronously; callers are
+ * single-threaded per context. Sizes are never assumed: gpu_get_limits()
+ * reports what the device allows, optionally lowered by gpu_options so that
+ * tests can force splitting on lavapipe.
+ *
+ * Errors: negative errno plus struct errbuf (field "device"); Vulkan result
+ * codes are mapped (OUT_OF_*_MEMORY -> -ENOSPC / -ENOMEM, DEVICE_LOST -> -ENODEV).
+ * Logs at debug level only.
+ */
+#ifndef TRACTD_GPU_H
+#define TRACTD_GPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "errbuf.h"
+
+struct gpu_ctx;
+struct gpu_buffer;
+struct gpu_pipeline;
+
+struct gpu_options {
+	int device_index;            /* -1: best by type (discrete > integrated > virtual > cpu) */
+	uint64_t max_binding_bytes;  /* 0: device limit; otherwise lowers maxStorageBufferRange */
+	uint64_t max_alloc_bytes;    /* 0: device limit; otherwise lowers maxMemoryAllocationSize */
+	const char *pipeline_cache_path; /* NULL: no on-disk pipeline cache */
+};
+
+struct gpu_limits {
+	char device_name[256];
+	const char *device_type;     /* "discrete", "integrated", "virtual", "cpu", "other" */
+	uint32_t api_version;
+	uint64_t max_binding_bytes;  /* effective maxStorageBufferRange */
+	uint64_t max_alloc_bytes;    /* effective maxMemoryAllocationSize */
+	uint64_t device_local_bytes; /* size of the largest device-local heap */
+	uint32_t subgroup_size;
+	uint32_t max_shared_bytes;
+	uint32_t max_workgroup_invocations;
+	uint32_t max_workgroup_count_x;
+	uint32_t max_push_constant_bytes;
+};
+
+enum gpu_memory {
+	GPU_MEMORY_DEVICE,   /* device-local; mapped too when the device allows it */
+	GPU_MEMORY_READBACK, /* host-visible, cached when possible: copy targets read by the CPU */
+};
+
+struct gpu_copy_region {
+	uint64_t src_offset, dst_offset, size;
+};
+
+/* Opens the device. Returns 0, -ENODEV (no Vulkan device / index out of range /
+ * no compute queue), -ENOTSUP (a required feature is missing: the message
+ * names it), -ENOMEM. */
+int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf *err);
+
+/* Waits for the device, saves the pipeline cache, destroys everything the
+ * context owns (including buffers not yet freed). Accepts NULL. */
+void gpu_close(struct gpu_ctx *ctx);
+
+const struct gpu_limits *gpu_get_limits(const struct gpu_ctx *ctx);
+
+/* Prints one line per Vulkan device (index, type, name, key limits) to out. */
+int gpu_list_devices(FILE *out, struct errbuf *err);
+
+/* A buffer of size bytes (> 0, <= max_alloc_bytes). Returns 0, -EINVAL, -ENOSPC. */
+int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
+		   struct gpu_buffer **ret, struct errbuf *err);
+/* Destroys the buffer now (the caller guarantees no pending work uses it). Accepts NULL. */
+void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf);
+uint64_t gpu_buffer_size(const struct gpu_buffer *buf);
+/* Host pointer for mapped buffers (READBACK always; DEVICE when host-visible), else NULL. */
+void *gpu_buffer_host(const struct gpu_buffer *buf);
+
+/* Copies host data into a buffer (directly when mapped, else through the
+ * staging buffer, waiting for completion). Returns 0 or a negative errno. */
+int gpu_upload(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset,
+	       const void *src, uint64_t size, struct errbuf *err);
+/* Copies buffer contents to host memory, waiting for completion. */
+int gpu_download(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t offset,
+		 void *dst, uint64_t size, struct errbuf *err);
+
+/* Returns the compute pipeline for shaders/<shader> compiled with defines
+ * ("NAME=VALUE" strings, NULL-terminated), binding storage buffers 0..n_buffers-1
+ * and a push-constant block of push_bytes. Compiled once per context per
+ * (shader, defines). The context owns the pipeline. */
+int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const *defines,
+		     uint32_t n_buffers, uint32_t push_bytes, struct gpu_pipeline **ret,
+		     struct errbuf *err);
+
+/* Batch recording: begin, add commands, submit and wait. Commands in a batch
+ * run in order, each separated by a full compute/transfer barrier. */
+int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err);
+int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
+		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
+		       struct errbuf *err);
+int gpu_batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
+		   const struct gpu_copy_region *regions, uint32_t n_regions, struct errbuf *err);
+int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
+
+/* Seconds spent in shaderc + vkCreateComputePipelines so far (for statistics). */
+double gpu_compile_seconds(const struct gpu_ctx *ctx);
+
+#endif

@@ -1,0 +1,815 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jobspec: validation of job documents.
+ *
+ * Every JSON object of the job format is described by a table of its fields.
+ * One walker rejects keys that are not in the table and hands each value to
+ * the parser for its kind, which writes it into struct jobspec at the row's
+ * offset; so a new parameter is one table row, and every error names the full
+ * path of the field it is about. Rules that involve more than one field (seed
+ * kinds, min_length < max_length, required inputs) run after the walk.
+ */
+#include "jobspec.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "sphere.h"
+
+#define FIELD_MAX sizeof(((struct errbuf *)NULL)->field)
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The deepest valid value, tracking.sphere.vertices[i][j], is at nesting
+ * depth 5; the margin lets ordinary mistakes (one bracket too many) reach the
+ * walker and be reported by field name. jansson itself stops only at 2048. */
+#define MAX_DEPTH 16
+
+/* Same limits as sphere_from_vertices, checked here so that an oversized list
+ * is refused before it is copied and the error names the JSON field. */
+#define SPHERE_MIN_NV 6
+#define SPHERE_MAX_NV 65536
+
+/* 2^53: the largest range in which every integer is exact in a double, so a
+ * seed survives a trip through any JSON implementation unchanged. */
+#define RNG_SEED_MAX 9007199254740992.0
+
+#define DEFAULT_SPHERE "repulsion724"
+#define READ_INITIAL (64u << 10)   /* buffer for input of unknown size */
+
+enum kind {
+	K_OBJECT,   /* nested object described by sub[0..n_sub) */
+	K_PATH,     /* char *: non-empty string, resolved against base_dir */
+	K_BOOL,     /* bool */
+	K_REAL,     /* double within bounds; null means +inf when nullable */
+	K_INT,      /* int within bounds (integral value) */
+	K_U64,      /* uint64_t within bounds (integral value) */
+	K_CUSTOM,   /* handled by parse() */
+};
+
+enum { CLOSED = 0, OPEN = 1 };
+
+struct bounds {
+	double min, max;         /* integer kinds use closed bounds only */
+	bool min_open, max_open;
+	bool nullable;
+	const char *unit;        /* appended to the range in messages, or NULL */
+};
+
+struct ctx {
+	struct jobspec *js;
+	const char *base_dir;
+	struct errbuf *err;
+};
+
+struct member {
+	const char *key;
+	enum kind kind;
+	size_t offset;               /* into struct jobspec, for value kinds */
+	struct bounds b;             /* K_REAL, K_INT, K_U64 */
+	const struct member *sub;    /* K_OBJECT */
+	size_t n_sub;
+	int (*parse)(json_t *v, const char *field, struct ctx *c);   /* K_CUSTOM */
+};
+
+/* Table rows. REAL's key is the struct jobspec member of the same name. */
+#define REAL(k, lo, lo_open, hi, hi_open, u) \
+	{ .key = #k, .kind = K_REAL, .offset = offsetof(struct jobspec, k), \
+	  .b = { .min = (lo), .max = (hi), .min_open = (lo_open), .max_open = (hi_open), \
+		 .unit = (u) } }
+#define INTEGER(k, member, type, lo, hi) \
+	{ .key = k, .kind = type, .offset = offsetof(struct jobspec, member), \
+	  .b = { .min = (lo), .max = (hi) } }
+#define PATH(k, member) \
+	{ .key = k, .kind = K_PATH, .offset = offsetof(struct jobspec, member) }
+#define OBJECT(k, table) { .key = k, .kind = K_OBJECT, .sub = table, .n_sub = ARRAY_SIZE(table) }
+#define CUSTOM(k, fn) { .key = k, .kind = K_CUSTOM, .parse = fn }
+
+static const char *const direction_getters[] = { "prob", NULL };
+static const char *const seed_spaces[] = { "voxel", "ras", NULL };
+static const char *const output_formats[] = { "trk", NULL };
+
+static int walk_object(json_t *obj, const char *field, const struct member *members, size_t n,
+		       struct ctx *c);
+
+/* ---- messages ---- */
+
+/* Shortest of %.15g / %.17g that reads back as v: "got 0.1", not
+ * "got 0.10000000000000001", while 1.0000000000000002 still prints exactly. */
+static void fmt_num(double v, char buf[static 32])
+{
+	snprintf(buf, 32, "%.15g", v);
+	if (strtod(buf, NULL) != v)
+		snprintf(buf, 32, "%.17g", v);
+}
+
+static int type_error(struct errbuf *err, const char *field, const char *what)
+{
+	return errbuf_set(err, -EINVAL, field, "must be %s", what);
+}
+
+static int oom(struct errbuf *err)
+{
+	return errbuf_set(err, -ENOMEM, "", "out of memory");
+}
+
+/* "must be in (0, 90] degrees, got 120", "must be > 0 mm or null, got 0". */
+static int range_error(struct errbuf *err, const char *field, const struct bounds *b,
+		       const char *got)
+{
+	char lo[32], hi[32], range[80];
+
+	fmt_num(b->min, lo);
+	fmt_num(b->max, hi);
+	if (isinf(b->max))
+		snprintf(range, sizeof(range), "%s %s", b->min_open ? ">" : ">=", lo);
+	else
+		snprintf(range, sizeof(range), "in %c%s, %s%c", b->min_open ? '(' : '[', lo, hi,
+			 b->max_open ? ')' : ']');
+	return errbuf_set(err, -EINVAL, field, "must be %s%s%s%s, got %s", range,
+			  b->unit ? " " : "", b->unit ? b->unit : "", b->nullable ? " or null" : "",
+			  got);
+}
+
+/* Appends item to the ", "-separated list in buf; truncates, never overflows. */
+static void list_append(char *buf, size_t size, const char *item, bool quoted)
+{
+	size_t used = strnlen(buf, size);
+	const char *q = quoted ? "\"" : "";
+
+	if (used + 1 < size)
+		snprintf(buf + used, size - used, "%s%s%s%s", used ? ", " : "", q, item, q);
+}
+
+/* ---- scalar parsers ---- */
+
+static bool in_bounds(double x, const struct bounds *b)
+{
+	bool above = b->min_open ? x > b->min : x >= b->min;
+	bool below = b->max_open ? x < b->max : x <= b->max;
+
+	return above && below;
+}
+
+static int parse_real(json_t *v, const char *field, const struct bounds *b, double *out,
+		      struct errbuf *err)
+{
+	char got[32];
+	double x;
+
+	if (b->nullable && json_is_null(v)) {
+		*out = INFINITY;
+		return 0;
+	}
+	/* JSON integers are numbers too: "max_angle": 60 is fine. */
+	if (!json_is_number(v))
+		return type_error(err, field, b->nullable ? "a number or null" : "a number");
+	x = json_number_value(v);
+	/* The JSON grammar has no NaN or infinity; guard anyway so that no
+	 * non-finite value can ever reach the GPU parameters. */
+	if (!isfinite(x))
+		return type_error(err, field, "a finite number");
+	if (!in_bounds(x, b)) {
+		fmt_num(x, got);
+		return range_error(err, field, b, got);
+	}
+	*out = x;
+	return 0;
+}
+
+/* Counts must be integral. An integral real such as 2000.0 is accepted, as
+ * JSON Schema's "integer" accepts it. JSON integers are compared as integers
+ * so that 2^53 + 1 is not rounded into range on the way. */
+static int parse_integer(json_t *v, const char *field, const struct bounds *b, json_int_t *out,
+			 struct errbuf *err)
+{
+	char got[32];
+
+	if (json_is_integer(v)) {
+		json_int_t x = json_integer_value(v);
+
+		if (x >= (json_int_t)b->min && x <= (json_int_t)b->max) {
+			*out = x;
+			return 0;
+		}
+		snprintf(got, sizeof(got), "%" JSON_INTEGER_FORMAT, x);
+	} else if (json_is_real(v)) {
+		double x = json_real_value(v);
+
+		fmt_num(x, got);
+		if (!isfinite(x) || x != floor(x))
+			return errbuf_set(err, -EINVAL, field, "must be an integer, got %s", got);
+		if (in_bounds(x, b)) {
+			*out = (json_int_t)x;
+			return 0;
+		}
+	} else {
+		return type_error(err, field, "an integer");
+	}
+	return range_error(err, field, b, got);
+}
+
+/* Joins a relative path to base_dir; absolute paths, and every path when
+ * base_dir is NULL or empty, are kept as given. */
+static int resolve_path(const char *base_dir, const char *s, size_t len, const char *field,
+			char **out, struct errbuf *err)
+{
+	size_t blen = (base_dir && s[0] != '/') ? strlen(base_dir) : 0;
+	size_t sep = (blen && base_dir[blen - 1] != '/') ? 1 : 0;
+	size_t total = blen + sep + len;
+	char *p;
+
+	/* PATH_MAX counts the terminating NUL; a longer name cannot be opened. */
+	if (total >= PATH_MAX)
+		return errbuf_set(err, -EINVAL, field, "must be at most %d bytes%s, got %zu",
+				  PATH_MAX - 1, blen ? " once joined to the base directory" : "",
+				  total);
+	p = malloc(total + 1);
+	if (!p)
+		return oom(err);
+	if (blen)
+		memcpy(p, base_dir, blen);
+	if (sep)
+		p[blen] = '/';
+	memcpy(p + blen + sep, s, len);
+	p[total] = '\0';
+	*out = p;
+	return 0;
+}
+
+static int parse_path(json_t *v, const char *field, struct ctx *c, char **out)
+{
+	const char *s;
+	size_t len;
+
+	if (!json_is_string(v))
+		return type_error(c->err, field, "a string");
+	s = json_string_value(v);
+	len = json_string_length(v);
+	if (len == 0)
+		return errbuf_set(c->err, -EINVAL, field, "must not be empty");
+	/* jansson refuses \u0000 unless JSON_ALLOW_NUL; checked here as well
+	 * because a path cut short at a NUL would name a different file. */
+	if (memchr(s, '\0', len))
+		return errbuf_set(c->err, -EINVAL, field, "must not contain NUL bytes");
+	return resolve_path(c->base_dir, s, len, field, out, c->err);
+}
+
+/* Sets *idx to the position of v's string in names. */
+static int parse_choice(json_t *v, const char *field, const char *const *names, int *idx,
+			struct errbuf *err)
+{
+	char list[256] = "";
+	const char *s;
+
+	if (!json_is_string(v))
+		return type_error(err, field, "a string");
+	s = json_string_value(v);
+	for (int i = 0; names[i]; i++) {
+		if (!strcmp(s, names[i])) {
+			*idx = i;
+			return 0;
+		}
+	}
+	for (int i = 0; names[i]; i++)
+		list_append(list, sizeof(list), names[i], true);
+	return errbuf_set(err, -EINVAL, field, "must be one of %s, got \"%s\"", list, s);
+}
+
+/* An array of min_n..max_n arrays of exactly 3 finite numbers, flattened. */
+static int parse_vec3_list(json_t *v, const char *field, size_t min_n, size_t max_n,
+			   const char *noun, double **out, size_t *n_out, struct errbuf *err)
+{
+	size_t n, i;
+	json_t *item;
+	double *xyz;
+
+	if (!json_is_array(v))
+		return type_error(err, field, "an array");
+	n = json_array_size(v);
+	if (n < min_n || n > max_n)
+		return errbuf_set(err, -EINVAL, field, "must have %zu to %zu %s, got %zu", min_n,
+				  max_n, noun, n);
+	xyz = calloc(n, 3 * sizeof(*xyz));
+	if (!xyz)
+		return oom(err);
+	json_array_foreach(v, i, item) {
+		bool ok = json_is_array(item) && json_array_size(item) == 3;
+
+		for (size_t k = 0; ok && k < 3; k++) {
+			json_t *num = json_array_get(item, k);
+
+			ok = json_is_number(num) && isfinite(json_number_value(num));
+			if (ok)
+				xyz[3 * i + k] = json_number_value(num);
+		}
+		if (!ok) {
+			char elem[FIELD_MAX];
+
+			free(xyz);
+			snprintf(elem, sizeof(elem), "%s[%zu]", field, i);
+			return errbuf_set(err, -EINVAL, elem, "must be an array of 3 numbers");
+		}
+	}
+	*out = xyz;
+	*n_out = n;
+	return 0;
+}
+
+/* ---- custom fields ---- */
+
+static int parse_direction_getter(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+
+	/* Only one getter exists so far; the choice is validated, not stored. */
+	return parse_choice(v, field, direction_getters, &idx, c->err);
+}
+
+static int parse_seed_points(json_t *v, const char *field, struct ctx *c)
+{
+	size_t n;
+	int rc = parse_vec3_list(v, field, 1, JOBSPEC_MAX_POINTS, "points", &c->js->seed_points,
+				 &n, c->err);
+
+	if (!rc)
+		c->js->n_seed_points = n;
+	return rc;
+}
+
+static int parse_seed_space(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, seed_spaces, &idx, c->err);
+
+	if (!rc)
+		c->js->seed_points_ras = !strcmp(seed_spaces[idx], "ras");
+	return rc;
+}
+
+static int parse_output_format(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+
+	/* trk is the only writer; validated so other formats fail up front. */
+	return parse_choice(v, field, output_formats, &idx, c->err);
+}
+
+static int parse_sphere_vertices(json_t *v, const char *field, struct ctx *c)
+{
+	size_t n;
+	int rc = parse_vec3_list(v, field, SPHERE_MIN_NV, SPHERE_MAX_NV, "vertices",
+				 &c->js->sphere_vertices, &n, c->err);
+
+	if (!rc)
+		c->js->sphere_nv = (int)n;
+	return rc;
+}
+
+static const struct member sphere_members[] = {
+	CUSTOM("vertices", parse_sphere_vertices),
+};
+
+/* A built-in sphere by name, or {"vertices": [...]}; the geometry of given
+ * vertices is checked later by sphere_from_vertices. */
+static int parse_sphere(json_t *v, const char *field, struct ctx *c)
+{
+	int idx, rc;
+
+	if (json_is_object(v)) {
+		rc = walk_object(v, field, sphere_members, ARRAY_SIZE(sphere_members), c);
+		if (!rc && !c->js->sphere_vertices) {
+			char sub[FIELD_MAX];
+
+			snprintf(sub, sizeof(sub), "%s.vertices", field);
+			rc = errbuf_set(c->err, -EINVAL, sub, "is required");
+		}
+		return rc;
+	}
+	if (!json_is_string(v))
+		return type_error(c->err, field,
+				  "a sphere name (string) or an object {\"vertices\": [...]}");
+	rc = parse_choice(v, field, sphere_builtin_names, &idx, c->err);
+	if (rc)
+		return rc;
+	c->js->sphere_name = strdup(sphere_builtin_names[idx]);
+	return c->js->sphere_name ? 0 : oom(c->err);
+}
+
+/* ---- the document ---- */
+
+static const struct member inputs_members[] = {
+	PATH("odf", odf_path),
+	PATH("stop_map", stop_map_path),
+};
+
+static const struct member seeds_members[] = {
+	PATH("roi", seed_roi_path),
+	INTEGER("count", seed_count, K_U64, 1, (double)JOBSPEC_MAX_SEEDS),
+	{ .key = "per_voxel", .kind = K_BOOL,
+	  .offset = offsetof(struct jobspec, seed_per_voxel) },
+	INTEGER("rng_seed", rng_seed, K_U64, 0, RNG_SEED_MAX),
+	CUSTOM("points", parse_seed_points),
+	CUSTOM("space", parse_seed_space),
+};
+
+static const struct member tracking_members[] = {
+	CUSTOM("sphere", parse_sphere),
+	REAL(step_size, 0, OPEN, 5, CLOSED, "voxels"),
+	REAL(max_angle, 0, OPEN, 90, CLOSED, "degrees"),
+	REAL(fa_threshold, 0, CLOSED, 1e6, CLOSED, NULL),
+	REAL(relative_peak_threshold, 0, CLOSED, 1, CLOSED, NULL),
+	REAL(min_separation_angle, 1, CLOSED, 90, CLOSED, "degrees"),
+	REAL(pmf_threshold, 0, CLOSED, 1, OPEN, NULL),
+	INTEGER("max_steps", max_steps, K_INT, 1, 10000),
+	REAL(min_length, 0, CLOSED, INFINITY, CLOSED, "mm"),
+	{ .key = "max_length", .kind = K_REAL, .offset = offsetof(struct jobspec, max_length),
+	  .b = { .min = 0, .max = INFINITY, .min_open = OPEN, .nullable = true, .unit = "mm" } },
+};
+
+static const struct member output_members[] = {
+	CUSTOM("format", parse_output_format),
+	PATH("path", output_path),
+};
+
+static const struct member root_members[] = {
+	OBJECT("inputs", inputs_members),
+	CUSTOM("direction_getter", parse_direction_getter),
+	OBJECT("seeds", seeds_members),
+	OBJECT("tracking", tracking_members),
+	OBJECT("output", output_members),
+};
+
+/* Options that belong to one seed kind only. rng_seed is in neither list:
+ * the tracker draws from it whichever way the seeds were given. */
+static const struct {
+	const char *key;
+	enum jobspec_seed_kind kind;
+} seed_kind_keys[] = {
+	{ "count", JOBSPEC_SEEDS_ROI },
+	{ "per_voxel", JOBSPEC_SEEDS_ROI },
+	{ "space", JOBSPEC_SEEDS_POINTS },
+};
+
+static int parse_member(const struct member *m, json_t *v, const char *field, struct ctx *c)
+{
+	void *slot = (char *)c->js + m->offset;
+	json_int_t x;
+	int rc;
+
+	switch (m->kind) {
+	case K_OBJECT:
+		if (!json_is_object(v))
+			return type_error(c->err, field, "an object");
+		return walk_object(v, field, m->sub, m->n_sub, c);
+	case K_PATH:
+		return parse_path(v, field, c, slot);
+	case K_BOOL:
+		if (!json_is_boolean(v))
+			return type_error(c->err, field, "a boolean");
+		*(bool *)slot = json_is_true(v);
+		return 0;
+	case K_REAL:
+		return parse_real(v, field, &m->b, slot, c->err);
+	case K_INT:
+		rc = parse_integer(v, field, &m->b, &x, c->err);
+		if (!rc)
+			*(int *)slot = (int)x;
+		return rc;
+	case K_U64:
+		rc = parse_integer(v, field, &m->b, &x, c->err);
+		if (!rc)
+			*(uint64_t *)slot = (uint64_t)x;
+		return rc;
+	case K_CUSTOM:
+		break;
+	}
+	return m->parse(v, field, c);
+}
+
+static int unknown_field(const char *field, const struct member *members, size_t n,
+			 struct errbuf *err)
+{
+	char known[400] = "";
+
+	for (size_t i = 0; i < n; i++)
+		list_append(known, sizeof(known), members[i].key, false);
+	return errbuf_set(err, -EINVAL, field, "unknown field (known: %s)", known);
+}
+
+static int walk_object(json_t *obj, const char *field, const struct member *members, size_t n,
+		       struct ctx *c)
+{
+	const char *key;
+	json_t *v;
+
+	/* jansson keeps insertion order, so the first bad key in the document is
+	 * the one reported. */
+	json_object_foreach(obj, key, v) {
+		char sub[FIELD_MAX];
+		const struct member *m = NULL;
+		int rc;
+
+		for (size_t i = 0; i < n && !m; i++)
+			if (!strcmp(members[i].key, key))
+				m = &members[i];
+		snprintf(sub, sizeof(sub), "%s%s%s", field, *field ? "." : "", key);
+		if (!m)
+			return unknown_field(sub, members, n, c->err);
+		rc = parse_member(m, v, sub, c);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int check_inputs(const struct jobspec *js, struct errbuf *err)
+{
+	if (!js->odf_path)
+		return errbuf_set(err, -EINVAL, "inputs.odf", "is required");
+	if (!js->stop_map_path)
+		return errbuf_set(err, -EINVAL, "inputs.stop_map", "is required");
+	return 0;
+}
+
+static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
+{
+	bool roi = js->seed_roi_path != NULL, points = js->seed_points != NULL;
+
+	if (roi && points)
+		return errbuf_set(err, -EINVAL, "seeds",
+				  "takes either \"roi\" or \"points\", not both");
+	if (!roi && !points)
+		return errbuf_set(err, -EINVAL, "seeds",
+				  "is required, with either \"roi\" or \"points\"");
+	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : JOBSPEC_SEEDS_POINTS;
+	for (size_t i = 0; i < ARRAY_SIZE(seed_kind_keys); i++) {
+		char field[FIELD_MAX];
+
+		if (seed_kind_keys[i].kind == js->seed_kind ||
+		    !json_object_get(seeds, seed_kind_keys[i].key))
+			continue;
+		snprintf(field, sizeof(field), "seeds.%s", seed_kind_keys[i].key);
+		return errbuf_set(err, -EINVAL, field, "is only allowed with seeds.%s",
+				  seed_kind_keys[i].kind == JOBSPEC_SEEDS_ROI ? "roi" : "points");
+	}
+	return 0;
+}
+
+static int check_lengths(const struct jobspec *js, struct errbuf *err)
+{
+	char lo[32], hi[32];
+
+	if (js->min_length < js->max_length)
+		return 0;
+	fmt_num(js->min_length, lo);
+	fmt_num(js->max_length, hi);
+	return errbuf_set(err, -EINVAL, "tracking.min_length",
+			  "must be less than tracking.max_length (%s mm), got %s", hi, lo);
+}
+
+static void set_defaults(struct jobspec *js)
+{
+	memset(js, 0, sizeof(*js));
+	js->seed_kind = JOBSPEC_SEEDS_ROI;
+	js->seed_count = 10000;
+	js->step_size = 0.5;
+	js->max_angle = 60;
+	js->fa_threshold = 0.1;
+	js->relative_peak_threshold = 0.25;
+	js->min_separation_angle = 45;
+	js->pmf_threshold = 0.05;
+	js->max_steps = 500;
+	js->min_length = 0;
+	js->max_length = INFINITY;
+}
+
+static int validate(json_t *root, struct ctx *c)
+{
+	int rc = walk_object(root, "", root_members, ARRAY_SIZE(root_members), c);
+
+	if (!rc)
+		rc = check_inputs(c->js, c->err);
+	if (!rc)
+		rc = check_seeds(json_object_get(root, "seeds"), c->js, c->err);
+	if (!rc)
+		rc = check_lengths(c->js, c->err);
+	if (!rc && !c->js->sphere_name && !c->js->sphere_vertices) {
+		c->js->sphere_name = strdup(DEFAULT_SPHERE);
+		if (!c->js->sphere_name)
+			rc = oom(c->err);
+	}
+	return rc;
+}
+
+/* Refuses nesting deeper than MAX_DEPTH before jansson recurses into it.
+ * Brackets inside strings do not count. Line and column are counted as
+ * jansson counts them (columns in characters), so messages look alike. */
+static int check_depth(const char *s, size_t len, struct errbuf *err)
+{
+	int depth = 0, line = 1, column = 0;
+	bool in_string = false, escaped = false;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		if ((ch & 0xc0) != 0x80)
+			column++;
+		if (ch == '\n') {
+			line++;
+			column = 0;
+		}
+		if (in_string) {
+			if (escaped)
+				escaped = false;
+			else if (ch == '\\')
+				escaped = true;
+			else if (ch == '"')
+				in_string = false;
+		} else if (ch == '"') {
+			in_string = true;
+		} else if ((ch == '[' || ch == '{') && ++depth > MAX_DEPTH) {
+			return errbuf_set(err, -EINVAL, "",
+					  "nesting deeper than %d levels at line %d, column %d",
+					  MAX_DEPTH, line, column);
+		} else if (ch == ']' || ch == '}') {
+			depth--;
+		}
+	}
+	return 0;
+}
+
+static int load_document(const char *json, size_t len, json_t **root, struct errbuf *err)
+{
+	json_error_t je;
+	int rc;
+
+	if (len > JOBSPEC_MAX_BYTES)
+		return errbuf_set(err, -EINVAL, "",
+				  "job document is %zu bytes; the limit is %u bytes", len,
+				  JOBSPEC_MAX_BYTES);
+	rc = check_depth(json, len, err);
+	if (rc)
+		return rc;
+	*root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+	if (!*root) {
+		if (json_error_code(&je) == json_error_out_of_memory)
+			return oom(err);
+		return errbuf_set(err, -EINVAL, "", "invalid JSON at line %d, column %d: %s",
+				  je.line, je.column, je.text);
+	}
+	if (!json_is_object(*root)) {
+		json_decref(*root);
+		return errbuf_set(err, -EINVAL, "", "the job document must be a JSON object");
+	}
+	return 0;
+}
+
+int jobspec_parse(const char *json, size_t len, const char *base_dir, struct jobspec *ret,
+		  struct errbuf *err)
+{
+	struct jobspec js;
+	struct ctx c = { .js = &js, .base_dir = base_dir, .err = err };
+	json_t *root = NULL;
+	int rc;
+
+	/* Zeroed on failure too, so callers may always jobspec_free(ret). */
+	memset(ret, 0, sizeof(*ret));
+	rc = load_document(json, len, &root, err);
+	if (rc)
+		return rc;
+	set_defaults(&js);
+	rc = validate(root, &c);
+	json_decref(root);
+	if (rc) {
+		jobspec_free(&js);
+		return rc;
+	}
+	*ret = js;
+	return 0;
+}
+
+/* ---- files ---- */
+
+static int io_error(struct errbuf *err, int errnum, const char *what, const char *path)
+{
+	char buf[128];
+
+	/* GNU strerror_r (we build with _GNU_SOURCE): thread-safe, returns text. */
+	return errbuf_set(err, -errnum, "", "cannot %s %s: %s", what, path,
+			  strerror_r(errnum, buf, sizeof(buf)));
+}
+
+static int too_large(struct errbuf *err, const char *path)
+{
+	return errbuf_set(err, -EINVAL, "", "job file %s is larger than the limit of %u bytes",
+			  path, JOBSPEC_MAX_BYTES);
+}
+
+/* Reads all of f, refusing more than JOBSPEC_MAX_BYTES. The buffer holds one
+ * byte beyond the limit so that a larger file is detected by reading it. */
+static int read_capped(FILE *f, const char *path, char **out, size_t *len_out,
+		       struct errbuf *err)
+{
+	const size_t limit = (size_t)JOBSPEC_MAX_BYTES + 1;
+	struct stat st;
+	size_t cap = READ_INITIAL, len = 0, n;
+	char *buf, *grown;
+	int rc = 0;
+
+	if (fstat(fileno(f), &st))
+		return io_error(err, errno, "stat", path);
+	if (S_ISREG(st.st_mode)) {
+		/* Refuse without reading; size the buffer to see EOF in one go. */
+		if (st.st_size > (off_t)JOBSPEC_MAX_BYTES)
+			return too_large(err, path);
+		cap = (size_t)st.st_size + 1;
+	}
+	buf = malloc(cap);
+	if (!buf)
+		return oom(err);
+	errno = 0;
+	while ((n = fread(buf + len, 1, cap - len, f)) > 0) {
+		len += n;
+		if (len < cap)
+			continue;
+		if (cap == limit) {
+			rc = too_large(err, path);
+			break;
+		}
+		cap = cap > limit / 2 ? limit : 2 * cap;
+		grown = realloc(buf, cap);
+		if (!grown) {
+			rc = oom(err);
+			break;
+		}
+		buf = grown;
+	}
+	if (!rc && ferror(f))
+		rc = io_error(err, errno ? errno : EIO, "read", path);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	*out = buf;
+	*len_out = len;
+	return 0;
+}
+
+/* Directory of a job file: before the last '/', "/" for a file in the root,
+ * "." for a bare name. */
+static int dir_of(const char *path, char **out, struct errbuf *err)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash)
+		*out = strdup(".");
+	else
+		*out = strndup(path, slash == path ? 1 : (size_t)(slash - path));
+	return *out ? 0 : oom(err);
+}
+
+int jobspec_load_file(const char *path, struct jobspec *ret, struct errbuf *err)
+{
+	char *buf = NULL, *dir = NULL;
+	size_t len = 0;
+	FILE *f;
+	int rc;
+
+	memset(ret, 0, sizeof(*ret));
+	f = fopen(path, "rbe");
+	if (!f)
+		return io_error(err, errno, "open", path);
+	rc = read_capped(f, path, &buf, &len, err);
+	/* Read-only stream: nothing buffered can be lost, so fclose cannot fail
+	 * in a way that matters. */
+	(void)fclose(f);
+	if (rc)
+		return rc;
+	rc = dir_of(path, &dir, err);
+	if (!rc)
+		rc = jobspec_parse(buf, len, dir, ret, err);
+	free(dir);
+	free(buf);
+	return rc;
+}
+
+void jobspec_free(struct jobspec *js)
+{
+	if (!js)
+		return;
+	free(js->odf_path);
+	free(js->stop_map_path);
+	free(js->seed_roi_path);
+	free(js->seed_points);
+	free(js->sphere_name);
+	free(js->sphere_vertices);
+	free(js->output_path);
+	memset(js, 0, sizeof(*js));
+}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jobspec: the only reader of job JSON. Turns a request into a validated
+ * struct jobspec with every default filled in, or into an error naming the
+ * offending field and the reason. Knows nothing about GPUs, files' contents or
+ * HTTP. Does not log.
+ *
+ * Job document (proto/job.schema.json is the normative description):
+ * {
+ *   "inputs":   {"odf": PATH, "stop_map": PATH},
+ *   "direction_getter": "prob",
+ *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0}
+ *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras"},
+ *   "tracking": {"sphere": "repulsion724" | {"vertices": [[x,y,z], ...]},
+ *                "step_size": 0.5, "max_angle": 60, "fa_threshold": 0.1,
+ *                "relative_peak_threshold": 0.25, "min_separation_angle": 45,
+ *                "pmf_threshold": 0.05, "max_steps": 500,
+ *                "min_length": 0, "max_length": null},
+ *   "output":   {"format": "trk", "path": PATH}
+ * }
+ * Unknown keys anywhere are errors. Relative paths are resolved against
+ * base_dir (the job file's directory for the CLI).
+ * On failure *ret is zeroed (jobspec_free is always safe); I/O errors while
+ * reading a job file are returned as -errno.
+ */
+#ifndef TRACTD_JOBSPEC_H
+#define TRACTD_JOBSPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "errbuf.h"
+
+enum jobspec_seed_kind {
+	JOBSPEC_SEEDS_ROI,        /* random seeds in seeds.roi */
+	JOBSPEC_SEEDS_POINTS,     /* explicit seeds.points */
+};
+
+struct jobspec {
+	char *odf_path;             /* inputs.odf, resolved */
+	char *stop_map_path;        /* inputs.stop_map, resolved */
+
+	enum jobspec_seed_kind seed_kind;
+	char *seed_roi_path;        /* seeds.roi (ROI kind) */
+	uint64_t seed_count;        /* seeds.count, default 10000, 1..JOBSPEC_MAX_SEEDS */
+	bool seed_per_voxel;        /* seeds.per_voxel, default false */
+	uint64_t rng_seed;          /* seeds.rng_seed, default 0, 0..2^53 */
+	double *seed_points;        /* seeds.points, 3*n_seed_points (POINTS kind) */
+	uint64_t n_seed_points;
+	bool seed_points_ras;       /* seeds.space == "ras" (default "voxel") */
+
+	char *sphere_name;          /* tracking.sphere as a name (default "repulsion724"), or NULL */
+	double *sphere_vertices;    /* tracking.sphere.vertices, 3*sphere_nv, or NULL */
+	int sphere_nv;
+
+	double step_size;               /* voxels, (0, 5], default 0.5 */
+	double max_angle;               /* degrees, (0, 90], default 60 */
+	double fa_threshold;            /* stop where stop_map <= this; [0, 1e6], default 0.1 */
+	double relative_peak_threshold; /* [0, 1], default 0.25 */
+	double min_separation_angle;    /* degrees, [1, 90], default 45 */
+	double pmf_threshold;           /* [0, 1), default 0.05 */
+	int max_steps;                  /* steps per direction, [1, 10000], default 500 */
+	double min_length;              /* mm, >= 0, default 0 */
+	double max_length;              /* mm, > 0, default INFINITY (JSON null) */
+
+	char *output_path;          /* output.path, resolved; NULL when not given */
+};
+
+#define JOBSPEC_MAX_SEEDS 100000000ull   /* 1e8: an explicit, documented limit */
+#define JOBSPEC_MAX_POINTS 1000000ull    /* explicit seed points per job (fits the document limit) */
+#define JOBSPEC_MAX_BYTES (64u << 20)    /* largest accepted job document */
+
+/* Parses and validates json (len bytes, need not be NUL-terminated). Relative
+ * paths are joined to base_dir (may be NULL = as given). On success fills *ret
+ * (free with jobspec_free) and returns 0; on failure returns -EINVAL (or
+ * -ENOMEM) with err->field like "tracking.max_angle" and err->message
+ * like "must be in (0, 90] degrees, got 120". */
+int jobspec_parse(const char *json, size_t len, const char *base_dir,
+		  struct jobspec *ret, struct errbuf *err);
+
+/* Reads path (at most JOBSPEC_MAX_BYTES) and parses it with base_dir = the
+ * file's directory. */
+int jobspec_load_file(const char *path, struct jobspec *ret, struct errbuf *err);
+
+/* Frees owned strings/arrays and zeroes *js; accepts zeroed specs. */
+void jobspec_free(struct jobspec *js);
+
+#endif

@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernel_params: the push-constant block shared by the tracking kernels,
+ * mirrored from shaders/common.glsl (struct Params). Binding numbers of each
+ * kernel are listed in its .comp header and in engine.c's dispatch tables.
+ */
+#ifndef TRACTD_KERNEL_PARAMS_H
+#define TRACTD_KERNEL_PARAMS_H
+
+#include <stdint.h>
+
+struct kernel_params {
+	int32_t dim[4];         /* nx, ny, nz, unused */
+	float track[4];         /* step_size, cos(max_angle), pmf_threshold, fa_threshold */
+	float peak[4];          /* relative_peak_threshold, cos(min_separation_angle), 0, 0 */
+	uint32_t rng[4];        /* Philox key (2 words), 0, 0 */
+	uint32_t work[4];       /* first item, item count, max_steps, 0 */
+};
+
+_Static_assert(sizeof(struct kernel_params) == 80, "must match shaders/common.glsl Params");
+
+#endif

@@ -1,0 +1,433 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * main: the tractd command line. Parses arguments, turns module errors into
+ * messages and exit codes, and wires jobspec -> engine -> TRK file for
+ * `tractd run`; `tractd phantom` and `tractd devices` are thin wrappers.
+ *
+ * Exit codes (stable, documented in README and --help):
+ *   0 success, 1 runtime failure (GPU, I/O, memory), 2 usage error,
+ *   3 invalid job or input data.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "errbuf.h"
+#include "gpu.h"
+#include "jobspec.h"
+#include "log.h"
+#include "phantom.h"
+
+#define TRACTD_VERSION "0.1.0"
+
+enum exit_code { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INVALID = 3 };
+
+static const char usage_text[] =
+"Usage: tractd COMMAND [OPTIONS] [ARGS]\n"
+"\n"
+"GPU tractography on Vulkan: probabilistic streamline tracking of an ODF\n"
+"volume, written as a TrackVis (.trk) file.\n"
+"\n"
+"Commands:\n"
+"  run JOB.json        run one tracking job (format: proto/job.schema.json)\n"
+"  phantom OUTDIR      write the built-in synthetic phantom and a job for it\n"
+"  devices             list the Vulkan devices tractd can use\n"
+"\n"
+"Options of run:\n"
+"  -o, --output FILE         write the TRK to FILE ('-': standard output);\n"
+"                            default: the job's output.path\n"
+"  -d, --device N            use Vulkan device N (see `tractd devices`);\n"
+"                            default: discrete > integrated > virtual > CPU\n"
+"      --stats-json FILE     write counts and phase timings as JSON\n"
+"      --gpu-memory-budget B GPU memory one job may use (bytes; K, M, G suffixes);\n"
+"                            default: half the device memory, at most 4G\n"
+"      --max-chunk-seeds N   seeds per GPU chunk at most (default: from the limits)\n"
+"      --max-binding-bytes B lower the device's storage-buffer range (testing)\n"
+"      --pipeline-cache FILE Vulkan pipeline cache ('none' to disable); default:\n"
+"                            $XDG_CACHE_HOME/tractd/pipelines.bin\n"
+"\n"
+"Options of phantom:\n"
+"      --dim NX,NY,NZ        grid size (default 48,48,24)\n"
+"      --voxel-size MM       isotropic voxel size (default 1)\n"
+"      --sphere NAME         repulsion724, repulsion100 or symmetric362 (default)\n"
+"      --seeds N             seeds.count of the generated job (default 2000)\n"
+"      --uncompressed        write .nii instead of .nii.gz\n"
+"\n"
+"Common options:\n"
+"  -q, --quiet               errors only\n"
+"  -v, --verbose             debug messages (planning, compilation, chunks)\n"
+"  -h, --help                this text\n"
+"  -V, --version             version\n"
+"\n"
+"Exit status: 0 success, 1 runtime failure (GPU, I/O, memory), 2 usage error,\n"
+"3 invalid job or input data. Errors are printed as 'tractd: error: FIELD: REASON'.\n"
+"\n"
+"Example:\n"
+"  tractd phantom /tmp/ph && tractd run /tmp/ph/job.json -o /tmp/ph/tracks.trk\n";
+
+enum option_id {
+	OPT_STATS_JSON = 256,
+	OPT_BUDGET,
+	OPT_MAX_CHUNK_SEEDS,
+	OPT_MAX_BINDING,
+	OPT_PIPELINE_CACHE,
+	OPT_DIM,
+	OPT_VOXEL_SIZE,
+	OPT_SPHERE,
+	OPT_SEEDS,
+	OPT_UNCOMPRESSED,
+};
+
+static const struct option long_options[] = {
+	{ "output", required_argument, NULL, 'o' },
+	{ "device", required_argument, NULL, 'd' },
+	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
+	{ "gpu-memory-budget", required_argument, NULL, OPT_BUDGET },
+	{ "max-chunk-seeds", required_argument, NULL, OPT_MAX_CHUNK_SEEDS },
+	{ "max-binding-bytes", required_argument, NULL, OPT_MAX_BINDING },
+	{ "pipeline-cache", required_argument, NULL, OPT_PIPELINE_CACHE },
+	{ "dim", required_argument, NULL, OPT_DIM },
+	{ "voxel-size", required_argument, NULL, OPT_VOXEL_SIZE },
+	{ "sphere", required_argument, NULL, OPT_SPHERE },
+	{ "seeds", required_argument, NULL, OPT_SEEDS },
+	{ "uncompressed", no_argument, NULL, OPT_UNCOMPRESSED },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "verbose", no_argument, NULL, 'v' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ 0, 0, 0, 0 },
+};
+
+struct cli {
+	const char *output;
+	const char *stats_json;
+	const char *pipeline_cache;
+	char default_cache[PATH_MAX];
+	struct gpu_options gpu;
+	struct engine_options engine;
+	struct phantom_params phantom;
+};
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "tractd: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\nTry 'tractd --help'.\n");
+	return EXIT_USAGE;
+}
+
+static void report(const struct errbuf *err)
+{
+	if (err->field[0])
+		fprintf(stderr, "tractd: error: %s: %s\n", err->field, err->message);
+	else
+		fprintf(stderr, "tractd: error: %s\n", err->message);
+}
+
+/* Input problems are the user's to fix (3); device, memory and output
+ * problems are runtime failures (1). */
+static int exit_code_for(int r, const struct errbuf *err)
+{
+	if (r == -ENOMEM || strcmp(err->field, "device") == 0 ||
+	    strncmp(err->field, "output", 6) == 0)
+		return EXIT_RUNTIME;
+	return EXIT_INVALID;
+}
+
+/* Parses a byte count with an optional K/M/G suffix (powers of 1024). */
+static int parse_size(const char *s, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+	int shift = 0;
+
+	errno = 0;
+	if (*s == '-')
+		return -EINVAL;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	if (*end == 'K' || *end == 'k')
+		shift = 10;
+	else if (*end == 'M' || *end == 'm')
+		shift = 20;
+	else if (*end == 'G' || *end == 'g')
+		shift = 30;
+	if (shift)
+		end++;
+	if (*end || v > (UINT64_MAX >> shift))
+		return -EINVAL;
+	*ret = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_dims(const char *s, int64_t dim[3])
+{
+	long long a, b, c;
+	int used = 0;
+
+	if (sscanf(s, "%lld,%lld,%lld%n", &a, &b, &c, &used) != 3 || s[used] != '\0')
+		return -EINVAL;
+	dim[0] = a;
+	dim[1] = b;
+	dim[2] = c;
+	return 0;
+}
+
+static int parse_positive_double(const char *s, double *ret)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v > 0.0))
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+static void set_default_cache(struct cli *cli)
+{
+	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+
+	if (xdg && *xdg)
+		snprintf(cli->default_cache, sizeof(cli->default_cache), "%s/tractd/pipelines.bin", xdg);
+	else if (home && *home)
+		snprintf(cli->default_cache, sizeof(cli->default_cache),
+			 "%s/.cache/tractd/pipelines.bin", home);
+	cli->pipeline_cache = cli->default_cache[0] ? cli->default_cache : NULL;
+}
+
+/* Returns -1 to continue, or an exit code. */
+static int parse_option(struct cli *cli, int opt, const char *arg)
+{
+	uint64_t n;
+
+	switch (opt) {
+	case 'o': cli->output = arg; return -1;
+	case 'd':
+		if (parse_size(arg, &n) < 0 || n > INT_MAX)
+			return usage_error("invalid device index '%s'", arg);
+		cli->gpu.device_index = (int)n;
+		return -1;
+	case OPT_STATS_JSON: cli->stats_json = arg; return -1;
+	case OPT_BUDGET:
+		if (parse_size(arg, &cli->engine.memory_budget) < 0 || !cli->engine.memory_budget)
+			return usage_error("invalid --gpu-memory-budget '%s'", arg);
+		return -1;
+	case OPT_MAX_CHUNK_SEEDS:
+		if (parse_size(arg, &cli->engine.max_chunk_seeds) < 0 || !cli->engine.max_chunk_seeds)
+			return usage_error("invalid --max-chunk-seeds '%s'", arg);
+		return -1;
+	case OPT_MAX_BINDING:
+		if (parse_size(arg, &cli->gpu.max_binding_bytes) < 0 || cli->gpu.max_binding_bytes < 4096)
+			return usage_error("invalid --max-binding-bytes '%s' (at least 4096)", arg);
+		return -1;
+	case OPT_PIPELINE_CACHE:
+		cli->pipeline_cache = strcmp(arg, "none") == 0 ? NULL : arg;
+		return -1;
+	case OPT_DIM:
+		if (parse_dims(arg, cli->phantom.dim) < 0)
+			return usage_error("invalid --dim '%s' (expected NX,NY,NZ)", arg);
+		return -1;
+	case OPT_VOXEL_SIZE:
+		if (parse_positive_double(arg, &cli->phantom.voxel_mm) < 0)
+			return usage_error("invalid --voxel-size '%s'", arg);
+		return -1;
+	case OPT_SPHERE: cli->phantom.sphere = arg; return -1;
+	case OPT_SEEDS:
+		if (parse_size(arg, &cli->phantom.seed_count) < 0)
+			return usage_error("invalid --seeds '%s'", arg);
+		return -1;
+	case OPT_UNCOMPRESSED: cli->phantom.compress = 0; return -1;
+	case 'q': log_set_level(LOG_LEVEL_ERROR); return -1;
+	case 'v': log_set_level(LOG_LEVEL_DEBUG); return -1;
+	case 'h': fputs(usage_text, stdout); return EXIT_OK;
+	case 'V': printf("tractd %s\n", TRACTD_VERSION); return EXIT_OK;
+	default: return usage_error("%s", "invalid option");
+	}
+}
+
+static int write_stats_json(const char *path, const struct engine_stats *s, const char *device)
+{
+	json_t *doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f, s:f, s:f}}",
+				"seeds", (json_int_t)s->seeds, "streamlines", (json_int_t)s->streamlines,
+				"points", (json_int_t)s->points, "chunks", (json_int_t)s->chunks,
+				"batches", (json_int_t)s->batches, "device", device, "seconds",
+				"load", s->load_seconds, "upload", s->upload_seconds,
+				"compile", s->compile_seconds, "track", s->track_seconds,
+				"write", s->write_seconds);
+	int r;
+
+	if (!doc)
+		return -ENOMEM;
+	r = json_dump_file(doc, path, JSON_INDENT(2));
+	json_decref(doc);
+	return r < 0 ? -EIO : 0;
+}
+
+/* Output goes to FILE.tmp and is renamed into place only when the job
+ * succeeded, so a failed job never leaves a truncated tractogram behind. */
+struct output_file {
+	FILE *f;
+	char tmp[PATH_MAX];
+	const char *path;
+};
+
+static int output_open(struct output_file *o, const char *path)
+{
+	o->path = path;
+	if (strcmp(path, "-") == 0) {
+		o->f = stdout;
+		return 0;
+	}
+	if (snprintf(o->tmp, sizeof(o->tmp), "%s.tmp", path) >= (int)sizeof(o->tmp))
+		return -ENAMETOOLONG;
+	o->f = fopen(o->tmp, "wb");
+	return o->f ? 0 : -errno;
+}
+
+static int output_close(struct output_file *o, bool success)
+{
+	int r = 0;
+
+	if (o->f == stdout)
+		return fflush(stdout) == 0 ? 0 : -EIO;
+	if (fclose(o->f) != 0)
+		r = -EIO;
+	if (success && r == 0 && rename(o->tmp, o->path) < 0)
+		r = -errno;
+	if (!success || r < 0)
+		unlink(o->tmp);
+	return r;
+}
+
+static void log_summary(const struct engine_stats *s, const char *device, const char *path)
+{
+	double total = s->load_seconds + s->upload_seconds + s->compile_seconds + s->track_seconds +
+		       s->write_seconds;
+
+	log_info("%llu streamlines (%llu points) from %llu seeds in %.2f s on %s -> %s",
+		 (unsigned long long)s->streamlines, (unsigned long long)s->points,
+		 (unsigned long long)s->seeds, total, device, path);
+	log_info("phases: load %.3f s, upload %.3f s, compile %.3f s, track %.3f s, write %.3f s; "
+		 "%llu chunk(s), %llu batch(es)", s->load_seconds, s->upload_seconds,
+		 s->compile_seconds, s->track_seconds, s->write_seconds,
+		 (unsigned long long)s->chunks, (unsigned long long)s->batches);
+}
+
+static int run_job(struct cli *cli, const char *job_path)
+{
+	struct jobspec job = { 0 };
+	struct errbuf err = { 0 };
+	struct gpu_ctx *gpu = NULL;
+	struct engine_stats stats;
+	struct output_file out = { 0 };
+	const char *path;
+	int r, code = EXIT_OK;
+
+	r = jobspec_load_file(job_path, &job, &err);
+	if (r < 0) {
+		report(&err);
+		return r == -ENOMEM ? EXIT_RUNTIME : EXIT_INVALID;
+	}
+	path = cli->output ? cli->output : job.output_path;
+	if (!path) {
+		jobspec_free(&job);
+		return usage_error("%s", "no output: give -o FILE or output.path in the job");
+	}
+	cli->gpu.pipeline_cache_path = cli->pipeline_cache;
+	r = gpu_open(&cli->gpu, &gpu, &err);
+	if (r < 0) {
+		report(&err);
+		jobspec_free(&job);
+		return EXIT_RUNTIME;
+	}
+	r = output_open(&out, path);
+	if (r < 0) {
+		fprintf(stderr, "tractd: error: output.path: cannot create %s: %s\n", path, strerror(-r));
+		code = EXIT_RUNTIME;
+		goto done;
+	}
+	r = engine_run(gpu, &job, &cli->engine, out.f, &stats, &err);
+	if (r < 0) {
+		report(&err);
+		code = exit_code_for(r, &err);
+	}
+	r = output_close(&out, code == EXIT_OK);
+	if (r < 0 && code == EXIT_OK) {
+		fprintf(stderr, "tractd: error: output.path: cannot write %s: %s\n", path, strerror(-r));
+		code = EXIT_RUNTIME;
+	}
+	if (code == EXIT_OK) {
+		log_summary(&stats, gpu_get_limits(gpu)->device_name, path);
+		if (cli->stats_json &&
+		    write_stats_json(cli->stats_json, &stats, gpu_get_limits(gpu)->device_name) < 0) {
+			fprintf(stderr, "tractd: error: cannot write %s\n", cli->stats_json);
+			code = EXIT_RUNTIME;
+		}
+	}
+done:
+	gpu_close(gpu);
+	jobspec_free(&job);
+	return code;
+}
+
+static int run_phantom(struct cli *cli, const char *outdir)
+{
+	struct errbuf err = { 0 };
+	int r = phantom_generate(&cli->phantom, outdir, &err);
+
+	if (r < 0) {
+		report(&err);
+		return r == -EINVAL ? EXIT_INVALID : EXIT_RUNTIME;
+	}
+	log_info("phantom written to %s; track it with: tractd run %s/job.json", outdir, outdir);
+	return EXIT_OK;
+}
+
+static int list_devices(void)
+{
+	struct errbuf err = { 0 };
+
+	if (gpu_list_devices(stdout, &err) < 0) {
+		report(&err);
+		return EXIT_RUNTIME;
+	}
+	return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	struct cli cli = { .gpu = { .device_index = -1 } };
+	const char *command;
+	int opt;
+
+	phantom_default_params(&cli.phantom);
+	set_default_cache(&cli);
+	/* GNU getopt permutes argv: options may come before or after the command. */
+	while ((opt = getopt_long(argc, argv, "o:d:qvhV", long_options, NULL)) != -1) {
+		int code = parse_option(&cli, opt, optarg);
+		if (code >= 0)
+			return code;
+	}
+	if (optind >= argc)
+		return usage_error("%s", "missing command (run, phantom or devices)");
+	command = argv[optind++];
+	if (strcmp(command, "devices") == 0 && optind == argc)
+		return list_devices();
+	if (optind + 1 != argc)
+		return usage_error("'%s' takes exactly one argument (see --help)", command);
+	if (strcmp(command, "run") == 0)
+		return run_job(&cli, argv[optind]);
+	if (strcmp(command, "phantom") == 0)
+		return run_phantom(&cli, argv[optind]);
+	return usage_error("unknown command '%s'", command);
+}

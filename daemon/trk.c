@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/* trk: TrackVis v2 header encoding and buffered streamline output. */
+#include "trk.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "affine.h"
+
+/* Byte offsets of the TrackVis v2 header fields that are not left zero. */
+enum {
+	TRK_OFF_ID_STRING = 0,
+	TRK_OFF_DIM = 6,
+	TRK_OFF_VOXEL_SIZE = 12,
+	TRK_OFF_VOX_TO_RAS = 440,
+	TRK_OFF_VOXEL_ORDER = 948,
+	TRK_OFF_N_COUNT = 988,
+	TRK_OFF_VERSION = 992,
+	TRK_OFF_HDR_SIZE = 996,
+};
+
+#define TRK_VERSION 2
+#define TRK_POINT_BYTES 12
+#define TRK_BUFFER_BYTES ((size_t)1 << 18)
+
+struct trk_writer {
+	FILE *out;
+	long header_pos;        /* where n_count can be patched; -1 when not seekable */
+	float voxel_size[3];
+	uint64_t count;
+	int failed;             /* a write failed; finish reports -EIO */
+	size_t len;
+	unsigned char buf[TRK_BUFFER_BYTES];
+};
+
+/* Explicit little-endian encoding keeps the file format independent of the
+ * host; compilers turn these shifts into plain stores on little-endian CPUs. */
+static void put_u32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+	p[2] = (unsigned char)(v >> 16);
+	p[3] = (unsigned char)(v >> 24);
+}
+
+static void put_i16(unsigned char *p, int16_t v)
+{
+	uint16_t u = (uint16_t)v;
+
+	p[0] = (unsigned char)u;
+	p[1] = (unsigned char)(u >> 8);
+}
+
+static void put_i32(unsigned char *p, int32_t v)
+{
+	put_u32(p, (uint32_t)v);
+}
+
+static void put_f32(unsigned char *p, float v)
+{
+	uint32_t u;
+
+	memcpy(&u, &v, sizeof(u));
+	put_u32(p, u);
+}
+
+/* The affine as TrackVis stores it (float32), so that voxel sizes and voxel
+ * order are derived from exactly what readers will see. */
+static void stored_affine(const double affine[4][4], double out[4][4])
+{
+	for (int r = 0; r < 4; r++)
+		for (int c = 0; c < 4; c++)
+			out[r][c] = (float)affine[r][c];
+}
+
+static int header_geometry(const int64_t dim[3], const double affine[4][4], float voxel_size[3],
+			   char axcodes[4], struct errbuf *err)
+{
+	double stored[4][4], sizes[3];
+
+	for (int i = 0; i < 3; i++)
+		if (dim[i] <= 0 || dim[i] > INT16_MAX)
+			return errbuf_set(err, -EINVAL, NULL,
+					  "grid dimension %d is %lld; TrackVis allows 1..%d", i,
+					  (long long)dim[i], INT16_MAX);
+	stored_affine(affine, stored);
+	if (affine_axcodes(stored, axcodes) != 0)
+		return errbuf_set(err, -EINVAL, NULL, "degenerate voxel-to-RAS affine");
+	affine_voxel_sizes(stored, sizes);
+	for (int i = 0; i < 3; i++)
+		voxel_size[i] = (float)sizes[i];
+	return 0;
+}
+
+static void encode_header(unsigned char buf[TRK_HEADER_SIZE], const int64_t dim[3],
+			  const double affine[4][4], const float voxel_size[3],
+			  const char axcodes[4], int32_t n_count)
+{
+	memset(buf, 0, TRK_HEADER_SIZE);
+	memcpy(buf + TRK_OFF_ID_STRING, "TRACK", 6);
+	for (int i = 0; i < 3; i++) {
+		put_i16(buf + TRK_OFF_DIM + 2 * i, (int16_t)dim[i]);
+		put_f32(buf + TRK_OFF_VOXEL_SIZE + 4 * i, voxel_size[i]);
+	}
+	for (int r = 0; r < 4; r++)
+		for (int c = 0; c < 4; c++)
+			put_f32(buf + TRK_OFF_VOX_TO_RAS + 4 * (4 * r + c), (float)affine[r][c]);
+	memcpy(buf + TRK_OFF_VOXEL_ORDER, axcodes, 4);
+	put_i32(buf + TRK_OFF_N_COUNT, n_count);
+	put_i32(buf + TRK_OFF_VERSION, TRK_VERSION);
+	put_i32(buf + TRK_OFF_HDR_SIZE, TRK_HEADER_SIZE);
+}
+
+int trk_header_fill(unsigned char buf[TRK_HEADER_SIZE], const int64_t dim[3],
+		    const double affine[4][4], uint32_t n_count, struct errbuf *err)
+{
+	float voxel_size[3];
+	char axcodes[4];
+	int rc;
+
+	if (n_count > INT32_MAX)
+		return errbuf_set(err, -EINVAL, NULL, "%u streamlines exceed the TrackVis count field",
+				  (unsigned)n_count);
+	rc = header_geometry(dim, affine, voxel_size, axcodes, err);
+	if (rc)
+		return rc;
+	encode_header(buf, dim, affine, voxel_size, axcodes, (int32_t)n_count);
+	return 0;
+}
+
+/* n_count can be patched in place only on a seekable stream whose writes go
+ * where we seek (an O_APPEND stream would add the count at the end). */
+static long patchable_position(FILE *out)
+{
+	long pos = ftell(out);
+	int fd = fileno(out);
+
+	if (pos < 0)
+		return -1;
+	if (fd >= 0) {
+		int flags = fcntl(fd, F_GETFL);
+		if (flags < 0 || (flags & O_APPEND))
+			return -1;
+	}
+	return pos;
+}
+
+int trk_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
+		   struct trk_writer **ret, struct errbuf *err)
+{
+	unsigned char header[TRK_HEADER_SIZE];
+	struct trk_writer *w;
+	char axcodes[4];
+	int rc;
+
+	w = malloc(sizeof(*w));
+	if (!w)
+		return errbuf_set(err, -ENOMEM, NULL, "out of memory for the TrackVis writer");
+	rc = header_geometry(dim, affine, w->voxel_size, axcodes, err);
+	if (rc)
+		goto fail;
+	encode_header(header, dim, affine, w->voxel_size, axcodes, 0);
+	w->out = out;
+	w->header_pos = patchable_position(out);
+	w->count = 0;
+	w->failed = 0;
+	w->len = 0;
+	if (fwrite(header, 1, sizeof(header), out) != sizeof(header)) {
+		rc = errbuf_set(err, -EIO, NULL, "cannot write the TrackVis header");
+		goto fail;
+	}
+	*ret = w;
+	return 0;
+fail:
+	free(w);
+	return rc;
+}
+
+static int flush_buffer(struct trk_writer *w)
+{
+	if (w->len > 0 && fwrite(w->buf, 1, w->len, w->out) != w->len)
+		w->failed = 1;
+	w->len = 0;
+	return w->failed ? -EIO : 0;
+}
+
+/* Converts points to voxmm straight into the output buffer, flushing whenever
+ * it fills, so a streamline of any length needs no extra memory. */
+static int append_points(struct trk_writer *w, const float *p, size_t n)
+{
+	while (n > 0) {
+		size_t room = (TRK_BUFFER_BYTES - w->len) / TRK_POINT_BYTES;
+		size_t k = n < room ? n : room;
+		unsigned char *dst = w->buf + w->len;
+
+		if (k == 0) {
+			if (flush_buffer(w))
+				return -EIO;
+			continue;
+		}
+		for (size_t i = 0; i < k; i++, p += 3, dst += TRK_POINT_BYTES)
+			for (int c = 0; c < 3; c++)
+				put_f32(dst + 4 * c, (p[c] + 0.5f) * w->voxel_size[c]);
+		w->len += k * TRK_POINT_BYTES;
+		n -= k;
+	}
+	return 0;
+}
+
+/* Empty streamlines are dropped: nibabel and DIPY skip such records, so
+ * writing one would make n_count disagree with what readers load. */
+int trk_write_streamline(struct trk_writer *w, const float *points_vox, uint32_t n)
+{
+	if (w->failed)
+		return -EIO;
+	if (n > INT32_MAX)
+		return -EINVAL;
+	if (n == 0)
+		return 0;
+	if (TRK_BUFFER_BYTES - w->len < 4 && flush_buffer(w))
+		return -EIO;
+	put_i32(w->buf + w->len, (int32_t)n);
+	w->len += 4;
+	if (append_points(w, points_vox, n))
+		return -EIO;
+	w->count++;
+	return 0;
+}
+
+uint64_t trk_count(const struct trk_writer *w)
+{
+	return w->count;
+}
+
+/* Writes the final count into the header and returns to the end of the file.
+ * A count too large for the int32 field stays 0, which readers take as
+ * "read until end of file". */
+static int patch_count(struct trk_writer *w)
+{
+	unsigned char field[4];
+
+	if (w->header_pos < 0 || w->count > INT32_MAX)
+		return 0;
+	put_i32(field, (int32_t)w->count);
+	if (fseek(w->out, w->header_pos + TRK_OFF_N_COUNT, SEEK_SET) != 0 ||
+	    fwrite(field, 1, sizeof(field), w->out) != sizeof(field) ||
+	    fseek(w->out, 0, SEEK_END) != 0 || fflush(w->out) != 0)
+		return -EIO;
+	return 0;
+}
+
+int trk_writer_finish(struct trk_writer *w)
+{
+	int rc;
+
+	if (!w)
+		return 0;
+	rc = flush_buffer(w);
+	if (!rc && fflush(w->out) != 0)
+		rc = -EIO;
+	if (!rc)
+		rc = patch_count(w);
+	free(w);
+	return rc;
+}

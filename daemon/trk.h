@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * trk: streaming TrackVis (.trk, version 2) writer.
+ *
+ * Owns the writer state, not the FILE. The 1000-byte header is written from
+ * the reference grid (dims, voxel-to-RAS affine, voxel sizes = the affine's
+ * column norms, voxel order = aff2axcodes) so that nibabel/DIPY load points
+ * back as affine * voxel_point. Streamlines are appended one record at a time
+ * as they are produced; n_count is patched at the end when the stream is
+ * seekable (a pipe keeps 0, which TrackVis readers accept as "unknown").
+ * Points given to the writer are in voxel coordinates with voxel centres at
+ * integers; the writer stores TrackVis "voxmm" = (p + 0.5) * voxel_size.
+ * Does not log.
+ */
+#ifndef TRACTD_TRK_H
+#define TRACTD_TRK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "errbuf.h"
+
+#define TRK_HEADER_SIZE 1000
+
+struct trk_writer;
+
+/* Writes the header to out and returns a writer in *ret. Returns 0,
+ * -EINVAL (degenerate affine, dims outside int16), -EIO, -ENOMEM. */
+int trk_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
+		   struct trk_writer **ret, struct errbuf *err);
+
+/* Appends one streamline of n points (xyz interleaved, voxel coordinates).
+ * Returns 0 or -EIO. */
+int trk_write_streamline(struct trk_writer *w, const float *points_vox, uint32_t n);
+
+/* Number of streamlines written so far. */
+uint64_t trk_count(const struct trk_writer *w);
+
+/* Flushes, patches n_count when out is seekable, and frees the writer (not the
+ * FILE). Returns 0 or -EIO; the writer is freed either way. Accepts NULL. */
+int trk_writer_finish(struct trk_writer *w);
+
+/* Fills the 1000-byte header into buf (exposed for tests and for writers that
+ * do not use a FILE). Returns 0 or -EINVAL. */
+int trk_header_fill(unsigned char buf[TRK_HEADER_SIZE], const int64_t dim[3],
+		    const double affine[4][4], uint32_t n_count, struct errbuf *err);
+
+#endif

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * volume: NIfTI-1/-2 images (.nii, .nii.gz) read into float32 and written back.
+ *
+ * Owns the converted voxel data of one image. Reading goes through libnifti2
+ * (which handles both NIfTI versions and gzip); any numeric datatype is
+ * converted to float32 with scl_slope/scl_inter applied as nibabel's
+ * get_fdata() does. Data are stored in C order [x][y][z][t], t fastest, so that
+ * the values of one voxel (e.g. all ODF samples) are contiguous.
+ * The affine is nibabel's "best affine": sform if sform_code > 0, else qform if
+ * qform_code > 0, else the pixdim-only fallback. Does not log.
+ */
+#ifndef TRACTD_VOLUME_H
+#define TRACTD_VOLUME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "errbuf.h"
+
+struct volume {
+	int64_t dim[4];        /* nx, ny, nz, nt; nt == 1 for a 3D image */
+	double affine[4][4];   /* voxel centre (i,j,k,1) -> RAS+ mm */
+	float *data;           /* dim[0]*dim[1]*dim[2]*dim[3] floats, [x][y][z][t] */
+};
+
+/* Reads path into *ret (ret is written only on success). Rejects: unreadable or
+ * truncated files, non-numeric or complex datatypes, more than 4 used
+ * dimensions (a 5th dimension of size 1 is accepted), zero-sized dimensions,
+ * and non-finite values (NaN/Inf; the message gives the first offending voxel).
+ * field is the name used in errors (e.g. "inputs.odf").
+ * Returns 0 or a negative errno (-ENOENT, -EINVAL, -EIO, -ENOMEM). */
+int volume_load(const char *path, const char *field, struct volume *ret, struct errbuf *err);
+
+/* Writes v as NIfTI-1 float32 (gzip when path ends in .gz) with sform and qform
+ * (codes 1, "scanner") set from v->affine and pixdim from its column norms.
+ * Returns 0 or a negative errno. */
+int volume_save(const char *path, const struct volume *v, struct errbuf *err);
+
+/* Allocates zeroed data for the given shape with an identity affine scaled by
+ * voxel_mm (isotropic). Returns 0 or -ENOMEM / -EINVAL (non-positive dims or overflow). */
+int volume_alloc(struct volume *v, const int64_t dim[4], double voxel_mm);
+
+/* Frees data and zeroes *v; accepts a zeroed or already-freed volume. */
+void volume_free(struct volume *v);
+
+/* Number of voxels (nx*ny*nz, not counting t). */
+size_t volume_voxels(const struct volume *v);
+
+/* Index of voxel (x,y,z) in the [x][y][z] part (multiply by dim[3] for data). */
+static inline size_t volume_index(const struct volume *v, int64_t x, int64_t y, int64_t z)
+{
+	return ((size_t)x * (size_t)v->dim[1] + (size_t)y) * (size_t)v->dim[2] + (size_t)z;
+}
+
+/* Non-zero when a and b share nx, ny, nz and an affine equal within 1e-4 mm
+ * (per element, relative to the voxel size). */
+int volume_same_grid(const struct volume *a, const struct volume *b);
+
+#endif

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Installs the Debian 12 packages tractd needs to build, run (lavapipe is the
+# Vulkan fallback when there is no GPU) and test. Installs only what is missing.
+set -eu
+packages="make gcc clang pkg-config libvulkan-dev libshaderc-dev glslang-dev spirv-tools libjansson-dev
+libnifti2-dev liblapacke-dev zlib1g-dev mesa-vulkan-drivers libcmocka-dev
+python3-dipy python3-nibabel python3-pytest"
+missing=""
+for p in $packages; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing:$missing"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+$sudo apt-get update -q
+# shellcheck disable=SC2086
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends $missing

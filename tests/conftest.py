@@ -1,0 +1,329 @@
+"""Shared fixtures and helpers for the tractd engine and DIPY parity tests.
+
+Run with the system Python (dipy, nibabel, numpy, pytest):
+
+    TRACTD=build/tractd [TRACTD_ASAN=build-asan/tractd] /usr/bin/python3 -m pytest tests/parity tests/engine
+
+TRACTD must name the engine binary: the tests fail (never skip) without it.
+Everything here works in tractd's voxel space: voxel centres at integer
+coordinates, a voxel i covering [i - 0.5, i + 0.5) on each axis.
+"""
+import json
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+# A run on the default phantom takes seconds on lavapipe; 300 s only catches hangs.
+RUN_TIMEOUT_S = 300
+
+PHANTOM_FILES = ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz", "labels.nii.gz",
+                 "bundles.json", "job.json")
+
+
+# --------------------------------------------------------------------------- binary
+
+def _binary_from_env(var):
+    """Absolute path of the executable named by env var, or None if unset."""
+    path = os.environ.get(var)
+    if not path:
+        return None
+    return str(Path(path).resolve())
+
+
+@pytest.fixture(scope="session")
+def tractd():
+    """Path of the engine binary ($TRACTD). Fails the test when unset or missing."""
+    path = _binary_from_env("TRACTD")
+    if path is None:
+        pytest.fail("TRACTD is not set: point it at the engine binary, e.g. "
+                    "TRACTD=build/tractd (these tests never skip without it)", pytrace=False)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        pytest.fail(f"TRACTD={path} is not an executable file", pytrace=False)
+    return path
+
+
+def tractd_asan_path():
+    """Path of the ASan/UBSan build ($TRACTD_ASAN) if it names an executable, else None."""
+    path = _binary_from_env("TRACTD_ASAN")
+    if path and os.path.isfile(path) and os.access(path, os.X_OK):
+        return path
+    return None
+
+
+# --------------------------------------------------------------------------- running the CLI
+
+def run_cli(binary, args, env=None, timeout=RUN_TIMEOUT_S, check=False):
+    """Runs `binary *args` and returns the CompletedProcess (text stdout/stderr).
+
+    env: extra environment variables on top of os.environ. check=True asserts
+    exit code 0 and shows stderr when it is not.
+    """
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    cmd = [binary] + [str(a) for a in args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"timed out after {timeout} s: {' '.join(cmd)}\nstderr:\n{e.stderr}",
+                    pytrace=False)
+    if check:
+        assert proc.returncode == 0, (
+            f"{' '.join(cmd)} exited with {proc.returncode}\nstdout:\n{proc.stdout}\n"
+            f"stderr:\n{proc.stderr}")
+    return proc
+
+
+def write_job(path, job):
+    """Writes job (a dict) as JSON to path and returns the path."""
+    path = Path(path)
+    path.write_text(json.dumps(job, indent=1))
+    return path
+
+
+def run_job(binary, job, workdir, name="job", extra_args=(), env=None, check=True):
+    """Writes job to workdir/NAME.json, runs `tractd run` with -o workdir/NAME.trk
+    and --stats-json workdir/NAME.stats.json. Returns (proc, trk_path, stats_path)."""
+    workdir = Path(workdir)
+    job_path = write_job(workdir / f"{name}.json", job)
+    trk = workdir / f"{name}.trk"
+    stats = workdir / f"{name}.stats.json"
+    proc = run_cli(binary, ["run", job_path, "-o", trk, "--stats-json", stats, "-q",
+                            *extra_args], env=env, check=check)
+    return proc, trk, stats
+
+
+# --------------------------------------------------------------------------- phantom
+
+@dataclass
+class Phantom:
+    """The engine's built-in phantom (files written by `tractd phantom`)."""
+    dir: Path
+    job: dict
+    bundles: list          # [{"name": str, "labels": [2b+1, 2b+2]}, ...]
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def path(self, name):
+        return self.dir / name
+
+    def _load(self, name, dtype):
+        if name not in self._cache:
+            img = nib.load(str(self.path(name)))
+            self._cache[name] = (img, np.asarray(img.get_fdata(), dtype=dtype))
+        return self._cache[name]
+
+    @property
+    def odf_img(self):
+        return self._load("odf.nii.gz", np.float32)[0]
+
+    @property
+    def affine(self):
+        return self.odf_img.affine
+
+    @property
+    def odf(self):
+        """ODF as float64 [x, y, z, NV] (not clipped)."""
+        return self._load("odf.nii.gz", np.float32)[1].astype(np.float64)
+
+    @property
+    def fa(self):
+        return self._load("fa.nii.gz", np.float64)[1]
+
+    @property
+    def roi(self):
+        return self._load("seed_roi.nii.gz", np.float64)[1] > 0
+
+    @property
+    def labels(self):
+        return np.rint(self._load("labels.nii.gz", np.float64)[1]).astype(np.int32)
+
+    @property
+    def shape(self):
+        return self.odf_img.shape[:3]
+
+    def job_with(self, **sections):
+        """The phantom's job.json with absolute input paths, sections replaced or
+        merged: job_with(seeds={...}) replaces seeds, tracking={...} is merged
+        into the phantom's tracking section. No output.path (tests use -o)."""
+        job = json.loads(json.dumps(self.job))
+        for key in ("odf", "stop_map"):
+            job["inputs"][key] = str(self.dir / job["inputs"][key])
+        if "roi" in job.get("seeds", {}):
+            job["seeds"]["roi"] = str(self.dir / job["seeds"]["roi"])
+        job.pop("output", None)
+        for key, value in sections.items():
+            if key == "tracking":
+                job.setdefault("tracking", {}).update(value)
+            else:
+                job[key] = value
+        return job
+
+
+def _read_bundles(path):
+    doc = json.loads(Path(path).read_text())
+    bundles = doc["bundles"] if isinstance(doc, dict) else doc
+    for b, entry in enumerate(bundles):
+        assert list(entry["labels"]) == [2 * b + 1, 2 * b + 2], (
+            f"bundles.json entry {b} has labels {entry['labels']}, expected {[2*b+1, 2*b+2]}")
+    return bundles
+
+
+@pytest.fixture(scope="session")
+def phantom(tractd, tmp_path_factory):
+    """The default phantom (48x48x24, 1 mm, symmetric362), made once per session."""
+    outdir = tmp_path_factory.mktemp("phantom")
+    run_cli(tractd, ["phantom", outdir], check=True)
+    missing = [f for f in PHANTOM_FILES if not (outdir / f).is_file()]
+    assert not missing, f"`tractd phantom` did not write {missing} in {outdir}"
+    job = json.loads((outdir / "job.json").read_text())
+    return Phantom(dir=outdir, job=job, bundles=_read_bundles(outdir / "bundles.json"))
+
+
+# --------------------------------------------------------------------------- TRK loading
+
+@dataclass
+class Trk:
+    """A loaded TRK: streamlines in voxel coordinates (float64) and the header."""
+    path: Path
+    header: dict
+    affine: np.ndarray        # voxel -> RAS mm, from the header
+    streamlines: list         # [ (n_i, 3) float64 arrays ], voxel coordinates
+
+    def __len__(self):
+        return len(self.streamlines)
+
+
+def load_trk(path):
+    """Loads a TRK with nibabel (points in RAS mm) and maps them to voxel
+    coordinates with the inverse of the header's voxel-to-RAS affine."""
+    tf = nib.streamlines.load(str(path), lazy_load=False)
+    header = dict(tf.header)
+    affine = np.asarray(header[nib.streamlines.Field.VOXEL_TO_RASMM], dtype=np.float64)
+    inv = np.linalg.inv(affine)
+    lines = [nib.affines.apply_affine(inv, np.asarray(s, dtype=np.float64))
+             for s in tf.streamlines]
+    return Trk(path=Path(path), header=header, affine=affine, streamlines=lines)
+
+
+# --------------------------------------------------------------------------- metrics
+
+def drop_single_points(streamlines):
+    """Streamlines with at least 2 points (DIPY's return_all=True yields 1-point
+    lines for seeds without directions; tractd never writes them)."""
+    return [s for s in streamlines if len(s) >= 2]
+
+
+def lengths_points(streamlines):
+    return np.array([len(s) for s in streamlines], dtype=np.int64)
+
+
+def lengths_mm(streamlines, affine):
+    """Arc length in mm of voxel-coordinate streamlines under affine."""
+    lin = np.asarray(affine, dtype=np.float64)[:3, :3]
+    return np.array([np.linalg.norm(np.diff(s, axis=0) @ lin.T, axis=1).sum()
+                     for s in streamlines])
+
+
+def voxel_of(points, shape):
+    """Nearest voxel (round half up) of each point; (-1, -1, -1) when outside."""
+    idx = np.floor(np.asarray(points, dtype=np.float64) + 0.5).astype(np.int64)
+    inside = np.all((idx >= 0) & (idx < np.asarray(shape)), axis=-1)
+    idx[~inside] = -1
+    return idx, inside
+
+
+def endpoint_labels(streamlines, labels):
+    """(n, 2) label of both endpoints of each streamline (0 when out of volume)."""
+    if not streamlines:
+        return np.zeros((0, 2), dtype=np.int64)
+    ends = np.array([[s[0], s[-1]] for s in streamlines])           # (n, 2, 3)
+    idx, inside = voxel_of(ends, labels.shape)
+    out = np.zeros(ends.shape[:2], dtype=np.int64)
+    out[inside] = labels[idx[inside][:, 0], idx[inside][:, 1], idx[inside][:, 2]]
+    return out
+
+
+def connection_stats(streamlines, labels, bundles):
+    """Valid connections: both endpoints in the two end zones of one bundle.
+    Returns {"n", "valid", "valid_fraction", "per_bundle": {name: count}}."""
+    ends = np.sort(endpoint_labels(streamlines, labels), axis=1)
+    per_bundle = {}
+    valid = 0
+    for b, entry in enumerate(bundles):
+        k = int(np.sum((ends[:, 0] == 2 * b + 1) & (ends[:, 1] == 2 * b + 2)))
+        per_bundle[entry["name"]] = k
+        valid += k
+    n = len(streamlines)
+    return {"n": n, "valid": valid, "valid_fraction": valid / n if n else 0.0,
+            "per_bundle": per_bundle}
+
+
+def summarize(streamlines, n_seeds, labels=None, bundles=None, affine=None):
+    """Figures compared between DIPY and tractd (1-point lines dropped first)."""
+    lines = drop_single_points(streamlines)
+    lp = lengths_points(lines)
+    out = {
+        "seeds": n_seeds,
+        "streamlines": len(lines),
+        "per_seed": len(lines) / n_seeds if n_seeds else 0.0,
+        "mean_len_pts": float(lp.mean()) if len(lp) else 0.0,
+        "median_len_pts": float(np.median(lp)) if len(lp) else 0.0,
+    }
+    if affine is not None:
+        lm = lengths_mm(lines, affine)
+        out["mean_len_mm"] = float(lm.mean()) if len(lm) else 0.0
+    if labels is not None and bundles is not None:
+        cs = connection_stats(lines, labels, bundles)
+        out["valid_fraction"] = cs["valid_fraction"]
+        out["per_bundle"] = cs["per_bundle"]
+    return out
+
+
+# --------------------------------------------------------------------------- interpolation
+
+def trilinear(vol, p):
+    """DIPY's trilinear_interpolate4d_c rules for a 3D volume (reference §2.2).
+
+    Returns (value, inside). Outside when any axis has p < -0.5 or p >= dim - 0.5.
+    Corners i0 = f + (f == -1), i1 = f + (f != dim - 1) with f = floor(p).
+    """
+    p = np.asarray(p, dtype=np.float64)
+    shape = np.asarray(vol.shape[:3])
+    if np.any(p < -0.5) or np.any(p >= shape - 0.5):
+        return 0.0, False
+    f = np.floor(p).astype(np.int64)
+    w1 = p - f
+    w0 = 1.0 - w1
+    i0 = f + (f == -1)
+    i1 = f + (f != shape - 1)
+    val = 0.0
+    for cx, wx in ((i0[0], w0[0]), (i1[0], w1[0])):
+        for cy, wy in ((i0[1], w0[1]), (i1[1], w1[1])):
+            for cz, wz in ((i0[2], w0[2]), (i1[2], w1[2])):
+                val += wx * wy * wz * vol[cx, cy, cz]
+    return float(val), True
+
+
+def format_table(rows, columns):
+    """Plain-text table: rows is {label: {column: value}}."""
+    width = max([len(str(r)) for r in rows] + [8])
+    head = " " * width + "".join(f"{c:>16}" for c in columns)
+    lines = [head]
+    for label, vals in rows.items():
+        cells = []
+        for c in columns:
+            v = vals.get(c, "")
+            cells.append(f"{v:>16.4f}" if isinstance(v, float) else f"{v!s:>16}")
+        lines.append(f"{label!s:<{width}}" + "".join(cells))
+    return "\n".join(lines)
+
+
+__all__ = ["RUN_TIMEOUT_S", "Phantom", "Trk", "run_cli", "run_job", "write_job", "load_trk",
+           "tractd_asan_path", "drop_single_points", "lengths_points", "lengths_mm",
+           "voxel_of", "endpoint_labels", "connection_stats", "summarize", "trilinear",
+           "format_table"]

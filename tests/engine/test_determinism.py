@@ -1,0 +1,79 @@
+"""tractd's output is a function of the job alone (design: Philox keyed by
+(job seed, seed index)): the same job gives byte-identical TRKs, whatever the
+chunking; a different rng_seed gives a different tractogram."""
+import json
+
+import pytest
+
+from conftest import load_trk, run_job
+
+# Seeds per run: enough for many chunks at --max-chunk-seeds 7 (~290 chunks),
+# small enough to keep the five runs quick on lavapipe.
+N_SEEDS = 2000
+SMALL_CHUNK_SEEDS = 7
+SMALL_BINDING_BYTES = 1 << 20      # 1 MiB: far below lavapipe's 128 MiB range
+
+
+def _roi_job(phantom, rng_seed=0):
+    seeds = dict(phantom.job["seeds"])
+    seeds["roi"] = str(phantom.dir / seeds["roi"])
+    seeds["count"] = N_SEEDS
+    seeds["rng_seed"] = rng_seed
+    return phantom.job_with(seeds=seeds)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("determinism")
+
+
+@pytest.fixture(scope="module")
+def reference(tractd, phantom, workdir):
+    """The default run: (TRK bytes, stats)."""
+    _, trk, stats = run_job(tractd, _roi_job(phantom), workdir, name="reference")
+    data = trk.read_bytes()
+    assert len(load_trk(trk)) > 0, "the reference run wrote no streamlines"
+    return data, json.loads(stats.read_text())
+
+
+def _diff_summary(a, b):
+    if len(a) != len(b):
+        return f"sizes differ: {len(a)} vs {len(b)} bytes"
+    first = next(i for i in range(len(a)) if a[i] != b[i])
+    return f"same size ({len(a)} bytes), first difference at byte {first}"
+
+
+def test_same_job_twice(tractd, phantom, workdir, reference):
+    _, trk, _ = run_job(tractd, _roi_job(phantom), workdir, name="again")
+    data = trk.read_bytes()
+    assert data == reference[0], "same job, different output: " + _diff_summary(data, reference[0])
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("--max-chunk-seeds", SMALL_CHUNK_SEEDS),
+    ("--max-binding-bytes", SMALL_BINDING_BYTES),
+])
+def test_chunking_does_not_change_output(tractd, phantom, workdir, reference, flag, value):
+    name = flag.strip("-").replace("-", "_")
+    _, trk, stats_path = run_job(tractd, _roi_job(phantom), workdir, name=name,
+                                 extra_args=[flag, value])
+    stats = json.loads(stats_path.read_text())
+    print(f"\n{flag} {value}: {stats['chunks']} chunks (default run: {reference[1]['chunks']})")
+    if flag == "--max-chunk-seeds":
+        expect = -(-N_SEEDS // SMALL_CHUNK_SEEDS)
+        assert stats["chunks"] >= expect, (
+            f"{flag} {value} ran {stats['chunks']} chunks, expected >= {expect}")
+    else:
+        assert stats["chunks"] > reference[1]["chunks"], (
+            f"{flag} {value} did not force more chunks ({stats['chunks']} vs "
+            f"{reference[1]['chunks']})")
+    data = trk.read_bytes()
+    assert data == reference[0], (f"{flag} {value} changed the output: "
+                                  + _diff_summary(data, reference[0]))
+
+
+def test_different_rng_seed_differs(tractd, phantom, workdir, reference):
+    _, trk, _ = run_job(tractd, _roi_job(phantom, rng_seed=12345), workdir, name="rng")
+    data = trk.read_bytes()
+    assert data != reference[0], "rng_seed 12345 gave the same output as rng_seed 0"
+    assert len(load_trk(trk)) > 0

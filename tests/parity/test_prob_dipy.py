@@ -1,0 +1,186 @@
+"""Distribution parity of tractd's probabilistic tracking with DIPY 1.6.
+
+Both sides track the default phantom (`tractd phantom`) from the SAME explicit
+seeds (drawn here with DIPY's random_seeds_from_mask, passed to tractd as
+seeds.points in voxel space) with matched semantics (reference §2.1, §2.3, §3.1):
+
+  DIPY: ProbabilisticDirectionGetter.from_pmf(clip(odf, 0), max_angle=60,
+        sphere=symmetric362, pmf_threshold=0.05, relative_peak_threshold=0.25,
+        min_separation_angle=45), ThresholdStoppingCriterion(fa, 0.1),
+        LocalTracking(step_size=0.5, maxlen=500, return_all=True), identity
+        affine (voxel space, as the engine tracks), with the backward half
+        started from -first (see LocalTrackingMinusFirst: DIPY 1.6 mutates it).
+
+The random walks differ (numpy's generator vs Philox), so the comparison is
+statistical: streamlines per seed, mean and median length in points, and the
+valid-connection fraction (both ends in the two end zones of one bundle).
+1-point lines (DIPY's output for seeds without directions) are dropped on
+both sides. Run with `pytest -s` to see the figures.
+"""
+import time
+
+import numpy as np
+import pytest
+
+from conftest import format_table, load_trk, run_job, summarize
+
+from dipy.data import get_sphere
+from dipy.direction import ProbabilisticDirectionGetter
+from dipy.tracking.local_tracking import LocalTracking
+from dipy.tracking.stopping_criterion import ThresholdStoppingCriterion
+from dipy.tracking.utils import random_seeds_from_mask
+
+# 5000 seeds: DIPY tracks them in ~7 s on the phantom (2 cores; 2000 seeds take
+# ~3 s), and with ~5000 streamlines the standard error of a mean length is ~1.5 %
+# and of a connection fraction <= 0.7 percentage points (pp), so the tolerances
+# below are ~3 standard errors of a difference of two independent runs.
+N_SEEDS = 5000
+SEED_PLACEMENT_SEED = 1234     # random_seeds_from_mask(random_seed=...)
+DIPY_RANDOM_SEED = 42          # LocalTracking(random_seed=...): reproducible DIPY side
+DIPY_RANDOM_SEED_ALT = 4242    # second DIPY run, only to print DIPY's own run-to-run spread
+
+TRACKING = {
+    "sphere": "symmetric362",
+    "step_size": 0.5,
+    "max_angle": 60.0,
+    "fa_threshold": 0.1,
+    "relative_peak_threshold": 0.25,
+    "min_separation_angle": 45.0,
+    "pmf_threshold": 0.05,
+    "max_steps": 500,
+}
+
+# Streamlines per seed: the initial directions are peaks of the (deterministic)
+# ODF at the same seed points, so the count differs only through float32 vs
+# float64 peak extraction; 5 % relative leaves room for ties between vertices.
+TOL_PER_SEED_REL = 0.05
+# Mean and median length in points: a random-walk statistic, SE ~1.5 % each side.
+TOL_MEAN_LEN_REL = 0.05
+TOL_MEDIAN_LEN_REL = 0.05
+# Valid-connection fraction, absolute, in percentage points / 100.
+TOL_VALID_FRACTION_ABS = 0.05
+
+
+class LocalTrackingMinusFirst(LocalTracking):
+    """LocalTracking whose backward half starts from -first, as tractd's does.
+
+    DIPY 1.6's local_tracker writes each new direction into the first_step
+    array it is given, so LocalTracking's `first_step = -first_step` is the
+    opposite of the LAST forward direction, not of the seed's peak (checked:
+    after a forward half the array holds the direction of the final, rejected
+    step). On the phantom that changes the median length by ~10 % and makes
+    lines reverse at the seed. Passing a copy restores -first (reference §2.1).
+    """
+
+    def _tracker(self, seed, first_step, streamline):
+        return super()._tracker(seed, first_step.copy(), streamline)
+
+
+def dipy_track(phantom, seeds, random_seed):
+    """DIPY reference tracking in voxel space; returns the list of streamlines."""
+    t = TRACKING
+    sphere = get_sphere(t["sphere"])
+    odf = np.clip(phantom.odf, 0, None)     # tractd clips the ODF at 0 before interpolation
+    assert odf.shape[3] == len(sphere.vertices)
+    dg = ProbabilisticDirectionGetter.from_pmf(
+        odf, max_angle=t["max_angle"], sphere=sphere, pmf_threshold=t["pmf_threshold"],
+        relative_peak_threshold=t["relative_peak_threshold"],
+        min_separation_angle=t["min_separation_angle"])
+    sc = ThresholdStoppingCriterion(phantom.fa, t["fa_threshold"])
+    tracker = LocalTrackingMinusFirst(dg, sc, seeds, affine=np.eye(4), step_size=t["step_size"],
+                            maxlen=t["max_steps"], return_all=True, random_seed=random_seed)
+    return [np.asarray(s, dtype=np.float64) for s in tracker]
+
+
+@pytest.fixture(scope="module")
+def parity(tractd, phantom, tmp_path_factory):
+    """Runs both sides once; returns their summaries and the seeds."""
+    seeds = random_seeds_from_mask(phantom.roi, np.eye(4), seeds_count=N_SEEDS,
+                                   seed_count_per_voxel=False, random_seed=SEED_PLACEMENT_SEED)
+    assert len(seeds) == N_SEEDS
+    common = dict(labels=phantom.labels, bundles=phantom.bundles, affine=phantom.affine)
+
+    t0 = time.perf_counter()
+    dipy_lines = dipy_track(phantom, seeds, DIPY_RANDOM_SEED)
+    dipy_s = time.perf_counter() - t0
+    dipy_alt_lines = dipy_track(phantom, seeds, DIPY_RANDOM_SEED_ALT)
+
+    workdir = tmp_path_factory.mktemp("parity")
+    job = phantom.job_with(seeds={"points": seeds.tolist(), "space": "voxel"},
+                           tracking=TRACKING)
+    t0 = time.perf_counter()
+    _, trk_path, _ = run_job(tractd, job, workdir, name="parity")
+    tractd_s = time.perf_counter() - t0
+    trk = load_trk(trk_path)
+    assert all(len(s) >= 2 for s in trk.streamlines), "tractd wrote a streamline of < 2 points"
+
+    res = {
+        "dipy": summarize(dipy_lines, N_SEEDS, **common),
+        "tractd": summarize(trk.streamlines, N_SEEDS, **common),
+        "dipy_alt": summarize(dipy_alt_lines, N_SEEDS, **common),
+    }
+    res["dipy"]["seconds"] = dipy_s
+    res["tractd"]["seconds"] = tractd_s
+    print(f"\n== parity on the phantom, {N_SEEDS} seeds (1-point lines dropped)")
+    cols = ["streamlines", "per_seed", "mean_len_pts", "median_len_pts", "mean_len_mm",
+            "valid_fraction", "seconds"]
+    print(format_table({k: res[k] for k in ("dipy", "tractd", "dipy_alt")}, cols))
+    return res
+
+
+def _figures(res, key):
+    return f"tractd {res['tractd'][key]:.4f}, DIPY {res['dipy'][key]:.4f} " \
+           f"(DIPY run-to-run: {res['dipy_alt'][key]:.4f})"
+
+
+def _rel_diff(a, b):
+    return abs(a - b) / abs(b) if b else float("inf")
+
+
+def test_streamlines_per_seed(parity):
+    got, want = parity["tractd"]["per_seed"], parity["dipy"]["per_seed"]
+    assert _rel_diff(got, want) <= TOL_PER_SEED_REL, (
+        f"streamlines per seed differ by {100 * _rel_diff(got, want):.2f} % "
+        f"(> {100 * TOL_PER_SEED_REL:.0f} %): {_figures(parity, 'per_seed')}")
+
+
+def test_mean_length_points(parity):
+    got, want = parity["tractd"]["mean_len_pts"], parity["dipy"]["mean_len_pts"]
+    assert _rel_diff(got, want) <= TOL_MEAN_LEN_REL, (
+        f"mean length (points) differs by {100 * _rel_diff(got, want):.2f} % "
+        f"(> {100 * TOL_MEAN_LEN_REL:.0f} %): {_figures(parity, 'mean_len_pts')}")
+
+
+def test_median_length_points(parity):
+    got, want = parity["tractd"]["median_len_pts"], parity["dipy"]["median_len_pts"]
+    assert _rel_diff(got, want) <= TOL_MEDIAN_LEN_REL, (
+        f"median length (points) differs by {100 * _rel_diff(got, want):.2f} % "
+        f"(> {100 * TOL_MEDIAN_LEN_REL:.0f} %): {_figures(parity, 'median_len_pts')}")
+
+
+def test_valid_connection_fraction(parity):
+    got, want = parity["tractd"]["valid_fraction"], parity["dipy"]["valid_fraction"]
+    assert abs(got - want) <= TOL_VALID_FRACTION_ABS, (
+        f"valid-connection fraction differs by {100 * abs(got - want):.2f} pp "
+        f"(> {100 * TOL_VALID_FRACTION_ABS:.0f} pp): {_figures(parity, 'valid_fraction')}")
+
+
+def test_per_bundle_breakdown(parity, phantom):
+    """Prints valid connections per bundle (as a fraction of all streamlines);
+    asserts per bundle with the same absolute tolerance as the total."""
+    rows = {}
+    failures = []
+    for entry in phantom.bundles:
+        name = entry["name"]
+        row = {}
+        for side in ("dipy", "tractd", "dipy_alt"):
+            s = parity[side]
+            row[side] = s["per_bundle"][name] / s["streamlines"] if s["streamlines"] else 0.0
+        rows[name] = row
+        if abs(row["tractd"] - row["dipy"]) > TOL_VALID_FRACTION_ABS:
+            failures.append(f"{name}: tractd {row['tractd']:.4f} vs DIPY {row['dipy']:.4f}")
+    table = format_table(rows, ["dipy", "tractd", "dipy_alt"])
+    print("\n== valid connections per bundle (fraction of all streamlines)\n" + table)
+    assert not failures, ("per-bundle valid-connection fractions differ by more than "
+                          f"{100 * TOL_VALID_FRACTION_ABS:.0f} pp: " + "; ".join(failures)
+                          + "\n" + table)

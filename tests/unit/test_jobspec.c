@@ -1,0 +1,930 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Unit tests of daemon/jobspec.c: defaults, every bound of every parameter
+ * from both sides, unknown fields, wrong types, the seed kinds, paths, size
+ * and nesting limits, and the documents in proto/examples.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "jobspec.h"
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define INPUTS "\"inputs\": {\"odf\": \"odf.nii.gz\", \"stop_map\": \"fa.nii.gz\"}"
+#define ROI_SEEDS "\"seeds\": {\"roi\": \"roi.nii.gz\"}"
+/* A minimal valid job with `extra` (", \"key\": value" members) at the top. */
+#define ROI_JOB(extra) "{" INPUTS ", " ROI_SEEDS extra "}"
+#define TRACKING_JOB(members) ROI_JOB(", \"tracking\": {" members "}")
+#define SEEDS_JOB(seeds) "{" INPUTS ", \"seeds\": {" seeds "}}"
+
+static int parse(const char *json, const char *base_dir, struct jobspec *js, struct errbuf *err)
+{
+	memset(err, 0, sizeof(*err));
+	return jobspec_parse(json, strlen(json), base_dir, js, err);
+}
+
+static bool is_zeroed(const struct jobspec *js)
+{
+	static const struct jobspec zero;
+
+	return !memcmp(js, &zero, sizeof(zero));
+}
+
+static void expect_ok(const char *json, const char *base_dir, struct jobspec *js)
+{
+	struct errbuf err;
+	int rc = parse(json, base_dir, js, &err);
+
+	if (rc)
+		fail_msg("%s\n  rc %d, field \"%s\": %s", json, rc, err.field, err.message);
+}
+
+/* Fails unless json is refused with -EINVAL on field; when message is given,
+ * err.message must contain it. The spec must come back zeroed. */
+static void expect_error(const char *json, const char *field, const char *message)
+{
+	struct jobspec js;
+	struct errbuf err;
+	int rc = parse(json, NULL, &js, &err);
+
+	if (rc != -EINVAL || strcmp(err.field, field) || (message && !strstr(err.message, message)))
+		fail_msg("%s\n  got rc %d, field \"%s\": \"%s\"\n"
+			 "  want -EINVAL, field \"%s\": \"%s\"",
+			 json, rc, err.field, err.message, field, message ? message : "");
+	assert_true(is_zeroed(&js));
+}
+
+/* Directory of the example documents, found from this file's name so the
+ * test runs from the repository root (relative __FILE__) or anywhere
+ * (absolute __FILE__). */
+static void example_path(char *buf, size_t size, const char *name)
+{
+	const char *src = __FILE__;
+	const char *cut = strstr(src, "tests/unit/");
+
+	assert_non_null(cut);
+	snprintf(buf, size, "%.*sproto/examples/%s", (int)(cut - src), src, name);
+}
+
+/* Writes len bytes of text to a new temporary file; path receives its name. */
+static void write_temp(char path[static 64], const char *text, size_t len)
+{
+	int fd;
+
+	snprintf(path, 64, "/tmp/test_jobspec.XXXXXX");
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, len), (ssize_t)len);
+	assert_int_equal(close(fd), 0);
+}
+
+/* A valid ROI job padded with spaces to exactly len bytes. */
+static char *padded_job(size_t len)
+{
+	static const char job[] = ROI_JOB("");
+	char *buf = malloc(len);
+
+	assert_non_null(buf);
+	assert_true(len >= sizeof(job) - 1);
+	memset(buf, ' ', len);
+	memcpy(buf, job, sizeof(job) - 1);
+	return buf;
+}
+
+/* ---- defaults ---- */
+
+static void test_defaults_roi(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(ROI_JOB(""), NULL, &js);
+	assert_string_equal(js.odf_path, "odf.nii.gz");
+	assert_string_equal(js.stop_map_path, "fa.nii.gz");
+	assert_int_equal(js.seed_kind, JOBSPEC_SEEDS_ROI);
+	assert_string_equal(js.seed_roi_path, "roi.nii.gz");
+	assert_int_equal(js.seed_count, 10000);
+	assert_false(js.seed_per_voxel);
+	assert_int_equal(js.rng_seed, 0);
+	assert_null(js.seed_points);
+	assert_int_equal(js.n_seed_points, 0);
+	assert_false(js.seed_points_ras);
+	assert_string_equal(js.sphere_name, "repulsion724");
+	assert_null(js.sphere_vertices);
+	assert_int_equal(js.sphere_nv, 0);
+	assert_true(js.step_size == 0.5);
+	assert_true(js.max_angle == 60);
+	assert_true(js.fa_threshold == 0.1);
+	assert_true(js.relative_peak_threshold == 0.25);
+	assert_true(js.min_separation_angle == 45);
+	assert_true(js.pmf_threshold == 0.05);
+	assert_int_equal(js.max_steps, 500);
+	assert_true(js.min_length == 0);
+	assert_true(isinf(js.max_length) && js.max_length > 0);
+	assert_null(js.output_path);
+	jobspec_free(&js);
+	assert_true(is_zeroed(&js));
+}
+
+static void test_defaults_points(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(SEEDS_JOB("\"points\": [[1, 2, 3]]"), NULL, &js);
+	assert_int_equal(js.seed_kind, JOBSPEC_SEEDS_POINTS);
+	assert_null(js.seed_roi_path);
+	assert_int_equal(js.n_seed_points, 1);
+	assert_false(js.seed_points_ras);
+	assert_int_equal(js.rng_seed, 0);
+	jobspec_free(&js);
+}
+
+/* Every member given explicitly, none at its default. */
+static void test_all_members(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok("{" INPUTS ", \"direction_getter\": \"prob\","
+		  " \"seeds\": {\"roi\": \"r\", \"count\": 7, \"per_voxel\": true,"
+		  " \"rng_seed\": 99},"
+		  " \"tracking\": {\"sphere\": \"repulsion100\", \"step_size\": 0.2,"
+		  " \"max_angle\": 30,"
+		  " \"fa_threshold\": 0.3, \"relative_peak_threshold\": 0.5,"
+		  " \"min_separation_angle\": 25, \"pmf_threshold\": 0.1, \"max_steps\": 42,"
+		  " \"min_length\": 10, \"max_length\": 250.5},"
+		  " \"output\": {\"format\": \"trk\", \"path\": \"out.trk\"}}",
+		  NULL, &js);
+	assert_int_equal(js.seed_count, 7);
+	assert_true(js.seed_per_voxel);
+	assert_int_equal(js.rng_seed, 99);
+	assert_string_equal(js.sphere_name, "repulsion100");
+	assert_true(js.step_size == 0.2);
+	assert_true(js.max_angle == 30);
+	assert_true(js.fa_threshold == 0.3);
+	assert_true(js.relative_peak_threshold == 0.5);
+	assert_true(js.min_separation_angle == 25);
+	assert_true(js.pmf_threshold == 0.1);
+	assert_int_equal(js.max_steps, 42);
+	assert_true(js.min_length == 10);
+	assert_true(js.max_length == 250.5);
+	assert_string_equal(js.output_path, "out.trk");
+	jobspec_free(&js);
+}
+
+/* ---- bounds ---- */
+
+enum slot_type { NONE, DBL, INT, U64 };
+
+static const struct range_case {
+	const char *field;   /* "seeds.x" or "tracking.x" */
+	const char *value;   /* JSON text */
+	enum slot_type type; /* NONE: must be refused */
+	size_t offset;
+	double expect;
+} range_cases[] = {
+#define OK(f, v, t, member, x) { f, v, t, offsetof(struct jobspec, member), x }
+#define BAD(f, v) { f, v, NONE, 0, 0 }
+	BAD("tracking.step_size", "0"),
+	OK("tracking.step_size", "1e-9", DBL, step_size, 1e-9),
+	OK("tracking.step_size", "5", DBL, step_size, 5),
+	BAD("tracking.step_size", "5.000001"),
+	BAD("tracking.step_size", "-1"),
+	BAD("tracking.max_angle", "0"),
+	OK("tracking.max_angle", "0.001", DBL, max_angle, 0.001),
+	OK("tracking.max_angle", "90", DBL, max_angle, 90),
+	BAD("tracking.max_angle", "90.0001"),
+	BAD("tracking.fa_threshold", "-0.001"),
+	OK("tracking.fa_threshold", "0", DBL, fa_threshold, 0),
+	OK("tracking.fa_threshold", "1e6", DBL, fa_threshold, 1e6),
+	BAD("tracking.fa_threshold", "1000000.1"),
+	BAD("tracking.relative_peak_threshold", "-1e-9"),
+	OK("tracking.relative_peak_threshold", "0", DBL, relative_peak_threshold, 0),
+	OK("tracking.relative_peak_threshold", "1", DBL, relative_peak_threshold, 1),
+	BAD("tracking.relative_peak_threshold", "1.0000001"),
+	BAD("tracking.min_separation_angle", "0.999"),
+	OK("tracking.min_separation_angle", "1", DBL, min_separation_angle, 1),
+	OK("tracking.min_separation_angle", "90", DBL, min_separation_angle, 90),
+	BAD("tracking.min_separation_angle", "90.5"),
+	BAD("tracking.pmf_threshold", "-0.0001"),
+	OK("tracking.pmf_threshold", "0", DBL, pmf_threshold, 0),
+	OK("tracking.pmf_threshold", "0.999999", DBL, pmf_threshold, 0.999999),
+	BAD("tracking.pmf_threshold", "1"),
+	BAD("tracking.max_steps", "0"),
+	OK("tracking.max_steps", "1", INT, max_steps, 1),
+	OK("tracking.max_steps", "10000", INT, max_steps, 10000),
+	OK("tracking.max_steps", "700.0", INT, max_steps, 700),
+	BAD("tracking.max_steps", "10001"),
+	BAD("tracking.max_steps", "2.5"),
+	BAD("tracking.max_steps", "-3"),
+	BAD("tracking.min_length", "-0.1"),
+	OK("tracking.min_length", "0", DBL, min_length, 0),
+	OK("tracking.min_length", "1e300", DBL, min_length, 1e300),
+	BAD("tracking.max_length", "0"),
+	BAD("tracking.max_length", "-5"),
+	OK("tracking.max_length", "1e-9", DBL, max_length, 1e-9),
+	OK("tracking.max_length", "null", DBL, max_length, INFINITY),
+	BAD("seeds.count", "0"),
+	BAD("seeds.count", "-1"),
+	OK("seeds.count", "1", U64, seed_count, 1),
+	OK("seeds.count", "100000000", U64, seed_count, 1e8),
+	OK("seeds.count", "2e3", U64, seed_count, 2000),
+	BAD("seeds.count", "100000001"),
+	BAD("seeds.count", "2.5"),
+	BAD("seeds.count", "1e300"),
+	BAD("seeds.rng_seed", "-1"),
+	OK("seeds.rng_seed", "0", U64, rng_seed, 0),
+	OK("seeds.rng_seed", "9007199254740992", U64, rng_seed, 9007199254740992.0),
+	BAD("seeds.rng_seed", "9007199254740993"),
+	BAD("seeds.rng_seed", "9223372036854775807"),
+	BAD("seeds.rng_seed", "1.5"),
+#undef OK
+#undef BAD
+};
+
+static double slot_value(const struct jobspec *js, const struct range_case *rc)
+{
+	const char *p = (const char *)js + rc->offset;
+
+	switch (rc->type) {
+	case DBL:
+		return *(const double *)(const void *)p;
+	case INT:
+		return *(const int *)(const void *)p;
+	case U64:
+		return (double)*(const uint64_t *)(const void *)p;
+	case NONE:
+		break;
+	}
+	fail_msg("no value for %s", rc->field);
+	return NAN;
+}
+
+static void test_ranges(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(range_cases); i++) {
+		const struct range_case *rc = &range_cases[i];
+		const char *key = strchr(rc->field, '.') + 1;
+		bool in_seeds = !strncmp(rc->field, "seeds.", 6);
+		char member[128], json[512];
+		struct jobspec js;
+
+		snprintf(member, sizeof(member), "\"%s\": %s", key, rc->value);
+		snprintf(json, sizeof(json),
+			 in_seeds ? SEEDS_JOB("\"roi\": \"r\", %s") : TRACKING_JOB("%s"), member);
+		if (rc->type == NONE) {
+			expect_error(json, rc->field, "must be");
+			continue;
+		}
+		expect_ok(json, NULL, &js);
+		if (slot_value(&js, rc) != rc->expect)
+			fail_msg("%s = %s stored as %.17g", rc->field, rc->value,
+				 slot_value(&js, rc));
+		jobspec_free(&js);
+	}
+}
+
+/* The wording of range messages: range, unit, null when allowed, value. */
+static void test_range_messages(void **state)
+{
+	(void)state;
+	expect_error(TRACKING_JOB("\"max_angle\": 120"), "tracking.max_angle",
+		     "must be in (0, 90] degrees, got 120");
+	expect_error(TRACKING_JOB("\"step_size\": 0"), "tracking.step_size",
+		     "must be in (0, 5] voxels, got 0");
+	expect_error(TRACKING_JOB("\"pmf_threshold\": 1"), "tracking.pmf_threshold",
+		     "must be in [0, 1), got 1");
+	expect_error(TRACKING_JOB("\"fa_threshold\": 2e6"), "tracking.fa_threshold",
+		     "must be in [0, 1000000], got 2000000");
+	/* the value is printed exactly, not rounded into the range */
+	expect_error(TRACKING_JOB("\"relative_peak_threshold\": 1.0000000000000002"),
+		     "tracking.relative_peak_threshold",
+		     "must be in [0, 1], got 1.0000000000000002");
+	expect_error(TRACKING_JOB("\"relative_peak_threshold\": 1.5"),
+		     "tracking.relative_peak_threshold", "must be in [0, 1], got 1.5");
+	expect_error(TRACKING_JOB("\"min_length\": -1"), "tracking.min_length",
+		     "must be >= 0 mm, got -1");
+	expect_error(TRACKING_JOB("\"max_length\": 0"), "tracking.max_length",
+		     "must be > 0 mm or null, got 0");
+	expect_error(TRACKING_JOB("\"max_steps\": 10001"), "tracking.max_steps",
+		     "must be in [1, 10000], got 10001");
+	expect_error("{" INPUTS ", \"seeds\": {\"roi\": \"r\", \"rng_seed\": 9007199254740993}}",
+		     "seeds.rng_seed", "must be in [0, 9007199254740992], got 9007199254740993");
+	expect_error("{" INPUTS ", \"seeds\": {\"roi\": \"r\", \"count\": 2.5}}", "seeds.count",
+		     "must be an integer, got 2.5");
+}
+
+static void test_lengths(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_error(TRACKING_JOB("\"min_length\": 10, \"max_length\": 10"), "tracking.min_length",
+		     "must be less than tracking.max_length (10 mm), got 10");
+	expect_error(TRACKING_JOB("\"min_length\": 50, \"max_length\": 20"), "tracking.min_length",
+		     NULL);
+	expect_ok(TRACKING_JOB("\"min_length\": 10, \"max_length\": 10.5"), NULL, &js);
+	jobspec_free(&js);
+	expect_ok(TRACKING_JOB("\"min_length\": 1e300, \"max_length\": null"), NULL, &js);
+	assert_true(isinf(js.max_length));
+	jobspec_free(&js);
+}
+
+/* ---- unknown fields and types ---- */
+
+static const struct {
+	const char *json;
+	const char *field;
+	const char *message;
+} bad_docs[] = {
+	/* unknown keys, at every level */
+	{ ROI_JOB(", \"version\": 1"), "version", "unknown field (known: inputs," },
+	{ "{\"inputs\": {\"odf\": \"o\", \"stop_map\": \"s\", \"fa\": \"f\"}, " ROI_SEEDS "}",
+	  "inputs.fa", "unknown field (known: odf, stop_map)" },
+	{ "{" INPUTS ", \"seeds\": {\"roi\": \"r\", \"cnt\": 5}}", "seeds.cnt", "unknown field" },
+	{ TRACKING_JOB("\"stepsize\": 0.5"), "tracking.stepsize", "unknown field (known: sphere," },
+	{ ROI_JOB(", \"output\": {\"compress\": true}"), "output.compress", "unknown field" },
+	{ TRACKING_JOB("\"sphere\": {\"faces\": []}"), "tracking.sphere.faces", "unknown field" },
+	/* wrong JSON types */
+	{ "{\"inputs\": \"odf.nii.gz\", " ROI_SEEDS "}", "inputs", "must be an object" },
+	{ "{\"inputs\": {\"odf\": 5, \"stop_map\": \"s\"}, " ROI_SEEDS "}", "inputs.odf",
+	  "must be a string" },
+	{ "{" INPUTS ", \"seeds\": [\"roi.nii.gz\"]}", "seeds", "must be an object" },
+	{ "{" INPUTS ", \"seeds\": {\"roi\": \"r\", \"per_voxel\": \"yes\"}}", "seeds.per_voxel",
+	  "must be a boolean" },
+	{ "{" INPUTS ", \"seeds\": {\"roi\": \"r\", \"count\": \"2000\"}}", "seeds.count",
+	  "must be an integer" },
+	{ TRACKING_JOB("\"step_size\": \"0.5\""), "tracking.step_size", "must be a number" },
+	{ TRACKING_JOB("\"step_size\": true"), "tracking.step_size", "must be a number" },
+	{ TRACKING_JOB("\"step_size\": null"), "tracking.step_size", "must be a number" },
+	{ TRACKING_JOB("\"max_steps\": \"5\""), "tracking.max_steps", "must be an integer" },
+	{ TRACKING_JOB("\"max_length\": \"inf\""), "tracking.max_length",
+	  "must be a number or null" },
+	{ TRACKING_JOB("\"min_length\": null"), "tracking.min_length", "must be a number" },
+	{ TRACKING_JOB("\"sphere\": 724"), "tracking.sphere", "must be a sphere name" },
+	{ TRACKING_JOB("\"sphere\": \"repulsion999\""), "tracking.sphere",
+	  "must be one of \"repulsion724\", \"repulsion100\", \"symmetric362\","
+	  " got \"repulsion999\"" },
+	{ TRACKING_JOB("\"sphere\": {}"), "tracking.sphere.vertices", "is required" },
+	{ TRACKING_JOB("\"sphere\": {\"vertices\": {}}"), "tracking.sphere.vertices",
+	  "must be an array" },
+	{ ROI_JOB(", \"tracking\": null"), "tracking", "must be an object" },
+	{ ROI_JOB(", \"tracking\": []"), "tracking", "must be an object" },
+	{ ROI_JOB(", \"direction_getter\": 1"), "direction_getter", "must be a string" },
+	{ ROI_JOB(", \"direction_getter\": \"det\""), "direction_getter",
+	  "must be one of \"prob\", got \"det\"" },
+	{ ROI_JOB(", \"output\": \"out.trk\""), "output", "must be an object" },
+	{ ROI_JOB(", \"output\": {\"format\": \"tck\"}"), "output.format",
+	  "must be one of \"trk\", got \"tck\"" },
+	{ ROI_JOB(", \"output\": {\"format\": null}"), "output.format", "must be a string" },
+	{ ROI_JOB(", \"output\": {\"path\": 1}"), "output.path", "must be a string" },
+	{ SEEDS_JOB("\"points\": [[1, 2, 3]], \"space\": 2"), "seeds.space", "must be a string" },
+	{ SEEDS_JOB("\"points\": [[1, 2, 3]], \"space\": \"mm\""), "seeds.space",
+	  "must be one of \"voxel\", \"ras\", got \"mm\"" },
+	/* the first problem in document order is the one reported */
+	{ TRACKING_JOB("\"max_angle\": 120, \"stepsize\": 1"), "tracking.max_angle", NULL },
+	{ TRACKING_JOB("\"stepsize\": 1, \"max_angle\": 120"), "tracking.stepsize", NULL },
+	{ TRACKING_JOB("\"sphere\": {\"vertices\": [], \"faces\": []}"),
+	  "tracking.sphere.vertices", "must have 6 to 65536 vertices, got 0" },
+	/* required members */
+	{ "{" ROI_SEEDS "}", "inputs.odf", "is required" },
+	{ "{\"inputs\": {\"stop_map\": \"s\"}, " ROI_SEEDS "}", "inputs.odf", "is required" },
+	{ "{\"inputs\": {\"odf\": \"o\"}, " ROI_SEEDS "}", "inputs.stop_map", "is required" },
+	{ "{" INPUTS "}", "seeds", "is required, with either \"roi\" or \"points\"" },
+	{ "{" INPUTS ", \"seeds\": {}}", "seeds", "is required, with either" },
+	{ "{" INPUTS ", \"seeds\": {\"count\": 5}}", "seeds", "is required, with either" },
+	/* the document itself */
+	{ "[]", "", "the job document must be a JSON object" },
+	{ "42", "", "invalid JSON at line 1" },
+	{ "", "", "invalid JSON at line 1" },
+	{ "{\"inputs\": ", "", "invalid JSON at line 1, column " },
+	{ "{\n  \"inputs\": {\"odf\": \"o\",}\n}", "", "invalid JSON at line 2, column " },
+	{ ROI_JOB("") " trailing", "", "invalid JSON at line 1" },
+	{ "{\"inputs\": {\"odf\": \"o\\u0000x\", \"stop_map\": \"s\"}, " ROI_SEEDS "}", "",
+	  "invalid JSON" },
+	{ "{\"inputs\": {\"odf\": \"\xff\", \"stop_map\": \"s\"}, " ROI_SEEDS "}", "",
+	  "invalid JSON" },
+	/* duplicate keys, at the top and nested */
+	{ "{" INPUTS ", " INPUTS ", " ROI_SEEDS "}", "", "duplicate object key" },
+	{ TRACKING_JOB("\"step_size\": 0.5, \"step_size\": 0.2"), "", "duplicate object key" },
+};
+
+static void test_bad_documents(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(bad_docs); i++)
+		expect_error(bad_docs[i].json, bad_docs[i].field, bad_docs[i].message);
+}
+
+/* ---- seeds ---- */
+
+static void test_seed_kinds(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_error(SEEDS_JOB("\"roi\": \"r\", \"points\": [[1, 2, 3]]"), "seeds",
+		     "takes either \"roi\" or \"points\", not both");
+	expect_error(SEEDS_JOB("\"points\": [[1, 2, 3]], \"count\": 5"), "seeds.count",
+		     "is only allowed with seeds.roi");
+	expect_error(SEEDS_JOB("\"points\": [[1, 2, 3]], \"per_voxel\": false"),
+		     "seeds.per_voxel", "is only allowed with seeds.roi");
+	expect_error(SEEDS_JOB("\"roi\": \"r\", \"space\": \"voxel\""), "seeds.space",
+		     "is only allowed with seeds.points");
+	/* rng_seed also drives direction sampling, so both kinds take it. */
+	expect_ok(SEEDS_JOB("\"points\": [[1, 2, 3]], \"rng_seed\": 77"), NULL, &js);
+	assert_int_equal(js.rng_seed, 77);
+	jobspec_free(&js);
+}
+
+static void test_points(void **state)
+{
+	static const double want[9] = { 1, 2, 3, -4.5, 0.5, 6, 0, 0, 1000 };
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(SEEDS_JOB("\"points\": [[1, 2, 3], [-4.5, 5e-1, 6], [0, 0, 1e3]],"
+			     " \"space\": \"ras\""),
+		  NULL, &js);
+	assert_int_equal(js.seed_kind, JOBSPEC_SEEDS_POINTS);
+	assert_int_equal(js.n_seed_points, 3);
+	assert_true(js.seed_points_ras);
+	for (int i = 0; i < 9; i++)
+		assert_true(js.seed_points[i] == want[i]);
+	jobspec_free(&js);
+	expect_ok(SEEDS_JOB("\"points\": [[1, 2, 3]], \"space\": \"voxel\""), NULL, &js);
+	assert_false(js.seed_points_ras);
+	jobspec_free(&js);
+
+	expect_error(SEEDS_JOB("\"points\": []"), "seeds.points",
+		     "must have 1 to 1000000 points, got 0");
+	expect_error(SEEDS_JOB("\"points\": \"1 2 3\""), "seeds.points", "must be an array");
+	expect_error(SEEDS_JOB("\"points\": [1, 2, 3]"), "seeds.points[0]",
+		     "must be an array of 3 numbers");
+	expect_error(SEEDS_JOB("\"points\": [[0, 0, 0], [1, 1, 1], [2, 2, 2], [1, 2]]"),
+		     "seeds.points[3]", "must be an array of 3 numbers");
+	expect_error(SEEDS_JOB("\"points\": [[1, 2, 3, 4]]"), "seeds.points[0]", NULL);
+	expect_error(SEEDS_JOB("\"points\": [[1, \"2\", 3]]"), "seeds.points[0]", NULL);
+	expect_error(SEEDS_JOB("\"points\": [[1, null, 3]]"), "seeds.points[0]", NULL);
+	expect_error(SEEDS_JOB("\"points\": [[1, 2, 3], {}]"), "seeds.points[1]", NULL);
+	expect_error(SEEDS_JOB("\"points\": [[1, 2, [3]]]"), "seeds.points[0]", NULL);
+}
+
+/* ---- sphere ---- */
+
+/* A job whose sphere has n vertices. */
+static char *sphere_job(size_t n)
+{
+	static const char head[] =
+		"{" INPUTS ", " ROI_SEEDS ", \"tracking\": {\"sphere\": {\"vertices\": [";
+	static const char vertex[] = "[0.5,-1,2e-1],";
+	size_t len = sizeof(head) - 1 + n * (sizeof(vertex) - 1) + 8;
+	char *buf = malloc(len);
+	char *p = buf;
+
+	assert_non_null(buf);
+	p += sprintf(p, "%s", head);
+	for (size_t i = 0; i < n; i++)
+		p += sprintf(p, "%s", vertex);
+	p--; /* drop the last comma */
+	sprintf(p, "]}}}");
+	return buf;
+}
+
+static void test_sphere(void **state)
+{
+	struct jobspec js;
+	char *json;
+
+	(void)state;
+	expect_ok(TRACKING_JOB("\"sphere\": \"symmetric362\""), NULL, &js);
+	assert_string_equal(js.sphere_name, "symmetric362");
+	assert_null(js.sphere_vertices);
+	jobspec_free(&js);
+
+	json = sphere_job(6);
+	expect_ok(json, NULL, &js);
+	free(json);
+	assert_null(js.sphere_name);
+	assert_int_equal(js.sphere_nv, 6);
+	assert_true(js.sphere_vertices[15] == 0.5 && js.sphere_vertices[16] == -1 &&
+		    js.sphere_vertices[17] == 0.2);
+	jobspec_free(&js);
+
+	json = sphere_job(65536);
+	expect_ok(json, NULL, &js);
+	free(json);
+	assert_int_equal(js.sphere_nv, 65536);
+	jobspec_free(&js);
+
+	json = sphere_job(5);
+	expect_error(json, "tracking.sphere.vertices", "must have 6 to 65536 vertices, got 5");
+	free(json);
+	json = sphere_job(65537);
+	expect_error(json, "tracking.sphere.vertices", "got 65537");
+	free(json);
+
+	expect_error(TRACKING_JOB("\"sphere\": {\"vertices\": [[1,0,0],[0,1,0],[0,0,1],"
+				  "[-1,0,0],[0,-1,0],[0,0]]}"),
+		     "tracking.sphere.vertices[5]", "must be an array of 3 numbers");
+}
+
+/* ---- paths ---- */
+
+static void test_paths(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(ROI_JOB(", \"output\": {\"path\": \"out/t.trk\"}"), "/data/jobs", &js);
+	assert_string_equal(js.odf_path, "/data/jobs/odf.nii.gz");
+	assert_string_equal(js.stop_map_path, "/data/jobs/fa.nii.gz");
+	assert_string_equal(js.seed_roi_path, "/data/jobs/roi.nii.gz");
+	assert_string_equal(js.output_path, "/data/jobs/out/t.trk");
+	jobspec_free(&js);
+
+	/* a trailing slash is not doubled; absolute paths are kept */
+	expect_ok("{\"inputs\": {\"odf\": \"/abs/odf.nii.gz\", \"stop_map\": \"../fa.nii.gz\"}, "
+		  ROI_SEEDS "}", "/data/", &js);
+	assert_string_equal(js.odf_path, "/abs/odf.nii.gz");
+	assert_string_equal(js.stop_map_path, "/data/../fa.nii.gz");
+	jobspec_free(&js);
+
+	/* no base directory, or an empty one: as given */
+	expect_ok(ROI_JOB(""), NULL, &js);
+	assert_string_equal(js.odf_path, "odf.nii.gz");
+	jobspec_free(&js);
+	expect_ok(ROI_JOB(""), "", &js);
+	assert_string_equal(js.odf_path, "odf.nii.gz");
+	jobspec_free(&js);
+	expect_ok(ROI_JOB(""), "rel/dir", &js);
+	assert_string_equal(js.odf_path, "rel/dir/odf.nii.gz");
+	jobspec_free(&js);
+
+	expect_error("{\"inputs\": {\"odf\": \"\", \"stop_map\": \"s\"}, " ROI_SEEDS "}",
+		     "inputs.odf", "must not be empty");
+	expect_error(ROI_JOB(", \"output\": {\"path\": \"\"}"), "output.path", "must not be empty");
+}
+
+/* A job whose odf path is len bytes long, parsed against base_dir. */
+static int parse_long_path(size_t len, const char *base_dir, struct jobspec *js,
+			   struct errbuf *err)
+{
+	char *json = malloc(len + 256);
+	int rc;
+
+	assert_non_null(json);
+	memset(json, 0, len + 256);
+	strcpy(json, "{\"inputs\": {\"stop_map\": \"s\", \"odf\": \"");
+	memset(json + strlen(json), 'a', len);
+	strcat(json, "\"}, " ROI_SEEDS "}");
+	rc = parse(json, base_dir, js, err);
+	free(json);
+	return rc;
+}
+
+static void test_path_length(void **state)
+{
+	struct jobspec js;
+	struct errbuf err;
+
+	(void)state;
+	assert_int_equal(parse_long_path(4095, NULL, &js, &err), 0);
+	assert_int_equal(strlen(js.odf_path), 4095);
+	jobspec_free(&js);
+	assert_int_equal(parse_long_path(4096, NULL, &js, &err), -EINVAL);
+	assert_string_equal(err.field, "inputs.odf");
+	assert_non_null(strstr(err.message, "must be at most 4095 bytes"));
+	assert_non_null(strstr(err.message, "got 4096"));
+	/* 4090 + "/base" + "/" = 4096: too long once joined */
+	assert_int_equal(parse_long_path(4090, "/base", &js, &err), -EINVAL);
+	assert_string_equal(err.field, "inputs.odf");
+	assert_int_equal(parse_long_path(4089, "/base", &js, &err), 0);
+	jobspec_free(&js);
+}
+
+/* ---- document limits ---- */
+
+static void test_size_limit(void **state)
+{
+	struct jobspec js;
+	struct errbuf err;
+	char *buf = padded_job((size_t)JOBSPEC_MAX_BYTES + 1);
+
+	(void)state;
+	assert_int_equal(jobspec_parse(buf, JOBSPEC_MAX_BYTES, NULL, &js, &err), 0);
+	jobspec_free(&js);
+	assert_int_equal(jobspec_parse(buf, (size_t)JOBSPEC_MAX_BYTES + 1, NULL, &js, &err),
+			 -EINVAL);
+	assert_string_equal(err.field, "");
+	assert_string_equal(err.message,
+			    "job document is 67108865 bytes; the limit is 67108864 bytes");
+	assert_true(is_zeroed(&js));
+	free(buf);
+}
+
+static void test_not_nul_terminated(void **state)
+{
+	static const char job[] = ROI_JOB("");
+	size_t len = sizeof(job) - 1;
+	char *exact = malloc(len);
+	struct jobspec js;
+	struct errbuf err;
+
+	(void)state;
+	/* exactly len bytes and no NUL after them: ASan catches any overread */
+	assert_non_null(exact);
+	memcpy(exact, job, len);
+	assert_int_equal(jobspec_parse(exact, len, NULL, &js, &err), 0);
+	jobspec_free(&js);
+	free(exact);
+}
+
+/* A job whose tracking.sphere is a number inside k nested arrays, so the
+ * number sits at nesting depth 2 + k. */
+static void nested_job(char *buf, size_t size, int k)
+{
+	snprintf(buf, size, ROI_JOB(", \"tracking\": {\"sphere\": %.*s1%.*s}"), k,
+		 "[[[[[[[[[[[[[[[[[[[[", k, "]]]]]]]]]]]]]]]]]]]]");
+}
+
+static void test_nesting(void **state)
+{
+	struct jobspec js;
+	char json[256];
+
+	(void)state;
+	/* 17 levels: refused before jansson sees it */
+	nested_job(json, sizeof(json), 15);
+	expect_error(json, "", "nesting deeper than 16 levels at line 1, column ");
+	/* 16 levels reach the walker, which names the field */
+	nested_job(json, sizeof(json), 14);
+	expect_error(json, "tracking.sphere", "must be a sphere name");
+	/* brackets inside strings, escaped quotes included, do not count */
+	snprintf(json, sizeof(json),
+		 "{\"inputs\": {\"odf\": \"%s\", \"stop_map\": \"\\\"[[\"}, %s}",
+		 "[[[[[[[[[[[[[[[[[[[[{{{{", ROI_SEEDS);
+	expect_ok(json, NULL, &js);
+	assert_string_equal(js.odf_path, "[[[[[[[[[[[[[[[[[[[[{{{{");
+	assert_string_equal(js.stop_map_path, "\"[[");
+	jobspec_free(&js);
+}
+
+static void test_null_errbuf_and_free(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	assert_int_equal(jobspec_parse("{}", 2, NULL, &js, NULL), -EINVAL);
+	assert_int_equal(jobspec_parse("{", 1, NULL, &js, NULL), -EINVAL);
+	assert_int_equal(jobspec_load_file("/nonexistent/job.json", &js, NULL), -ENOENT);
+	memset(&js, 0, sizeof(js));
+	jobspec_free(&js);
+	jobspec_free(&js);
+	jobspec_free(NULL);
+}
+
+/* ---- files ---- */
+
+static void test_load_file(void **state)
+{
+	static const char job[] = ROI_JOB(", \"output\": {\"path\": \"t.trk\"}");
+	char path[64];
+	struct jobspec js;
+	struct errbuf err;
+
+	(void)state;
+	write_temp(path, job, sizeof(job) - 1); /* /tmp/test_jobspec.XXXXXX */
+	assert_int_equal(jobspec_load_file(path, &js, &err), 0);
+	assert_string_equal(js.odf_path, "/tmp/odf.nii.gz");
+	assert_string_equal(js.output_path, "/tmp/t.trk");
+	jobspec_free(&js);
+	assert_int_equal(unlink(path), 0);
+
+	assert_int_equal(jobspec_load_file("/nonexistent/job.json", &js, &err), -ENOENT);
+	assert_string_equal(err.field, "");
+	assert_non_null(strstr(err.message, "/nonexistent/job.json"));
+	assert_true(is_zeroed(&js));
+
+	assert_int_equal(jobspec_load_file("/tmp", &js, &err), -EISDIR);
+	assert_true(is_zeroed(&js));
+
+	/* parse errors come through unchanged */
+	write_temp(path, "{\"x\": 1}", 8);
+	assert_int_equal(jobspec_load_file(path, &js, &err), -EINVAL);
+	assert_string_equal(err.field, "x");
+	assert_int_equal(unlink(path), 0);
+}
+
+/* A bare file name resolves against "."; that is how the CLI runs jobs in
+ * the current directory. */
+static void test_load_file_bare_name(void **state)
+{
+	static const char job[] = ROI_JOB("");
+	char path[64], cwd[4096];
+	struct jobspec js;
+	struct errbuf err;
+
+	(void)state;
+	write_temp(path, job, sizeof(job) - 1);
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	assert_int_equal(chdir("/tmp"), 0);
+	assert_int_equal(jobspec_load_file(path + strlen("/tmp/"), &js, &err), 0);
+	assert_int_equal(chdir(cwd), 0);
+	assert_string_equal(js.odf_path, "./odf.nii.gz");
+	jobspec_free(&js);
+	assert_int_equal(unlink(path), 0);
+}
+
+static void test_load_file_size_limit(void **state)
+{
+	char path[64];
+	struct jobspec js;
+	struct errbuf err;
+	char *buf = padded_job(JOBSPEC_MAX_BYTES);
+	int fd;
+
+	(void)state;
+	/* exactly at the limit: accepted */
+	write_temp(path, buf, JOBSPEC_MAX_BYTES);
+	free(buf);
+	assert_int_equal(jobspec_load_file(path, &js, &err), 0);
+	jobspec_free(&js);
+	/* one byte more: refused from the file size, without reading */
+	fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)JOBSPEC_MAX_BYTES + 1), 0);
+	assert_int_equal(close(fd), 0);
+	assert_int_equal(jobspec_load_file(path, &js, &err), -EINVAL);
+	assert_string_equal(err.field, "");
+	assert_non_null(strstr(err.message, "larger than the limit of 67108864 bytes"));
+	assert_int_equal(unlink(path), 0);
+}
+
+/* Feeds len bytes through a FIFO, where the size is not known in advance and
+ * the reader has to grow its buffer. */
+static int load_via_fifo(const char *text, size_t len, struct jobspec *js, struct errbuf *err)
+{
+	char dir[] = "/tmp/test_jobspec.XXXXXX", path[64];
+	pid_t pid;
+	int rc, status;
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/job.json", dir);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = open(path, O_WRONLY);
+		size_t done = 0;
+
+		/* the reader stops early on oversized input */
+		signal(SIGPIPE, SIG_IGN);
+		while (fd >= 0 && done < len) {
+			ssize_t n = write(fd, text + done, len - done);
+			if (n <= 0)
+				break;
+			done += (size_t)n;
+		}
+		_exit(0);
+	}
+	rc = jobspec_load_file(path, js, err);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(rmdir(dir), 0);
+	return rc;
+}
+
+static void test_load_fifo(void **state)
+{
+	struct jobspec js;
+	struct errbuf err;
+	char *buf = padded_job((size_t)JOBSPEC_MAX_BYTES + 1);
+
+	(void)state;
+	assert_int_equal(load_via_fifo(buf, 300000, &js, &err), 0);
+	assert_non_null(strstr(js.odf_path, "/odf.nii.gz"));
+	jobspec_free(&js);
+	assert_int_equal(load_via_fifo(buf, JOBSPEC_MAX_BYTES, &js, &err), 0);
+	jobspec_free(&js);
+	assert_int_equal(load_via_fifo(buf, (size_t)JOBSPEC_MAX_BYTES + 1, &js, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "larger than the limit"));
+	free(buf);
+}
+
+/* ---- proto/examples ---- */
+
+static void test_example_valid(void **state)
+{
+	char path[4096], want[4200];
+	struct jobspec js;
+	struct errbuf err;
+
+	(void)state;
+	example_path(path, sizeof(path), "prob-phantom.json");
+	if (jobspec_load_file(path, &js, &err))
+		fail_msg("%s: field \"%s\": %s", path, err.field, err.message);
+	example_path(path, sizeof(path), "");
+	path[strlen(path) - 1] = '\0'; /* the directory, without its slash */
+	snprintf(want, sizeof(want), "%s/odf.nii.gz", path);
+	assert_string_equal(js.odf_path, want);
+	snprintf(want, sizeof(want), "%s/fa.nii.gz", path);
+	assert_string_equal(js.stop_map_path, want);
+	snprintf(want, sizeof(want), "%s/seed_roi.nii.gz", path);
+	assert_string_equal(js.seed_roi_path, want);
+	assert_int_equal(js.seed_kind, JOBSPEC_SEEDS_ROI);
+	assert_int_equal(js.seed_count, 2000);
+	assert_string_equal(js.sphere_name, "symmetric362");
+	jobspec_free(&js);
+}
+
+/* Each proto/examples/invalid-*.json and the field its error must name. */
+static const struct {
+	const char *file;
+	const char *field;
+} invalid_examples[] = {
+	{ "invalid-both-seed-kinds.json", "seeds" },
+	{ "invalid-count-with-points.json", "seeds.count" },
+	{ "invalid-direction-getter.json", "direction_getter" },
+	{ "invalid-duplicate-key.json", "" },
+	{ "invalid-fractional-count.json", "seeds.count" },
+	{ "invalid-lengths.json", "tracking.min_length" },
+	{ "invalid-max-angle.json", "tracking.max_angle" },
+	{ "invalid-missing-stop-map.json", "inputs.stop_map" },
+	{ "invalid-short-point.json", "seeds.points[1]" },
+	{ "invalid-sphere-name.json", "tracking.sphere" },
+	{ "invalid-unknown-field.json", "tracking.stepsize" },
+};
+
+static void test_examples_invalid(void **state)
+{
+	size_t n = ARRAY_SIZE(invalid_examples);
+	char path[4096];
+	glob_t g;
+
+	(void)state;
+	for (size_t i = 0; i < n; i++) {
+		struct jobspec js;
+		struct errbuf err;
+		int rc;
+
+		example_path(path, sizeof(path), invalid_examples[i].file);
+		rc = jobspec_load_file(path, &js, &err);
+		if (rc != -EINVAL || strcmp(err.field, invalid_examples[i].field))
+			fail_msg("%s: rc %d, field \"%s\" (%s), want \"%s\"", path, rc, err.field,
+				 err.message, invalid_examples[i].field);
+	}
+	/* every invalid example on disk is listed above */
+	example_path(path, sizeof(path), "invalid-*.json");
+	assert_int_equal(glob(path, 0, NULL, &g), 0);
+	assert_int_equal(g.gl_pathc, n);
+	globfree(&g);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults_roi),
+		cmocka_unit_test(test_defaults_points),
+		cmocka_unit_test(test_all_members),
+		cmocka_unit_test(test_ranges),
+		cmocka_unit_test(test_range_messages),
+		cmocka_unit_test(test_lengths),
+		cmocka_unit_test(test_bad_documents),
+		cmocka_unit_test(test_seed_kinds),
+		cmocka_unit_test(test_points),
+		cmocka_unit_test(test_sphere),
+		cmocka_unit_test(test_paths),
+		cmocka_unit_test(test_path_length),
+		cmocka_unit_test(test_size_limit),
+		cmocka_unit_test(test_not_nul_terminated),
+		cmocka_unit_test(test_nesting),
+		cmocka_unit_test(test_null_errbuf_and_free),
+		cmocka_unit_test(test_load_file),
+		cmocka_unit_test(test_load_file_bare_name),
+		cmocka_unit_test(test_load_file_size_limit),
+		cmocka_unit_test(test_load_fifo),
+		cmocka_unit_test(test_example_valid),
+		cmocka_unit_test(test_examples_invalid),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
