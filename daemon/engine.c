@@ -26,12 +26,12 @@
 #include "trk.h"
 #include "volume.h"
 
-#define DEFAULT_BUDGET_CAP (4ull << 30)
 #define MIN_WORK_BUDGET (8ull << 20)
 #define TARGET_WORKGROUP_LANES 64
 #define ODF_SYMMETRY_TOLERANCE 1e-3
 
-struct job_inputs {
+struct engine_inputs {
+	double load_seconds;
 	struct volume odf;
 	struct volume stop;
 	struct sphere sphere;
@@ -49,10 +49,10 @@ struct job_plan {
 };
 
 struct job_gpu {
-	struct gpu_pipeline *init, *track;
+	struct gpu_pipeline *init, *track, *compact;
 	struct gpu_buffer *odf, *fa, *vertices, *nbr_offset, *nbr;
 	struct gpu_buffer *seeds, *ndirs, *dirs;
-	struct gpu_buffer *line_start, *line_id, *points, *ranges, *readback;
+	struct gpu_buffer *line_start, *line_id, *points, *ranges, *dest, *readback;
 };
 
 /* Host-side arrays reused across chunks and batches. */
@@ -63,9 +63,10 @@ struct job_host {
 	float *line_start;        /* 6 * chunk lines */
 	uint32_t *line_id;        /* 2 * chunk lines */
 	uint32_t *ranges;         /* 2 * batch_lines */
-	struct gpu_copy_region *regions;  /* batch_lines */
-	uint32_t *kept_points;    /* batch_lines: points of each copied streamline */
+	uint32_t *dest;           /* batch_lines: first packed point, or DROP_LINE */
 };
+
+#define DROP_LINE 0xffffffffu
 
 static double now_seconds(void)
 {
@@ -187,7 +188,7 @@ static int load_seeds(const struct jobspec *job, const struct volume *odf, struc
 	return r;
 }
 
-static int load_inputs(const struct jobspec *job, struct job_inputs *in, struct errbuf *err)
+static int load_inputs(const struct jobspec *job, struct engine_inputs *in, struct errbuf *err)
 {
 	int r = volume_load(job->odf_path, "inputs.odf", &in->odf, err);
 
@@ -211,13 +212,33 @@ static int load_inputs(const struct jobspec *job, struct job_inputs *in, struct 
 	return odf_symmetry(&in->odf, &in->sphere, &in->symmetric, err);
 }
 
-static void free_inputs(struct job_inputs *in)
+void engine_inputs_free(struct engine_inputs *in)
 {
+	if (!in)
+		return;
 	volume_free(&in->odf);
 	volume_free(&in->stop);
 	sphere_free(&in->sphere);
 	seeds_free(in->seeds);
-	in->seeds = NULL;
+	free(in);
+}
+
+int engine_inputs_load(const struct jobspec *job, struct engine_inputs **ret, struct errbuf *err)
+{
+	struct engine_inputs *in = calloc(1, sizeof(*in));
+	double t0 = now_seconds();
+	int r;
+
+	if (!in)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	r = load_inputs(job, in, err);
+	if (r < 0) {
+		engine_inputs_free(in);
+		return r;
+	}
+	in->load_seconds = now_seconds() - t0;
+	*ret = in;
+	return 0;
 }
 
 /* ---- planning ----------------------------------------------------------- */
@@ -238,7 +259,7 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-static uint64_t input_bytes(const struct job_inputs *in)
+static uint64_t input_bytes(const struct engine_inputs *in)
 {
 	size_t nvox = volume_voxels(&in->odf);
 	return 4ull * nvox * (uint64_t)in->sphere.nv + 4ull * nvox +
@@ -246,7 +267,7 @@ static uint64_t input_bytes(const struct job_inputs *in)
 	       8ull * (uint64_t)in->sphere.n_edges;
 }
 
-static int check_input_fits(const struct gpu_limits *lim, const struct job_inputs *in,
+static int check_input_fits(const struct gpu_limits *lim, const struct engine_inputs *in,
 			    struct errbuf *err)
 {
 	uint64_t odf_bytes = 4ull * volume_voxels(&in->odf) * (uint64_t)in->sphere.nv;
@@ -279,11 +300,10 @@ static int choose_items(const struct gpu_limits *lim, int nv, uint32_t *ret, str
 }
 
 static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
-		     const struct job_inputs *in, const struct engine_options *opts,
+		     const struct engine_inputs *in, const struct engine_options *opts,
 		     struct job_plan *plan, struct errbuf *err)
 {
-	uint64_t budget = opts->memory_budget ? opts->memory_budget
-					      : min_u64(lim->device_local_bytes / 2, DEFAULT_BUDGET_CAP);
+	uint64_t budget = opts->memory_budget ? opts->memory_budget : lim->device_local_bytes / 2;
 	uint64_t buffer_limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
 	uint64_t inputs = input_bytes(in);
 	uint64_t work, line_slot_bytes, per_line, per_seed;
@@ -303,9 +323,9 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	plan->max_peaks = peak_bound(job->min_separation_angle, in->symmetric, in->sphere.nv);
 	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
 
-	/* Two thirds of the work budget for streamline slots (GPU + read-back copy). */
+	/* Two thirds of the work budget for streamline slots (GPU + read-back). */
 	line_slot_bytes = 12ull * plan->slot_points;
-	per_line = 2 * line_slot_bytes + 6 * 4 + 2 * 4 + 2 * 4;
+	per_line = 2 * line_slot_bytes + 6 * 4 + 2 * 4 + 2 * 4 + 4;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
 	plan->chunk_seeds = min_u64(buffer_limit / (12ull * plan->max_peaks), work / 3 / per_seed);
@@ -327,7 +347,7 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 /* ---- GPU resources ------------------------------------------------------ */
 
 static int get_pipelines(struct gpu_ctx *gpu, const struct job_plan *plan,
-			 const struct job_inputs *in, struct job_gpu *g, struct errbuf *err)
+			 const struct engine_inputs *in, struct job_gpu *g, struct errbuf *err)
 {
 	char sg[32], items[32], nv[32], peaks[32], sym[32];
 	const char *defines[] = { sg, items, nv, peaks, sym, NULL };
@@ -340,10 +360,13 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct job_plan *plan,
 	snprintf(sym, sizeof(sym), "SYMMETRIC=%d", in->symmetric ? 1 : 0);
 	r = gpu_pipeline_get(gpu, "prob_init.comp", defines, 7, sizeof(struct kernel_params),
 			     &g->init, err);
-	if (r < 0)
-		return r;
-	return gpu_pipeline_get(gpu, "prob_track.comp", defines, 7, sizeof(struct kernel_params),
-				&g->track, err);
+	if (r == 0)
+		r = gpu_pipeline_get(gpu, "prob_track.comp", defines, 7, sizeof(struct kernel_params),
+				     &g->track, err);
+	if (r == 0)
+		r = gpu_pipeline_get(gpu, "compact.comp", defines, 4, sizeof(struct kernel_params),
+				     &g->compact, err);
+	return r;
 }
 
 static int new_buffer(struct gpu_ctx *gpu, uint64_t bytes, enum gpu_memory kind,
@@ -362,7 +385,7 @@ static int upload_new(struct gpu_ctx *gpu, const void *data, uint64_t bytes,
 	return gpu_upload(gpu, *ret, 0, data, bytes, err);
 }
 
-static int upload_inputs(struct gpu_ctx *gpu, const struct job_inputs *in, struct job_gpu *g,
+static int upload_inputs(struct gpu_ctx *gpu, const struct engine_inputs *in, struct job_gpu *g,
 			 struct errbuf *err)
 {
 	const struct sphere *s = &in->sphere;
@@ -400,6 +423,8 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 	if (r == 0)
 		r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &g->ranges, err);
 	if (r == 0)
+		r = new_buffer(gpu, 4 * l, GPU_MEMORY_DEVICE, &g->dest, err);
+	if (r == 0)
 		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_READBACK, &g->readback, err);
 	return r;
 }
@@ -408,7 +433,7 @@ static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
 	struct gpu_buffer *all[] = { g->odf, g->fa, g->vertices, g->nbr_offset, g->nbr, g->seeds,
 				     g->ndirs, g->dirs, g->line_start, g->line_id, g->points,
-				     g->ranges, g->readback };
+				     g->ranges, g->dest, g->readback };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		gpu_buffer_free(gpu, all[i]);
@@ -426,10 +451,9 @@ static int alloc_host(const struct job_plan *plan, struct job_host *h, struct er
 	h->line_start = malloc(24 * chunk_lines);
 	h->line_id = malloc(8 * chunk_lines);
 	h->ranges = malloc(8 * l);
-	h->regions = malloc(sizeof(*h->regions) * l);
-	h->kept_points = malloc(4 * l);
+	h->dest = malloc(4 * l);
 	if (!h->seed_xyz || !h->ndirs || !h->dirs || !h->line_start || !h->line_id || !h->ranges ||
-	    !h->regions || !h->kept_points)
+	    !h->dest)
 		return errbuf_set(err, -ENOMEM, "", "out of host memory for %llu seeds per chunk",
 				  (unsigned long long)s);
 	return 0;
@@ -443,8 +467,7 @@ static void free_host(struct job_host *h)
 	free(h->line_start);
 	free(h->line_id);
 	free(h->ranges);
-	free(h->regions);
-	free(h->kept_points);
+	free(h->dest);
 	memset(h, 0, sizeof(*h));
 }
 
@@ -453,7 +476,7 @@ static void free_host(struct job_host *h)
 struct job_run {
 	struct gpu_ctx *gpu;
 	const struct jobspec *job;
-	const struct job_inputs *in;
+	const struct engine_inputs *in;
 	const struct job_plan *plan;
 	struct job_gpu *g;
 	struct job_host *h;
@@ -484,11 +507,12 @@ static void fill_params(struct job_run *run)
 
 /* Dispatches items [0, n) of a kernel, split where the workgroup count limit
  * requires it. */
-static int dispatch_items(struct job_run *run, struct gpu_pipeline *pipe,
+static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipeline *pipe,
 			  struct gpu_buffer *const *buffers, uint64_t n, struct errbuf *err)
 {
 	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
 	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan->items;
+	double t0 = now_seconds();
 	int r = gpu_batch_begin(run->gpu, err);
 
 	for (uint64_t first = 0; r == 0 && first < n; first += per_dispatch) {
@@ -500,6 +524,8 @@ static int dispatch_items(struct job_run *run, struct gpu_pipeline *pipe,
 	}
 	if (r == 0)
 		r = gpu_batch_submit_wait(run->gpu, err);
+	run->stats->kernel_seconds += now_seconds() - t0;
+	log_debug("%s: %llu items in %.4f s", what, (unsigned long long)n, now_seconds() - t0);
 	return r;
 }
 
@@ -518,50 +544,52 @@ static double line_length_mm(const float *pts, uint32_t n, const double vox[3])
 	return len;
 }
 
-/* Copies the points of streamlines with >= 2 points into the read-back buffer
- * and appends those within the length limits to the TRK. */
-static int emit_batch(struct job_run *run, uint64_t n_lines, struct errbuf *err)
+/* Assigns each streamline of >= 2 points its place in the packed read-back
+ * buffer. */
+static void assign_destinations(struct job_host *h, uint64_t n_lines)
 {
-	struct job_host *h = run->h;
-	uint32_t n_regions = 0;
-	uint64_t dst = 0;
-	double vox[3], t0;
-	const float *host;
-	int r;
+	uint64_t next = 0;
 
 	for (uint64_t i = 0; i < n_lines; i++) {
-		uint32_t first = h->ranges[2 * i], count = h->ranges[2 * i + 1];
-		if (count < 2)
-			continue;
-		h->regions[n_regions] = (struct gpu_copy_region){ 12ull * first, dst, 12ull * count };
-		h->kept_points[n_regions++] = count;
-		dst += 12ull * count;
+		uint32_t count = h->ranges[2 * i + 1];
+		h->dest[i] = count < 2 ? DROP_LINE : (uint32_t)next;
+		if (count >= 2)
+			next += count;
 	}
-	r = gpu_batch_begin(run->gpu, err);
-	if (r == 0)
-		r = gpu_batch_copy(run->gpu, run->g->points, run->g->readback, h->regions, n_regions, err);
-	if (r == 0)
-		r = gpu_batch_submit_wait(run->gpu, err);
-	if (r < 0)
-		return r;
+}
 
-	t0 = now_seconds();
-	host = gpu_buffer_host(run->g->readback);
+static void voxel_sizes(const struct volume *v, double vox[3])
+{
 	for (int a = 0; a < 3; a++)
-		vox[a] = sqrt(run->in->odf.affine[0][a] * run->in->odf.affine[0][a] +
-			      run->in->odf.affine[1][a] * run->in->odf.affine[1][a] +
-			      run->in->odf.affine[2][a] * run->in->odf.affine[2][a]);
-	for (uint32_t i = 0; i < n_regions; i++) {
-		const float *pts = host + h->regions[i].dst_offset / 4;
-		double len = line_length_mm(pts, h->kept_points[i], vox);
+		vox[a] = sqrt(v->affine[0][a] * v->affine[0][a] + v->affine[1][a] * v->affine[1][a] +
+			      v->affine[2][a] * v->affine[2][a]);
+}
+
+/* Appends the packed streamlines within the length limits to the TRK. */
+static int write_batch(struct job_run *run, uint64_t n_lines, struct errbuf *err)
+{
+	const float *packed = gpu_buffer_host(run->g->readback);
+	struct job_host *h = run->h;
+	double vox[3], t0 = now_seconds();
+
+	voxel_sizes(&run->in->odf, vox);
+	for (uint64_t i = 0; i < n_lines; i++) {
+		const float *pts = packed + 3ull * h->dest[i];
+		uint32_t count = h->ranges[2 * i + 1];
+		double len;
+		int r;
+
+		if (h->dest[i] == DROP_LINE)
+			continue;
+		len = line_length_mm(pts, count, vox);
 		if (len < run->job->min_length || len > run->job->max_length)
 			continue;
-		r = trk_write_streamline(run->trk, pts, h->kept_points[i]);
+		r = trk_write_streamline(run->trk, pts, count);
 		if (r < 0)
 			return errbuf_set(err, r, "output.path", "cannot write the tractogram: %s",
 					  strerror(-r));
 		run->stats->streamlines++;
-		run->stats->points += h->kept_points[i];
+		run->stats->points += count;
 	}
 	run->stats->write_seconds += now_seconds() - t0;
 	return 0;
@@ -572,17 +600,24 @@ static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
 	struct job_gpu *g = run->g;
 	struct gpu_buffer *const buffers[] = { g->odf, g->fa, g->vertices, g->line_start,
 					       g->line_id, g->points, g->ranges };
+	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, g->readback };
 	int r = gpu_upload(run->gpu, g->line_start, 0, run->h->line_start + 6 * first_line,
 			   24 * n_lines, err);
 
 	if (r == 0)
 		r = gpu_upload(run->gpu, g->line_id, 0, run->h->line_id + 2 * first_line, 8 * n_lines, err);
 	if (r == 0)
-		r = dispatch_items(run, g->track, buffers, n_lines, err);
+		r = dispatch_items(run, "prob_track", g->track, buffers, n_lines, err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ranges, 0, run->h->ranges, 8 * n_lines, err);
+	if (r < 0)
+		return r;
+	assign_destinations(run->h, n_lines);
+	r = gpu_upload(run->gpu, g->dest, 0, run->h->dest, 4 * n_lines, err);
 	if (r == 0)
-		r = emit_batch(run, n_lines, err);
+		r = dispatch_items(run, "compact", g->compact, pack_buffers, n_lines, err);
+	if (r == 0)
+		r = write_batch(run, n_lines, err);
 	run->stats->batches++;
 	return r;
 }
@@ -621,7 +656,7 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 				  (unsigned long long)(first_seed + n_seeds));
 	r = gpu_upload(run->gpu, g->seeds, 0, h->seed_xyz, 12 * n_seeds, err);
 	if (r == 0)
-		r = dispatch_items(run, g->init, buffers, n_seeds, err);
+		r = dispatch_items(run, "prob_init", g->init, buffers, n_seeds, err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
 	if (r == 0)
@@ -656,7 +691,7 @@ static int track_all(struct job_run *run, struct errbuf *err)
 }
 
 static int prepare_gpu(struct gpu_ctx *gpu, const struct job_plan *plan,
-		       const struct job_inputs *in, struct job_gpu *g, struct engine_stats *stats,
+		       const struct engine_inputs *in, struct job_gpu *g, struct engine_stats *stats,
 		       struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(gpu), t0;
@@ -673,32 +708,29 @@ static int prepare_gpu(struct gpu_ctx *gpu, const struct job_plan *plan,
 	return r;
 }
 
-int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_options *opts,
-	       FILE *out, struct engine_stats *stats, struct errbuf *err)
+int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_inputs *in,
+	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
+	       struct errbuf *err)
 {
 	struct engine_stats local_stats;
-	struct job_inputs in = { 0 };
 	struct job_plan plan;
 	struct job_gpu g = { 0 };
 	struct job_host h = { 0 };
-	struct job_run run = { .gpu = gpu, .job = job, .in = &in, .plan = &plan, .g = &g, .h = &h };
-	double t0 = now_seconds();
+	struct job_run run = { .gpu = gpu, .job = job, .in = in, .plan = &plan, .g = &g, .h = &h };
 	int r;
 
 	if (!stats)
 		stats = &local_stats;
 	memset(stats, 0, sizeof(*stats));
+	stats->load_seconds = in->load_seconds;
 	run.stats = stats;
-	r = load_inputs(job, &in, err);
-	stats->load_seconds = now_seconds() - t0;
+	r = plan_work(gpu_get_limits(gpu), job, in, opts, &plan, err);
 	if (r == 0)
-		r = plan_work(gpu_get_limits(gpu), job, &in, opts, &plan, err);
-	if (r == 0)
-		r = prepare_gpu(gpu, &plan, &in, &g, stats, err);
+		r = prepare_gpu(gpu, &plan, in, &g, stats, err);
 	if (r == 0)
 		r = alloc_host(&plan, &h, err);
 	if (r == 0)
-		r = trk_writer_new(out, in.odf.dim, in.odf.affine, &run.trk, err);
+		r = trk_writer_new(out, in->odf.dim, in->odf.affine, &run.trk, err);
 	if (r == 0)
 		r = track_all(&run, err);
 	if (run.trk) {
@@ -709,6 +741,5 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 	}
 	free_host(&h);
 	free_job_gpu(gpu, &g);
-	free_inputs(&in);
 	return r;
 }

@@ -38,13 +38,27 @@ struct engine_stats {
 	double upload_seconds;
 	double compile_seconds;     /* pipelines compiled during this job */
 	double track_seconds;       /* GPU work and transfers */
+	double kernel_seconds;      /* of which: waiting for the tracking kernels */
 	double write_seconds;       /* TRK encoding and writing */
 };
 
-/* Runs job; writes a TRK to out (seekable: n_count patched). On failure
- * returns a negative errno with err naming the input field for input problems
- * (-EINVAL, -ENOENT, -EIO) or "device" for GPU problems. stats may be NULL. */
-int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_options *opts,
-	       FILE *out, struct engine_stats *stats, struct errbuf *err);
+struct engine_inputs;
+
+/* Reads and validates everything the job names (volumes, sphere, seeds)
+ * without touching the GPU, so bad input fails before a device is opened.
+ * On failure returns a negative errno with err naming the input field
+ * (-EINVAL, -ENOENT, -EIO, -ENOMEM). */
+int engine_inputs_load(const struct jobspec *job, struct engine_inputs **ret, struct errbuf *err);
+
+/* Accepts NULL. */
+void engine_inputs_free(struct engine_inputs *in);
+
+/* Runs job on loaded inputs; writes a TRK to out (seekable: n_count patched).
+ * Returns 0 or a negative errno: -E2BIG when the job does not fit the device
+ * (err says how much it needs), other codes with err's field "device" for GPU
+ * failures or "output.path" for write failures. stats may be NULL. */
+int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_inputs *in,
+	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
+	       struct errbuf *err);
 
 #endif

@@ -33,6 +33,10 @@ struct gpu_buffer {
 	struct gpu_buffer *next;
 };
 
+struct gpu_copy_region {
+	uint64_t src_offset, dst_offset, size;
+};
+
 struct gpu_pipeline {
 	char *key;             /* shader name + defines */
 	VkDescriptorSetLayout set_layout;
@@ -802,6 +806,9 @@ static int ensure_staging(struct gpu_ctx *ctx, struct errbuf *err)
 	return gpu_buffer_new(ctx, size, GPU_MEMORY_READBACK, &ctx->staging, err);
 }
 
+static int batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
+		      const struct gpu_copy_region *regions, uint32_t n_regions, struct errbuf *err);
+
 static int staged_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t src_off,
 		       struct gpu_buffer *dst, uint64_t dst_off, uint64_t size, struct errbuf *err)
 {
@@ -810,7 +817,7 @@ static int staged_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t src
 
 	if (r < 0)
 		return r;
-	r = gpu_batch_copy(ctx, src, dst, &region, 1, err);
+	r = batch_copy(ctx, src, dst, &region, 1, err);
 	if (r < 0)
 		return r;
 	return gpu_batch_submit_wait(ctx, err);
@@ -1215,8 +1222,8 @@ int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 	return 0;
 }
 
-int gpu_batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
-		   const struct gpu_copy_region *regions, uint32_t n_regions, struct errbuf *err)
+static int batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
+		      const struct gpu_copy_region *regions, uint32_t n_regions, struct errbuf *err)
 {
 	VkBufferCopy *copies;
 

@@ -56,10 +56,6 @@ enum gpu_memory {
 	GPU_MEMORY_READBACK, /* host-visible, cached when possible: copy targets read by the CPU */
 };
 
-struct gpu_copy_region {
-	uint64_t src_offset, dst_offset, size;
-};
-
 /* Opens the device. Returns 0, -ENODEV (no Vulkan device / index out of range /
  * no compute queue), -ENOTSUP (a required feature is missing: the message
  * names it), -ENOMEM. */
@@ -99,14 +95,12 @@ int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const 
 		     uint32_t n_buffers, uint32_t push_bytes, struct gpu_pipeline **ret,
 		     struct errbuf *err);
 
-/* Batch recording: begin, add commands, submit and wait. Commands in a batch
+/* Batch recording: begin, add dispatches, submit and wait. Commands in a batch
  * run in order, each separated by a full compute/transfer barrier. */
 int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err);
 int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
 		       struct errbuf *err);
-int gpu_batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
-		   const struct gpu_copy_region *regions, uint32_t n_regions, struct errbuf *err);
 int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
 
 /* Seconds spent in shaderc + vkCreateComputePipelines so far (for statistics). */

@@ -130,11 +130,11 @@ static void report(const struct errbuf *err)
 		fprintf(stderr, "tractd: error: %s\n", err->message);
 }
 
-/* Input problems are the user's to fix (3); device, memory and output
- * problems are runtime failures (1). */
+/* Input problems, unreadable or truncated files included, are the user's to
+ * fix (3); device limits, memory and output problems are runtime failures (1). */
 static int exit_code_for(int r, const struct errbuf *err)
 {
-	if (r == -ENOMEM || strcmp(err->field, "device") == 0 ||
+	if (r == -ENOMEM || r == -E2BIG || strcmp(err->field, "device") == 0 ||
 	    strncmp(err->field, "output", 6) == 0)
 		return EXIT_RUNTIME;
 	return EXIT_INVALID;
@@ -257,13 +257,13 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 
 static int write_stats_json(const char *path, const struct engine_stats *s, const char *device)
 {
-	json_t *doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f, s:f, s:f}}",
+	json_t *doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
 				"seeds", (json_int_t)s->seeds, "streamlines", (json_int_t)s->streamlines,
 				"points", (json_int_t)s->points, "chunks", (json_int_t)s->chunks,
 				"batches", (json_int_t)s->batches, "device", device, "seconds",
 				"load", s->load_seconds, "upload", s->upload_seconds,
 				"compile", s->compile_seconds, "track", s->track_seconds,
-				"write", s->write_seconds);
+				"kernels", s->kernel_seconds, "write", s->write_seconds);
 	int r;
 
 	if (!doc)
@@ -317,9 +317,9 @@ static void log_summary(const struct engine_stats *s, const char *device, const 
 	log_info("%llu streamlines (%llu points) from %llu seeds in %.2f s on %s -> %s",
 		 (unsigned long long)s->streamlines, (unsigned long long)s->points,
 		 (unsigned long long)s->seeds, total, device, path);
-	log_info("phases: load %.3f s, upload %.3f s, compile %.3f s, track %.3f s, write %.3f s; "
-		 "%llu chunk(s), %llu batch(es)", s->load_seconds, s->upload_seconds,
-		 s->compile_seconds, s->track_seconds, s->write_seconds,
+	log_info("phases: load %.3f s, upload %.3f s, compile %.3f s, track %.3f s (kernels %.3f s), "
+		 "write %.3f s; %llu chunk(s), %llu batch(es)", s->load_seconds, s->upload_seconds,
+		 s->compile_seconds, s->track_seconds, s->kernel_seconds, s->write_seconds,
 		 (unsigned long long)s->chunks, (unsigned long long)s->batches);
 }
 
@@ -327,6 +327,7 @@ static int run_job(struct cli *cli, const char *job_path)
 {
 	struct jobspec job = { 0 };
 	struct errbuf err = { 0 };
+	struct engine_inputs *inputs = NULL;
 	struct gpu_ctx *gpu = NULL;
 	struct engine_stats stats;
 	struct output_file out = { 0 };
@@ -336,19 +337,23 @@ static int run_job(struct cli *cli, const char *job_path)
 	r = jobspec_load_file(job_path, &job, &err);
 	if (r < 0) {
 		report(&err);
-		return r == -ENOMEM ? EXIT_RUNTIME : EXIT_INVALID;
+		return exit_code_for(r, &err);
 	}
 	path = cli->output ? cli->output : job.output_path;
 	if (!path) {
 		jobspec_free(&job);
 		return usage_error("%s", "no output: give -o FILE or output.path in the job");
 	}
-	cli->gpu.pipeline_cache_path = cli->pipeline_cache;
-	r = gpu_open(&cli->gpu, &gpu, &err);
+	/* Inputs first: bad data fails before a device is opened. */
+	r = engine_inputs_load(&job, &inputs, &err);
+	if (r == 0) {
+		cli->gpu.pipeline_cache_path = cli->pipeline_cache;
+		r = gpu_open(&cli->gpu, &gpu, &err);
+	}
 	if (r < 0) {
 		report(&err);
-		jobspec_free(&job);
-		return EXIT_RUNTIME;
+		code = exit_code_for(r, &err);
+		goto done;
 	}
 	r = output_open(&out, path);
 	if (r < 0) {
@@ -356,7 +361,7 @@ static int run_job(struct cli *cli, const char *job_path)
 		code = EXIT_RUNTIME;
 		goto done;
 	}
-	r = engine_run(gpu, &job, &cli->engine, out.f, &stats, &err);
+	r = engine_run(gpu, &job, inputs, &cli->engine, out.f, &stats, &err);
 	if (r < 0) {
 		report(&err);
 		code = exit_code_for(r, &err);
@@ -376,6 +381,7 @@ static int run_job(struct cli *cli, const char *job_path)
 	}
 done:
 	gpu_close(gpu);
+	engine_inputs_free(inputs);
 	jobspec_free(&job);
 	return code;
 }

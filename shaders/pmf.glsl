@@ -1,37 +1,28 @@
 // SPDX-License-Identifier: MIT
 // The PMF at a point: the ODF interpolated trilinearly (odf[] is clipped at
-// zero before upload), with values below pmf_threshold * max set to zero, as
-// DIPY's PmfGen-based direction getters do. The including kernel declares the
-// odf[] and vertices[] buffers and `shared float s_pmf[ITEMS][NV]`.
+// zero before upload); values below pmf_threshold * max count as zero, as in
+// DIPY's PmfGen-based direction getters. The including kernel declares the
+// odf[] buffer.
 
-vec3 vertex(uint j)
+// Interpolates this lane's vertices (gl_SubgroupInvocationID + k SG) into
+// values[k], 0 past NV. Corners form the outer loop so that the loads of one
+// corner are independent and in flight together; per vertex the sum still
+// runs over corners 0..7 in order.
+void interpolate_odf(Corners c, out float values[VERTS_PER_LANE])
 {
-	return vec3(vertices[3 * j], vertices[3 * j + 1], vertices[3 * j + 2]);
+	for (uint k = 0; k < VERTS_PER_LANE; k++)
+		values[k] = 0.0;
+	for (int q = 0; q < 8; q++) {
+		uint base = c.voxel[q] * NV + gl_SubgroupInvocationID;
+		float w = c.weight[q];
+		for (uint k = 0; k < VERTS_PER_LANE; k++)
+			if (gl_SubgroupInvocationID + k * SG < NV)
+				values[k] += w * odf[base + k * SG];
+	}
 }
 
-// Fills s_pmf[this subgroup][0..NV). Returns false outside the volume.
-bool sample_pmf(vec3 p)
+// The value below which PMF entries are ignored, given this lane's maximum.
+float pmf_floor(float lane_max)
 {
-	Corners c;
-	if (!corners_at(p, pc.dim.xyz, c))
-		return false;
-	uint sg = gl_SubgroupID;
-	float lane_max = 0.0;
-	for (uint k = 0; k < VERTS_PER_LANE; k++) {
-		uint j = gl_SubgroupInvocationID + k * SG;
-		if (j < NV) {
-			float v = 0.0;
-			for (int q = 0; q < 8; q++)
-				v += c.weight[q] * odf[c.voxel[q] * NV + j];
-			s_pmf[sg][j] = v;
-			lane_max = max(lane_max, v);
-		}
-	}
-	float floor_value = pc.track.z * subgroupMax(lane_max);
-	for (uint k = 0; k < VERTS_PER_LANE; k++) {
-		uint j = gl_SubgroupInvocationID + k * SG;
-		if (j < NV && s_pmf[sg][j] < floor_value)
-			s_pmf[sg][j] = 0.0;
-	}
-	return true;
+	return pc.track.z * subgroupMax(lane_max);
 }

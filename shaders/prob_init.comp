@@ -30,6 +30,37 @@ shared float s_cand[ITEMS][NV];   // peak value above the floor, or -1
 
 #include "pmf.glsl"
 
+vec3 vertex(uint j)
+{
+	return vec3(vertices[3 * j], vertices[3 * j + 1], vertices[3 * j + 2]);
+}
+
+// Fills s_pmf[this subgroup][0..NV) with the thresholded PMF at p. Returns
+// false outside the volume.
+bool sample_pmf(vec3 p)
+{
+	Corners c;
+	if (!corners_at(p, pc.dim.xyz, c))
+		return false;
+	uint sg = gl_SubgroupID;
+	float values[VERTS_PER_LANE];
+	interpolate_odf(c, values);
+	float lane_max = 0.0;
+	for (uint k = 0; k < VERTS_PER_LANE; k++) {
+		uint j = gl_SubgroupInvocationID + k * SG;
+		if (j < NV)
+			s_pmf[sg][j] = values[k];
+		lane_max = max(lane_max, values[k]);
+	}
+	float floor_value = pmf_floor(lane_max);
+	for (uint k = 0; k < VERTS_PER_LANE; k++) {
+		uint j = gl_SubgroupInvocationID + k * SG;
+		if (j < NV && s_pmf[sg][j] < floor_value)
+			s_pmf[sg][j] = 0.0;
+	}
+	return true;
+}
+
 // DIPY _compare_neighbors: a vertex is a maximum when no neighbour is larger
 // and at least one is smaller.
 bool is_local_max(uint j)

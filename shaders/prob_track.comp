@@ -30,7 +30,8 @@ layout(std430, binding = 4) readonly buffer LineId { uint line_id[]; };
 layout(std430, binding = 5) writeonly buffer Points { float points[]; };
 layout(std430, binding = 6) writeonly buffer Ranges { uint ranges[]; };
 
-shared float s_pmf[ITEMS][NV];
+// Sphere directions for the cone test, loaded once per workgroup.
+shared vec3 s_vertex[NV];
 
 #include "pmf.glsl"
 
@@ -46,45 +47,51 @@ bool still_tracking(vec3 p)
 	return v > pc.track.w;
 }
 
-// Samples a vertex from the PMF restricted to the cone around dir, in vertex
-// index order (first j with x < cdf[j], x uniform in [0, total)), and turns
-// it to point forward. Returns false when the PMF is empty in the cone.
+// Samples a vertex from the PMF restricted to the cone around dir and turns
+// it to point forward; returns false when the PMF is empty in the cone.
+// The CDF runs over the lanes in order and, within a lane, over that lane's
+// vertices: any fixed order of the bins samples the same distribution, and
+// this one needs a single subgroup scan per step. Each lane keeps its values
+// in registers.
 bool prob_direction(vec3 p, inout vec3 dir, uvec4 counter)
 {
-	if (!sample_pmf(p))
+	Corners c;
+	if (!corners_at(p, pc.dim.xyz, c))
 		return false;
-	uint sg = gl_SubgroupID;
-	float running = 0.0;
-	int last_nonzero = -1;
+	float pmf[VERTS_PER_LANE];
+	interpolate_odf(c, pmf);
+	float lane_max = 0.0;
+	for (uint k = 0; k < VERTS_PER_LANE; k++)
+		lane_max = max(lane_max, pmf[k]);
+	float floor_value = pmf_floor(lane_max);
+	float lane_sum = 0.0;
 	for (uint k = 0; k < VERTS_PER_LANE; k++) {
 		uint j = gl_SubgroupInvocationID + k * SG;
-		float v = 0.0;
-		if (j < NV) {
-			v = s_pmf[sg][j];
-			if (axis_cos(vertex(j), dir) < pc.track.y)
-				v = 0.0;
-		}
-		float cdf = running + subgroupInclusiveAdd(v);
-		if (j < NV)
-			s_pmf[sg][j] = cdf;
-		if (v > 0.0)
-			last_nonzero = int(j);
-		running = subgroupBroadcast(cdf, SG - 1);
+		if (j >= NV || pmf[k] < floor_value || axis_cos(s_vertex[j], dir) < pc.track.y)
+			pmf[k] = 0.0;
+		lane_sum += pmf[k];
 	}
-	if (running <= 0.0)
+	float below = subgroupExclusiveAdd(lane_sum);
+	float total = subgroupBroadcast(below + lane_sum, SG - 1);
+	if (total <= 0.0)
 		return false;
-	float x = philox_uniform(philox4x32_10(counter, pc.rng.xy).x) * running;
-	// x < running always holds in exact arithmetic; rounding can break it.
-	int chosen = subgroupMax(last_nonzero);
-	for (uint k = 0; k < VERTS_PER_LANE; k++) {
-		uint j = gl_SubgroupInvocationID + k * SG;
-		uvec4 hit = subgroupBallot(j < NV && x < s_pmf[sg][j]);
-		if (subgroupBallotBitCount(hit) > 0) {
-			chosen = int(k * SG + subgroupBallotFindLSB(hit));
-			break;
+	float x = philox_uniform(philox4x32_10(counter, pc.rng.xy).x) * total;
+	// The last lane whose range starts at or below x owns it; if rounding puts
+	// x past that lane's end, its last non-zero vertex is taken.
+	uint owner = subgroupBallotFindMSB(subgroupBallot(lane_sum > 0.0 && x >= below));
+	int chosen = -1;
+	if (gl_SubgroupInvocationID == owner) {
+		float running = below;
+		for (uint k = 0; k < VERTS_PER_LANE; k++) {
+			if (pmf[k] > 0.0) {
+				chosen = int(gl_SubgroupInvocationID + k * SG);
+				running += pmf[k];
+				if (x < running)
+					break;
+			}
 		}
 	}
-	vec3 v = vertex(uint(chosen));
+	vec3 v = s_vertex[subgroupMax(chosen)];
 	dir = dot(v, dir) > 0.0 ? v : -v;
 	return true;
 }
@@ -109,6 +116,9 @@ uint track_half(vec3 p, vec3 dir, uint seed_slot, int sign, uvec4 counter)
 
 void main()
 {
+	for (uint j = gl_LocalInvocationIndex; j < NV; j += SG * ITEMS)
+		s_vertex[j] = vec3(vertices[3 * j], vertices[3 * j + 1], vertices[3 * j + 2]);
+	barrier();
 	uint item = item_index();
 	if (item >= pc.work.x + pc.work.y)
 		return;

@@ -5,13 +5,19 @@ import json
 
 import pytest
 
-from conftest import load_trk, run_job
+from conftest import load_trk, run_cli, run_job
 
 # Seeds per run: enough for many chunks at --max-chunk-seeds 7 (~290 chunks),
 # small enough to keep the five runs quick on lavapipe.
 N_SEEDS = 2000
 SMALL_CHUNK_SEEDS = 7
-SMALL_BINDING_BYTES = 1 << 20      # 1 MiB: far below lavapipe's 128 MiB range
+# A GPU memory budget just above the inputs (the phantom's ODF is
+# 48*48*24*362*4 B = 76 MiB) leaves the engine its minimum work space, so each
+# chunk's streamlines run in many small batches.
+TIGHT_BUDGET = "84M"
+# A storage-buffer range below the ODF's size cannot hold the ODF (splitting it
+# is the 'any size' issue's work): the job must fail up front, saying why.
+SMALL_BINDING_BYTES = 1 << 20
 
 
 def _roi_job(phantom, rng_seed=0):
@@ -49,27 +55,34 @@ def test_same_job_twice(tractd, phantom, workdir, reference):
     assert data == reference[0], "same job, different output: " + _diff_summary(data, reference[0])
 
 
-@pytest.mark.parametrize("flag,value", [
-    ("--max-chunk-seeds", SMALL_CHUNK_SEEDS),
-    ("--max-binding-bytes", SMALL_BINDING_BYTES),
+@pytest.mark.parametrize("flag,value,counter,minimum", [
+    ("--max-chunk-seeds", SMALL_CHUNK_SEEDS, "chunks", -(-N_SEEDS // SMALL_CHUNK_SEEDS)),
+    ("--gpu-memory-budget", TIGHT_BUDGET, "batches", 5),
 ])
-def test_chunking_does_not_change_output(tractd, phantom, workdir, reference, flag, value):
-    name = flag.strip("-").replace("-", "_")
+def test_chunking_does_not_change_output(tractd, phantom, workdir, reference, flag, value,
+                                         counter, minimum):
+    name = f"{flag.strip('-').replace('-', '_')}_{value}"
     _, trk, stats_path = run_job(tractd, _roi_job(phantom), workdir, name=name,
                                  extra_args=[flag, value])
     stats = json.loads(stats_path.read_text())
-    print(f"\n{flag} {value}: {stats['chunks']} chunks (default run: {reference[1]['chunks']})")
-    if flag == "--max-chunk-seeds":
-        expect = -(-N_SEEDS // SMALL_CHUNK_SEEDS)
-        assert stats["chunks"] >= expect, (
-            f"{flag} {value} ran {stats['chunks']} chunks, expected >= {expect}")
-    else:
-        assert stats["chunks"] > reference[1]["chunks"], (
-            f"{flag} {value} did not force more chunks ({stats['chunks']} vs "
-            f"{reference[1]['chunks']})")
+    print(f"\n{flag} {value}: {stats['chunks']} chunks, {stats['batches']} batches "
+          f"(default run: {reference[1]['chunks']}, {reference[1]['batches']})")
+    assert stats[counter] >= minimum, (
+        f"{flag} {value} ran {stats[counter]} {counter}, expected >= {minimum}")
     data = trk.read_bytes()
     assert data == reference[0], (f"{flag} {value} changed the output: "
                                   + _diff_summary(data, reference[0]))
+
+
+def test_odf_over_binding_limit_fails_up_front(tractd, phantom, workdir):
+    job = workdir / "binding.json"
+    job.write_text(json.dumps(_roi_job(phantom)))
+    out = workdir / "binding.trk"
+    res = run_cli(tractd, ["run", str(job), "-o", str(out), "--max-binding-bytes",
+                           str(SMALL_BINDING_BYTES)])
+    assert res.returncode == 1, res.stderr
+    assert "inputs.odf" in res.stderr and "MiB" in res.stderr, res.stderr
+    assert not out.exists(), "a failed job left an output file"
 
 
 def test_different_rng_seed_differs(tractd, phantom, workdir, reference):

@@ -223,3 +223,26 @@ def test_phantom_job_relative_paths(tractd, phantom, tmp_path):
     assert len(trk) > 0
     hi = np.asarray(phantom.shape) - 0.5
     assert all(np.all(s >= -0.5) and np.all(s < hi) for s in trk.streamlines)
+
+
+def test_non_unit_voxel_size(tractd, tmp_path):
+    """A 2 mm, non-cubic phantom: header from its affine, step_size still in voxels."""
+    ph = tmp_path / "ph2"
+    run_cli(tractd, ["phantom", "--voxel-size", "2", "--dim", "40,36,20", "--seeds", "300", ph],
+            check=True)
+    out = tmp_path / "out.trk"
+    run_cli(tractd, ["run", ph / "job.json", "-o", out, "-q"], check=True)
+    img = nib.load(str(ph / "odf.nii.gz"))
+    trk = load_trk(out)
+    F = nib.streamlines.Field
+    assert tuple(trk.header[F.DIMENSIONS]) == (40, 36, 20)
+    np.testing.assert_allclose(trk.header[F.VOXEL_SIZES], img.header.get_zooms()[:3],
+                               atol=TOL_AFFINE)
+    np.testing.assert_allclose(trk.affine, img.affine, atol=TOL_AFFINE)
+    assert len(trk) > 0
+    pts = np.concatenate(trk.streamlines)
+    assert np.all(pts >= -0.5) and np.all(pts < np.array([40, 36, 20]) - 0.5)
+    step = json.loads((ph / "job.json").read_text()).get("tracking", {}).get("step_size", 0.5)
+    seg = np.concatenate([np.linalg.norm(np.diff(s, axis=0), axis=1) for s in trk.streamlines])
+    assert np.abs(seg - step).max() <= TOL_STEP_VOX, (
+        f"segments in voxels range [{seg.min()}, {seg.max()}], step_size {step}")
