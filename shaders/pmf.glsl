@@ -7,17 +7,19 @@
 // Interpolates this lane's vertices (gl_SubgroupInvocationID + k SG) into
 // values[k], 0 past NV. Corners form the outer loop so that the loads of one
 // corner are independent and in flight together; per vertex the sum still
-// runs over corners 0..7 in order.
+// runs over corners 0..7 in order. Lanes past NV read a valid index and add
+// zero, so every store is unconditional.
 void interpolate_odf(Corners c, out float values[VERTS_PER_LANE])
 {
 	for (uint k = 0; k < VERTS_PER_LANE; k++)
 		values[k] = 0.0;
 	for (int q = 0; q < 8; q++) {
-		uint base = c.voxel[q] * NV + gl_SubgroupInvocationID;
+		uint base = c.voxel[q] * NV;
 		float w = c.weight[q];
-		for (uint k = 0; k < VERTS_PER_LANE; k++)
-			if (gl_SubgroupInvocationID + k * SG < NV)
-				values[k] += w * odf[base + k * SG];
+		for (uint k = 0; k < VERTS_PER_LANE; k++) {
+			uint j = gl_SubgroupInvocationID + k * SG;
+			values[k] += j < NV ? w * odf[base + min(j, NV - 1)] : 0.0;
+		}
 	}
 }
 

@@ -47,51 +47,46 @@ bool still_tracking(vec3 p)
 	return v > pc.track.w;
 }
 
-// Samples a vertex from the PMF restricted to the cone around dir and turns
-// it to point forward; returns false when the PMF is empty in the cone.
-// The CDF runs over the lanes in order and, within a lane, over that lane's
-// vertices: any fixed order of the bins samples the same distribution, and
-// this one needs a single subgroup scan per step. Each lane keeps its values
-// in registers.
+// Samples a vertex from the PMF restricted to the cone around dir, in vertex
+// index order as DIPY (first j with x < cdf[j], x uniform in [0, total)), and
+// turns it to point forward. Returns false when the PMF is empty in the cone.
+// Each lane keeps the values of its own vertices in registers.
 bool prob_direction(vec3 p, inout vec3 dir, uvec4 counter)
 {
 	Corners c;
 	if (!corners_at(p, pc.dim.xyz, c))
 		return false;
-	float pmf[VERTS_PER_LANE];
-	interpolate_odf(c, pmf);
+	float cdf[VERTS_PER_LANE];
+	interpolate_odf(c, cdf);
 	float lane_max = 0.0;
 	for (uint k = 0; k < VERTS_PER_LANE; k++)
-		lane_max = max(lane_max, pmf[k]);
+		lane_max = max(lane_max, cdf[k]);
 	float floor_value = pmf_floor(lane_max);
-	float lane_sum = 0.0;
+	float running = 0.0;
+	int last_nonzero = -1;
 	for (uint k = 0; k < VERTS_PER_LANE; k++) {
 		uint j = gl_SubgroupInvocationID + k * SG;
-		if (j >= NV || pmf[k] < floor_value || axis_cos(s_vertex[j], dir) < pc.track.y)
-			pmf[k] = 0.0;
-		lane_sum += pmf[k];
+		float v = cdf[k];
+		if (j >= NV || v < floor_value || axis_cos(s_vertex[j], dir) < pc.track.y)
+			v = 0.0;
+		cdf[k] = running + subgroupInclusiveAdd(v);
+		if (v > 0.0)
+			last_nonzero = int(j);
+		running = subgroupBroadcast(cdf[k], SG - 1);
 	}
-	float below = subgroupExclusiveAdd(lane_sum);
-	float total = subgroupBroadcast(below + lane_sum, SG - 1);
-	if (total <= 0.0)
+	if (running <= 0.0)
 		return false;
-	float x = philox_uniform(philox4x32_10(counter, pc.rng.xy).x) * total;
-	// The last lane whose range starts at or below x owns it; if rounding puts
-	// x past that lane's end, its last non-zero vertex is taken.
-	uint owner = subgroupBallotFindMSB(subgroupBallot(lane_sum > 0.0 && x >= below));
-	int chosen = -1;
-	if (gl_SubgroupInvocationID == owner) {
-		float running = below;
-		for (uint k = 0; k < VERTS_PER_LANE; k++) {
-			if (pmf[k] > 0.0) {
-				chosen = int(gl_SubgroupInvocationID + k * SG);
-				running += pmf[k];
-				if (x < running)
-					break;
-			}
+	float x = philox_uniform(philox4x32_10(counter, pc.rng.xy).x) * running;
+	// x < running always holds in exact arithmetic; rounding can break it.
+	int chosen = subgroupMax(last_nonzero);
+	for (uint k = 0; k < VERTS_PER_LANE; k++) {
+		uvec4 hit = subgroupBallot(gl_SubgroupInvocationID + k * SG < NV && x < cdf[k]);
+		if (subgroupBallotBitCount(hit) > 0) {
+			chosen = int(k * SG + subgroupBallotFindLSB(hit));
+			break;
 		}
 	}
-	vec3 v = s_vertex[subgroupMax(chosen)];
+	vec3 v = s_vertex[chosen];
 	dir = dot(v, dir) > 0.0 ? v : -v;
 	return true;
 }
