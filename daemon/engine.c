@@ -281,20 +281,25 @@ static int check_input_fits(const struct gpu_limits *lim, const struct engine_in
 	return 0;
 }
 
+/* Subgroups per workgroup: as many as fill TARGET_WORKGROUP_LANES while the
+ * shared memory of both kernels fits (prob_init: two floats per vertex per
+ * subgroup; prob_track: one vec3, 16 bytes, per vertex per workgroup). */
 static int choose_items(const struct gpu_limits *lim, int nv, uint32_t *ret, struct errbuf *err)
 {
-	uint32_t per_item_shared = 2u * 4u * (uint32_t)nv;   /* prob_init: s_pmf + s_cand */
+	uint32_t init_per_item = 2u * 4u * (uint32_t)nv;
+	uint32_t track_bytes = 16u * (uint32_t)nv;
 	uint32_t items = TARGET_WORKGROUP_LANES / lim->subgroup_size;
 
-	if (items == 0)
-		items = 1;
-	while (items > 1 && (items * per_item_shared > lim->max_shared_bytes ||
-			     items * lim->subgroup_size > lim->max_workgroup_invocations))
-		items--;
-	if (per_item_shared > lim->max_shared_bytes)
+	if (init_per_item > lim->max_shared_bytes || track_bytes > lim->max_shared_bytes)
 		return errbuf_set(err, -E2BIG, "tracking.sphere", "a sphere of %d vertices needs %u "
 				  "bytes of shared memory, over this device's %u", nv,
-				  per_item_shared, lim->max_shared_bytes);
+				  init_per_item > track_bytes ? init_per_item : track_bytes,
+				  lim->max_shared_bytes);
+	if (items == 0)
+		items = 1;
+	while (items > 1 && (items * init_per_item > lim->max_shared_bytes ||
+			     items * lim->subgroup_size > lim->max_workgroup_invocations))
+		items--;
 	*ret = items;
 	return 0;
 }
@@ -323,10 +328,12 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	plan->max_peaks = peak_bound(job->min_separation_angle, in->symmetric, in->sphere.nv);
 	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
 
-	/* Two thirds of the work budget for streamline slots (GPU + read-back). */
+	/* Two thirds of the work budget for streamlines: point slots on the GPU and
+	 * in read-back memory, start (seed, direction), id, range, destination. */
 	line_slot_bytes = 12ull * plan->slot_points;
-	per_line = 2 * line_slot_bytes + 6 * 4 + 2 * 4 + 2 * 4 + 4;
+	per_line = 2 * line_slot_bytes + 24 + 8 + 8 + 4;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
+	/* The rest for seeds: position, direction count, directions. */
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
 	plan->chunk_seeds = min_u64(buffer_limit / (12ull * plan->max_peaks), work / 3 / per_seed);
 	plan->chunk_seeds = min_u64(plan->chunk_seeds, seeds_count(in->seeds));
@@ -480,6 +487,7 @@ struct job_run {
 	const struct job_plan *plan;
 	struct job_gpu *g;
 	struct job_host *h;
+	const struct engine_options *opts;
 	struct trk_writer *trk;
 	struct kernel_params params;
 	struct engine_stats *stats;
@@ -681,8 +689,9 @@ static int track_all(struct job_run *run, struct errbuf *err)
 	for (uint64_t first = 0; first < total && r == 0; first += run->plan->chunk_seeds) {
 		uint64_t n = min_u64(run->plan->chunk_seeds, total - first);
 		r = run_chunk(run, first, n, err);
-		log_debug("seeds %llu/%llu, streamlines %llu", (unsigned long long)(first + n),
-			  (unsigned long long)total, (unsigned long long)run->stats->streamlines);
+		if (r == 0 && run->opts->progress)
+			run->opts->progress(run->opts->progress_userdata, first + n, total,
+					    run->stats->streamlines);
 	}
 	run->stats->seeds = total;
 	run->stats->track_seconds += now_seconds() - t0 -
@@ -716,7 +725,8 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 	struct job_plan plan;
 	struct job_gpu g = { 0 };
 	struct job_host h = { 0 };
-	struct job_run run = { .gpu = gpu, .job = job, .in = in, .plan = &plan, .g = &g, .h = &h };
+	struct job_run run = { .gpu = gpu, .job = job, .in = in, .plan = &plan, .g = &g, .h = &h,
+			       .opts = opts };
 	int r;
 
 	if (!stats)

@@ -23,9 +23,15 @@
 #include "gpu.h"
 #include "jobspec.h"
 
+/* Called after each seed chunk, on the calling thread. */
+typedef void engine_progress_fn(void *userdata, uint64_t seeds_done, uint64_t seeds_total,
+				uint64_t streamlines);
+
 struct engine_options {
 	uint64_t max_chunk_seeds;   /* 0: as many as the limits allow */
 	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
+	engine_progress_fn *progress;   /* may be NULL */
+	void *progress_userdata;
 };
 
 struct engine_stats {

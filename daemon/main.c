@@ -309,6 +309,15 @@ static int output_close(struct output_file *o, bool success)
 	return r;
 }
 
+/* On a terminal, one self-overwriting line per chunk. */
+static void show_progress(void *userdata, uint64_t done, uint64_t total, uint64_t streamlines)
+{
+	(void)userdata;
+	fprintf(stderr, "\rtractd: tracking %3d%% (%llu/%llu seeds, %llu streamlines)%s",
+		(int)(100 * done / total), (unsigned long long)done, (unsigned long long)total,
+		(unsigned long long)streamlines, done == total ? "\n" : "");
+}
+
 static void log_summary(const struct engine_stats *s, const char *device, const char *path)
 {
 	double total = s->load_seconds + s->upload_seconds + s->compile_seconds + s->track_seconds +
@@ -344,6 +353,8 @@ static int run_job(struct cli *cli, const char *job_path)
 		jobspec_free(&job);
 		return usage_error("%s", "no output: give -o FILE or output.path in the job");
 	}
+	if (isatty(STDERR_FILENO) && log_get_level() >= LOG_LEVEL_INFO)
+		cli->engine.progress = show_progress;
 	/* Inputs first: bad data fails before a device is opened. */
 	r = engine_inputs_load(&job, &inputs, &err);
 	if (r == 0) {
