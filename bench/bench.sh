@@ -1,8 +1,8 @@
 #!/bin/sh
 # make bench: tracks the synthetic phantom at several sizes and prints seeds/s,
-# streamline steps/s and the time of each phase. Each case runs twice in one
-# process-free way: the first run fills the on-disk pipeline cache, the second
-# is the warm figure that is reported.
+# streamline steps/s and the time of each phase. Each case runs twice: the
+# first run fills the on-disk pipeline cache, the second is the one reported.
+# seeds/s and steps/s are taken over the track phase (GPU work and transfers).
 # Usage: bench/bench.sh [TRACTD]; BENCH_CASES="small medium stanford" selects cases,
 # BENCH_DIR (default build/bench) holds the phantoms, TRACTD_DEVICE picks a device.
 set -eu
@@ -16,6 +16,10 @@ mkdir -p "$dir"
 json_number() { # FILE KEY -> value of the first "KEY": number
 	sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" "$1" | head -n 1
 }
+json_string() { # FILE KEY -> value of the first "KEY": "string"
+	sed -n "s/.*\"$2\": *\"\([^\"]*\)\".*/\1/p" "$1" | head -n 1
+}
+device="(no case ran)"
 
 printf '%-9s %-13s %-13s %8s %11s %10s %12s %8s %8s %8s %8s %8s\n' case grid sphere seeds streamlines \
 	seeds/s steps/s load upload compile track write
@@ -43,6 +47,7 @@ for c in $cases; do
 		printf '%-9s %-13s %-13s skipped: %s\n' "$c" "$grid" "$sphere" "$(tail -n 1 "$ph/err.txt")"
 		continue
 	fi
+	device=$(json_string "$stats" device)
 	track=$(json_number "$stats" track)
 	write=$(json_number "$stats" write)
 	awk -v c="$c" -v g="$grid" -v s="$sphere" -v n="$(json_number "$stats" seeds)" \
@@ -52,4 +57,4 @@ for c in $cases; do
 		printf "%-9s %-13s %-13s %8d %11d %10.0f %12.0f %8.3f %8.3f %8.3f %8.3f %8.3f\n",
 		       c, g, s, n, sl, n / t, p / t, l, u, co, t, w }'
 done
-echo "device: $("$tractd" devices | head -n 1 | cut -f2-3)  (times in seconds; warm run; steps = points written)"
+echo "device: $device (times in seconds, second run of each case; steps = points written)"

@@ -317,9 +317,9 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	if (r < 0)
 		return r;
 	if (inputs >= budget)
-		return errbuf_set(err, -E2BIG, "inputs.odf", "the inputs need %llu MiB of GPU memory, "
-				  "over the job's budget of %llu MiB", (unsigned long long)(inputs >> 20),
-				  (unsigned long long)(budget >> 20));
+		return errbuf_set(err, -E2BIG, "inputs.odf", "the inputs need %.1f MiB of GPU memory, "
+				  "over the job's budget of %.1f MiB", (double)inputs / (1 << 20),
+				  (double)budget / (1 << 20));
 	work = budget - inputs > MIN_WORK_BUDGET ? budget - inputs : MIN_WORK_BUDGET;
 	r = choose_items(lim, in->sphere.nv, &plan->items, err);
 	if (r < 0)

@@ -479,6 +479,7 @@ static void save_pipeline_cache(struct gpu_ctx *ctx)
 	size_t size = 0;
 	void *data = NULL;
 	char tmp[4200];
+	bool written;
 	FILE *f;
 
 	if (!ctx->pipeline_cache_path || !ctx->pipeline_cache)
@@ -494,8 +495,8 @@ static void save_pipeline_cache(struct gpu_ctx *ctx)
 	f = fopen(tmp, "wb");
 	if (!f)
 		goto out;
-	if (fwrite(data, 1, size, f) != size || fclose(f) != 0 ||
-	    rename(tmp, ctx->pipeline_cache_path) < 0) {
+	written = fwrite(data, 1, size, f) == size;
+	if (fclose(f) != 0 || !written || rename(tmp, ctx->pipeline_cache_path) < 0) {
 		log_debug("cannot save pipeline cache %s", ctx->pipeline_cache_path);
 		unlink(tmp);
 	}

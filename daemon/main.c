@@ -404,7 +404,10 @@ static int run_phantom(struct cli *cli, const char *outdir)
 
 	if (r < 0) {
 		report(&err);
-		return r == -EINVAL ? EXIT_INVALID : EXIT_RUNTIME;
+		/* Bad parameters are the user's (3); writing the files is runtime (1). */
+		if (r == -ENOMEM || strcmp(err.field, "phantom.outdir") == 0)
+			return EXIT_RUNTIME;
+		return EXIT_INVALID;
 	}
 	log_info("phantom written to %s; track it with: tractd run %s/job.json", outdir, outdir);
 	return EXIT_OK;
@@ -438,13 +441,16 @@ int main(int argc, char **argv)
 	if (optind >= argc)
 		return usage_error("%s", "missing command (run, phantom or devices)");
 	command = argv[optind++];
-	if (strcmp(command, "devices") == 0 && optind == argc)
+	if (strcmp(command, "devices") == 0) {
+		if (optind != argc)
+			return usage_error("'%s' takes no arguments", command);
 		return list_devices();
+	}
+	if (strcmp(command, "run") != 0 && strcmp(command, "phantom") != 0)
+		return usage_error("unknown command '%s' (run, phantom or devices)", command);
 	if (optind + 1 != argc)
 		return usage_error("'%s' takes exactly one argument (see --help)", command);
 	if (strcmp(command, "run") == 0)
 		return run_job(&cli, argv[optind]);
-	if (strcmp(command, "phantom") == 0)
-		return run_phantom(&cli, argv[optind]);
-	return usage_error("unknown command '%s'", command);
+	return run_phantom(&cli, argv[optind]);
 }
