@@ -31,12 +31,15 @@
 #define ODF_SYMMETRY_TOLERANCE 1e-3
 
 struct engine_inputs {
-	double load_seconds;
 	struct volume odf;
 	struct volume stop;
 	struct sphere sphere;
-	struct seeds *seeds;
 	bool symmetric;       /* compare directions by |cos| */
+};
+
+struct engine_resident {
+	struct gpu_buffer *odf, *fa, *vertices, *nbr_offset, *nbr;
+	uint64_t bytes;
 };
 
 struct job_plan {
@@ -50,7 +53,7 @@ struct job_plan {
 
 struct job_gpu {
 	struct gpu_pipeline *init, *track, *compact;
-	struct gpu_buffer *odf, *fa, *vertices, *nbr_offset, *nbr;
+	const struct engine_resident *res;
 	struct gpu_buffer *seeds, *ndirs, *dirs;
 	struct gpu_buffer *line_start, *line_id, *points, *ranges, *dest, *readback;
 };
@@ -204,8 +207,6 @@ static int load_inputs(const struct jobspec *job, struct engine_inputs *in, stru
 	r = volume_load(job->stop_map_path, "inputs.stop_map", &in->stop, err);
 	if (r == 0)
 		r = require_3d_on_grid(&in->stop, &in->odf, "inputs.stop_map", job->stop_map_path, err);
-	if (r == 0)
-		r = load_seeds(job, &in->odf, &in->seeds, err);
 	if (r < 0)
 		return r;
 	clip_negative(&in->odf);
@@ -219,14 +220,12 @@ void engine_inputs_free(struct engine_inputs *in)
 	volume_free(&in->odf);
 	volume_free(&in->stop);
 	sphere_free(&in->sphere);
-	seeds_free(in->seeds);
 	free(in);
 }
 
 int engine_inputs_load(const struct jobspec *job, struct engine_inputs **ret, struct errbuf *err)
 {
 	struct engine_inputs *in = calloc(1, sizeof(*in));
-	double t0 = now_seconds();
 	int r;
 
 	if (!in)
@@ -236,9 +235,14 @@ int engine_inputs_load(const struct jobspec *job, struct engine_inputs **ret, st
 		engine_inputs_free(in);
 		return r;
 	}
-	in->load_seconds = now_seconds() - t0;
 	*ret = in;
 	return 0;
+}
+
+int engine_seeds_load(const struct jobspec *job, const struct engine_inputs *in,
+		      struct seeds **ret, struct errbuf *err)
+{
+	return load_seeds(job, &in->odf, ret, err);
 }
 
 /* ---- planning ----------------------------------------------------------- */
@@ -305,17 +309,15 @@ static int choose_items(const struct gpu_limits *lim, int nv, uint32_t *ret, str
 }
 
 static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
-		     const struct engine_inputs *in, const struct engine_options *opts,
-		     struct job_plan *plan, struct errbuf *err)
+		     const struct engine_inputs *in, struct seeds *seeds,
+		     const struct engine_options *opts, struct job_plan *plan, struct errbuf *err)
 {
 	uint64_t budget = opts->memory_budget ? opts->memory_budget : lim->device_local_bytes / 2;
 	uint64_t buffer_limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
 	uint64_t inputs = input_bytes(in);
 	uint64_t work, line_slot_bytes, per_line, per_seed;
-	int r = check_input_fits(lim, in, err);
+	int r;
 
-	if (r < 0)
-		return r;
 	if (inputs >= budget)
 		return errbuf_set(err, -E2BIG, "inputs.odf", "the inputs need %.1f MiB of GPU memory, "
 				  "over the job's budget of %.1f MiB", (double)inputs / (1 << 20),
@@ -336,7 +338,7 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	/* The rest for seeds: position, direction count, directions. */
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
 	plan->chunk_seeds = min_u64(buffer_limit / (12ull * plan->max_peaks), work / 3 / per_seed);
-	plan->chunk_seeds = min_u64(plan->chunk_seeds, seeds_count(in->seeds));
+	plan->chunk_seeds = min_u64(plan->chunk_seeds, seeds_count(seeds));
 	if (opts->max_chunk_seeds)
 		plan->chunk_seeds = min_u64(plan->chunk_seeds, opts->max_chunk_seeds);
 	/* Line ids and slot offsets are 32-bit in the kernels. */
@@ -392,22 +394,60 @@ static int upload_new(struct gpu_ctx *gpu, const void *data, uint64_t bytes,
 	return gpu_upload(gpu, *ret, 0, data, bytes, err);
 }
 
-static int upload_inputs(struct gpu_ctx *gpu, const struct engine_inputs *in, struct job_gpu *g,
-			 struct errbuf *err)
+static int upload_resident(struct gpu_ctx *gpu, const struct engine_inputs *in,
+			   struct engine_resident *res, struct errbuf *err)
 {
 	const struct sphere *s = &in->sphere;
 	size_t nvox = volume_voxels(&in->odf);
-	int r = upload_new(gpu, in->odf.data, 4ull * nvox * (uint64_t)s->nv, &g->odf, err);
+	int r = upload_new(gpu, in->odf.data, 4ull * nvox * (uint64_t)s->nv, &res->odf, err);
 
 	if (r == 0)
-		r = upload_new(gpu, in->stop.data, 4ull * nvox, &g->fa, err);
+		r = upload_new(gpu, in->stop.data, 4ull * nvox, &res->fa, err);
 	if (r == 0)
-		r = upload_new(gpu, s->vertices, 12ull * (uint64_t)s->nv, &g->vertices, err);
+		r = upload_new(gpu, s->vertices, 12ull * (uint64_t)s->nv, &res->vertices, err);
 	if (r == 0)
-		r = upload_new(gpu, s->nbr_offset, 4ull * (uint64_t)(s->nv + 1), &g->nbr_offset, err);
+		r = upload_new(gpu, s->nbr_offset, 4ull * (uint64_t)(s->nv + 1), &res->nbr_offset, err);
 	if (r == 0)
-		r = upload_new(gpu, s->nbr, 8ull * (uint64_t)s->n_edges, &g->nbr, err);
+		r = upload_new(gpu, s->nbr, 8ull * (uint64_t)s->n_edges, &res->nbr, err);
 	return r;
+}
+
+int engine_resident_new(struct gpu_ctx *gpu, const struct engine_inputs *in,
+			struct engine_resident **ret, struct errbuf *err)
+{
+	struct engine_resident *res;
+	int r = check_input_fits(gpu_get_limits(gpu), in, err);
+
+	if (r < 0)
+		return r;
+	res = calloc(1, sizeof(*res));
+	if (!res)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	r = upload_resident(gpu, in, res, err);
+	if (r < 0) {
+		engine_resident_free(gpu, res);
+		return r;
+	}
+	res->bytes = input_bytes(in);
+	*ret = res;
+	return 0;
+}
+
+uint64_t engine_resident_bytes(const struct engine_resident *res)
+{
+	return res->bytes;
+}
+
+void engine_resident_free(struct gpu_ctx *gpu, struct engine_resident *res)
+{
+	if (!res)
+		return;
+	gpu_buffer_free(gpu, res->odf);
+	gpu_buffer_free(gpu, res->fa);
+	gpu_buffer_free(gpu, res->vertices);
+	gpu_buffer_free(gpu, res->nbr_offset);
+	gpu_buffer_free(gpu, res->nbr);
+	free(res);
 }
 
 static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
@@ -438,9 +478,8 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
-	struct gpu_buffer *all[] = { g->odf, g->fa, g->vertices, g->nbr_offset, g->nbr, g->seeds,
-				     g->ndirs, g->dirs, g->line_start, g->line_id, g->points,
-				     g->ranges, g->dest, g->readback };
+	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_start, g->line_id,
+				     g->points, g->ranges, g->dest, g->readback };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		gpu_buffer_free(gpu, all[i]);
@@ -484,6 +523,7 @@ struct job_run {
 	struct gpu_ctx *gpu;
 	const struct jobspec *job;
 	const struct engine_inputs *in;
+	struct seeds *seeds;
 	const struct job_plan *plan;
 	struct job_gpu *g;
 	struct job_host *h;
@@ -606,8 +646,8 @@ static int write_batch(struct job_run *run, uint64_t n_lines, struct errbuf *err
 static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines, struct errbuf *err)
 {
 	struct job_gpu *g = run->g;
-	struct gpu_buffer *const buffers[] = { g->odf, g->fa, g->vertices, g->line_start,
-					       g->line_id, g->points, g->ranges };
+	struct gpu_buffer *const buffers[] = { g->res->odf, g->res->fa, g->res->vertices,
+					       g->line_start, g->line_id, g->points, g->ranges };
 	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, g->readback };
 	int r = gpu_upload(run->gpu, g->line_start, 0, run->h->line_start + 6 * first_line,
 			   24 * n_lines, err);
@@ -653,10 +693,10 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 {
 	struct job_gpu *g = run->g;
 	struct job_host *h = run->h;
-	struct gpu_buffer *const buffers[] = { g->odf, g->vertices, g->nbr_offset, g->nbr,
-					       g->seeds, g->ndirs, g->dirs };
+	struct gpu_buffer *const buffers[] = { g->res->odf, g->res->vertices, g->res->nbr_offset,
+					       g->res->nbr, g->seeds, g->ndirs, g->dirs };
 	uint64_t n_lines;
-	int r = seeds_fill(run->in->seeds, first_seed, n_seeds, h->seed_xyz);
+	int r = seeds_fill(run->seeds, first_seed, n_seeds, h->seed_xyz);
 
 	if (r < 0)
 		return errbuf_set(err, r, "seeds", "cannot generate seeds %llu..%llu",
@@ -681,7 +721,7 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 
 static int track_all(struct job_run *run, struct errbuf *err)
 {
-	uint64_t total = seeds_count(run->in->seeds);
+	uint64_t total = seeds_count(run->seeds);
 	double t0 = now_seconds(), write_before = run->stats->write_seconds;
 	int r = 0;
 
@@ -689,9 +729,11 @@ static int track_all(struct job_run *run, struct errbuf *err)
 	for (uint64_t first = 0; first < total && r == 0; first += run->plan->chunk_seeds) {
 		uint64_t n = min_u64(run->plan->chunk_seeds, total - first);
 		r = run_chunk(run, first, n, err);
-		if (r == 0 && run->opts->progress)
-			run->opts->progress(run->opts->progress_userdata, first + n, total,
-					    run->stats->streamlines);
+		if (r == 0 && run->opts->progress &&
+		    !run->opts->progress(run->opts->progress_userdata, first + n, total,
+					 run->stats->streamlines))
+			r = errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
+				       (unsigned long long)(first + n), (unsigned long long)total);
 	}
 	run->stats->seeds = total;
 	run->stats->track_seconds += now_seconds() - t0 -
@@ -703,38 +745,33 @@ static int prepare_gpu(struct gpu_ctx *gpu, const struct job_plan *plan,
 		       const struct engine_inputs *in, struct job_gpu *g, struct engine_stats *stats,
 		       struct errbuf *err)
 {
-	double compile_before = gpu_compile_seconds(gpu), t0;
+	double compile_before = gpu_compile_seconds(gpu);
 	int r = get_pipelines(gpu, plan, in, g, err);
 
 	stats->compile_seconds = gpu_compile_seconds(gpu) - compile_before;
-	if (r < 0)
-		return r;
-	t0 = now_seconds();
-	r = upload_inputs(gpu, in, g, err);
-	stats->upload_seconds = now_seconds() - t0;
 	if (r == 0)
 		r = alloc_work_buffers(gpu, plan, g, err);
 	return r;
 }
 
 int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_inputs *in,
+	       const struct engine_resident *res, struct seeds *seeds,
 	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
 	       struct errbuf *err)
 {
 	struct engine_stats local_stats;
 	struct job_plan plan;
-	struct job_gpu g = { 0 };
+	struct job_gpu g = { .res = res };
 	struct job_host h = { 0 };
-	struct job_run run = { .gpu = gpu, .job = job, .in = in, .plan = &plan, .g = &g, .h = &h,
-			       .opts = opts };
+	struct job_run run = { .gpu = gpu, .job = job, .in = in, .seeds = seeds, .plan = &plan,
+			       .g = &g, .h = &h, .opts = opts };
 	int r;
 
 	if (!stats)
 		stats = &local_stats;
 	memset(stats, 0, sizeof(*stats));
-	stats->load_seconds = in->load_seconds;
 	run.stats = stats;
-	r = plan_work(gpu_get_limits(gpu), job, in, opts, &plan, err);
+	r = plan_work(gpu_get_limits(gpu), job, in, seeds, opts, &plan, err);
 	if (r == 0)
 		r = prepare_gpu(gpu, &plan, in, &g, stats, err);
 	if (r == 0)

@@ -16,15 +16,18 @@
 #ifndef TRACTD_ENGINE_H
 #define TRACTD_ENGINE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "errbuf.h"
 #include "gpu.h"
 #include "jobspec.h"
+#include "seeds.h"
 
-/* Called after each seed chunk, on the calling thread. */
-typedef void engine_progress_fn(void *userdata, uint64_t seeds_done, uint64_t seeds_total,
+/* Called after each seed chunk, on the calling thread. Returning false
+ * cancels the job: engine_run then returns -ECANCELED. */
+typedef bool engine_progress_fn(void *userdata, uint64_t seeds_done, uint64_t seeds_total,
 				uint64_t streamlines);
 
 struct engine_options {
@@ -48,22 +51,42 @@ struct engine_stats {
 	double write_seconds;       /* TRK encoding and writing */
 };
 
+/* What a job reads and a cache can share between jobs: the ODF, the stop
+ * map and the sphere, validated, on the host. */
 struct engine_inputs;
+/* The GPU copies of an engine_inputs, reusable by every job on them. */
+struct engine_resident;
 
-/* Reads and validates everything the job names (volumes, sphere, seeds)
- * without touching the GPU, so bad input fails before a device is opened.
- * On failure returns a negative errno with err naming the input field
- * (-EINVAL, -ENOENT, -EIO, -ENOMEM). */
+/* Reads and validates the job's volumes and sphere without touching the GPU,
+ * so bad input fails before a device is opened. On failure returns a negative
+ * errno with err naming the input field (-EINVAL, -ENOENT, -EIO, -ENOMEM). */
 int engine_inputs_load(const struct jobspec *job, struct engine_inputs **ret, struct errbuf *err);
 
 /* Accepts NULL. */
 void engine_inputs_free(struct engine_inputs *in);
 
-/* Runs job on loaded inputs; writes a TRK to out (seekable: n_count patched).
- * Returns 0 or a negative errno: -E2BIG when the job does not fit the device
- * (err says how much it needs), other codes with err's field "device" for GPU
- * failures or "output.path" for write failures. stats may be NULL. */
+/* The job's seed generator on the inputs' grid (seeds.roi or seeds.points);
+ * errors as engine_inputs_load. Free with seeds_free(). */
+int engine_seeds_load(const struct jobspec *job, const struct engine_inputs *in,
+		      struct seeds **ret, struct errbuf *err);
+
+/* Uploads in to the device. -E2BIG when it cannot fit one storage buffer
+ * (the message says how much it needs); GPU errors with field "device". */
+int engine_resident_new(struct gpu_ctx *gpu, const struct engine_inputs *in,
+			struct engine_resident **ret, struct errbuf *err);
+/* GPU bytes held. */
+uint64_t engine_resident_bytes(const struct engine_resident *res);
+/* The device must be idle for res (no engine_run using it). Accepts NULL. */
+void engine_resident_free(struct gpu_ctx *gpu, struct engine_resident *res);
+
+/* Runs job on resident inputs and seeds; writes a TRK to out (seekable:
+ * n_count patched). Returns 0 or a negative errno: -E2BIG when the job does
+ * not fit the device (err says how much it needs), -ECANCELED when the
+ * progress callback asked to stop, other codes with err's field "device" for
+ * GPU failures or "output.path" for write failures. stats may be NULL; its
+ * load and upload times are the caller's to fill. */
 int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_inputs *in,
+	       const struct engine_resident *res, struct seeds *seeds,
 	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
 	       struct errbuf *err);
 

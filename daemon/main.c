@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine.h"
@@ -310,12 +311,13 @@ static int output_close(struct output_file *o, bool success)
 }
 
 /* On a terminal, one self-overwriting line per chunk. */
-static void show_progress(void *userdata, uint64_t done, uint64_t total, uint64_t streamlines)
+static bool show_progress(void *userdata, uint64_t done, uint64_t total, uint64_t streamlines)
 {
 	(void)userdata;
 	fprintf(stderr, "\rtractd: tracking %3d%% (%llu/%llu seeds, %llu streamlines)%s",
 		(int)(100 * done / total), (unsigned long long)done, (unsigned long long)total,
 		(unsigned long long)streamlines, done == total ? "\n" : "");
+	return true;
 }
 
 static void log_summary(const struct engine_stats *s, const char *device, const char *path)
@@ -332,35 +334,77 @@ static void log_summary(const struct engine_stats *s, const char *device, const 
 		 (unsigned long long)s->chunks, (unsigned long long)s->batches);
 }
 
+static double now_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Everything a CLI job holds, released in one place. */
+struct cli_job {
+	struct jobspec spec;
+	struct engine_inputs *inputs;
+	struct seeds *seeds;
+	struct gpu_ctx *gpu;
+	struct engine_resident *resident;
+};
+
+static void cli_job_free(struct cli_job *j)
+{
+	engine_resident_free(j->gpu, j->resident);
+	gpu_close(j->gpu);
+	seeds_free(j->seeds);
+	engine_inputs_free(j->inputs);
+	jobspec_free(&j->spec);
+}
+
+/* Inputs first, so bad data fails before a device is opened; then the device
+ * and the upload. */
+static int prepare_job(struct cli *cli, struct cli_job *j, double *load_s, double *upload_s,
+		       struct errbuf *err)
+{
+	double t0 = now_seconds();
+	int r = engine_inputs_load(&j->spec, &j->inputs, err);
+
+	if (r == 0)
+		r = engine_seeds_load(&j->spec, j->inputs, &j->seeds, err);
+	*load_s = now_seconds() - t0;
+	if (r < 0)
+		return r;
+	cli->gpu.pipeline_cache_path = cli->pipeline_cache;
+	r = gpu_open(&cli->gpu, &j->gpu, err);
+	if (r < 0)
+		return r;
+	t0 = now_seconds();
+	r = engine_resident_new(j->gpu, j->inputs, &j->resident, err);
+	*upload_s = now_seconds() - t0;
+	return r;
+}
+
 static int run_job(struct cli *cli, const char *job_path)
 {
-	struct jobspec job = { 0 };
+	struct cli_job j = { 0 };
 	struct errbuf err = { 0 };
-	struct engine_inputs *inputs = NULL;
-	struct gpu_ctx *gpu = NULL;
 	struct engine_stats stats;
 	struct output_file out = { 0 };
+	double load_s = 0, upload_s = 0;
 	const char *path;
 	int r, code = EXIT_OK;
 
-	r = jobspec_load_file(job_path, &job, &err);
+	r = jobspec_load_file(job_path, &j.spec, &err);
 	if (r < 0) {
 		report(&err);
 		return exit_code_for(r, &err);
 	}
-	path = cli->output ? cli->output : job.output_path;
+	path = cli->output ? cli->output : j.spec.output_path;
 	if (!path) {
-		jobspec_free(&job);
+		jobspec_free(&j.spec);
 		return usage_error("%s", "no output: give -o FILE or output.path in the job");
 	}
 	if (isatty(STDERR_FILENO) && log_get_level() >= LOG_LEVEL_INFO)
 		cli->engine.progress = show_progress;
-	/* Inputs first: bad data fails before a device is opened. */
-	r = engine_inputs_load(&job, &inputs, &err);
-	if (r == 0) {
-		cli->gpu.pipeline_cache_path = cli->pipeline_cache;
-		r = gpu_open(&cli->gpu, &gpu, &err);
-	}
+	r = prepare_job(cli, &j, &load_s, &upload_s, &err);
 	if (r < 0) {
 		report(&err);
 		code = exit_code_for(r, &err);
@@ -372,7 +416,8 @@ static int run_job(struct cli *cli, const char *job_path)
 		code = EXIT_RUNTIME;
 		goto done;
 	}
-	r = engine_run(gpu, &job, inputs, &cli->engine, out.f, &stats, &err);
+	r = engine_run(j.gpu, &j.spec, j.inputs, j.resident, j.seeds, &cli->engine, out.f, &stats,
+		       &err);
 	if (r < 0) {
 		report(&err);
 		code = exit_code_for(r, &err);
@@ -383,17 +428,17 @@ static int run_job(struct cli *cli, const char *job_path)
 		code = EXIT_RUNTIME;
 	}
 	if (code == EXIT_OK) {
-		log_summary(&stats, gpu_get_limits(gpu)->device_name, path);
+		stats.load_seconds = load_s;
+		stats.upload_seconds = upload_s;
+		log_summary(&stats, gpu_get_limits(j.gpu)->device_name, path);
 		if (cli->stats_json &&
-		    write_stats_json(cli->stats_json, &stats, gpu_get_limits(gpu)->device_name) < 0) {
+		    write_stats_json(cli->stats_json, &stats, gpu_get_limits(j.gpu)->device_name) < 0) {
 			fprintf(stderr, "tractd: error: cannot write %s\n", cli->stats_json);
 			code = EXIT_RUNTIME;
 		}
 	}
 done:
-	gpu_close(gpu);
-	engine_inputs_free(inputs);
-	jobspec_free(&job);
+	cli_job_free(&j);
 	return code;
 }
 
