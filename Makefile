@@ -21,7 +21,7 @@ SANFLAGS =
 OPT = -O2
 endif
 
-PKGS = vulkan jansson zlib lapacke
+PKGS = vulkan jansson zlib lapacke libmicrohttpd libsystemd libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 NIFTI_CFLAGS = -I/usr/include/nifti
@@ -29,7 +29,7 @@ NIFTI_LIBS = -lnifti2 -lznz
 
 CFLAGS ?= $(OPT) -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
-	-Wmissing-prototypes -Idaemon -I$(BUILD) $(PKG_CFLAGS) $(NIFTI_CFLAGS) $(SANFLAGS) $(CFLAGS)
+	-Wmissing-prototypes -Idaemon -Iproto -I$(BUILD) $(PKG_CFLAGS) $(NIFTI_CFLAGS) $(SANFLAGS) $(CFLAGS)
 # Debian 12's libshaderc.so carries a partial glslang that clashes with the
 # rest of it: link shaderc and glslang statically (glslang-dev, spirv-tools).
 SHADERC_LIBS = -Wl,--start-group -lshaderc_combined -lglslang -lSPIRV -lSPIRV-Tools-opt -lSPIRV-Tools \
@@ -47,7 +47,7 @@ UNIT_BIN = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 .PHONY: all check check-unit check-asan check-python demo bench install clean
 all: $(BUILD)/tractd
 
-$(BUILD)/daemon/%.o: daemon/%.c $(wildcard daemon/*.h) | $(BUILD)/daemon
+$(BUILD)/daemon/%.o: daemon/%.c $(wildcard daemon/*.h) proto/errors.def | $(BUILD)/daemon
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 $(BUILD)/embed: scripts/embed.c | $(BUILD)
@@ -94,8 +94,16 @@ demo: all
 bench: all
 	bench/bench.sh $(BUILD)/tractd
 
+SYSCONFDIR ?= /etc
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+
 install: all
 	install -Dm755 $(BUILD)/tractd $(DESTDIR)$(BINDIR)/tractd
+	sed 's|/usr/local/bin/tractd|$(BINDIR)/tractd|' systemd/tractd.service > $(BUILD)/tractd.service
+	install -Dm644 $(BUILD)/tractd.service $(DESTDIR)$(UNITDIR)/tractd.service
+	install -Dm644 systemd/tractd.socket $(DESTDIR)$(UNITDIR)/tractd.socket
+	test -e $(DESTDIR)$(SYSCONFDIR)/tractd/tractd.conf || \
+		install -Dm644 etc/tractd.conf $(DESTDIR)$(SYSCONFDIR)/tractd/tractd.conf
 
 clean:
 	rm -rf build build-asan

@@ -729,6 +729,8 @@ static int track_all(struct job_run *run, struct errbuf *err)
 	for (uint64_t first = 0; first < total && r == 0; first += run->plan->chunk_seeds) {
 		uint64_t n = min_u64(run->plan->chunk_seeds, total - first);
 		r = run_chunk(run, first, n, err);
+		if (r == 0 && trk_flush(run->trk) < 0)
+			r = errbuf_set(err, -EIO, "output.path", "cannot write the tractogram");
 		if (r == 0 && run->opts->progress &&
 		    !run->opts->progress(run->opts->progress_userdata, first + n, total,
 					 run->stats->streamlines))

@@ -24,6 +24,7 @@
 #include "jobspec.h"
 #include "log.h"
 #include "phantom.h"
+#include "serve.h"
 
 #define TRACTD_VERSION "0.1.0"
 
@@ -36,6 +37,7 @@ static const char usage_text[] =
 "volume, written as a TrackVis (.trk) file.\n"
 "\n"
 "Commands:\n"
+"  serve               run the resident daemon (HTTP API; see tractd serve --help)\n"
 "  run JOB.json        run one tracking job (format: proto/job.schema.json)\n"
 "  phantom OUTDIR      write the built-in synthetic phantom and a job for it\n"
 "  devices             list the Vulkan devices tractd can use\n"
@@ -475,6 +477,9 @@ int main(int argc, char **argv)
 	const char *command;
 	int opt;
 
+	/* The daemon has options of its own. */
+	if (argc > 1 && strcmp(argv[1], "serve") == 0)
+		return serve_main(argc - 1, argv + 1);
 	phantom_default_params(&cli.phantom);
 	set_default_cache(&cli);
 	/* GNU getopt permutes argv: options may come before or after the command. */

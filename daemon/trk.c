@@ -229,6 +229,13 @@ int trk_write_streamline(struct trk_writer *w, const float *points_vox, uint32_t
 	return 0;
 }
 
+int trk_flush(struct trk_writer *w)
+{
+	if (flush_buffer(w) || fflush(w->out) != 0)
+		return -EIO;
+	return 0;
+}
+
 uint64_t trk_count(const struct trk_writer *w)
 {
 	return w->count;

@@ -33,6 +33,10 @@ int trk_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
  * Returns 0 or -EIO. */
 int trk_write_streamline(struct trk_writer *w, const float *points_vox, uint32_t n);
 
+/* Pushes every complete record written so far to the FILE and flushes it, so
+ * a reader of the file sees whole records. Returns 0 or -EIO. */
+int trk_flush(struct trk_writer *w);
+
 /* Number of streamlines written so far. */
 uint64_t trk_count(const struct trk_writer *w);
 

@@ -3,7 +3,8 @@
 # Vulkan fallback when there is no GPU) and test. Installs only what is missing.
 set -eu
 packages="make gcc clang pkg-config libvulkan-dev libshaderc-dev glslang-dev spirv-tools libjansson-dev
-libnifti2-dev liblapacke-dev zlib1g-dev mesa-vulkan-drivers libcmocka-dev
+libnifti2-dev liblapacke-dev zlib1g-dev libmicrohttpd-dev libsystemd-dev libssl-dev
+libcurl4-openssl-dev curl mesa-vulkan-drivers libcmocka-dev
 python3-dipy python3-nibabel python3-pytest"
 missing=""
 for p in $packages; do

@@ -1,0 +1,454 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tctl_args: the command line of tractctl. One option table for the whole
+ * tool, the help texts (the tool's and each command's), and every usage
+ * error: after args_parse, a command has the operand it needs, only options
+ * that apply to it, and the address of the daemon.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tctl.h"
+#include "tctl_args.h"
+
+#define SYSTEM_SOCKET "/run/tractd/tractd.sock"
+#define DEFAULT_CONNECT_TIMEOUT_MS 10000L
+#define MAX_CONNECT_TIMEOUT_S 86400.0
+
+static const char tool_help[] =
+"Usage: tractctl [OPTIONS] COMMAND [ARGS]\n"
+"\n"
+"Client of tractd, the resident GPU tractography daemon. Sends it tracking\n"
+"jobs, follows them and fetches their tractograms (TrackVis .trk). Job files\n"
+"are the ones `tractd run` takes (proto/job.schema.json); their input files\n"
+"are uploaded only when the daemon does not have them yet.\n"
+"\n"
+"Commands:\n"
+"  track JOB.json      run a job on the daemon and write its tractogram\n"
+"  submit JOB.json     upload the inputs, queue the job and print its id\n"
+"  status ID           show a job\n"
+"  list                list the jobs, newest first\n"
+"  wait ID             wait until a job ends; the exit status tells how\n"
+"  fetch ID            download a job's tractogram (also while it runs)\n"
+"  cancel ID           cancel a queued or running job\n"
+"  device              show the daemon's GPU, volume cache and queue\n"
+"  help [COMMAND]      this text, or a command's (also: COMMAND --help)\n"
+"\n"
+"Options (before or after the command):\n"
+"      --socket PATH     the daemon's Unix socket; default: $TRACTD_SOCKET, else\n"
+"                        $XDG_RUNTIME_DIR/tractd.sock when it exists, else\n"
+"                        " SYSTEM_SOCKET "\n"
+"      --server URL      use TCP instead: URL is http://HOST:PORT\n"
+"      --timeout SECONDS give up connecting after SECONDS (default 10)\n"
+"      --json            print the server's JSON documents on standard output\n"
+"                        instead of text\n"
+"  -q, --quiet           errors only: no progress, no summaries\n"
+"  -h, --help            this text; with a command, the command's help\n"
+"  -V, --version         version\n"
+"\n"
+"Output: results (ids, tables, JSON, a tractogram sent to '-') go to standard\n"
+"output; progress, summaries and errors go to standard error. Progress is\n"
+"drawn only when standard error is a terminal.\n"
+"\n"
+"Exit status:\n"
+"  0    success\n"
+"  1    the job failed or was cancelled\n"
+"  2    usage error\n"
+"  3    the server rejected the request (HTTP 4xx): an invalid job or input,\n"
+"       an unknown job, a full queue...\n"
+"  4    server error (HTTP 5xx) or an answer tractctl cannot use\n"
+"  5    cannot connect to the daemon\n"
+"  6    local problem: an input that cannot be read, an output that cannot\n"
+"       be written\n"
+"  130  interrupted (Ctrl-C); 143 for SIGTERM\n"
+"Errors are printed as 'tractctl: error: FIELD: REASON', FIELD naming the part\n"
+"of the job at fault when there is one, e.g.\n"
+"  tractctl: error: tracking.max_angle: must be in (0, 90] degrees, got 120\n"
+"\n"
+"Environment:\n"
+"  TRACTD_SOCKET     default for --socket\n"
+"  XDG_RUNTIME_DIR   where the socket of a daemon started by `tractd serve` is\n"
+"\n"
+"Examples:\n"
+"  tractd phantom /tmp/ph && tractctl track /tmp/ph/job.json -o /tmp/ph/tracks.trk\n"
+"  id=$(tractctl submit job.json) && tractctl wait \"$id\" && tractctl fetch \"$id\"\n"
+"  tractctl --server http://127.0.0.1:7878 device\n";
+
+static const char track_help[] =
+"Usage: tractctl track JOB.json [-o FILE]\n"
+"\n"
+"Runs JOB.json on the daemon and writes its tractogram: `tractd run` on the\n"
+"daemon's warm GPU. The job file is the same as for `tractd run`; relative\n"
+"paths in it are relative to its directory.\n"
+"\n"
+"Every input (each string member of \"inputs\", and \"seeds.roi\") is hashed\n"
+"with SHA-256 and uploaded only when the daemon does not have it yet, then\n"
+"named by its volume id; members that already are volume ids (\"sha256:...\")\n"
+"are sent as they are. output.path is not sent: it is the default for -o.\n"
+"The job is then queued and followed; on a terminal a progress line shows the\n"
+"seeds done, the streamlines and the time elapsed. When the job is done its\n"
+"tractogram is written to FILE.tmp and renamed to FILE; when anything fails\n"
+"nothing is left behind.\n"
+"\n"
+"Ctrl-C (or SIGTERM) cancels the job on the daemon before tractctl exits.\n"
+"\n"
+"Options:\n"
+"  -o, --output FILE   write the tractogram to FILE ('-': standard output);\n"
+"                      default: the job's output.path\n"
+"      --json          print the finished job (as `status --json` would) instead\n"
+"                      of the summary; not with -o -\n"
+"and the options of every command (tractctl --help).\n"
+"\n"
+"Exit status: 0 done; 1 the job failed or was cancelled; 3 the daemon refused\n"
+"the job (the error names the field); 6 an input cannot be read or FILE\n"
+"cannot be written; 130 interrupted (the job is cancelled); others as in\n"
+"tractctl --help.\n"
+"\n"
+"Example:\n"
+"  tractctl track job.json -o tracks.trk\n";
+
+static const char submit_help[] =
+"Usage: tractctl submit JOB.json\n"
+"\n"
+"Uploads the inputs of JOB.json that the daemon does not have yet (as `track`\n"
+"does), queues the job and prints its id; it does not wait. output.path is\n"
+"ignored: get the tractogram with `tractctl fetch ID -o FILE`.\n"
+"\n"
+"With --json, prints the daemon's answer instead:\n"
+"  {\"id\": \"j-...\", \"status\": \"queued\", \"location\": \"/v1/jobs/j-...\"}\n"
+"\n"
+"Exit status: 0 queued; 3 the daemon refused the job; 6 an input cannot be\n"
+"read; others as in tractctl --help.\n"
+"\n"
+"Example:\n"
+"  id=$(tractctl submit job.json) && tractctl wait \"$id\"\n";
+
+static const char status_help[] =
+"Usage: tractctl status ID\n"
+"\n"
+"Shows job ID: its state (queued, running, done, failed or cancelled), when\n"
+"it was created, started and finished, its progress while it runs, and its\n"
+"result (streamlines, points, size, phase timings) or error when it ended.\n"
+"With --json, prints the job document of GET /v1/jobs/ID.\n"
+"\n"
+"Exit status: 0 shown, whatever the job's state (see `wait` for an exit\n"
+"status by state); 3 no such job; others as in tractctl --help.\n";
+
+static const char list_help[] =
+"Usage: tractctl list\n"
+"\n"
+"Lists the daemon's jobs, newest first: id, state, creation time, and\n"
+"progress, result or error. With --json, prints {\"jobs\": [JOB, ...]}.\n"
+"\n"
+"Exit status: 0 listed; others as in tractctl --help.\n";
+
+static const char wait_help[] =
+"Usage: tractctl wait ID\n"
+"\n"
+"Waits until job ID has ended, polling it twice a second; on a terminal a\n"
+"progress line shows the seeds done and the streamlines. Prints a summary (or,\n"
+"with --json, the final job document). Interrupting `wait` leaves the job\n"
+"running.\n"
+"\n"
+"Exit status: 0 the job is done; 1 it failed or was cancelled (the error is\n"
+"printed); 3 no such job; 130 interrupted; others as in tractctl --help.\n"
+"\n"
+"Example:\n"
+"  tractctl wait j-5c2f9a0d1e7b4c36 && tractctl fetch j-5c2f9a0d1e7b4c36\n";
+
+static const char fetch_help[] =
+"Usage: tractctl fetch ID [-o FILE]\n"
+"\n"
+"Downloads the tractogram of job ID. While the job runs, the daemon streams\n"
+"what exists and follows the job until it ends, so fetch may be started right\n"
+"after submit. The file is written to FILE.tmp and renamed to FILE once the\n"
+"job is done; it is removed when the job fails or is cancelled.\n"
+"\n"
+"Options:\n"
+"  -o, --output FILE   write to FILE ('-': standard output); default: ID.trk\n"
+"      --json          print the finished job's document; not with -o -\n"
+"and the options of every command (tractctl --help).\n"
+"\n"
+"Exit status: 0 written; 1 the job failed or was cancelled; 3 no such job or\n"
+"its result expired; 6 FILE cannot be written; others as in tractctl --help.\n";
+
+static const char cancel_help[] =
+"Usage: tractctl cancel ID\n"
+"\n"
+"Cancels job ID when it is queued or running; a running job stops within one\n"
+"chunk of seeds. A job that has already ended is left as it is (the daemon\n"
+"would delete it and its result). With --json, prints the job document.\n"
+"\n"
+"Exit status: 0 cancelled, or already ended; 3 no such job; others as in\n"
+"tractctl --help.\n";
+
+static const char device_help[] =
+"Usage: tractctl device\n"
+"\n"
+"Shows the daemon's GPU (name, type, subgroup size, memory, the largest\n"
+"allocation and storage binding), its cache of volumes kept on the GPU\n"
+"(budget, use, entries, hits, misses) and its queue (jobs queued, running).\n"
+"With --json, prints the document of GET /v1/device.\n"
+"\n"
+"Exit status: 0 shown; others as in tractctl --help.\n";
+
+struct command_spec {
+	const char *name;
+	const char *operand;   /* the one operand's name, NULL when the command takes none */
+	bool takes_output;     /* -o */
+	const char *help;
+};
+
+static const struct command_spec commands[CMD_COUNT] = {
+	[CMD_HELP] = { "help", NULL, false, tool_help },
+	[CMD_TRACK] = { "track", "JOB.json", true, track_help },
+	[CMD_SUBMIT] = { "submit", "JOB.json", false, submit_help },
+	[CMD_STATUS] = { "status", "ID", false, status_help },
+	[CMD_LIST] = { "list", NULL, false, list_help },
+	[CMD_WAIT] = { "wait", "ID", false, wait_help },
+	[CMD_FETCH] = { "fetch", "ID", true, fetch_help },
+	[CMD_CANCEL] = { "cancel", "ID", false, cancel_help },
+	[CMD_DEVICE] = { "device", NULL, false, device_help },
+};
+
+enum option_id { OPT_SOCKET = 256, OPT_SERVER, OPT_TIMEOUT, OPT_JSON };
+
+static const struct option long_options[] = {
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "server", required_argument, NULL, OPT_SERVER },
+	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+	{ "json", no_argument, NULL, OPT_JSON },
+	{ "output", required_argument, NULL, 'o' },
+	{ "quiet", no_argument, NULL, 'q' },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* What the option loop saw, before the command is known. */
+struct seen {
+	bool help;
+	bool version;
+	const char *socket_option;
+};
+
+int args_usage_error(enum tctl_command command, const char *message)
+{
+	fprintf(stderr, "tractctl: %s\n", message);
+	if (command == CMD_HELP)
+		fprintf(stderr, "Try 'tractctl --help'.\n");
+	else
+		fprintf(stderr, "Try 'tractctl help %s'.\n", commands[command].name);
+	return TCTL_EXIT_USAGE;
+}
+
+/* Usage errors about one argument. */
+static int bad_argument(const char *what, const char *arg)
+{
+	char message[512];
+
+	snprintf(message, sizeof(message), "%s '%s'", what, arg);
+	return args_usage_error(CMD_HELP, message);
+}
+
+static int print_help(enum tctl_command command)
+{
+	fputs(commands[command].help, stdout);
+	return TCTL_EXIT_OK;
+}
+
+static int find_command(const char *name, enum tctl_command *ret)
+{
+	for (int i = 0; i < CMD_COUNT; i++) {
+		if (strcmp(commands[i].name, name) == 0) {
+			*ret = (enum tctl_command)i;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+static int parse_timeout(const char *arg, long *ret_ms)
+{
+	char *end;
+	double seconds;
+
+	errno = 0;
+	seconds = strtod(arg, &end);
+	if (errno || end == arg || *end || !(seconds > 0.0) || seconds > MAX_CONNECT_TIMEOUT_S)
+		return bad_argument("invalid --timeout (seconds, more than 0, at most 86400)", arg);
+	/* libcurl takes milliseconds, where 0 would mean its own default. */
+	*ret_ms = seconds < 0.001 ? 1 : (long)(seconds * 1000.0);
+	return ARGS_RUN;
+}
+
+/* Takes http://HOST[:PORT] or https://, as libcurl reads it; a trailing
+ * slash is harmless because the client strips it. */
+static int check_server_url(const char *url)
+{
+	const char *rest;
+
+	if (strncmp(url, "http://", 7) == 0)
+		rest = url + 7;
+	else if (strncmp(url, "https://", 8) == 0)
+		rest = url + 8;
+	else
+		return bad_argument("invalid --server (expected http://HOST:PORT)", url);
+	if (*rest == '\0' || *rest == '/')
+		return bad_argument("invalid --server (no host in it)", url);
+	return ARGS_RUN;
+}
+
+static int parse_option(struct tctl_args *args, struct seen *seen, int opt, const char *arg,
+			const char *arg_text)
+{
+	switch (opt) {
+	case OPT_SOCKET: seen->socket_option = arg; return ARGS_RUN;
+	case OPT_SERVER: args->server_url = arg; return check_server_url(arg);
+	case OPT_TIMEOUT: return parse_timeout(arg, &args->connect_timeout_ms);
+	case OPT_JSON: args->json = true; return ARGS_RUN;
+	case 'o': args->output = arg; return ARGS_RUN;
+	case 'q': args->quiet = true; return ARGS_RUN;
+	case 'h': seen->help = true; return ARGS_RUN;
+	case 'V': seen->version = true; return ARGS_RUN;
+	case ':': return bad_argument("missing argument to", arg_text);
+	default: return bad_argument("invalid option", arg_text);
+	}
+}
+
+/* A daemon run by systemd listens on SYSTEM_SOCKET; one started by hand with
+ * `tractd serve` on $XDG_RUNTIME_DIR/tractd.sock. Users have XDG_RUNTIME_DIR
+ * set in every login session, so the per-user socket is taken only when it
+ * exists: otherwise the system daemon could never be found by default. */
+static const char *default_socket(struct tctl_args *args)
+{
+	const char *env = getenv("TRACTD_SOCKET"), *runtime_dir = getenv("XDG_RUNTIME_DIR");
+	int n;
+
+	if (env && *env)
+		return env;
+	if (!runtime_dir || !*runtime_dir)
+		return SYSTEM_SOCKET;
+	n = snprintf(args->socket_buf, sizeof(args->socket_buf), "%s/tractd.sock", runtime_dir);
+	if (n < 0 || (size_t)n >= sizeof(args->socket_buf) || access(args->socket_buf, F_OK) < 0)
+		return SYSTEM_SOCKET;
+	return args->socket_buf;
+}
+
+static int check_address(struct tctl_args *args, const struct seen *seen)
+{
+	if (seen->socket_option && args->server_url)
+		return args_usage_error(CMD_HELP, "--socket and --server exclude each other");
+	if (seen->socket_option && !*seen->socket_option)
+		return args_usage_error(CMD_HELP, "empty --socket");
+	if (!args->server_url)
+		args->socket_path = seen->socket_option ? seen->socket_option : default_socket(args);
+	return ARGS_RUN;
+}
+
+/* `tractctl help [COMMAND]` */
+static int run_help(int operands, char **operand)
+{
+	enum tctl_command command;
+	char message[256];
+
+	if (operands == 0)
+		return print_help(CMD_HELP);
+	if (operands > 1)
+		return args_usage_error(CMD_HELP, "'help' takes one command at most");
+	if (find_command(operand[0], &command) < 0) {
+		snprintf(message, sizeof(message), "no command '%s'", operand[0]);
+		return args_usage_error(CMD_HELP, message);
+	}
+	return print_help(command);
+}
+
+static int check_command_arguments(const struct tctl_args *args, int operands)
+{
+	const struct command_spec *spec = &commands[args->command];
+	char message[256];
+
+	if (spec->operand && operands != 1) {
+		snprintf(message, sizeof(message), "'%s' takes %s: %s %s", spec->name,
+			 operands ? "only one argument" : "an argument", spec->name, spec->operand);
+		return args_usage_error(args->command, message);
+	}
+	if (!spec->operand && operands != 0) {
+		snprintf(message, sizeof(message), "'%s' takes no arguments", spec->name);
+		return args_usage_error(args->command, message);
+	}
+	if (args->output && !spec->takes_output) {
+		snprintf(message, sizeof(message), "'%s' has no -o/--output", spec->name);
+		return args_usage_error(args->command, message);
+	}
+	if (args->output && !*args->output)
+		return args_usage_error(args->command, "empty -o/--output");
+	if (args->output && args->json && strcmp(args->output, "-") == 0)
+		return args_usage_error(args->command,
+					"--json and -o - would both write to standard output");
+	return ARGS_RUN;
+}
+
+static int parse_command(struct tctl_args *args, const struct seen *seen, int operands,
+			 char **operand)
+{
+	char message[256];
+	int code;
+
+	if (operands == 0)
+		return seen->help ? print_help(CMD_HELP) :
+				    args_usage_error(CMD_HELP, "missing command (track, submit, status, "
+						     "list, wait, fetch, cancel, device or help)");
+	if (find_command(operand[0], &args->command) < 0) {
+		snprintf(message, sizeof(message), "unknown command '%s'", operand[0]);
+		return args_usage_error(CMD_HELP, message);
+	}
+	if (seen->help)
+		return print_help(args->command);
+	if (args->command == CMD_HELP)
+		return run_help(operands - 1, operand + 1);
+	code = check_command_arguments(args, operands - 1);
+	if (code != ARGS_RUN)
+		return code;
+	args->operand = operands > 1 ? operand[1] : NULL;
+	return check_address(args, seen);
+}
+
+/* The option getopt complained about, as the user wrote it. An unknown short
+ * option inside a cluster ("-qx") does not advance optind, so it is rebuilt
+ * from optopt; long options, and missing arguments, are argv[optind - 1]. */
+static const char *offending_option(int opt, char **argv, char short_text[3])
+{
+	if (opt != '?' || optopt <= 0 || optopt > 127)
+		return argv[optind - 1];
+	short_text[0] = '-';
+	short_text[1] = (char)optopt;
+	short_text[2] = '\0';
+	return short_text;
+}
+
+int args_parse(int argc, char **argv, struct tctl_args *ret)
+{
+	struct seen seen = { 0 };
+	char short_text[3];
+	int opt, code;
+
+	*ret = (struct tctl_args){ .connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS };
+	/* Own messages: a leading ':' makes getopt report a missing argument as ':'. */
+	opterr = 0;
+	/* GNU getopt permutes argv: options may come before or after the command. */
+	while ((opt = getopt_long(argc, argv, ":o:qhV", long_options, NULL)) != -1) {
+		code = parse_option(ret, &seen, opt, optarg, offending_option(opt, argv, short_text));
+		if (code != ARGS_RUN)
+			return code;
+	}
+	if (seen.version && !seen.help) {
+		printf("tractctl %s\n", TCTL_VERSION);
+		return TCTL_EXIT_OK;
+	}
+	return parse_command(ret, &seen, argc - optind, argv + optind);
+}

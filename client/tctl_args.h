@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tctl_args: the command line. One option table, the help texts, and every
+ * usage error; what it hands on is a command that can run as it is.
+ */
+#ifndef TCTL_ARGS_H
+#define TCTL_ARGS_H
+
+#include <limits.h>
+#include <stdbool.h>
+
+/* args_parse's answer when the command should run (otherwise: an exit code). */
+#define ARGS_RUN (-1)
+
+enum tctl_command {
+	CMD_HELP,
+	CMD_TRACK,
+	CMD_SUBMIT,
+	CMD_STATUS,
+	CMD_LIST,
+	CMD_WAIT,
+	CMD_FETCH,
+	CMD_CANCEL,
+	CMD_DEVICE,
+	CMD_COUNT,
+};
+
+struct tctl_args {
+	enum tctl_command command;
+	const char *operand;       /* JOB.json or ID; NULL for commands without one */
+	const char *output;        /* -o FILE, "-" for standard output; NULL when not given */
+	const char *server_url;    /* --server; NULL to use socket_path */
+	const char *socket_path;   /* the daemon's Unix socket, when server_url is NULL */
+	long connect_timeout_ms;
+	bool json;
+	bool quiet;
+	char socket_buf[PATH_MAX]; /* storage for a socket path built from the environment */
+};
+
+/* Fills *ret and returns ARGS_RUN, or prints help, the version or a usage
+ * error and returns the exit code. */
+int args_parse(int argc, char **argv, struct tctl_args *ret);
+
+/* Reports a usage error found after parsing; returns TCTL_EXIT_USAGE. */
+int args_usage_error(enum tctl_command command, const char *message);
+
+#endif

@@ -1,0 +1,856 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * api: routes, request bodies, JSON answers and streamed tractograms on
+ * libmicrohttpd (see api.h and proto/API.md).
+ *
+ * MHD calls the access handler several times per request: once with the
+ * headers (we allocate a struct request and decide what the body is for),
+ * then with pieces of the body (bounded: JSON into memory up to
+ * max_request_bytes, uploads straight into a store writer up to
+ * max_upload_bytes), then once more with no data, when we answer.
+ */
+#include "api.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define STREAM_BLOCK_BYTES (256u << 10)
+#define FOLLOW_WAIT_MS 1000
+#define CONNECTION_LIMIT 256
+#define CONNECTION_TIMEOUT_S 600
+
+enum api_error {
+#define X(name, code, status) name,
+#include "errors.def"
+#undef X
+};
+
+static const char *error_code(enum api_error e)
+{
+	switch (e) {
+#define X(name, code, status) case name: return code;
+#include "errors.def"
+#undef X
+	}
+	return "internal";
+}
+
+static unsigned error_status(enum api_error e)
+{
+	switch (e) {
+#define X(name, code, status) case name: return status;
+#include "errors.def"
+#undef X
+	}
+	return 500;
+}
+
+/* Answers counted per status class for /metrics. */
+enum { STATUS_SLOTS = 600 };
+
+struct api {
+	struct api_config cfg;
+	struct MHD_Daemon *unix_daemon;
+	struct MHD_Daemon *tcp_daemon;
+	atomic_uint_fast64_t answers[STATUS_SLOTS];
+};
+
+enum body_kind { BODY_NONE, BODY_JSON, BODY_UPLOAD };
+
+struct request {
+	enum body_kind kind;
+	char *body;               /* BODY_JSON */
+	size_t body_len;
+	bool body_too_large;
+	struct store_writer *upload;   /* BODY_UPLOAD */
+	int upload_error;
+	struct errbuf upload_err;
+};
+
+/* ---- answers -------------------------------------------------------------- */
+
+static enum MHD_Result queue(struct api *api, struct MHD_Connection *conn, unsigned status,
+			     struct MHD_Response *resp)
+{
+	enum MHD_Result r;
+
+	if (!resp)
+		return MHD_NO;
+	r = MHD_queue_response(conn, status, resp);
+	MHD_destroy_response(resp);
+	if (status < STATUS_SLOTS)
+		atomic_fetch_add(&api->answers[status], 1);
+	return r;
+}
+
+static enum MHD_Result answer_text(struct api *api, struct MHD_Connection *conn, unsigned status,
+				   const char *content_type, char *text /* taken */)
+{
+	struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(text), text,
+								    MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+	return queue(api, conn, status, resp);
+}
+
+static enum MHD_Result answer_json(struct api *api, struct MHD_Connection *conn, unsigned status,
+				   json_t *doc /* taken */)
+{
+	char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+
+	json_decref(doc);
+	if (!text)
+		return MHD_NO;
+	return answer_text(api, conn, status, "application/json", text);
+}
+
+static enum MHD_Result answer_error(struct api *api, struct MHD_Connection *conn, enum api_error e,
+				    const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static enum MHD_Result answer_error(struct api *api, struct MHD_Connection *conn, enum api_error e,
+				    const char *field, const char *fmt, ...)
+{
+	char message[600];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(message, sizeof(message), fmt, ap);
+	va_end(ap);
+	log_debug("answer %u %s: %s: %s", error_status(e), error_code(e), field ? field : "", message);
+	return answer_json(api, conn, error_status(e),
+			   json_pack("{s:{s:s, s:s, s:s}}", "error", "code", error_code(e), "field",
+				     field ? field : "", "message", message));
+}
+
+static enum MHD_Result answer_empty(struct api *api, struct MHD_Connection *conn, unsigned status)
+{
+	return queue(api, conn, status,
+		     MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
+}
+
+/* ---- job JSON ----------------------------------------------------------- */
+
+static json_t *iso_time(time_t t)
+{
+	char buf[32];
+	struct tm tm;
+
+	if (t == 0 || !gmtime_r(&t, &tm))
+		return json_null();
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_string(buf);
+}
+
+/* Which API error a failed job's errno stands for. */
+static enum api_error job_error_kind(const struct job_info *info)
+{
+	if (info->error_code == -E2BIG)
+		return ERR_TOO_LARGE_FOR_DEVICE;
+	if (info->error_code == -ESHUTDOWN)
+		return ERR_SHUTTING_DOWN;
+	if (strcmp(info->error.field, "device") == 0 || info->error_code == -ENOMEM ||
+	    strncmp(info->error.field, "output", 6) == 0 || info->error.field[0] == '\0')
+		return ERR_INTERNAL;
+	return ERR_INVALID_INPUT;
+}
+
+static json_t *job_to_json(const struct job_info *info)
+{
+	json_t *doc = json_pack("{s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id", info->id,
+				"status", jobs_state_name(info->state), "created", iso_time(info->created),
+				"started", iso_time(info->started), "finished", iso_time(info->finished),
+				"progress", "seeds_done", (json_int_t)info->seeds_done, "seeds_total",
+				(json_int_t)info->seeds_total, "streamlines", (json_int_t)info->streamlines);
+	const struct engine_stats *s = &info->stats;
+
+	if (!doc)
+		return NULL;
+	if (info->state == JOB_DONE) {
+		json_object_set_new(doc, "result", json_pack("{s:I, s:I, s:I, s:b}", "bytes",
+				    (json_int_t)info->bytes, "streamlines", (json_int_t)info->streamlines,
+				    "points", (json_int_t)info->points, "expired", info->expired));
+		json_object_set_new(doc, "seconds", json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "load",
+				    s->load_seconds, "upload", s->upload_seconds, "compile",
+				    s->compile_seconds, "track", s->track_seconds, "kernels",
+				    s->kernel_seconds, "write", s->write_seconds));
+	} else {
+		json_object_set_new(doc, "result", json_null());
+		json_object_set_new(doc, "seconds", json_null());
+	}
+	if (info->state == JOB_FAILED)
+		json_object_set_new(doc, "error", json_pack("{s:s, s:s, s:s}", "code",
+				    error_code(job_error_kind(info)), "field", info->error.field,
+				    "message", info->error.message));
+	else
+		json_object_set_new(doc, "error", json_null());
+	return doc;
+}
+
+static enum MHD_Result answer_job(struct api *api, struct MHD_Connection *conn, unsigned status,
+				  const struct job_info *info)
+{
+	return answer_json(api, conn, status, job_to_json(info));
+}
+
+/* ---- streamed tractograms ------------------------------------------------- */
+
+struct follower {
+	struct jobs *jobs;
+	char id[JOB_ID_LEN + 1];
+	int fd;
+};
+
+/* MHD's content reader: hands out what the spool holds and, while the job
+ * runs, waits for more. Blocks only this connection's thread. */
+static ssize_t follow_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct follower *f = cls;
+	struct job_info info;
+
+	for (;;) {
+		if (jobs_wait(f->jobs, f->id, pos, FOLLOW_WAIT_MS, &info) < 0)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (info.bytes > pos) {
+			size_t n = info.bytes - pos < max ? (size_t)(info.bytes - pos) : max;
+			ssize_t got;
+			if (f->fd < 0) {
+				char path[1200];
+				jobs_result_path(f->jobs, f->id, path, sizeof(path));
+				f->fd = open(path, O_RDONLY | O_CLOEXEC);
+				if (f->fd < 0)
+					return MHD_CONTENT_READER_END_WITH_ERROR;
+			}
+			got = pread(f->fd, buf, n, (off_t)pos);
+			return got > 0 ? got : MHD_CONTENT_READER_END_WITH_ERROR;
+		}
+		if (info.state == JOB_DONE)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (info.state == JOB_FAILED || info.state == JOB_CANCELLED || info.expired)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+	}
+}
+
+static void follow_free(void *cls)
+{
+	struct follower *f = cls;
+
+	if (f->fd >= 0)
+		close(f->fd);
+	free(f);
+}
+
+static enum MHD_Result answer_tractogram(struct api *api, struct MHD_Connection *conn,
+					 const char *id, unsigned status)
+{
+	struct job_info info;
+	struct follower *f;
+	struct MHD_Response *resp;
+
+	if (jobs_get(api->cfg.jobs, id, &info) < 0)
+		return answer_error(api, conn, ERR_NOT_FOUND, "", "no job %s", id);
+	if (info.state == JOB_FAILED || info.state == JOB_CANCELLED)
+		return answer_error(api, conn, ERR_CONFLICT, "", "job %s %s: it has no tractogram", id,
+				    jobs_state_name(info.state));
+	if (info.expired)
+		return answer_error(api, conn, ERR_GONE, "", "the result of job %s has expired", id);
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return MHD_NO;
+	f->jobs = api->cfg.jobs;
+	f->fd = -1;
+	snprintf(f->id, sizeof(f->id), "%s", id);
+	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK_BYTES, follow_read,
+						 f, follow_free);
+	if (!resp) {
+		follow_free(f);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+	MHD_add_response_header(resp, "X-Tractd-Job", id);
+	return queue(api, conn, status, resp);
+}
+
+/* ---- submitting jobs ------------------------------------------------------- */
+
+/* Turns a volume id into the store's path; any other string is a server-side
+ * path, allowed only by configuration. */
+static enum api_error resolve_input(struct api *api, char **path, const char *field,
+				    struct errbuf *err)
+{
+	char resolved[1200];
+	struct store_entry entry;
+	char *copy;
+	int r;
+
+	if (!*path)
+		return 0;
+	if (strncmp(*path, "sha256:", 7) != 0) {
+		if (api->cfg.allow_server_paths && (*path)[0] == '/')
+			return 0;
+		errbuf_set(err, -EINVAL, field, api->cfg.allow_server_paths ?
+			   "server-side paths must be absolute, got '%.200s'" :
+			   "server-side paths are disabled: upload the file (POST /v1/volumes) and "
+			   "use its id", *path);
+		return ERR_SERVER_PATHS_DISABLED;
+	}
+	r = store_lookup(api->cfg.store, *path, &entry, resolved, sizeof(resolved), err);
+	if (r == -ENOENT) {
+		errbuf_set(err, r, field, "no volume %s on this server: upload it first", *path);
+		return ERR_UNKNOWN_VOLUME;
+	}
+	if (r < 0) {
+		/* A malformed id: the store's message says the expected form. */
+		snprintf(err->field, sizeof(err->field), "%s", field);
+		return ERR_INVALID_PARAMETER;
+	}
+	copy = strdup(resolved);
+	if (!copy) {
+		errbuf_set(err, -ENOMEM, field, "out of memory");
+		return ERR_INTERNAL;
+	}
+	free(*path);
+	*path = copy;
+	return 0;
+}
+
+static enum api_error resolve_inputs(struct api *api, struct jobspec *spec, struct errbuf *err)
+{
+	enum api_error e = resolve_input(api, &spec->odf_path, "inputs.odf", err);
+
+	if (!e)
+		e = resolve_input(api, &spec->stop_map_path, "inputs.stop_map", err);
+	if (!e)
+		e = resolve_input(api, &spec->seed_roi_path, "seeds.roi", err);
+	return e;
+}
+
+static bool wants_stream(struct MHD_Connection *conn)
+{
+	const char *wait = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "wait");
+
+	return wait && strcmp(wait, "stream") == 0;
+}
+
+/* ?wait=stream: the answer is the tractogram, or the job's error when it
+ * fails before writing anything. */
+static enum MHD_Result answer_stream(struct api *api, struct MHD_Connection *conn,
+				     const struct job_info *queued)
+{
+	struct job_info info = *queued;
+
+	while (info.bytes == 0 && (info.state == JOB_QUEUED || info.state == JOB_RUNNING))
+		if (jobs_wait(api->cfg.jobs, queued->id, 0, FOLLOW_WAIT_MS, &info) < 0)
+			return answer_error(api, conn, ERR_GONE, "", "job %s was deleted", queued->id);
+	if (info.state == JOB_FAILED) {
+		enum api_error e = job_error_kind(&info);
+		return answer_error(api, conn, e, info.error.field, "%s", info.error.message);
+	}
+	if (info.state == JOB_CANCELLED)
+		return answer_error(api, conn, ERR_CONFLICT, "", "job %s was cancelled", info.id);
+	return answer_tractogram(api, conn, info.id, MHD_HTTP_OK);
+}
+
+static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
+				  struct request *req)
+{
+	struct jobspec spec = { 0 };
+	struct errbuf err = { 0 };
+	struct job_info info;
+	char location[64];
+	enum api_error e;
+	int r;
+
+	if (req->body_too_large)
+		return answer_error(api, conn, ERR_PAYLOAD_TOO_LARGE, "", "the job document is over "
+				    "%llu bytes (max_request_bytes)",
+				    (unsigned long long)api->cfg.max_request_bytes);
+	r = jobspec_parse(req->body ? req->body : "", req->body_len, NULL, &spec, &err);
+	if (r < 0)
+		return answer_error(api, conn, r == -ENOMEM ? ERR_INTERNAL : err.field[0] ?
+				    ERR_INVALID_PARAMETER : ERR_MALFORMED_JSON, err.field, "%s",
+				    err.message);
+	if (spec.output_path) {
+		jobspec_free(&spec);
+		return answer_error(api, conn, ERR_INVALID_PARAMETER, "output.path", "is not allowed "
+				    "in server jobs: fetch the result from /v1/jobs/ID/tractogram");
+	}
+	e = resolve_inputs(api, &spec, &err);
+	if (e) {
+		jobspec_free(&spec);
+		return answer_error(api, conn, e, err.field, "%s", err.message);
+	}
+	r = jobs_submit(api->cfg.jobs, &spec, &info, &err);
+	if (r == -EAGAIN)
+		return answer_error(api, conn, ERR_QUEUE_FULL, "", "%s", err.message);
+	if (r == -ESHUTDOWN)
+		return answer_error(api, conn, ERR_SHUTTING_DOWN, "", "%s", err.message);
+	if (r < 0)
+		return answer_error(api, conn, ERR_INTERNAL, "", "%s", err.message);
+	if (wants_stream(conn))
+		return answer_stream(api, conn, &info);
+	snprintf(location, sizeof(location), "/v1/jobs/%s", info.id);
+	{
+		json_t *doc = json_pack("{s:s, s:s, s:s}", "id", info.id, "status",
+					jobs_state_name(info.state), "location", location);
+		char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+		struct MHD_Response *resp;
+
+		json_decref(doc);
+		if (!text)
+			return MHD_NO;
+		resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+		if (!resp) {
+			free(text);
+			return MHD_NO;
+		}
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
+		return queue(api, conn, MHD_HTTP_ACCEPTED, resp);
+	}
+}
+
+/* ---- other routes ---------------------------------------------------------- */
+
+static enum MHD_Result list_jobs(struct api *api, struct MHD_Connection *conn)
+{
+	struct job_info *list;
+	size_t n;
+	json_t *arr;
+
+	if (jobs_list(api->cfg.jobs, &list, &n) < 0)
+		return MHD_NO;
+	arr = json_array();
+	for (size_t i = 0; arr && i < n; i++)
+		json_array_append_new(arr, job_to_json(&list[i]));
+	free(list);
+	return answer_json(api, conn, MHD_HTTP_OK, json_pack("{s:o}", "jobs", arr));
+}
+
+static enum MHD_Result delete_job(struct api *api, struct MHD_Connection *conn, const char *id)
+{
+	struct job_info info;
+	int r = jobs_cancel(api->cfg.jobs, id, &info);
+
+	if (r == -ENOENT)
+		return answer_error(api, conn, ERR_NOT_FOUND, "", "no job %s", id);
+	if (r == 1)
+		return answer_empty(api, conn, MHD_HTTP_NO_CONTENT);
+	return answer_job(api, conn, MHD_HTTP_ACCEPTED, &info);
+}
+
+static json_t *volume_json(const struct store_entry *e)
+{
+	return json_pack("{s:s, s:I, s:s}", "id", e->id, "bytes", (json_int_t)e->bytes, "kind",
+			 store_kind_name(e->kind));
+}
+
+static enum MHD_Result get_volume(struct api *api, struct MHD_Connection *conn, const char *id,
+				  bool head_only)
+{
+	struct store_entry entry;
+	struct errbuf err = { 0 };
+	int r = store_lookup(api->cfg.store, id, &entry, NULL, 0, &err);
+
+	if (r == -ENOENT)
+		return head_only ? answer_empty(api, conn, MHD_HTTP_NOT_FOUND)
+				 : answer_error(api, conn, ERR_NOT_FOUND, "", "no volume %s", id);
+	if (r < 0)
+		return answer_error(api, conn, ERR_NOT_FOUND, "", "%s", err.message);
+	if (head_only)
+		return answer_empty(api, conn, MHD_HTTP_OK);
+	return answer_json(api, conn, MHD_HTTP_OK, volume_json(&entry));
+}
+
+static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *conn,
+				     struct request *req)
+{
+	struct store_entry entry;
+	struct errbuf err = { 0 };
+	int r;
+
+	if (req->upload_error == -EFBIG)
+		return answer_error(api, conn, ERR_PAYLOAD_TOO_LARGE, "", "the upload is over %llu "
+				    "bytes (max_upload_bytes)",
+				    (unsigned long long)api->cfg.max_upload_bytes);
+	if (req->upload_error)
+		return answer_error(api, conn, ERR_INTERNAL, "", "%s", req->upload_err.message);
+	r = store_writer_finish(req->upload, &entry, &err);
+	req->upload = NULL;
+	if (r == -EMEDIUMTYPE || r == -EINVAL)
+		return answer_error(api, conn, r == -EINVAL ? ERR_INVALID_INPUT
+							    : ERR_UNSUPPORTED_MEDIA_TYPE, "", "%s",
+				    err.message);
+	if (r < 0)
+		return answer_error(api, conn, ERR_INTERNAL, "", "%s", err.message);
+	return answer_json(api, conn, r == 1 ? MHD_HTTP_CREATED : MHD_HTTP_OK, volume_json(&entry));
+}
+
+static enum MHD_Result device_info(struct api *api, struct MHD_Connection *conn)
+{
+	struct jobs_status st;
+
+	jobs_status(api->cfg.jobs, &st);
+	return answer_json(api, conn, MHD_HTTP_OK, json_pack(
+		"{s:{s:s, s:s, s:i, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}}",
+		"device", "name", st.device.device_name, "type", st.device.device_type,
+		"subgroup_size", (int)st.device.subgroup_size,
+		"max_binding_bytes", (json_int_t)st.device.max_binding_bytes,
+		"max_alloc_bytes", (json_int_t)st.device.max_alloc_bytes,
+		"device_local_bytes", (json_int_t)st.device.device_local_bytes,
+		"cache", "budget_bytes", (json_int_t)st.cache_budget,
+		"used_bytes", (json_int_t)st.cache_bytes, "entries", (json_int_t)st.cache_entries,
+		"hits", (json_int_t)st.cache_hits, "misses", (json_int_t)st.cache_misses,
+		"queue", "queued", (json_int_t)st.queued, "running", (json_int_t)st.running));
+}
+
+static void metric(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
+{
+	struct jobs_status st;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return MHD_NO;
+	jobs_status(api->cfg.jobs, &st);
+	metric(f, "tractd_jobs_total", "counter", "Jobs ended, by final status.");
+	fprintf(f, "tractd_jobs_total{status=\"done\"} %llu\n", (unsigned long long)st.done_total);
+	fprintf(f, "tractd_jobs_total{status=\"failed\"} %llu\n", (unsigned long long)st.failed_total);
+	fprintf(f, "tractd_jobs_total{status=\"cancelled\"} %llu\n",
+		(unsigned long long)st.cancelled_total);
+	metric(f, "tractd_jobs_queued", "gauge", "Jobs waiting for the GPU.");
+	fprintf(f, "tractd_jobs_queued %llu\n", (unsigned long long)st.queued);
+	metric(f, "tractd_jobs_running", "gauge", "Jobs on the GPU.");
+	fprintf(f, "tractd_jobs_running %llu\n", (unsigned long long)st.running);
+	metric(f, "tractd_seeds_total", "counter", "Seeds tracked by finished jobs.");
+	fprintf(f, "tractd_seeds_total %llu\n", (unsigned long long)st.seeds_total);
+	metric(f, "tractd_streamlines_total", "counter", "Streamlines written.");
+	fprintf(f, "tractd_streamlines_total %llu\n", (unsigned long long)st.streamlines_total);
+	metric(f, "tractd_track_seconds_total", "counter", "Time spent tracking.");
+	fprintf(f, "tractd_track_seconds_total %.6f\n", st.track_seconds_total);
+	metric(f, "tractd_cache_hits_total", "counter", "Jobs whose volumes were warm.");
+	fprintf(f, "tractd_cache_hits_total %llu\n", (unsigned long long)st.cache_hits);
+	metric(f, "tractd_cache_misses_total", "counter", "Jobs that loaded volumes.");
+	fprintf(f, "tractd_cache_misses_total %llu\n", (unsigned long long)st.cache_misses);
+	metric(f, "tractd_cache_bytes", "gauge", "GPU memory held by warm volumes.");
+	fprintf(f, "tractd_cache_bytes %llu\n", (unsigned long long)st.cache_bytes);
+	metric(f, "tractd_spool_bytes", "gauge", "Bytes of results in the spool.");
+	fprintf(f, "tractd_spool_bytes %llu\n", (unsigned long long)st.spool_bytes);
+	metric(f, "tractd_http_requests_total", "counter", "Answers by HTTP status.");
+	for (unsigned code = 100; code < STATUS_SLOTS; code++) {
+		uint64_t n = atomic_load(&api->answers[code]);
+		if (n)
+			fprintf(f, "tractd_http_requests_total{code=\"%u\"} %llu\n", code,
+				(unsigned long long)n);
+	}
+	if (fclose(f) != 0) {
+		free(text);
+		return MHD_NO;
+	}
+	return answer_text(api, conn, MHD_HTTP_OK, "text/plain; version=0.0.4", text);
+}
+
+/* ---- routing ------------------------------------------------------------- */
+
+enum route {
+	ROUTE_NONE,
+	ROUTE_HEALTH,
+	ROUTE_METRICS,
+	ROUTE_DEVICE,
+	ROUTE_VOLUMES,
+	ROUTE_VOLUME,
+	ROUTE_JOBS,
+	ROUTE_JOB,
+	ROUTE_TRACTOGRAM,
+};
+
+/* Splits url into a route and its id (for /v1/volumes/ID, /v1/jobs/ID...). */
+static enum route match_route(const char *url, char *id, size_t id_len)
+{
+	static const struct { const char *path; enum route route; } fixed[] = {
+		{ "/healthz", ROUTE_HEALTH }, { "/metrics", ROUTE_METRICS },
+		{ "/v1/device", ROUTE_DEVICE }, { "/v1/volumes", ROUTE_VOLUMES },
+		{ "/v1/jobs", ROUTE_JOBS },
+	};
+	const char *rest;
+	size_t n;
+
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (strcmp(url, fixed[i].path) == 0)
+			return fixed[i].route;
+	if (strncmp(url, "/v1/volumes/", 12) == 0 && url[12] && !strchr(url + 12, '/')) {
+		snprintf(id, id_len, "%s", url + 12);
+		return ROUTE_VOLUME;
+	}
+	if (strncmp(url, "/v1/jobs/", 9) != 0)
+		return ROUTE_NONE;
+	rest = url + 9;
+	n = strcspn(rest, "/");
+	if (n == 0 || n >= id_len)
+		return ROUTE_NONE;
+	memcpy(id, rest, n);
+	id[n] = '\0';
+	if (rest[n] == '\0')
+		return ROUTE_JOB;
+	return strcmp(rest + n, "/tractogram") == 0 ? ROUTE_TRACTOGRAM : ROUTE_NONE;
+}
+
+static const char *allowed_methods(enum route route)
+{
+	switch (route) {
+	case ROUTE_NONE: return "";
+	case ROUTE_HEALTH: return "GET";
+	case ROUTE_METRICS: return "GET";
+	case ROUTE_DEVICE: return "GET";
+	case ROUTE_VOLUMES: return "POST";
+	case ROUTE_VOLUME: return "GET, HEAD";
+	case ROUTE_JOBS: return "GET, POST";
+	case ROUTE_JOB: return "GET, DELETE";
+	case ROUTE_TRACTOGRAM: return "GET";
+	}
+	return "";
+}
+
+static bool method_allowed(enum route route, const char *method)
+{
+	const char *allowed = allowed_methods(route);
+	size_t n = strlen(method);
+
+	for (const char *p = strstr(allowed, method); p; p = strstr(p + 1, method))
+		if ((p == allowed || p[-2] == ',') && (p[n] == '\0' || p[n] == ','))
+			return true;
+	return false;
+}
+
+static enum MHD_Result answer_not_allowed(struct api *api, struct MHD_Connection *conn,
+					  enum route route, const char *method, const char *url)
+{
+	char message[300];
+	json_t *doc;
+	char *text;
+	struct MHD_Response *resp;
+
+	snprintf(message, sizeof(message), "%.20s is not allowed on %.200s (allowed: %s)", method,
+		 url, allowed_methods(route));
+	doc = json_pack("{s:{s:s, s:s, s:s}}", "error", "code", error_code(ERR_METHOD_NOT_ALLOWED),
+			"field", "", "message", message);
+	text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+	json_decref(doc);
+	if (!text)
+		return MHD_NO;
+	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allowed_methods(route));
+	return queue(api, conn, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
+}
+
+static enum MHD_Result dispatch(struct api *api, struct MHD_Connection *conn, enum route route,
+				const char *method, const char *id, struct request *req)
+{
+	struct job_info info;
+
+	switch (route) {
+	case ROUTE_NONE:
+		break;
+	case ROUTE_HEALTH:
+		return answer_json(api, conn, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+	case ROUTE_METRICS:
+		return metrics(api, conn);
+	case ROUTE_DEVICE:
+		return device_info(api, conn);
+	case ROUTE_VOLUMES:
+		return finish_upload(api, conn, req);
+	case ROUTE_VOLUME:
+		return get_volume(api, conn, id, strcmp(method, "HEAD") == 0);
+	case ROUTE_JOBS:
+		if (strcmp(method, "POST") == 0)
+			return submit_job(api, conn, req);
+		return list_jobs(api, conn);
+	case ROUTE_JOB:
+		if (strcmp(method, "DELETE") == 0)
+			return delete_job(api, conn, id);
+		if (jobs_get(api->cfg.jobs, id, &info) < 0)
+			return answer_error(api, conn, ERR_NOT_FOUND, "", "no job %s", id);
+		return answer_job(api, conn, MHD_HTTP_OK, &info);
+	case ROUTE_TRACTOGRAM:
+		return answer_tractogram(api, conn, id, MHD_HTTP_OK);
+	}
+	return answer_error(api, conn, ERR_NOT_FOUND, "", "no such resource");
+}
+
+/* Takes a piece of the request body. */
+static void take_body(struct api *api, struct request *req, const char *data, size_t size)
+{
+	if (req->kind == BODY_UPLOAD) {
+		if (!req->upload_error)
+			req->upload_error = store_writer_append(req->upload, data, size,
+								&req->upload_err);
+		return;
+	}
+	if (req->body_too_large || req->body_len + size > api->cfg.max_request_bytes) {
+		req->body_too_large = true;
+		return;
+	}
+	{
+		char *grown = realloc(req->body, req->body_len + size + 1);
+		if (!grown) {
+			req->body_too_large = true;
+			return;
+		}
+		req->body = grown;
+		memcpy(req->body + req->body_len, data, size);
+		req->body_len += size;
+		req->body[req->body_len] = '\0';
+	}
+}
+
+static struct request *new_request(struct api *api, enum route route, const char *method)
+{
+	struct request *req = calloc(1, sizeof(*req));
+
+	if (!req)
+		return NULL;
+	if (route == ROUTE_VOLUMES && strcmp(method, "POST") == 0) {
+		req->kind = BODY_UPLOAD;
+		req->upload_error = store_writer_new(api->cfg.store, api->cfg.max_upload_bytes,
+						     &req->upload, &req->upload_err);
+	} else if (route == ROUTE_JOBS && strcmp(method, "POST") == 0) {
+		req->kind = BODY_JSON;
+	}
+	return req;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+				  const char *method, const char *version, const char *upload_data,
+				  size_t *upload_data_size, void **con_cls)
+{
+	struct api *api = cls;
+	struct request *req = *con_cls;
+	char id[128] = "";
+	enum route route = match_route(url, id, sizeof(id));
+
+	(void)version;
+	if (!req) {
+		if (route == ROUTE_NONE)
+			return answer_error(api, conn, ERR_NOT_FOUND, "", "no such resource: %.200s", url);
+		if (!method_allowed(route, method))
+			return answer_not_allowed(api, conn, route, method, url);
+		req = new_request(api, route, method);
+		if (!req)
+			return MHD_NO;
+		*con_cls = req;
+		if (req->kind != BODY_NONE)
+			return MHD_YES;   /* the body follows */
+	}
+	if (*upload_data_size > 0) {
+		take_body(api, req, upload_data, *upload_data_size);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	return dispatch(api, conn, route, method, id, req);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode code)
+{
+	struct request *req = *con_cls;
+
+	(void)cls;
+	(void)conn;
+	(void)code;
+	if (!req)
+		return;
+	store_writer_abort(req->upload);   /* a client gone mid-upload */
+	free(req->body);
+	free(req);
+	*con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char line[512];
+
+	(void)cls;
+	vsnprintf(line, sizeof(line), fmt, ap);
+	line[strcspn(line, "\n")] = '\0';
+	log_debug("http: %s", line);
+}
+
+static struct MHD_Daemon *start_daemon(struct api *api, int fd)
+{
+	return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+				MHD_USE_ERROR_LOG | MHD_USE_ITC,
+				0, NULL, NULL, on_request, api,
+				MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
+				MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONNECTION_LIMIT,
+				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)CONNECTION_TIMEOUT_S,
+				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+				MHD_OPTION_END);
+}
+
+int api_start(const struct api_config *cfg, int unix_fd, int tcp_fd, struct api **ret,
+	      struct errbuf *err)
+{
+	struct api *api = calloc(1, sizeof(*api));
+
+	if (!api)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	api->cfg = *cfg;
+	if (unix_fd >= 0 && !(api->unix_daemon = start_daemon(api, unix_fd))) {
+		api_stop(api);
+		return errbuf_set(err, -EIO, "listen_unix", "cannot start the HTTP server on the "
+				  "Unix socket");
+	}
+	if (tcp_fd >= 0 && !(api->tcp_daemon = start_daemon(api, tcp_fd))) {
+		api_stop(api);
+		return errbuf_set(err, -EIO, "listen_tcp", "cannot start the HTTP server on TCP");
+	}
+	*ret = api;
+	return 0;
+}
+
+void api_quiesce(struct api *api)
+{
+	if (!api)
+		return;
+	if (api->unix_daemon)
+		MHD_quiesce_daemon(api->unix_daemon);
+	if (api->tcp_daemon)
+		MHD_quiesce_daemon(api->tcp_daemon);
+}
+
+void api_stop(struct api *api)
+{
+	if (!api)
+		return;
+	if (api->unix_daemon)
+		MHD_stop_daemon(api->unix_daemon);
+	if (api->tcp_daemon)
+		MHD_stop_daemon(api->tcp_daemon);
+	free(api);
+}

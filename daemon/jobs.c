@@ -1,0 +1,699 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jobs: queue, states, worker thread, warm volume cache and spool (see jobs.h).
+ *
+ * Locking: `lock` guards the registry (jobs[], every job's public fields,
+ * the counters and the cache statistics). The worker drops the lock while it
+ * loads volumes and runs the engine; the engine reports back through the
+ * progress callback, which takes the lock briefly, publishes progress, wakes
+ * followers and returns whether to go on. The volume cache and the GPU
+ * context are touched by the worker thread only.
+ */
+#include "jobs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct job {
+	struct job_info info;
+	struct jobspec spec;        /* until the job ends */
+	bool cancel_requested;
+};
+
+struct cache_entry {
+	char *key;                  /* input paths, sizes and mtimes, sphere */
+	struct engine_inputs *inputs;
+	struct engine_resident *resident;
+	uint64_t bytes;
+	uint64_t last_used;
+};
+
+struct jobs {
+	struct jobs_config cfg;
+	char spool_dir[1100];
+	struct gpu_ctx *gpu;
+
+	pthread_mutex_t lock;
+	pthread_cond_t work;        /* a job was queued, or stopping */
+	pthread_cond_t progress;    /* a job advanced or ended */
+	pthread_t worker;
+	bool worker_started;
+	bool stopping;
+
+	struct job **jobs;          /* creation order */
+	size_t n_jobs, cap_jobs;
+	struct jobs_status status;  /* counters (queue depth is recomputed) */
+
+	struct cache_entry *cache;  /* worker thread only */
+	size_t n_cache;
+	uint64_t cache_clock;
+};
+
+static const char *const state_names[] = {
+	[JOB_QUEUED] = "queued", [JOB_RUNNING] = "running", [JOB_DONE] = "done",
+	[JOB_FAILED] = "failed", [JOB_CANCELLED] = "cancelled",
+};
+
+const char *jobs_state_name(enum job_state state)
+{
+	return state_names[state];
+}
+
+static bool job_ended(const struct job *job)
+{
+	return job->info.state == JOB_DONE || job->info.state == JOB_FAILED ||
+	       job->info.state == JOB_CANCELLED;
+}
+
+static struct job *find_job(struct jobs *jobs, const char *id)
+{
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		if (strcmp(jobs->jobs[i]->info.id, id) == 0)
+			return jobs->jobs[i];
+	return NULL;
+}
+
+static void result_path(const struct jobs *jobs, const char *id, char *path, size_t len)
+{
+	snprintf(path, len, "%s/%s.trk", jobs->spool_dir, id);
+}
+
+/* ---- spool housekeeping -------------------------------------------------- */
+
+static void remove_result(struct jobs *jobs, struct job *job)
+{
+	char path[1200];
+
+	result_path(jobs, job->info.id, path, sizeof(path));
+	if (unlink(path) == 0 || errno == ENOENT) {
+		jobs->status.spool_bytes -= job->info.bytes < jobs->status.spool_bytes
+						    ? job->info.bytes : jobs->status.spool_bytes;
+		job->info.expired = true;
+	}
+}
+
+/* Oldest finished results go first when they outlive the TTL or the spool is
+ * over its size. Called with the lock held. */
+static void expire_results(struct jobs *jobs)
+{
+	time_t now = time(NULL);
+
+	for (size_t i = 0; i < jobs->n_jobs; i++) {
+		struct job *job = jobs->jobs[i];
+		bool too_old = (uint64_t)(now - job->info.finished) > jobs->cfg.result_ttl_seconds;
+		bool too_big = jobs->status.spool_bytes > jobs->cfg.spool_max_bytes;
+
+		if (job_ended(job) && !job->info.expired && (too_old || too_big)) {
+			log_info("job=%s result expired (%s)", job->info.id,
+				 too_old ? "age" : "spool size");
+			remove_result(jobs, job);
+		}
+	}
+}
+
+static int make_dir(const char *path, struct errbuf *err)
+{
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return errbuf_set(err, -errno, "state_dir", "cannot create %s: %s", path,
+				  strerror(errno));
+	return 0;
+}
+
+/* ---- the volume cache (worker thread only) ------------------------------- */
+
+static int append_file_key(char *key, size_t len, const char *path)
+{
+	struct stat st;
+	size_t used = strlen(key);
+
+	if (stat(path, &st) < 0)
+		return -errno;
+	snprintf(key + used, len - used, "%s:%lld:%lld.%09ld\n", path, (long long)st.st_size,
+		 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+	return 0;
+}
+
+/* What makes two jobs' volumes interchangeable: the files (by path, size and
+ * modification time, so a server-side file that changed is read again) and
+ * the sphere. */
+static char *cache_key(const struct jobspec *spec)
+{
+	size_t len = 3 * 4200 + 64;
+	char *key = calloc(1, len);
+
+	if (!key)
+		return NULL;
+	if (append_file_key(key, len, spec->odf_path) < 0 ||
+	    append_file_key(key, len, spec->stop_map_path) < 0) {
+		free(key);
+		return NULL;
+	}
+	if (spec->sphere_name) {
+		strncat(key, spec->sphere_name, len - strlen(key) - 1);
+	} else {
+		/* Vertex lists: the job goes uncached rather than hashing them. */
+		free(key);
+		return NULL;
+	}
+	return key;
+}
+
+static void cache_entry_free(struct jobs *jobs, struct cache_entry *e)
+{
+	engine_resident_free(jobs->gpu, e->resident);
+	engine_inputs_free(e->inputs);
+	free(e->key);
+}
+
+static void cache_evict(struct jobs *jobs, size_t i)
+{
+	pthread_mutex_lock(&jobs->lock);
+	jobs->status.cache_bytes -= jobs->cache[i].bytes;
+	jobs->status.cache_entries--;
+	pthread_mutex_unlock(&jobs->lock);
+	cache_entry_free(jobs, &jobs->cache[i]);
+	jobs->cache[i] = jobs->cache[--jobs->n_cache];
+}
+
+/* Makes room for `bytes` more by evicting least recently used entries. */
+static void cache_make_room(struct jobs *jobs, uint64_t bytes)
+{
+	while (jobs->n_cache > 0 && jobs->status.cache_bytes + bytes > jobs->status.cache_budget) {
+		size_t lru = 0;
+		for (size_t i = 1; i < jobs->n_cache; i++)
+			if (jobs->cache[i].last_used < jobs->cache[lru].last_used)
+				lru = i;
+		log_debug("cache: evicting %llu bytes", (unsigned long long)jobs->cache[lru].bytes);
+		cache_evict(jobs, lru);
+	}
+}
+
+static struct cache_entry *cache_find(struct jobs *jobs, const char *key)
+{
+	for (size_t i = 0; key && i < jobs->n_cache; i++)
+		if (strcmp(jobs->cache[i].key, key) == 0)
+			return &jobs->cache[i];
+	return NULL;
+}
+
+static void count_cache(struct jobs *jobs, bool hit)
+{
+	pthread_mutex_lock(&jobs->lock);
+	if (hit)
+		jobs->status.cache_hits++;
+	else
+		jobs->status.cache_misses++;
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+/* The loaded and uploaded volumes of spec: from the cache, or read, uploaded
+ * and cached (when they fit the budget). *owned is set when the caller must
+ * free the entry after the job (not cached). */
+static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec, struct cache_entry *out,
+			   bool *owned, struct engine_stats *stats, struct errbuf *err)
+{
+	char *key = cache_key(spec);
+	struct cache_entry *hit = cache_find(jobs, key);
+	struct cache_entry fresh = { .key = key };
+	struct timespec t0, t1;
+	int r;
+
+	count_cache(jobs, hit != NULL);
+	if (hit) {
+		free(key);
+		hit->last_used = ++jobs->cache_clock;
+		*out = *hit;
+		*owned = false;
+		return 0;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = engine_inputs_load(spec, &fresh.inputs, err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	stats->load_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+	if (r == 0)
+		r = engine_resident_new(jobs->gpu, fresh.inputs, &fresh.resident, err);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	stats->upload_seconds = (double)(t0.tv_sec - t1.tv_sec) + 1e-9 * (double)(t0.tv_nsec - t1.tv_nsec);
+	if (r < 0) {
+		cache_entry_free(jobs, &fresh);
+		return r;
+	}
+	fresh.bytes = engine_resident_bytes(fresh.resident);
+	fresh.last_used = ++jobs->cache_clock;
+	*owned = true;
+	if (key && fresh.bytes <= jobs->status.cache_budget) {
+		struct cache_entry *grown;
+		cache_make_room(jobs, fresh.bytes);
+		grown = realloc(jobs->cache, sizeof(*grown) * (jobs->n_cache + 1));
+		if (grown) {
+			jobs->cache = grown;
+			jobs->cache[jobs->n_cache++] = fresh;
+			pthread_mutex_lock(&jobs->lock);
+			jobs->status.cache_bytes += fresh.bytes;
+			jobs->status.cache_entries++;
+			pthread_mutex_unlock(&jobs->lock);
+			*owned = false;
+		}
+	}
+	*out = fresh;
+	return 0;
+}
+
+/* ---- running one job (worker thread) ------------------------------------- */
+
+struct run_ctx {
+	struct jobs *jobs;
+	struct job *job;
+	FILE *out;
+};
+
+static bool on_progress(void *userdata, uint64_t done, uint64_t total, uint64_t streamlines)
+{
+	struct run_ctx *ctx = userdata;
+	struct jobs *jobs = ctx->jobs;
+	long pos = ftell(ctx->out);
+	bool go_on;
+
+	pthread_mutex_lock(&jobs->lock);
+	ctx->job->info.seeds_done = done;
+	ctx->job->info.seeds_total = total;
+	ctx->job->info.streamlines = streamlines;
+	if (pos > 0) {
+		jobs->status.spool_bytes += (uint64_t)pos - ctx->job->info.bytes;
+		ctx->job->info.bytes = (uint64_t)pos;
+	}
+	go_on = !ctx->job->cancel_requested && !jobs->stopping;
+	pthread_cond_broadcast(&jobs->progress);
+	pthread_mutex_unlock(&jobs->lock);
+	return go_on;
+}
+
+static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engine_stats *stats,
+		     struct errbuf *err)
+{
+	struct run_ctx ctx = { jobs, job, out };
+	struct engine_options opts = {
+		.memory_budget = jobs->cfg.gpu_memory_budget,
+		.progress = on_progress,
+		.progress_userdata = &ctx,
+	};
+	struct cache_entry volumes;
+	struct seeds *seeds = NULL;
+	struct engine_stats timing = { 0 };
+	bool owned = false;
+	int r = acquire_volumes(jobs, &job->spec, &volumes, &owned, &timing, err);
+
+	if (r < 0)
+		return r;
+	r = engine_seeds_load(&job->spec, volumes.inputs, &seeds, err);
+	if (r == 0) {
+		pthread_mutex_lock(&jobs->lock);
+		job->info.seeds_total = seeds_count(seeds);
+		pthread_mutex_unlock(&jobs->lock);
+		r = engine_run(jobs->gpu, &job->spec, volumes.inputs, volumes.resident, seeds, &opts,
+			       out, stats, err);
+	}
+	stats->load_seconds = timing.load_seconds;
+	stats->upload_seconds = timing.upload_seconds;
+	seeds_free(seeds);
+	if (owned)
+		cache_entry_free(jobs, &volumes);
+	return r;
+}
+
+static int run_job(struct jobs *jobs, struct job *job, struct engine_stats *stats,
+		   struct errbuf *err)
+{
+	char path[1200];
+	FILE *out;
+	int r;
+
+	result_path(jobs, job->info.id, path, sizeof(path));
+	out = fopen(path, "w+b");
+	if (!out)
+		return errbuf_set(err, -errno, "", "cannot create %s: %s", path, strerror(errno));
+	r = track_job(jobs, job, out, stats, err);
+	if (fclose(out) != 0 && r == 0)
+		r = errbuf_set(err, -EIO, "", "cannot write %s", path);
+	return r;
+}
+
+static void finish_job(struct jobs *jobs, struct job *job, int r, const struct engine_stats *stats,
+		       const struct errbuf *err)
+{
+	char path[1200];
+	struct stat st;
+
+	result_path(jobs, job->info.id, path, sizeof(path));
+	pthread_mutex_lock(&jobs->lock);
+	if (stat(path, &st) == 0) {
+		jobs->status.spool_bytes += (uint64_t)st.st_size - job->info.bytes;
+		job->info.bytes = (uint64_t)st.st_size;
+	}
+	job->info.finished = time(NULL);
+	if (r == 0) {
+		job->info.state = JOB_DONE;
+		job->info.stats = *stats;
+		job->info.streamlines = stats->streamlines;
+		job->info.points = stats->points;
+		jobs->status.done_total++;
+		jobs->status.seeds_total += stats->seeds;
+		jobs->status.streamlines_total += stats->streamlines;
+		jobs->status.track_seconds_total += stats->track_seconds;
+	} else if (r == -ECANCELED) {
+		job->info.state = JOB_CANCELLED;
+		jobs->status.cancelled_total++;
+	} else {
+		job->info.state = JOB_FAILED;
+		job->info.error_code = r;
+		job->info.error = *err;
+		jobs->status.failed_total++;
+	}
+	jobspec_free(&job->spec);
+	expire_results(jobs);
+	pthread_cond_broadcast(&jobs->progress);
+	pthread_mutex_unlock(&jobs->lock);
+	if (r == 0)
+		log_info("job=%s done: %llu streamlines from %llu seeds, track %.3f s", job->info.id,
+			 (unsigned long long)stats->streamlines, (unsigned long long)stats->seeds,
+			 stats->track_seconds);
+	else if (r == -ECANCELED)
+		log_info("job=%s cancelled", job->info.id);
+	else
+		log_info("job=%s failed: %s%s%s", job->info.id, err->field, err->field[0] ? ": " : "",
+			 err->message);
+}
+
+/* The oldest queued job, or NULL. Lock held. */
+static struct job *next_queued(struct jobs *jobs)
+{
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		if (jobs->jobs[i]->info.state == JOB_QUEUED)
+			return jobs->jobs[i];
+	return NULL;
+}
+
+static void *worker_main(void *arg)
+{
+	struct jobs *jobs = arg;
+
+	pthread_mutex_lock(&jobs->lock);
+	for (;;) {
+		struct job *job = next_queued(jobs);
+		struct engine_stats stats = { 0 };
+		struct errbuf err = { 0 };
+		int r;
+
+		if (jobs->stopping)
+			break;
+		if (!job) {
+			pthread_cond_wait(&jobs->work, &jobs->lock);
+			continue;
+		}
+		job->info.state = JOB_RUNNING;
+		job->info.started = time(NULL);
+		pthread_cond_broadcast(&jobs->progress);
+		pthread_mutex_unlock(&jobs->lock);
+		log_info("job=%s started", job->info.id);
+		r = run_job(jobs, job, &stats, &err);
+		finish_job(jobs, job, r, &stats, &err);
+		pthread_mutex_lock(&jobs->lock);
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	return NULL;
+}
+
+/* ---- public API ----------------------------------------------------------- */
+
+int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *err)
+{
+	struct jobs *jobs = calloc(1, sizeof(*jobs));
+	int r;
+
+	if (!jobs)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	jobs->cfg = *cfg;
+	pthread_mutex_init(&jobs->lock, NULL);
+	pthread_cond_init(&jobs->work, NULL);
+	pthread_cond_init(&jobs->progress, NULL);
+	snprintf(jobs->spool_dir, sizeof(jobs->spool_dir), "%s/spool", cfg->state_dir);
+	r = make_dir(cfg->state_dir, err);
+	if (r == 0)
+		r = make_dir(jobs->spool_dir, err);
+	if (r == 0)
+		r = gpu_open(&cfg->gpu, &jobs->gpu, err);
+	if (r < 0) {
+		jobs_stop(jobs);
+		return r;
+	}
+	jobs->status.device = *gpu_get_limits(jobs->gpu);
+	jobs->status.cache_budget = cfg->volume_cache_bytes ? cfg->volume_cache_bytes
+							    : jobs->status.device.device_local_bytes / 4;
+	r = pthread_create(&jobs->worker, NULL, worker_main, jobs);
+	if (r != 0) {
+		jobs_stop(jobs);
+		return errbuf_set(err, -r, "", "cannot start the worker thread: %s", strerror(r));
+	}
+	jobs->worker_started = true;
+	*ret = jobs;
+	return 0;
+}
+
+void jobs_stop(struct jobs *jobs)
+{
+	if (!jobs)
+		return;
+	pthread_mutex_lock(&jobs->lock);
+	jobs->stopping = true;
+	for (size_t i = 0; i < jobs->n_jobs; i++) {
+		struct job *job = jobs->jobs[i];
+		if (job->info.state == JOB_QUEUED) {
+			job->info.state = JOB_FAILED;
+			job->info.finished = time(NULL);
+			job->info.error_code = -ESHUTDOWN;
+			errbuf_set(&job->info.error, -ESHUTDOWN, "", "the daemon stopped before the job ran");
+		}
+	}
+	pthread_cond_broadcast(&jobs->work);
+	pthread_cond_broadcast(&jobs->progress);
+	pthread_mutex_unlock(&jobs->lock);
+	if (jobs->worker_started)
+		pthread_join(jobs->worker, NULL);
+	while (jobs->n_cache > 0)
+		cache_evict(jobs, jobs->n_cache - 1);
+	free(jobs->cache);
+	gpu_close(jobs->gpu);
+	for (size_t i = 0; i < jobs->n_jobs; i++) {
+		jobspec_free(&jobs->jobs[i]->spec);
+		free(jobs->jobs[i]);
+	}
+	free(jobs->jobs);
+	pthread_cond_destroy(&jobs->progress);
+	pthread_cond_destroy(&jobs->work);
+	pthread_mutex_destroy(&jobs->lock);
+	free(jobs);
+}
+
+static int new_job_id(char id[JOB_ID_LEN + 1])
+{
+	unsigned char raw[8];
+
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		return -EIO;
+	snprintf(id, JOB_ID_LEN + 1, "j-%02x%02x%02x%02x%02x%02x%02x%02x", raw[0], raw[1], raw[2],
+		 raw[3], raw[4], raw[5], raw[6], raw[7]);
+	return 0;
+}
+
+static uint64_t count_state(const struct jobs *jobs, enum job_state state)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		n += jobs->jobs[i]->info.state == state;
+	return n;
+}
+
+static int add_job(struct jobs *jobs, struct job *job)
+{
+	if (jobs->n_jobs == jobs->cap_jobs) {
+		size_t cap = jobs->cap_jobs ? 2 * jobs->cap_jobs : 64;
+		struct job **grown = realloc(jobs->jobs, sizeof(*grown) * cap);
+		if (!grown)
+			return -ENOMEM;
+		jobs->jobs = grown;
+		jobs->cap_jobs = cap;
+	}
+	jobs->jobs[jobs->n_jobs++] = job;
+	return 0;
+}
+
+int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, struct errbuf *err)
+{
+	struct job *job = calloc(1, sizeof(*job));
+	int r;
+
+	if (!job) {
+		jobspec_free(spec);
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	}
+	job->spec = *spec;
+	memset(spec, 0, sizeof(*spec));
+	job->info.state = JOB_QUEUED;
+	job->info.created = time(NULL);
+	r = new_job_id(job->info.id);
+	pthread_mutex_lock(&jobs->lock);
+	if (r < 0)
+		r = errbuf_set(err, r, "", "cannot draw a job id");
+	else if (jobs->stopping)
+		r = errbuf_set(err, -ESHUTDOWN, "", "the daemon is stopping");
+	else if (count_state(jobs, JOB_QUEUED) >= jobs->cfg.max_queued_jobs)
+		r = errbuf_set(err, -EAGAIN, "", "%llu jobs are queued already (max_queued_jobs)",
+			       (unsigned long long)jobs->cfg.max_queued_jobs);
+	else if (add_job(jobs, job) < 0)
+		r = errbuf_set(err, -ENOMEM, "", "out of memory");
+	if (r == 0) {
+		*ret = job->info;
+		pthread_cond_signal(&jobs->work);
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	if (r < 0) {
+		jobspec_free(&job->spec);
+		free(job);
+		return r;
+	}
+	log_info("job=%s queued", ret->id);
+	return 0;
+}
+
+int jobs_get(struct jobs *jobs, const char *id, struct job_info *ret)
+{
+	struct job *job;
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&jobs->lock);
+	job = find_job(jobs, id);
+	if (job) {
+		*ret = job->info;
+		r = 0;
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	return r;
+}
+
+int jobs_list(struct jobs *jobs, struct job_info **ret, size_t *n)
+{
+	struct job_info *list;
+
+	pthread_mutex_lock(&jobs->lock);
+	list = malloc(sizeof(*list) * (jobs->n_jobs ? jobs->n_jobs : 1));
+	if (list)
+		for (size_t i = 0; i < jobs->n_jobs; i++)
+			list[i] = jobs->jobs[jobs->n_jobs - 1 - i]->info;
+	*n = jobs->n_jobs;
+	pthread_mutex_unlock(&jobs->lock);
+	if (!list)
+		return -ENOMEM;
+	*ret = list;
+	return 0;
+}
+
+static void delete_job(struct jobs *jobs, struct job *job)
+{
+	for (size_t i = 0; i < jobs->n_jobs; i++) {
+		if (jobs->jobs[i] == job) {
+			memmove(&jobs->jobs[i], &jobs->jobs[i + 1],
+				sizeof(*jobs->jobs) * (jobs->n_jobs - i - 1));
+			jobs->n_jobs--;
+			break;
+		}
+	}
+	remove_result(jobs, job);
+	jobspec_free(&job->spec);
+	free(job);
+}
+
+int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret)
+{
+	struct job *job;
+	int r;
+
+	pthread_mutex_lock(&jobs->lock);
+	job = find_job(jobs, id);
+	if (!job) {
+		r = -ENOENT;
+	} else if (job_ended(job)) {
+		log_info("job=%s deleted", id);
+		delete_job(jobs, job);
+		r = 1;
+	} else {
+		job->cancel_requested = true;
+		if (job->info.state == JOB_QUEUED) {
+			job->info.state = JOB_CANCELLED;
+			job->info.finished = time(NULL);
+			jobs->status.cancelled_total++;
+			jobspec_free(&job->spec);
+			log_info("job=%s cancelled while queued", id);
+		}
+		pthread_cond_broadcast(&jobs->progress);
+		*ret = job->info;
+		r = 0;
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	return r;
+}
+
+int jobs_wait(struct jobs *jobs, const char *id, uint64_t have_bytes, int timeout_ms,
+	      struct job_info *ret)
+{
+	struct timespec deadline;
+	struct job *job;
+	int r = 0;
+
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += timeout_ms / 1000;
+	deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (deadline.tv_nsec >= 1000000000L) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&jobs->lock);
+	for (;;) {
+		job = find_job(jobs, id);
+		if (!job) {
+			r = -ENOENT;
+			break;
+		}
+		if (job->info.bytes > have_bytes || job_ended(job) ||
+		    pthread_cond_timedwait(&jobs->progress, &jobs->lock, &deadline) == ETIMEDOUT) {
+			*ret = job->info;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	return r;
+}
+
+int jobs_result_path(struct jobs *jobs, const char *id, char *path, size_t len)
+{
+	result_path(jobs, id, path, len);
+	return 0;
+}
+
+void jobs_status(struct jobs *jobs, struct jobs_status *ret)
+{
+	pthread_mutex_lock(&jobs->lock);
+	*ret = jobs->status;
+	ret->queued = count_state(jobs, JOB_QUEUED);
+	ret->running = count_state(jobs, JOB_RUNNING);
+	pthread_mutex_unlock(&jobs->lock);
+}

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jobs: the daemon's job queue, job states and result spool.
+ *
+ * Owns every job (its validated spec, state, progress and error), the FIFO
+ * queue, the worker thread that runs jobs one at a time on the GPU, the warm
+ * state that thread keeps between jobs (the Vulkan context with its compiled
+ * pipelines, and an LRU cache of uploaded volumes under a GPU-memory budget),
+ * and the spool directory where each job's TRK is written as it is produced.
+ * A finished result stays in the spool until it expires (age or spool size)
+ * or its job is deleted; clients that disconnect fetch it later.
+ *
+ * Thread-safety: every function may be called from any thread (the HTTP
+ * threads); one mutex guards the registry, a condition variable wakes
+ * followers when a job makes progress. Logs each job's start, end and
+ * failure at info level with job=<id>.
+ */
+#ifndef TRACTD_JOBS_H
+#define TRACTD_JOBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "engine.h"
+#include "errbuf.h"
+#include "gpu.h"
+#include "jobspec.h"
+
+#define JOB_ID_LEN 18   /* "j-" and 16 hex digits */
+
+struct jobs;
+
+enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELLED };
+
+/* A snapshot of one job, copied out under the lock. */
+struct job_info {
+	char id[JOB_ID_LEN + 1];
+	enum job_state state;
+	time_t created, started, finished;   /* 0 until it happens */
+	uint64_t seeds_done, seeds_total, streamlines, points;
+	uint64_t bytes;            /* TRK bytes in the spool, whole records only */
+	bool expired;              /* the result was removed from the spool */
+	struct engine_stats stats; /* when done */
+	int error_code;            /* negative errno when failed */
+	struct errbuf error;       /* when failed: field and reason */
+};
+
+struct jobs_config {
+	const char *state_dir;        /* the spool is <state_dir>/spool */
+	uint64_t max_queued_jobs;
+	uint64_t spool_max_bytes;
+	uint64_t result_ttl_seconds;
+	struct gpu_options gpu;
+	uint64_t gpu_memory_budget;   /* per job, 0 = engine default */
+	uint64_t volume_cache_bytes;  /* 0 = a quarter of the device memory */
+};
+
+struct jobs_status {
+	uint64_t queued, running;
+	uint64_t done_total, failed_total, cancelled_total;
+	uint64_t seeds_total, streamlines_total;
+	double track_seconds_total;
+	uint64_t cache_hits, cache_misses, cache_entries, cache_bytes, cache_budget;
+	uint64_t spool_bytes;
+	struct gpu_limits device;
+};
+
+const char *jobs_state_name(enum job_state state);
+
+/* Opens the GPU (kept for the daemon's life), creates the spool, removes
+ * leftovers of an earlier run and starts the worker. */
+int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *err);
+
+/* Cancels the running job within a chunk, fails queued ones ("shutting
+ * down"), joins the worker and frees everything. Finished results stay on
+ * disk. Accepts NULL. */
+void jobs_stop(struct jobs *jobs);
+
+/* Queues spec (taken over: freed by jobs, also on failure) and fills *ret.
+ * -EAGAIN when max_queued_jobs are waiting, -ESHUTDOWN when stopping. */
+int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, struct errbuf *err);
+
+/* -ENOENT for an unknown id. */
+int jobs_get(struct jobs *jobs, const char *id, struct job_info *ret);
+
+/* All jobs, newest first; *ret is malloc'd (free it). */
+int jobs_list(struct jobs *jobs, struct job_info **ret, size_t *n);
+
+/* Queued or running: cancels (returns 0, *ret is the job). Finished: deletes
+ * the job and its result (returns 1). -ENOENT for an unknown id. */
+int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret);
+
+/* Waits until the job has more than have_bytes in the spool, or has ended,
+ * or timeout_ms passed; fills *ret either way. -ENOENT for an unknown id. */
+int jobs_wait(struct jobs *jobs, const char *id, uint64_t have_bytes, int timeout_ms,
+	      struct job_info *ret);
+
+/* The spool file of a job (exists once the job has started). */
+int jobs_result_path(struct jobs *jobs, const char *id, char *path, size_t len);
+
+void jobs_status(struct jobs *jobs, struct jobs_status *ret);
+
+#endif

@@ -1,0 +1,415 @@
+/* SPDX-License-Identifier: MIT */
+/* store: content-addressed volume storage on disk (see store.h). */
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#define ID_PREFIX "sha256:"
+#define ID_PREFIX_LEN (sizeof(ID_PREFIX) - 1)
+#define HEX_LEN 64
+#define DIGEST_LEN 32
+#define VOLUMES_DIR "volumes"
+#define TMP_NAME ".tmp-XXXXXX"
+#define NAME_MAX_LEN (HEX_LEN + 8)   /* hex digits and the longest extension */
+
+_Static_assert(STORE_ID_LEN == ID_PREFIX_LEN + HEX_LEN, "an id is the prefix and the hex digest");
+
+/* Where the format magics sit: NIfTI-1 ends its 348-byte header with "n+1\0";
+ * NIfTI-2 puts "n+2\0" (then "\r\n\032\n") right after the 4-byte sizeof_hdr.
+ * libnifti accepts a file on those four bytes, so they are what we check. */
+#define NIFTI1_MAGIC_AT 344
+#define NIFTI2_MAGIC_AT 4
+#define MAGIC_LEN 4
+#define HEAD_LEN (NIFTI1_MAGIC_AT + MAGIC_LEN)
+
+static const struct {
+	const char *name;
+	const char *ext;
+} kinds[] = {
+	[STORE_NIFTI] = { "nifti", ".nii" },
+	[STORE_NIFTI_GZ] = { "nifti-gz", ".nii.gz" },
+	[STORE_TEXT] = { "text", ".txt" },
+};
+
+#define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
+
+struct store {
+	int dir_fd;     /* <root>/volumes, for fsync and the *at() calls */
+	char dir[];     /* its path, for mkstemp and the paths handed out */
+};
+
+struct store_writer {
+	struct store *store;
+	int fd;
+	bool tmp_exists;        /* the temporary file is still to be removed */
+	EVP_MD_CTX *md;
+	uint64_t bytes;
+	uint64_t max_bytes;
+	int error;              /* first failure; later calls repeat it */
+	bool text;              /* every byte so far is printable ASCII or whitespace */
+	unsigned char head[HEAD_LEN];   /* the first bytes, where the magics are */
+	char tmp[];             /* path of the temporary file */
+};
+
+const char *store_kind_name(enum store_kind kind)
+{
+	return (unsigned)kind < N_KINDS ? kinds[kind].name : "unknown";
+}
+
+/* ---- opening ---- */
+
+/* mkdir -p: a fresh account may lack ~/.local/state, the default's parent. */
+static int make_dirs(const char *path, mode_t mode, struct errbuf *err)
+{
+	char *copy = strdup(path);
+	int rc = 0;
+
+	if (!copy)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	for (char *p = copy + 1; rc == 0; p++) {
+		char c = *p;
+
+		if (c != '/' && c != '\0')
+			continue;
+		*p = '\0';
+		if (mkdir(copy, mode) < 0 && errno != EEXIST)
+			rc = errbuf_set(err, -errno, "", "cannot create directory %s: %s", copy,
+					strerror(errno));
+		if (c == '\0')
+			break;
+		*p = c;
+	}
+	free(copy);
+	return rc;
+}
+
+int store_open(const char *root, struct store **ret, struct errbuf *err)
+{
+	size_t len = strlen(root) + sizeof("/" VOLUMES_DIR);
+	struct store *s;
+	int rc;
+
+	*ret = NULL;
+	s = malloc(sizeof(*s) + len);
+	if (!s)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	snprintf(s->dir, len, "%s/%s", root, VOLUMES_DIR);
+	rc = make_dirs(s->dir, 0700, err);
+	if (rc == 0) {
+		s->dir_fd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (s->dir_fd < 0)
+			rc = errbuf_set(err, -errno, "", "cannot open %s: %s", s->dir,
+					strerror(errno));
+	}
+	if (rc < 0) {
+		free(s);
+		return rc;
+	}
+	*ret = s;
+	return 0;
+}
+
+void store_close(struct store *s)
+{
+	if (!s)
+		return;
+	close(s->dir_fd);
+	free(s);
+}
+
+/* ---- writing ---- */
+
+static void writer_free(struct store_writer *w)
+{
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->tmp_exists)
+		unlink(w->tmp);
+	EVP_MD_CTX_free(w->md);
+	free(w);
+}
+
+int store_writer_new(struct store *s, uint64_t max_bytes, struct store_writer **ret,
+		     struct errbuf *err)
+{
+	size_t len = strlen(s->dir) + sizeof("/" TMP_NAME);
+	struct store_writer *w;
+	int rc;
+
+	*ret = NULL;
+	w = calloc(1, sizeof(*w) + len);
+	if (!w)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	w->store = s;
+	w->max_bytes = max_bytes;
+	w->text = true;
+	snprintf(w->tmp, len, "%s/%s", s->dir, TMP_NAME);
+	w->fd = mkostemp(w->tmp, O_CLOEXEC);
+	if (w->fd < 0) {
+		rc = errbuf_set(err, -EIO, "", "cannot create a file in %s: %s", s->dir,
+				strerror(errno));
+		writer_free(w);
+		return rc;
+	}
+	w->tmp_exists = true;
+	w->md = EVP_MD_CTX_new();
+	if (!w->md || EVP_DigestInit_ex(w->md, EVP_sha256(), NULL) != 1) {
+		writer_free(w);
+		return errbuf_set(err, -ENOMEM, "", "cannot set up SHA-256");
+	}
+	*ret = w;
+	return 0;
+}
+
+static bool is_text_byte(unsigned char c)
+{
+	return (c >= 0x20 && c < 0x7f) || c == '\t' || c == '\n' || c == '\r' || c == '\v' ||
+	       c == '\f';
+}
+
+/* Classifies as the bytes pass, so finishing never re-reads the file. */
+static void note_content(struct store_writer *w, const unsigned char *p, size_t len)
+{
+	if (w->bytes < HEAD_LEN) {
+		size_t n = HEAD_LEN - (size_t)w->bytes;
+
+		memcpy(w->head + w->bytes, p, len < n ? len : n);
+	}
+	for (size_t i = 0; w->text && i < len; i++)
+		w->text = is_text_byte(p[i]);
+}
+
+static int write_all(int fd, const unsigned char *p, size_t len)
+{
+	while (len) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Records the first failure so that finish reports it too. */
+static int writer_fail(struct store_writer *w, int code, struct errbuf *err, const char *why)
+{
+	w->error = code;
+	return errbuf_set(err, code, "", "%s", why);
+}
+
+int store_writer_append(struct store_writer *w, const void *data, size_t len, struct errbuf *err)
+{
+	char why[160];
+	int rc;
+
+	if (w->error)
+		return errbuf_set(err, w->error, "", "the upload has already failed");
+	if (len > w->max_bytes - w->bytes) {
+		snprintf(why, sizeof(why), "the upload is larger than the limit of %llu bytes",
+			 (unsigned long long)w->max_bytes);
+		return writer_fail(w, -EFBIG, err, why);
+	}
+	if (len == 0)
+		return 0;
+	note_content(w, data, len);
+	if (EVP_DigestUpdate(w->md, data, len) != 1)
+		return writer_fail(w, -EIO, err, "SHA-256 update failed");
+	rc = write_all(w->fd, data, len);
+	if (rc < 0) {
+		snprintf(why, sizeof(why), "cannot write the upload: %s", strerror(-rc));
+		return writer_fail(w, -EIO, err, why);
+	}
+	w->bytes += len;
+	return 0;
+}
+
+static int classify(const struct store_writer *w, enum store_kind *kind, struct errbuf *err)
+{
+	if (w->bytes == 0)
+		return errbuf_set(err, -EINVAL, "", "the upload is empty");
+	if (w->bytes >= 2 && w->head[0] == 0x1f && w->head[1] == 0x8b)
+		*kind = STORE_NIFTI_GZ;
+	else if (w->bytes >= HEAD_LEN && (!memcmp(w->head + NIFTI1_MAGIC_AT, "n+1", MAGIC_LEN) ||
+					  !memcmp(w->head + NIFTI2_MAGIC_AT, "n+2", MAGIC_LEN)))
+		*kind = STORE_NIFTI;
+	else if (w->text)
+		*kind = STORE_TEXT;
+	else
+		return errbuf_set(err, -EMEDIUMTYPE, "",
+				  "the upload is neither NIfTI-1/-2 (.nii, .nii.gz) nor text");
+	return 0;
+}
+
+static int digest_hex(struct store_writer *w, char hex[HEX_LEN + 1], struct errbuf *err)
+{
+	static const char digits[] = "0123456789abcdef";
+	unsigned char md[DIGEST_LEN];
+	unsigned int len = 0;
+
+	if (EVP_DigestFinal_ex(w->md, md, &len) != 1 || len != DIGEST_LEN)
+		return errbuf_set(err, -EIO, "", "SHA-256 failed");
+	for (unsigned int i = 0; i < DIGEST_LEN; i++) {
+		hex[2 * i] = digits[md[i] >> 4];
+		hex[2 * i + 1] = digits[md[i] & 0xf];
+	}
+	hex[HEX_LEN] = '\0';
+	return 0;
+}
+
+/* The data reach the disk before the name does, so a crash never leaves a
+ * volume whose bytes do not match its id. */
+static int sync_file(struct store_writer *w, struct errbuf *err)
+{
+	int fd = w->fd;
+
+	w->fd = -1;
+	if (fsync(fd) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return errbuf_set(err, -EIO, "", "cannot sync the upload: %s", strerror(-rc));
+	}
+	if (close(fd) < 0)
+		return errbuf_set(err, -EIO, "", "cannot close the upload: %s", strerror(errno));
+	return 0;
+}
+
+/* Moves the file to name unless that exists: 1 when moved, 0 when it existed.
+ * RENAME_NOREPLACE makes that one atomic step, so concurrent uploads of the
+ * same bytes agree on which one was new; filesystems without it (NFS) get
+ * link(), which fails on an existing name just the same. */
+static int move_into_place(struct store_writer *w, const char *name)
+{
+	int dir_fd = w->store->dir_fd;
+
+	if (renameat2(AT_FDCWD, w->tmp, dir_fd, name, RENAME_NOREPLACE) == 0) {
+		w->tmp_exists = false;
+		return 1;
+	}
+	if (errno == EINVAL || errno == ENOSYS) {
+		if (linkat(AT_FDCWD, w->tmp, dir_fd, name, 0) == 0)
+			return 1;
+	}
+	return errno == EEXIST ? 0 : -errno;
+}
+
+static int publish(struct store_writer *w, const char *hex, enum store_kind kind,
+		   struct errbuf *err)
+{
+	char name[NAME_MAX_LEN + 1];
+	int rc;
+
+	snprintf(name, sizeof(name), "%s%s", hex, kinds[kind].ext);
+	rc = move_into_place(w, name);
+	if (rc < 0)
+		return errbuf_set(err, -EIO, "", "cannot store %s in %s: %s", name, w->store->dir,
+				  strerror(-rc));
+	if (rc == 1 && fsync(w->store->dir_fd) < 0)
+		return errbuf_set(err, -EIO, "", "cannot sync %s: %s", w->store->dir,
+				  strerror(errno));
+	return rc;
+}
+
+static int finish(struct store_writer *w, struct store_entry *ret, struct errbuf *err)
+{
+	char hex[HEX_LEN + 1];
+	enum store_kind kind = STORE_TEXT;
+	int rc;
+
+	if (w->error)
+		return errbuf_set(err, w->error, "", "the upload has already failed");
+	rc = classify(w, &kind, err);
+	if (rc == 0)
+		rc = digest_hex(w, hex, err);
+	if (rc == 0)
+		rc = sync_file(w, err);
+	if (rc == 0)
+		rc = publish(w, hex, kind, err);
+	if (rc < 0)
+		return rc;
+	snprintf(ret->id, sizeof(ret->id), ID_PREFIX "%s", hex);
+	ret->bytes = w->bytes;
+	ret->kind = kind;
+	return rc;
+}
+
+int store_writer_finish(struct store_writer *w, struct store_entry *ret, struct errbuf *err)
+{
+	int rc = finish(w, ret, err);
+
+	writer_free(w);
+	return rc;
+}
+
+void store_writer_abort(struct store_writer *w)
+{
+	if (w)
+		writer_free(w);
+}
+
+/* ---- lookup ---- */
+
+static bool valid_id(const char *id)
+{
+	if (strlen(id) != STORE_ID_LEN || strncmp(id, ID_PREFIX, ID_PREFIX_LEN) != 0)
+		return false;
+	for (const char *p = id + ID_PREFIX_LEN; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+/* The kind whose file exists, with its name in name[], or -ENOENT. */
+static int find_volume(const struct store *s, const char *hex, char name[NAME_MAX_LEN + 1],
+		       struct stat *st, struct errbuf *err)
+{
+	for (size_t k = 0; k < N_KINDS; k++) {
+		snprintf(name, NAME_MAX_LEN + 1, "%s%s", hex, kinds[k].ext);
+		if (fstatat(s->dir_fd, name, st, 0) == 0) {
+			if (S_ISREG(st->st_mode))
+				return (int)k;
+		} else if (errno != ENOENT) {
+			return errbuf_set(err, -EIO, "", "cannot look up %s in %s: %s", name,
+					  s->dir, strerror(errno));
+		}
+	}
+	return -ENOENT;
+}
+
+int store_lookup(struct store *s, const char *id, struct store_entry *ret, char *path,
+		 size_t path_len, struct errbuf *err)
+{
+	char name[NAME_MAX_LEN + 1];
+	struct stat st;
+	int kind;
+
+	if (!valid_id(id))
+		return errbuf_set(err, -EINVAL, "",
+				  "malformed volume id '%.80s': expected \"sha256:\" and 64 "
+				  "lowercase hex digits", id);
+	kind = find_volume(s, id + ID_PREFIX_LEN, name, &st, err);
+	if (kind == -ENOENT)
+		return errbuf_set(err, -ENOENT, "", "no volume %s", id);
+	if (kind < 0)
+		return kind;
+	if (path && (size_t)snprintf(path, path_len, "%s/%s", s->dir, name) >= path_len)
+		return errbuf_set(err, -ENAMETOOLONG, "", "the path of %s is too long", id);
+	/* memmove: callers may look up the id of the entry they pass as ret. */
+	memmove(ret->id, id, sizeof(ret->id));
+	ret->bytes = (uint64_t)st.st_size;
+	ret->kind = (enum store_kind)kind;
+	return 0;
+}

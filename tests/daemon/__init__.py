@@ -1,0 +1,1 @@
+"""Integration tests of `tractd serve` (see conftest.py)."""
