@@ -58,3 +58,42 @@ for c in $cases; do
 		       c, g, s, n, sl, n / t, p / t, l, u, co, t, w }'
 done
 echo "device: $device (times in seconds, second run of each case; steps = points written)"
+
+# The daemon keeps pipelines and uploaded volumes warm: the same job twice,
+# the second one reads and uploads nothing. BENCH_DAEMON_CASE picks the phantom.
+daemon_case=${BENCH_DAEMON_CASE:-small}
+ph="$dir/$daemon_case"
+if [ -f "$ph/job.json" ] && command -v curl >/dev/null; then
+	sock="$dir/bench.sock"
+	"$tractd" serve --listen-unix "$sock" --state-dir "$dir/state" --set log_level=warning &
+	pid=$!
+	trap 'kill $pid 2>/dev/null' EXIT
+	for _ in $(seq 50); do curl -sf --unix-socket "$sock" http://localhost/healthz >/dev/null && break; sleep 0.2; done
+	upload() { curl -sf --unix-socket "$sock" --data-binary @"$1" http://localhost/v1/volumes |
+		sed -n 's/.*"id":"\([^"]*\)".*/\1/p'; }
+	ext=$(ls "$ph"/odf.nii* | sed 's/.*odf//')
+	odf=$(upload "$ph/odf$ext"); fa=$(upload "$ph/fa$ext"); roi=$(upload "$ph/seed_roi$ext")
+	seeds=$(sed -n 's/.*"count": *\([0-9]*\).*/\1/p' "$ph/job.json" | head -n 1)
+	sphere=$(sed -n 's/.*"sphere": *"\([^"]*\)".*/\1/p' "$ph/job.json" | head -n 1)
+	printf '{"inputs":{"odf":"%s","stop_map":"%s"},"seeds":{"roi":"%s","count":%s},"tracking":{"sphere":"%s"}}' \
+		"$odf" "$fa" "$roi" "$seeds" "$sphere" > "$dir/daemon-job.json"
+	echo
+	echo "daemon, $daemon_case phantom, same job twice (seconds):"
+	for run in first second; do
+		id=$(curl -sf --unix-socket "$sock" --data-binary @"$dir/daemon-job.json" \
+			http://localhost/v1/jobs | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
+		until curl -sf --unix-socket "$sock" "http://localhost/v1/jobs/$id" | grep -q '"status":"done"'; do
+			sleep 0.1
+		done
+		curl -sf --unix-socket "$sock" "http://localhost/v1/jobs/$id" > "$dir/daemon-$run.json"
+		awk -v r="$run" -v l="$(json_number "$dir/daemon-$run.json" load)" \
+		    -v u="$(json_number "$dir/daemon-$run.json" upload)" \
+		    -v c="$(json_number "$dir/daemon-$run.json" compile)" \
+		    -v t="$(json_number "$dir/daemon-$run.json" track)" 'BEGIN {
+			printf "  %-6s job: load %.3f, upload %.3f, compile %.3f, track %.3f\n", r, l, u, c, t }'
+	done
+	curl -sf --unix-socket "$sock" http://localhost/v1/device | sed 's/.*"cache":\({[^}]*}\).*/  cache: \1/'
+	kill $pid
+	wait $pid 2>/dev/null || true
+	trap - EXIT
+fi
