@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * log: leveled logging to stderr (the daemon issue adds the journal).
+ * log: leveled logging to stderr, with syslog priority prefixes when stderr
+ * is the systemd journal.
  *
  * Only the top layers (main, engine) log at info and above; data modules
  * (volume, sphere, seeds, trk, gpu) log at debug only and report failures to
