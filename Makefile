@@ -44,8 +44,16 @@ SHADER_SRC = $(sort $(wildcard shaders/*.comp shaders/*.glsl))
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
+# tractctl shares nothing with the daemon but proto/ (no -Idaemon).
+CLIENT_PKGS = libcurl jansson libcrypto
+CLIENT_SRC = $(wildcard client/*.c)
+CLIENT_OBJ = $(patsubst client/%.c,$(BUILD)/client/%.o,$(CLIENT_SRC))
+CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+	-Wmissing-prototypes $(shell pkg-config --cflags $(CLIENT_PKGS) 2>/dev/null) $(SANFLAGS) $(CFLAGS)
+CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
+
 .PHONY: all check check-unit check-asan check-python demo bench install clean
-all: $(BUILD)/tractd
+all: $(BUILD)/tractd $(BUILD)/tractctl
 
 $(BUILD)/daemon/%.o: daemon/%.c $(wildcard daemon/*.h) proto/errors.def | $(BUILD)/daemon
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -68,7 +76,13 @@ $(BUILD)/tractd: $(BUILD)/daemon/main.o $(BUILD)/libtractd.a
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtractd.a | $(BUILD)/tests
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libtractd.a $(LIBS) -lcmocka
 
-$(BUILD) $(BUILD)/daemon $(BUILD)/tests:
+$(BUILD)/client/%.o: client/%.c $(wildcard client/*.h) | $(BUILD)/client
+	$(CC) $(CLIENT_CFLAGS) -c -o $@ $<
+
+$(BUILD)/tractctl: $(CLIENT_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
+
+$(BUILD) $(BUILD)/daemon $(BUILD)/tests $(BUILD)/client:
 	mkdir -p $@
 
 # Unit tests (no GPU). Each binary is a cmocka suite.
@@ -76,17 +90,18 @@ check-unit: $(UNIT_BIN)
 	@set -e; for t in $(UNIT_BIN); do echo "== $$t"; $$t; done
 
 # The whole suite: unit tests, then an ASan/UBSan pass over the unit tests and
-# the bad-input cases, then the engine tests on lavapipe and the DIPY parity
-# tests (pytest).
+# the bad-input cases, then the engine tests on lavapipe, the DIPY parity
+# tests and the daemon's integration tests (pytest).
 check: all check-unit
 	$(MAKE) --no-print-directory SANITIZE=1 check-asan
 	$(MAKE) --no-print-directory check-python
 
-check-asan: $(BUILD)/tractd check-unit
+check-asan: $(BUILD)/tractd $(BUILD)/tractctl check-unit
 
 check-python: all
 	TRACTD=$(abspath build/tractd) TRACTD_ASAN=$(abspath build-asan/tractd) \
-		$(PYTHON) -m pytest -q tests/parity tests/engine
+		TRACTCTL=$(abspath build/tractctl) \
+		$(PYTHON) -m pytest -q tests/parity tests/engine tests/daemon
 
 demo: all
 	scripts/demo.sh $(BUILD)/tractd
@@ -99,6 +114,7 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 
 install: all
 	install -Dm755 $(BUILD)/tractd $(DESTDIR)$(BINDIR)/tractd
+	install -Dm755 $(BUILD)/tractctl $(DESTDIR)$(BINDIR)/tractctl
 	sed 's|/usr/local/bin/tractd|$(BINDIR)/tractd|' systemd/tractd.service > $(BUILD)/tractd.service
 	install -Dm644 $(BUILD)/tractd.service $(DESTDIR)$(UNITDIR)/tractd.service
 	install -Dm644 systemd/tractd.socket $(DESTDIR)$(UNITDIR)/tractd.socket

@@ -69,10 +69,16 @@ if [ -f "$ph/job.json" ] && command -v curl >/dev/null; then
 	pid=$!
 	trap 'kill $pid 2>/dev/null' EXIT
 	for _ in $(seq 50); do curl -sf --unix-socket "$sock" http://localhost/healthz >/dev/null && break; sleep 0.2; done
-	upload() { curl -sf --unix-socket "$sock" --data-binary @"$1" http://localhost/v1/volumes |
+	# -T streams the file (--data-binary @file would hold it all in memory).
+	upload() { curl -sf --unix-socket "$sock" -X POST -T "$1" http://localhost/v1/volumes |
 		sed -n 's/.*"id":"\([^"]*\)".*/\1/p'; }
 	ext=$(ls "$ph"/odf.nii* | sed 's/.*odf//')
 	odf=$(upload "$ph/odf$ext"); fa=$(upload "$ph/fa$ext"); roi=$(upload "$ph/seed_roi$ext")
+	if [ -z "$odf" ] || [ -z "$fa" ] || [ -z "$roi" ]; then
+		echo "daemon: uploading the $daemon_case phantom failed" >&2
+		kill $pid
+		exit 1
+	fi
 	seeds=$(sed -n 's/.*"count": *\([0-9]*\).*/\1/p' "$ph/job.json" | head -n 1)
 	sphere=$(sed -n 's/.*"sphere": *"\([^"]*\)".*/\1/p' "$ph/job.json" | head -n 1)
 	printf '{"inputs":{"odf":"%s","stop_map":"%s"},"seeds":{"roi":"%s","count":%s},"tracking":{"sphere":"%s"}}' \
@@ -82,7 +88,9 @@ if [ -f "$ph/job.json" ] && command -v curl >/dev/null; then
 	for run in first second; do
 		id=$(curl -sf --unix-socket "$sock" --data-binary @"$dir/daemon-job.json" \
 			http://localhost/v1/jobs | sed -n 's/.*"id":"\([^"]*\)".*/\1/p')
-		until curl -sf --unix-socket "$sock" "http://localhost/v1/jobs/$id" | grep -q '"status":"done"'; do
+		for _ in $(seq 3000); do
+			curl -sf --unix-socket "$sock" "http://localhost/v1/jobs/$id" |
+				grep -q '"status":"\(done\|failed\|cancelled\)"' && break
 			sleep 0.1
 		done
 		curl -sf --unix-socket "$sock" "http://localhost/v1/jobs/$id" > "$dir/daemon-$run.json"

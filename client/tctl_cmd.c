@@ -89,7 +89,8 @@ static int wait_for_end(struct http_client *c, const char *id, json_t **ret)
 	return code;
 }
 
-/* The exit status of an ended job; says why when it is not done. */
+/* The exit status of a job that has ended (job_has_ended); says why when it
+ * is not done. */
 static int job_outcome(const char *id, const json_t *job)
 {
 	const char *status = json_string_value(json_object_get(job, "status"));
@@ -148,8 +149,9 @@ static void cancel_after_interrupt(struct http_client *c, const char *id)
 	json_t *answer = NULL;
 
 	http_ignore_interrupts(c);
+	/* 204, no answer: the job had ended already, and was deleted. */
 	if (path && http_delete(c, path, &answer) == TCTL_EXIT_OK)
-		msg_info("interrupted: job %s cancelled", id);
+		msg_info("interrupted: job %s %s", id, answer ? "cancelled" : "deleted");
 	else
 		msg_note("job %s may still be running: 'tractctl cancel %s'", id, id);
 	json_decref(answer);
@@ -283,19 +285,19 @@ int cmd_wait(struct http_client *c, const struct tctl_args *args)
 	const char *id = args->operand;
 	json_t *job = NULL;
 	char result[512];
-	int code = wait_for_end(c, id, &job), printed = TCTL_EXIT_OK;
+	int code = wait_for_end(c, id, &job), print_code = TCTL_EXIT_OK;
 
 	if (code != TCTL_EXIT_OK)
 		return code;
 	code = job_outcome(id, job);
 	if (args->json) {
-		printed = print_json(job);
+		print_code = print_json(job);
 	} else if (code == TCTL_EXIT_OK) {
 		describe_result(job, result, sizeof(result));
 		msg_info("%s: done: %s", id, result);
 	}
 	json_decref(job);
-	return code != TCTL_EXIT_OK ? code : printed;
+	return code != TCTL_EXIT_OK ? code : print_code;
 }
 
 /* The tractogram stream also ends when a running job fails: the job's final

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tctl_interrupt: SIGINT and SIGTERM. The first one only sets a flag that
- * transfers, loops and sleeps check, so that `track` can cancel its job
- * before it exits; SA_RESETHAND makes a second one kill tractctl as usual,
- * which is the way out should the cancel request itself hang.
+ * tctl_interrupt: SIGINT, SIGTERM and SIGHUP (the terminal closed). The
+ * first of them only sets a flag that transfers, loops and sleeps check, so
+ * that `track` can cancel its job and remove its temporary file before it
+ * exits; SA_RESETHAND makes a second one kill tractctl as usual, which is
+ * the way out should the cancel request itself hang.
  */
 #include <errno.h>
 #include <signal.h>
@@ -23,7 +24,7 @@ int interrupt_install(void)
 	struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESETHAND };
 
 	if (sigemptyset(&sa.sa_mask) < 0 || sigaction(SIGINT, &sa, NULL) < 0 ||
-	    sigaction(SIGTERM, &sa, NULL) < 0)
+	    sigaction(SIGTERM, &sa, NULL) < 0 || sigaction(SIGHUP, &sa, NULL) < 0)
 		return -errno;
 	return 0;
 }

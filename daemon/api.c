@@ -169,6 +169,37 @@ static enum api_error job_error_kind(const struct job_info *info)
 	return ERR_INVALID_INPUT;
 }
 
+/* Messages about a job's inputs name the files the engine read: stored
+ * volumes appear as ".../volumes/<hex>.nii.gz". Show the client the id it
+ * sent (sha256:<hex>) instead of the server's path. */
+static void volume_ids_for_paths(const char *in, char *out, size_t len)
+{
+	static const char hexdigits[] = "0123456789abcdef";
+	const char *p = in;
+	size_t o = 0;
+
+	for (;;) {
+		const char *tag = strstr(p, "/volumes/");
+		const char *start, *hex;
+
+		if (!tag || strspn(tag + 9, hexdigits) < 64) {
+			size_t n = tag ? (size_t)(tag + 9 - p) : strlen(p);
+			o += (size_t)snprintf(out + o, len - o, "%.*s", (int)n, p);
+			if (!tag || o >= len)
+				break;
+			p = tag + 9;
+			continue;
+		}
+		hex = tag + 9;
+		for (start = tag; start > p && start[-1] != ' ' && start[-1] != '\''; start--)
+			;
+		o += (size_t)snprintf(out + o, len - o, "%.*ssha256:%.64s", (int)(start - p), p, hex);
+		if (o >= len)
+			break;
+		p = hex + 64 + strspn(hex + 64, ".niigztx");
+	}
+}
+
 static json_t *job_to_json(const struct job_info *info)
 {
 	json_t *doc = json_pack("{s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id", info->id,
@@ -192,10 +223,13 @@ static json_t *job_to_json(const struct job_info *info)
 		json_object_set_new(doc, "result", json_null());
 		json_object_set_new(doc, "seconds", json_null());
 	}
-	if (info->state == JOB_FAILED)
+	if (info->state == JOB_FAILED) {
+		char message[sizeof(info->error.message) + 64];
+		volume_ids_for_paths(info->error.message, message, sizeof(message));
 		json_object_set_new(doc, "error", json_pack("{s:s, s:s, s:s}", "code",
 				    error_code(job_error_kind(info)), "field", info->error.field,
-				    "message", info->error.message));
+				    "message", message));
+	}
 	else
 		json_object_set_new(doc, "error", json_null());
 	return doc;
@@ -636,8 +670,10 @@ static bool method_allowed(enum route route, const char *method)
 	const char *allowed = allowed_methods(route);
 	size_t n = strlen(method);
 
+	/* The list reads "A, B": a match must start the list or follow ", ". */
 	for (const char *p = strstr(allowed, method); p; p = strstr(p + 1, method))
-		if ((p == allowed || p[-2] == ',') && (p[n] == '\0' || p[n] == ','))
+		if ((p == allowed || (p - allowed >= 2 && p[-2] == ',')) &&
+		    (p[n] == '\0' || p[n] == ','))
 			return true;
 	return false;
 }
@@ -805,11 +841,11 @@ static struct MHD_Daemon *start_daemon(struct api *api, int fd)
 	return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
 				MHD_USE_ERROR_LOG | MHD_USE_ITC,
 				0, NULL, NULL, on_request, api,
+				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
 				MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
 				MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONNECTION_LIMIT,
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)CONNECTION_TIMEOUT_S,
-				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
 				MHD_OPTION_END);
 }
 

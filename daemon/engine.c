@@ -28,6 +28,7 @@
 
 #define MIN_WORK_BUDGET (8ull << 20)
 #define TARGET_WORKGROUP_LANES 64
+#define FIRST_TIMED_CHUNK_SEEDS 256
 #define ODF_SYMMETRY_TOLERANCE 1e-3
 
 struct engine_inputs {
@@ -719,6 +720,23 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 	return r;
 }
 
+/* With a target chunk duration, the first chunk is small and later ones are
+ * sized from the rate measured so far (never above the planned maximum). */
+static uint64_t next_chunk_seeds(const struct job_run *run, uint64_t done, double elapsed)
+{
+	double target = run->opts->chunk_seconds;
+	double sized;
+
+	if (target <= 0.0)
+		return run->plan->chunk_seeds;
+	if (done == 0 || elapsed <= 0.0)
+		return min_u64(run->plan->chunk_seeds, FIRST_TIMED_CHUNK_SEEDS);
+	sized = (double)done / elapsed * target;
+	if (sized < (double)FIRST_TIMED_CHUNK_SEEDS)
+		return min_u64(run->plan->chunk_seeds, FIRST_TIMED_CHUNK_SEEDS);
+	return sized >= (double)run->plan->chunk_seeds ? run->plan->chunk_seeds : (uint64_t)sized;
+}
+
 static int track_all(struct job_run *run, struct errbuf *err)
 {
 	uint64_t total = seeds_count(run->seeds);
@@ -726,8 +744,8 @@ static int track_all(struct job_run *run, struct errbuf *err)
 	int r = 0;
 
 	fill_params(run);
-	for (uint64_t first = 0; first < total && r == 0; first += run->plan->chunk_seeds) {
-		uint64_t n = min_u64(run->plan->chunk_seeds, total - first);
+	for (uint64_t first = 0, n; first < total && r == 0; first += n) {
+		n = min_u64(next_chunk_seeds(run, first, now_seconds() - t0), total - first);
 		r = run_chunk(run, first, n, err);
 		if (r == 0 && trk_flush(run->trk) < 0)
 			r = errbuf_set(err, -EIO, "output.path", "cannot write the tractogram");

@@ -33,6 +33,8 @@ typedef bool engine_progress_fn(void *userdata, uint64_t seeds_done, uint64_t se
 struct engine_options {
 	uint64_t max_chunk_seeds;   /* 0: as many as the limits allow */
 	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
+	double chunk_seconds;       /* > 0: size chunks to take about this long, so that
+				     * progress, streaming and cancellation stay responsive */
 	engine_progress_fn *progress;   /* may be NULL */
 	void *progress_userdata;
 };

@@ -23,10 +23,16 @@
 
 #include "log.h"
 
+/* Chunk length the engine aims for: how soon progress shows, streamed bytes
+ * arrive and a cancellation takes effect. */
+#define CHUNK_SECONDS 0.5
+
 struct job {
 	struct job_info info;
 	struct jobspec spec;        /* until the job ends */
 	bool cancel_requested;
+	bool in_worker;             /* the worker holds it: only the worker may free it */
+	bool deleted;               /* unlisted while the worker held it; freed when let go */
 };
 
 struct cache_entry {
@@ -48,6 +54,7 @@ struct jobs {
 	pthread_t worker;
 	bool worker_started;
 	bool stopping;
+	bool stopped;               /* the worker has been joined */
 
 	struct job **jobs;          /* creation order */
 	size_t n_jobs, cap_jobs;
@@ -287,7 +294,7 @@ static bool on_progress(void *userdata, uint64_t done, uint64_t total, uint64_t 
 	ctx->job->info.seeds_done = done;
 	ctx->job->info.seeds_total = total;
 	ctx->job->info.streamlines = streamlines;
-	if (pos > 0) {
+	if (pos > 0 && !ctx->job->deleted) {
 		jobs->status.spool_bytes += (uint64_t)pos - ctx->job->info.bytes;
 		ctx->job->info.bytes = (uint64_t)pos;
 	}
@@ -303,6 +310,7 @@ static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engin
 	struct run_ctx ctx = { jobs, job, out };
 	struct engine_options opts = {
 		.memory_budget = jobs->cfg.gpu_memory_budget,
+		.chunk_seconds = CHUNK_SECONDS,
 		.progress = on_progress,
 		.progress_userdata = &ctx,
 	};
@@ -355,12 +363,24 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 
 	result_path(jobs, job->info.id, path, sizeof(path));
 	pthread_mutex_lock(&jobs->lock);
+	job->in_worker = false;
+	if (job->deleted) {
+		/* Deleted by a client while it ran: no longer listed, nobody else holds it. */
+		unlink(path);
+		jobspec_free(&job->spec);
+		pthread_mutex_unlock(&jobs->lock);
+		log_info("job=%s stopped and deleted", job->info.id);
+		free(job);
+		return;
+	}
 	if (stat(path, &st) == 0) {
 		jobs->status.spool_bytes += (uint64_t)st.st_size - job->info.bytes;
 		job->info.bytes = (uint64_t)st.st_size;
 	}
-	job->info.finished = time(NULL);
-	if (r == 0) {
+	if (job->info.state == JOB_CANCELLED) {
+		/* Cancelled by a client while it ran: already counted and answered. */
+	} else if (r == 0) {
+		job->info.finished = time(NULL);
 		job->info.state = JOB_DONE;
 		job->info.stats = *stats;
 		job->info.streamlines = stats->streamlines;
@@ -370,9 +390,11 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 		jobs->status.streamlines_total += stats->streamlines;
 		jobs->status.track_seconds_total += stats->track_seconds;
 	} else if (r == -ECANCELED) {
+		job->info.finished = time(NULL);
 		job->info.state = JOB_CANCELLED;
 		jobs->status.cancelled_total++;
 	} else {
+		job->info.finished = time(NULL);
 		job->info.state = JOB_FAILED;
 		job->info.error_code = r;
 		job->info.error = *err;
@@ -382,7 +404,9 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 	expire_results(jobs);
 	pthread_cond_broadcast(&jobs->progress);
 	pthread_mutex_unlock(&jobs->lock);
-	if (r == 0)
+	if (job->cancel_requested)
+		log_info("job=%s cancelled", job->info.id);
+	else if (r == 0)
 		log_info("job=%s done: %llu streamlines from %llu seeds, track %.3f s", job->info.id,
 			 (unsigned long long)stats->streamlines, (unsigned long long)stats->seeds,
 			 stats->track_seconds);
@@ -421,6 +445,7 @@ static void *worker_main(void *arg)
 		}
 		job->info.state = JOB_RUNNING;
 		job->info.started = time(NULL);
+		job->in_worker = true;
 		pthread_cond_broadcast(&jobs->progress);
 		pthread_mutex_unlock(&jobs->lock);
 		log_info("job=%s started", job->info.id);
@@ -452,7 +477,7 @@ int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *
 	if (r == 0)
 		r = gpu_open(&cfg->gpu, &jobs->gpu, err);
 	if (r < 0) {
-		jobs_stop(jobs);
+		jobs_free(jobs);
 		return r;
 	}
 	jobs->status.device = *gpu_get_limits(jobs->gpu);
@@ -460,7 +485,7 @@ int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *
 							    : jobs->status.device.device_local_bytes / 4;
 	r = pthread_create(&jobs->worker, NULL, worker_main, jobs);
 	if (r != 0) {
-		jobs_stop(jobs);
+		jobs_free(jobs);
 		return errbuf_set(err, -r, "", "cannot start the worker thread: %s", strerror(r));
 	}
 	jobs->worker_started = true;
@@ -470,7 +495,7 @@ int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *
 
 void jobs_stop(struct jobs *jobs)
 {
-	if (!jobs)
+	if (!jobs || jobs->stopped)
 		return;
 	pthread_mutex_lock(&jobs->lock);
 	jobs->stopping = true;
@@ -488,6 +513,14 @@ void jobs_stop(struct jobs *jobs)
 	pthread_mutex_unlock(&jobs->lock);
 	if (jobs->worker_started)
 		pthread_join(jobs->worker, NULL);
+	jobs->stopped = true;
+}
+
+void jobs_free(struct jobs *jobs)
+{
+	if (!jobs)
+		return;
+	jobs_stop(jobs);
 	while (jobs->n_cache > 0)
 		cache_evict(jobs, jobs->n_cache - 1);
 	free(jobs->cache);
@@ -563,6 +596,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, s
 		r = errbuf_set(err, -ENOMEM, "", "out of memory");
 	if (r == 0) {
 		*ret = job->info;
+		log_info("job=%s queued", job->info.id);
 		pthread_cond_signal(&jobs->work);
 	}
 	pthread_mutex_unlock(&jobs->lock);
@@ -571,7 +605,6 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, s
 		free(job);
 		return r;
 	}
-	log_info("job=%s queued", ret->id);
 	return 0;
 }
 
@@ -618,6 +651,10 @@ static void delete_job(struct jobs *jobs, struct job *job)
 		}
 	}
 	remove_result(jobs, job);
+	if (job->in_worker) {
+		job->deleted = true;
+		return;
+	}
 	jobspec_free(&job->spec);
 	free(job);
 }
@@ -636,14 +673,14 @@ int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret)
 		delete_job(jobs, job);
 		r = 1;
 	} else {
-		job->cancel_requested = true;
-		if (job->info.state == JOB_QUEUED) {
-			job->info.state = JOB_CANCELLED;
-			job->info.finished = time(NULL);
-			jobs->status.cancelled_total++;
+		/* A running job stops at its next chunk; it reads as cancelled now. */
+		if (job->info.state == JOB_QUEUED)
 			jobspec_free(&job->spec);
-			log_info("job=%s cancelled while queued", id);
-		}
+		job->cancel_requested = true;
+		job->info.state = JOB_CANCELLED;
+		job->info.finished = time(NULL);
+		jobs->status.cancelled_total++;
+		log_info("job=%s cancelled", id);
 		pthread_cond_broadcast(&jobs->progress);
 		*ret = job->info;
 		r = 0;

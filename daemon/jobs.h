@@ -74,9 +74,13 @@ const char *jobs_state_name(enum job_state state);
 int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *err);
 
 /* Cancels the running job within a chunk, fails queued ones ("shutting
- * down"), joins the worker and frees everything. Finished results stay on
- * disk. Accepts NULL. */
+ * down") and joins the worker. The registry stays readable (HTTP threads may
+ * still be answering) until jobs_free. Accepts NULL. */
 void jobs_stop(struct jobs *jobs);
+
+/* Stops if needed and frees everything; no other thread may use jobs any
+ * more. Finished results stay on disk. Accepts NULL. */
+void jobs_free(struct jobs *jobs);
 
 /* Queues spec (taken over: freed by jobs, also on failure) and fills *ret.
  * -EAGAIN when max_queued_jobs are waiting, -ESHUTDOWN when stopping. */

@@ -126,8 +126,11 @@ static int parse_serve_args(int argc, char **argv, struct conf *c, bool *print_o
 	r = conf_load_file(c, config ? config : SYSTEM_CONFIG, err);
 	if (r == -ENOENT && !config)
 		r = 0;
-	if (r < 0)
+	if (r < 0) {
+		/* The message names the file, line and key. */
+		fprintf(stderr, "tractd: error: %s\n", err->message);
 		return 3;
+	}
 	optind = 1;
 	while (r == 0 && (opt = getopt_long(argc, argv, "c:vh", serve_options, NULL)) != -1) {
 		switch (opt) {
@@ -140,7 +143,12 @@ static int parse_serve_args(int argc, char **argv, struct conf *c, bool *print_o
 		default: break;
 		}
 	}
-	return r < 0 ? 3 : -1;
+	if (r < 0) {
+		fprintf(stderr, "tractd: error: %s%s%s\n", err->field, err->field[0] ? ": " : "",
+			err->message);
+		return 3;
+	}
+	return -1;
 }
 
 static void apply_log_level(const char *name)
@@ -238,7 +246,8 @@ static void stop_daemon(struct daemon *d)
 	service_notify_stopping();
 	api_quiesce(d->api);
 	jobs_stop(d->jobs);       /* the running job stops within a chunk */
-	api_stop(d->api);
+	api_stop(d->api);         /* HTTP threads end; none touches jobs after this */
+	jobs_free(d->jobs);
 	store_close(d->store);
 	service_close_sockets(&d->sockets);
 	if (d->signal_fd >= 0)
@@ -252,12 +261,8 @@ int serve_main(int argc, char **argv)
 	bool print_only = false;
 	int code = parse_serve_args(argc, argv, &d.conf, &print_only, &err);
 
-	if (code >= 0) {
-		/* Configuration messages name the file, line and key themselves. */
-		if (code == 3)
-			fprintf(stderr, "tractd: error: %s\n", err.message);
+	if (code >= 0)
 		return code;
-	}
 	if (print_only) {
 		conf_print(&d.conf, stdout);
 		return fflush(stdout) == 0 && !ferror(stdout) ? 0 : 1;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <openssl/evp.h>
 
@@ -236,14 +237,33 @@ int store_writer_append(struct store_writer *w, const void *data, size_t len, st
 	return 0;
 }
 
+static bool has_nifti_magic(const unsigned char *head, size_t n)
+{
+	return n >= HEAD_LEN && (!memcmp(head + NIFTI1_MAGIC_AT, "n+1", MAGIC_LEN) ||
+				 !memcmp(head + NIFTI2_MAGIC_AT, "n+2", MAGIC_LEN));
+}
+
+/* A gzip upload is a volume only if what it inflates to starts as NIfTI. */
+static bool gzip_holds_nifti(const char *path)
+{
+	unsigned char head[HEAD_LEN];
+	gzFile gz = gzopen(path, "rb");
+	int n;
+
+	if (!gz)
+		return false;
+	n = gzread(gz, head, sizeof(head));
+	gzclose(gz);
+	return n > 0 && has_nifti_magic(head, (size_t)n);
+}
+
 static int classify(const struct store_writer *w, enum store_kind *kind, struct errbuf *err)
 {
 	if (w->bytes == 0)
 		return errbuf_set(err, -EINVAL, "", "the upload is empty");
-	if (w->bytes >= 2 && w->head[0] == 0x1f && w->head[1] == 0x8b)
+	if (w->bytes >= 2 && w->head[0] == 0x1f && w->head[1] == 0x8b && gzip_holds_nifti(w->tmp))
 		*kind = STORE_NIFTI_GZ;
-	else if (w->bytes >= HEAD_LEN && (!memcmp(w->head + NIFTI1_MAGIC_AT, "n+1", MAGIC_LEN) ||
-					  !memcmp(w->head + NIFTI2_MAGIC_AT, "n+2", MAGIC_LEN)))
+	else if (has_nifti_magic(w->head, w->bytes < HEAD_LEN ? (size_t)w->bytes : HEAD_LEN))
 		*kind = STORE_NIFTI;
 	else if (w->text)
 		*kind = STORE_TEXT;

@@ -21,10 +21,12 @@ tests/conftest.py (whose fixtures `tractd` and `phantom` are used here).
 """
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from . import support
 from .support import (References, running_daemon, start_daemon, upload_phantom)
 
 
@@ -49,11 +51,16 @@ def tractctl():
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _tools():
-    for tool in ("curl",):
-        if not shutil.which(tool):
-            pytest.fail(f"{tool} is not installed: the daemon tests talk HTTP with it",
-                        pytrace=False)
+def _session_setup():
+    """curl must be there; sockets, state dirs and daemon logs go to one short
+    directory under /tmp, removed at the end of the session."""
+    if not shutil.which("curl"):
+        pytest.fail("curl is not installed: the daemon tests talk HTTP with it", pytrace=False)
+    base = tempfile.mkdtemp(prefix="tractd-tests-", dir="/tmp")
+    support.SHORT_BASE = base
+    yield
+    support.SHORT_BASE = None
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -142,7 +142,8 @@ class Endpoint:
             status = int(proc.stdout.decode().strip() or 0)
             headers_out = _parse_headers(head_path.read_text(errors="replace")
                                          if head_path.exists() else "")
-            data = body_path.read_bytes() if body_path.exists() else b""
+            # curl --head writes the headers to -o: a HEAD answer has no body.
+            data = body_path.read_bytes() if body_path.exists() and method != "HEAD" else b""
             return Response(status, headers_out, data, what)
 
     def get(self, path, **kw):
@@ -178,10 +179,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def short_tmpdir(prefix="tractd-t-"):
-    """A directory under /tmp with a short path: a Unix socket path must fit
+# Set for the session by conftest (removed at its end); /tmp when unset.
+SHORT_BASE = None
+
+
+def short_tmpdir(prefix="t-"):
+    """A directory with a short path under /tmp: a Unix socket path must fit
     108 bytes, which pytest's tmp_path does not promise."""
-    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=SHORT_BASE or "/tmp"))
 
 
 def daemon_env(extra=None):

@@ -1,9 +1,12 @@
 """The daemon as a service: /healthz, /v1/device and /metrics on both
 sockets; socket activation; sd_notify (READY, STATUS, WATCHDOG, STOPPING);
 clean exits on SIGTERM, also in the middle of a job; the Unix socket file."""
+import os
 import re
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 
@@ -102,6 +105,9 @@ def test_socket_activation(tractd, pipeline_cache):
     """Under `systemd-socket-activate -l SOCK -l 127.0.0.1:PORT tractd serve`
     the daemon uses the inherited sockets: /healthz answers on both, and it
     exits 0 on SIGTERM."""
+    if not shutil.which("systemd-socket-activate"):
+        pytest.fail("systemd-socket-activate is not installed (Debian package systemd)",
+                    pytrace=False)
     tmp = short_tmpdir()
     sock = tmp / "activated.sock"
     port = free_port()
@@ -181,7 +187,7 @@ def test_sd_notify(daemon_factory):
 def _stop_mid_job(d, phantom, follow):
     ids = upload_phantom(d.api, phantom)
     job_id = submit(d.api, server_job(phantom, ids, count=LONG_SEEDS, rng_seed=11))
-    queued_id = submit(d.api, server_job(phantom, ids, count=100, rng_seed=12))
+    submit(d.api, server_job(phantom, ids, count=100, rng_seed=12))   # left queued
     wait_running(d.api, job_id)
     curl = None
     if follow:
@@ -267,8 +273,15 @@ def test_configuration_errors(tractd, tmp_path):
         assert key in p.stderr, p.stderr
     assert not (tmp_path / "s.sock").exists()
     p = subprocess.run([tractd, "serve", "--state-dir", str(state), "--set",
-                        "max_upload_bytes=1K", "--print-config"],
+                        "max_upload_bytes=2M", "--print-config"],
                        capture_output=True, text=True, timeout=30, env=daemon_env())
     assert p.returncode == 0, p.stderr
-    assert re.search(r"^max_upload_bytes\s*=\s*(1K|1024)\s*$", p.stdout, re.M), p.stdout
+    assert re.search(r"^max_upload_bytes\s*=\s*(2M|2097152)\s*$", p.stdout, re.M), p.stdout
     assert re.search(rf"^state_dir\s*=\s*{re.escape(str(state))}\s*$", p.stdout, re.M), p.stdout
+
+
+def test_socket_file(daemon):
+    """The daemon's Unix socket is a socket file of mode 0660 (service.h)."""
+    st = os.stat(daemon.sock)
+    assert stat.S_ISSOCK(st.st_mode), oct(st.st_mode)
+    assert stat.S_IMODE(st.st_mode) == 0o660, oct(stat.S_IMODE(st.st_mode))

@@ -1,0 +1,192 @@
+"""tractctl, the daemon's client ($TRACTCTL): `track` gives the bytes of
+`tractd run` and uploads each input once; submit, status, list, wait, fetch,
+cancel and device work, as text and as --json; a refused job exits 3 naming
+the field, a failed job 1, no daemon 5."""
+import json
+import re
+import subprocess
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from .support import (PHANTOM_INPUTS, RecordingProxy, assert_same_trk, daemon_env, free_port,
+                      get_metrics, local_job, sha256_id, short_tmpdir, wait_job, wait_running)
+
+PARITY = dict(count=2000, rng_seed=1234)
+SMALL = dict(count=300, rng_seed=3)
+# About 9 s of tracking on lavapipe: still running when `cancel` comes.
+CANCEL_SEEDS = 20000
+JOB_ID = re.compile(r"^j-[0-9a-f]{16}$")
+
+
+@pytest.fixture(scope="module")
+def proxy(daemon):
+    """A recording proxy in front of the module's daemon socket."""
+    p = RecordingProxy(short_tmpdir() / "proxy.sock", daemon.sock)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def ctl(tractctl, daemon):
+    """ctl(*args, socket=None) -> CompletedProcess of `tractctl --socket SOCK ARGS`."""
+    def run(*args, socket=None, timeout=300):
+        argv = [tractctl, "--socket", str(socket or daemon.sock), *map(str, args)]
+        env = daemon_env()
+        env.pop("TRACTD_SOCKET", None)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    return run
+
+
+def _job_file(tmp_path, name, job):
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(job, indent=1))
+    return path
+
+
+def _ok(p):
+    assert p.returncode == 0, f"$ {' '.join(p.args)}\nexit {p.returncode}\n{p.stderr}"
+    return p
+
+
+def _volume_files(daemon):
+    return sorted(p.name for p in (daemon.state_dir / "volumes").iterdir())
+
+
+def test_track_matches_cli_and_uploads_once(ctl, daemon, proxy, phantom, references, tmp_path):
+    """`tractctl track job.json -o out.trk` (local paths) exits 0 with out.trk
+    byte-identical to `tractd run`; it uploads each input the daemon lacks;
+    the second time it uploads nothing (no POST /v1/volumes passes the
+    proxy, no 201 in the daemon's metrics, the store unchanged) and gives
+    the same bytes again. No FILE.tmp is left."""
+    want = references.trk(local_job(phantom, **PARITY))
+    job = _job_file(tmp_path, "job", local_job(phantom, **PARITY))
+    lacking = sum(daemon.api.request("HEAD", f"/v1/volumes/{vid}").status == 404
+                  for vid in _local_ids(phantom))
+
+    out1 = tmp_path / "first.trk"
+    _ok(ctl("track", job, "-o", out1, socket=proxy.listen_path))
+    assert_same_trk(out1.read_bytes(), want, "tractctl track")
+    first = proxy.recorded()
+    assert first.count("POST /v1/volumes") == lacking, first
+    assert sum(r.startswith("POST /v1/jobs") for r in first) == 1, first
+
+    proxy.clear()
+    created = get_metrics(daemon.api).value('tractd_http_requests_total{code="201"}', 0)
+    store = _volume_files(daemon)
+    out2 = tmp_path / "second.trk"
+    _ok(ctl("track", job, "-o", out2, socket=proxy.listen_path))
+    assert_same_trk(out2.read_bytes(), want, "tractctl track (second run)")
+    second = proxy.recorded()
+    assert "POST /v1/volumes" not in second, second
+    assert sum(r.startswith("POST /v1/jobs") for r in second) == 1, second
+    assert get_metrics(daemon.api).value('tractd_http_requests_total{code="201"}', 0) == created
+    assert _volume_files(daemon) == store
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["first.trk", "job.json", "second.trk"]
+
+
+def _local_ids(phantom):
+    return [sha256_id(phantom.path(name)) for name in PHANTOM_INPUTS.values()]
+
+
+def test_commands(ctl, tractctl, daemon, phantom, references, tmp_path):
+    """submit prints the job id (--json: the 202 document); status, list and
+    wait work as text and --json (documents that parse and agree with the
+    API); fetch -o writes the bytes of `tractd run`; device (text and --json)
+    shows the daemon's device, also over --server http://127.0.0.1:PORT."""
+    want = references.trk(local_job(phantom, **SMALL))
+    job = _job_file(tmp_path, "small", local_job(phantom, **SMALL))
+
+    job_id = _ok(ctl("submit", job)).stdout.strip()
+    assert JOB_ID.match(job_id), job_id
+    doc = json.loads(_ok(ctl("--json", "submit", job)).stdout)
+    assert JOB_ID.match(doc["id"]) and doc["location"] == f"/v1/jobs/{doc['id']}", doc
+    second = doc["id"]
+
+    _ok(ctl("wait", job_id))
+    done = json.loads(_ok(ctl("--json", "wait", second)).stdout)
+    assert done["id"] == second and done["status"] == "done", done
+
+    text = _ok(ctl("status", job_id)).stdout
+    assert job_id in text and "done" in text, text
+    status = json.loads(_ok(ctl("--json", "status", job_id)).stdout)
+    api = daemon.api.get_json(f"/v1/jobs/{job_id}")
+    # Timings may be printed with fewer digits.
+    assert status.pop("seconds") == pytest.approx(api.pop("seconds"), rel=1e-9, abs=1e-12)
+    assert status == api
+
+    text = _ok(ctl("list")).stdout
+    assert job_id in text and second in text, text
+    listed = json.loads(_ok(ctl("--json", "list")).stdout)
+    ids = [j["id"] for j in listed["jobs"]]
+    assert ids.index(second) < ids.index(job_id), ids
+
+    out = tmp_path / "fetched.trk"
+    _ok(ctl("fetch", job_id, "-o", out))
+    assert_same_trk(out.read_bytes(), want, "tractctl fetch")
+
+    device = daemon.api.get_json("/v1/device")["device"]
+    assert device["name"] in _ok(ctl("device")).stdout
+    doc = json.loads(_ok(ctl("--json", "device")).stdout)
+    assert doc["device"] == device, doc
+    p = subprocess.run([tractctl, "--server", f"http://127.0.0.1:{daemon.port}", "--json",
+                        "device"], capture_output=True, text=True, timeout=60, env=daemon_env())
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["device"] == device
+
+
+def test_cancel(ctl, daemon, phantom, tmp_path):
+    """`tractctl cancel ID` on a running job exits 0 and the job ends
+    cancelled; `tractctl wait ID` then exits 1 and `fetch` exits 1."""
+    job = _job_file(tmp_path, "long", local_job(phantom, count=CANCEL_SEEDS, rng_seed=41))
+    job_id = _ok(ctl("submit", job)).stdout.strip()
+    wait_running(daemon.api, job_id)
+    _ok(ctl("cancel", job_id))
+    doc = wait_job(daemon.api, job_id, timeout=60)
+    assert doc["status"] == "cancelled", doc
+    p = ctl("wait", job_id)
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    p = ctl("fetch", job_id, "-o", tmp_path / "cancelled.trk")
+    assert p.returncode == 1, (p.returncode, p.stderr)
+    assert not (tmp_path / "cancelled.trk").exists()
+
+
+def test_refused_job_exits_3(ctl, phantom, tmp_path):
+    """A job the daemon refuses (max_angle 120): `track` and `submit` exit 3
+    with the field on stderr; no output file is written."""
+    job = _job_file(tmp_path, "bad", local_job(phantom, count=100,
+                                               tracking={"max_angle": 120}))
+    out = tmp_path / "bad.trk"
+    for args in (("track", job, "-o", out), ("submit", job)):
+        p = ctl(*args)
+        assert p.returncode == 3, f"{args[0]}: exit {p.returncode}\n{p.stderr}"
+        assert "tracking.max_angle" in p.stderr, p.stderr
+    assert not out.exists()
+    assert not (tmp_path / "bad.trk.tmp").exists()
+
+
+def test_failed_job_exits_1(ctl, phantom, tmp_path):
+    """A job that fails on the daemon (stop map on another grid): `track`
+    exits 1 naming inputs.stop_map, and leaves no output."""
+    fa = tmp_path / "fa_other_grid.nii.gz"
+    nib.save(nib.Nifti1Image(np.ascontiguousarray(phantom.fa.astype(np.float32)[:-1]),
+                             phantom.affine), str(fa))
+    doc = local_job(phantom, count=100)
+    doc["inputs"]["stop_map"] = str(fa)
+    job = _job_file(tmp_path, "grid", doc)
+    out = tmp_path / "grid.trk"
+    p = ctl("track", job, "-o", out)
+    assert p.returncode == 1, f"exit {p.returncode}\n{p.stderr}"
+    assert "inputs.stop_map" in p.stderr, p.stderr
+    assert not out.exists() and not (tmp_path / "grid.trk.tmp").exists()
+
+
+def test_no_daemon_exits_5(tractctl, tmp_path):
+    """No daemon on the socket, or nothing on the TCP port: exit 5."""
+    for args in (("--socket", str(short_tmpdir() / "none.sock")),
+                 ("--server", f"http://127.0.0.1:{free_port()}")):
+        p = subprocess.run([tractctl, *args, "--timeout", "5", "device"], capture_output=True,
+                           text=True, timeout=60, env=daemon_env())
+        assert p.returncode == 5, f"{args}: exit {p.returncode}\n{p.stderr}"
+        assert "tractctl: error" in p.stderr, p.stderr
