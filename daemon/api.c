@@ -107,15 +107,32 @@ static enum MHD_Result answer_text(struct api *api, struct MHD_Connection *conn,
 	return queue(api, conn, status, resp);
 }
 
-static enum MHD_Result answer_json(struct api *api, struct MHD_Connection *conn, unsigned status,
-				   json_t *doc /* taken */)
+/* A JSON answer with one extra header (header may be NULL). */
+static enum MHD_Result answer_json_with(struct api *api, struct MHD_Connection *conn,
+					unsigned status, json_t *doc /* taken */, const char *header,
+					const char *value)
 {
 	char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+	struct MHD_Response *resp;
 
 	json_decref(doc);
 	if (!text)
 		return MHD_NO;
-	return answer_text(api, conn, status, "application/json", text);
+	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(text);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	if (header)
+		MHD_add_response_header(resp, header, value);
+	return queue(api, conn, status, resp);
+}
+
+static enum MHD_Result answer_json(struct api *api, struct MHD_Connection *conn, unsigned status,
+				   json_t *doc /* taken */)
+{
+	return answer_json_with(api, conn, status, doc, NULL, NULL);
 }
 
 static enum MHD_Result answer_error(struct api *api, struct MHD_Connection *conn, enum api_error e,
@@ -438,24 +455,10 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 	if (wants_stream(conn))
 		return answer_stream(api, conn, &info);
 	snprintf(location, sizeof(location), "/v1/jobs/%s", info.id);
-	{
-		json_t *doc = json_pack("{s:s, s:s, s:s}", "id", info.id, "status",
-					jobs_state_name(info.state), "location", location);
-		char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-		struct MHD_Response *resp;
-
-		json_decref(doc);
-		if (!text)
-			return MHD_NO;
-		resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-		if (!resp) {
-			free(text);
-			return MHD_NO;
-		}
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, location);
-		return queue(api, conn, MHD_HTTP_ACCEPTED, resp);
-	}
+	return answer_json_with(api, conn, MHD_HTTP_ACCEPTED,
+				json_pack("{s:s, s:s, s:s}", "id", info.id, "status",
+					  jobs_state_name(info.state), "location", location),
+				MHD_HTTP_HEADER_LOCATION, location);
 }
 
 /* ---- other routes ---------------------------------------------------------- */
@@ -682,26 +685,13 @@ static enum MHD_Result answer_not_allowed(struct api *api, struct MHD_Connection
 					  enum route route, const char *method, const char *url)
 {
 	char message[300];
-	json_t *doc;
-	char *text;
-	struct MHD_Response *resp;
 
 	snprintf(message, sizeof(message), "%.20s is not allowed on %.200s (allowed: %s)", method,
 		 url, allowed_methods(route));
-	doc = json_pack("{s:{s:s, s:s, s:s}}", "error", "code", error_code(ERR_METHOD_NOT_ALLOWED),
-			"field", "", "message", message);
-	text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-	json_decref(doc);
-	if (!text)
-		return MHD_NO;
-	resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		free(text);
-		return MHD_NO;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allowed_methods(route));
-	return queue(api, conn, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
+	return answer_json_with(api, conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+				json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
+					  error_code(ERR_METHOD_NOT_ALLOWED), "field", "", "message",
+					  message), MHD_HTTP_HEADER_ALLOW, allowed_methods(route));
 }
 
 static enum MHD_Result dispatch(struct api *api, struct MHD_Connection *conn, enum route route,
