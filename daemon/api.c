@@ -311,6 +311,7 @@ static enum MHD_Result answer_tractogram(struct api *api, struct MHD_Connection 
 	struct job_info info;
 	struct follower *f;
 	struct MHD_Response *resp;
+	char disposition[80];
 
 	if (jobs_get(api->cfg.jobs, id, &info) < 0)
 		return answer_error(api, conn, ERR_NOT_FOUND, "", "no job %s", id);
@@ -331,7 +332,10 @@ static enum MHD_Result answer_tractogram(struct api *api, struct MHD_Connection 
 		follow_free(f);
 		return MHD_NO;
 	}
+	snprintf(disposition, sizeof(disposition), "attachment; filename=\"%s.%s\"", id,
+		 output_format_name(info.format));
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disposition);
 	MHD_add_response_header(resp, "X-Tractd-Job", id);
 	return queue(api, conn, status, resp);
 }

@@ -23,7 +23,7 @@
 #include "philox.h"
 #include "seeds.h"
 #include "sphere.h"
-#include "trk.h"
+#include "output.h"
 #include "volume.h"
 
 #define MIN_WORK_BUDGET (8ull << 20)
@@ -66,7 +66,7 @@ struct job_host {
 	float *dirs;              /* 3 * max_peaks * chunk_seeds */
 	float *line_start;        /* 6 * chunk lines */
 	uint32_t *line_id;        /* 2 * chunk lines */
-	uint32_t *ranges;         /* 2 * batch_lines */
+	uint32_t *ranges;         /* 3 * batch_lines: first slot, points, length (float bits) */
 	uint32_t *dest;           /* batch_lines: first packed point, or DROP_LINE */
 };
 
@@ -334,7 +334,7 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	/* Two thirds of the work budget for streamlines: point slots on the GPU and
 	 * in read-back memory, start (seed, direction), id, range, destination. */
 	line_slot_bytes = 12ull * plan->slot_points;
-	per_line = 2 * line_slot_bytes + 24 + 8 + 8 + 4;
+	per_line = 2 * line_slot_bytes + 24 + 8 + 12 + 4;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
 	/* The rest for seeds: position, direction count, directions. */
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
@@ -469,7 +469,7 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 	if (r == 0)
 		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_DEVICE, &g->points, err);
 	if (r == 0)
-		r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &g->ranges, err);
+		r = new_buffer(gpu, 12 * l, GPU_MEMORY_DEVICE, &g->ranges, err);
 	if (r == 0)
 		r = new_buffer(gpu, 4 * l, GPU_MEMORY_DEVICE, &g->dest, err);
 	if (r == 0)
@@ -497,7 +497,7 @@ static int alloc_host(const struct job_plan *plan, struct job_host *h, struct er
 	h->dirs = malloc(12ull * plan->max_peaks * s);
 	h->line_start = malloc(24 * chunk_lines);
 	h->line_id = malloc(8 * chunk_lines);
-	h->ranges = malloc(8 * l);
+	h->ranges = malloc(12 * l);
 	h->dest = malloc(4 * l);
 	if (!h->seed_xyz || !h->ndirs || !h->dirs || !h->line_start || !h->line_id || !h->ranges ||
 	    !h->dest)
@@ -529,7 +529,7 @@ struct job_run {
 	struct job_gpu *g;
 	struct job_host *h;
 	const struct engine_options *opts;
-	struct trk_writer *trk;
+	struct output_writer *out;
 	struct kernel_params params;
 	struct engine_stats *stats;
 };
@@ -548,6 +548,13 @@ static void fill_params(struct job_run *run)
 	run->params.track[3] = (float)job->fa_threshold;
 	run->params.peak[0] = (float)job->relative_peak_threshold;
 	run->params.peak[1] = (float)cos(job->min_separation_angle * M_PI / 180.0);
+	/* Lengths in mm of voxel-space steps: |A d|^2 = d^T (A^T A) d. */
+	for (int r = 0, k = 0; r < 3; r++)
+		for (int c = r; c < 3; c++, k++) {
+			const double (*A)[4] = run->in->odf.affine;
+			run->params.metric[k] = (float)(A[0][r] * A[0][c] + A[1][r] * A[1][c] +
+							A[2][r] * A[2][c]);
+		}
 	philox_key_from_seed(job->rng_seed, key);
 	run->params.rng[0] = key[0];
 	run->params.rng[1] = key[1];
@@ -578,62 +585,41 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 	return r;
 }
 
-static double line_length_mm(const float *pts, uint32_t n, const double vox[3])
-{
-	double len = 0.0;
-
-	for (uint32_t i = 1; i < n; i++) {
-		double d2 = 0.0;
-		for (int a = 0; a < 3; a++) {
-			double d = (double)(pts[3 * i + a] - pts[3 * (i - 1) + a]) * vox[a];
-			d2 += d * d;
-		}
-		len += sqrt(d2);
-	}
-	return len;
-}
-
-/* Assigns each streamline of >= 2 points its place in the packed read-back
- * buffer. */
-static void assign_destinations(struct job_host *h, uint64_t n_lines)
+/* Gives each streamline to keep (>= 2 points, length within the job's limits)
+ * its place in the packed read-back buffer: the others are never read back. */
+static void assign_destinations(struct job_host *h, uint64_t n_lines, double min_mm,
+				double max_mm)
 {
 	uint64_t next = 0;
 
 	for (uint64_t i = 0; i < n_lines; i++) {
-		uint32_t count = h->ranges[2 * i + 1];
-		h->dest[i] = count < 2 ? DROP_LINE : (uint32_t)next;
-		if (count >= 2)
-			next += count;
+		uint32_t count = h->ranges[3 * i + 1];
+		float length_mm;
+
+		memcpy(&length_mm, &h->ranges[3 * i + 2], sizeof(length_mm));
+		if (count < 2 || length_mm < min_mm || length_mm > max_mm) {
+			h->dest[i] = DROP_LINE;
+			continue;
+		}
+		h->dest[i] = (uint32_t)next;
+		next += count;
 	}
 }
 
-static void voxel_sizes(const struct volume *v, double vox[3])
-{
-	for (int a = 0; a < 3; a++)
-		vox[a] = sqrt(v->affine[0][a] * v->affine[0][a] + v->affine[1][a] * v->affine[1][a] +
-			      v->affine[2][a] * v->affine[2][a]);
-}
-
-/* Appends the packed streamlines within the length limits to the TRK. */
+/* Appends the packed streamlines to the output. */
 static int write_batch(struct job_run *run, uint64_t n_lines, struct errbuf *err)
 {
 	const float *packed = gpu_buffer_host(run->g->readback);
 	struct job_host *h = run->h;
-	double vox[3], t0 = now_seconds();
+	double t0 = now_seconds();
 
-	voxel_sizes(&run->in->odf, vox);
 	for (uint64_t i = 0; i < n_lines; i++) {
-		const float *pts = packed + 3ull * h->dest[i];
-		uint32_t count = h->ranges[2 * i + 1];
-		double len;
+		uint32_t count = h->ranges[3 * i + 1];
 		int r;
 
 		if (h->dest[i] == DROP_LINE)
 			continue;
-		len = line_length_mm(pts, count, vox);
-		if (len < run->job->min_length || len > run->job->max_length)
-			continue;
-		r = trk_write_streamline(run->trk, pts, count);
+		r = output_write_streamline(run->out, packed + 3ull * h->dest[i], count);
 		if (r < 0)
 			return errbuf_set(err, r, "output.path", "cannot write the tractogram: %s",
 					  strerror(-r));
@@ -658,10 +644,10 @@ static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
 	if (r == 0)
 		r = dispatch_items(run, "prob_track", g->track, buffers, n_lines, err);
 	if (r == 0)
-		r = gpu_download(run->gpu, g->ranges, 0, run->h->ranges, 8 * n_lines, err);
+		r = gpu_download(run->gpu, g->ranges, 0, run->h->ranges, 12 * n_lines, err);
 	if (r < 0)
 		return r;
-	assign_destinations(run->h, n_lines);
+	assign_destinations(run->h, n_lines, run->job->min_length, run->job->max_length);
 	r = gpu_upload(run->gpu, g->dest, 0, run->h->dest, 4 * n_lines, err);
 	if (r == 0)
 		r = dispatch_items(run, "compact", g->compact, pack_buffers, n_lines, err);
@@ -747,7 +733,7 @@ static int track_all(struct job_run *run, struct errbuf *err)
 	for (uint64_t first = 0, n; first < total && r == 0; first += n) {
 		n = min_u64(next_chunk_seeds(run, first, now_seconds() - t0), total - first);
 		r = run_chunk(run, first, n, err);
-		if (r == 0 && trk_flush(run->trk) < 0)
+		if (r == 0 && output_flush(run->out) < 0)
 			r = errbuf_set(err, -EIO, "output.path", "cannot write the tractogram");
 		if (r == 0 && run->opts->progress &&
 		    !run->opts->progress(run->opts->progress_userdata, first + n, total,
@@ -797,11 +783,12 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 	if (r == 0)
 		r = alloc_host(&plan, &h, err);
 	if (r == 0)
-		r = trk_writer_new(out, in->odf.dim, in->odf.affine, &run.trk, err);
+		r = output_writer_new(job->output_format, out, in->odf.dim, in->odf.affine, &run.out,
+				      err);
 	if (r == 0)
 		r = track_all(&run, err);
-	if (run.trk) {
-		int fr = trk_writer_finish(run.trk);
+	if (run.out) {
+		int fr = output_writer_finish(run.out);
 		if (r == 0 && fr < 0)
 			r = errbuf_set(err, fr, "output.path", "cannot finish the tractogram: %s",
 				       strerror(-fr));

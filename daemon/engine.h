@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * engine: runs one validated tracking job on one GPU context and streams the
- * streamlines to a TRK writer.
+ * streamlines to the job's output format (output.h: TRK or TCK).
  *
  * Owns, for the duration of engine_run(), the job's host volumes, sphere, seed
  * generator and GPU buffers (all released before it returns). Plans the work
@@ -81,8 +81,8 @@ uint64_t engine_resident_bytes(const struct engine_resident *res);
 /* The device must be idle for res (no engine_run using it). Accepts NULL. */
 void engine_resident_free(struct gpu_ctx *gpu, struct engine_resident *res);
 
-/* Runs job on resident inputs and seeds; writes a TRK to out (seekable:
- * n_count patched). Returns 0 or a negative errno: -E2BIG when the job does
+/* Runs job on resident inputs and seeds; writes the tractogram to out in
+ * job->output_format (seekable: the count is patched). Returns 0 or a negative errno: -E2BIG when the job does
  * not fit the device (err says how much it needs), -ECANCELED when the
  * progress callback asked to stop, other codes with err's field "device" for
  * GPU failures or "output.path" for write failures. stats may be NULL; its

@@ -91,7 +91,7 @@ static struct job *find_job(struct jobs *jobs, const char *id)
 
 static void result_path(const struct jobs *jobs, const char *id, char *path, size_t len)
 {
-	snprintf(path, len, "%s/%s.trk", jobs->spool_dir, id);
+	snprintf(path, len, "%s/%s.tractogram", jobs->spool_dir, id);
 }
 
 /* ---- spool housekeeping -------------------------------------------------- */
@@ -581,6 +581,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, s
 	}
 	job->spec = *spec;
 	memset(spec, 0, sizeof(*spec));
+	job->info.format = job->spec.output_format;
 	job->info.state = JOB_QUEUED;
 	job->info.created = time(NULL);
 	r = new_job_id(job->info.id);

@@ -40,7 +40,8 @@ struct job_info {
 	enum job_state state;
 	time_t created, started, finished;   /* 0 until it happens */
 	uint64_t seeds_done, seeds_total, streamlines, points;
-	uint64_t bytes;            /* TRK bytes in the spool, whole records only */
+	enum output_format format; /* of the tractogram */
+	uint64_t bytes;            /* tractogram bytes in the spool, whole records only */
 	bool expired;              /* the result was removed from the spool */
 	struct engine_stats stats; /* when done */
 	int error_code;            /* negative errno when failed */

@@ -93,7 +93,8 @@ struct member {
 
 static const char *const direction_getters[] = { "prob", NULL };
 static const char *const seed_spaces[] = { "voxel", "ras", NULL };
-static const char *const output_formats[] = { "trk", NULL };
+/* In enum output_format order. */
+static const char *const output_formats[] = { "trk", "tck", NULL };
 
 static int walk_object(json_t *obj, const char *field, const struct member *members, size_t n,
 		       struct ctx *c);
@@ -356,9 +357,11 @@ static int parse_seed_space(json_t *v, const char *field, struct ctx *c)
 static int parse_output_format(json_t *v, const char *field, struct ctx *c)
 {
 	int idx;
+	int rc = parse_choice(v, field, output_formats, &idx, c->err);
 
-	/* trk is the only writer; validated so other formats fail up front. */
-	return parse_choice(v, field, output_formats, &idx, c->err);
+	if (!rc)
+		c->js->output_format = (enum output_format)idx;
+	return rc;
 }
 
 static int parse_sphere_vertices(json_t *v, const char *field, struct ctx *c)

@@ -16,7 +16,7 @@
  *                "relative_peak_threshold": 0.25, "min_separation_angle": 45,
  *                "pmf_threshold": 0.05, "max_steps": 500,
  *                "min_length": 0, "max_length": null},
- *   "output":   {"format": "trk", "path": PATH}
+ *   "output":   {"format": "trk" | "tck", "path": PATH}
  * }
  * Unknown keys anywhere are errors. Relative paths are resolved against
  * base_dir (the job file's directory for the CLI).
@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "errbuf.h"
+#include "output.h"
 
 enum jobspec_seed_kind {
 	JOBSPEC_SEEDS_ROI,        /* random seeds in seeds.roi */
@@ -64,6 +65,7 @@ struct jobspec {
 	double min_length;              /* mm, >= 0, default 0 */
 	double max_length;              /* mm, > 0, default INFINITY (JSON null) */
 
+	enum output_format output_format; /* output.format: "trk" (default) or "tck" */
 	char *output_path;          /* output.path, resolved; NULL when not given */
 };
 

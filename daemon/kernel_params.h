@@ -15,8 +15,10 @@ struct kernel_params {
 	float peak[4];          /* relative_peak_threshold, cos(min_separation_angle), 0, 0 */
 	uint32_t rng[4];        /* Philox key (2 words), 0, 0 */
 	uint32_t work[4];       /* first item, item count, max_steps, 0 */
+	float metric[8];        /* A^T A of the affine's 3x3 part (mm^2 per voxel^2):
+				 * 00 01 02 11 12 22, 0, 0 */
 };
 
-_Static_assert(sizeof(struct kernel_params) == 80, "must match shaders/common.glsl Params");
+_Static_assert(sizeof(struct kernel_params) == 112, "must match shaders/common.glsl Params");
 
 #endif

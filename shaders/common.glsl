@@ -25,7 +25,18 @@ layout(push_constant, std430) uniform Params {
 	vec4 peak;    // relative_peak_threshold, cos(min_separation_angle), 0, 0
 	uvec4 rng;    // Philox key (x, y)
 	uvec4 work;   // first item, item count, max_steps, unused
+	vec4 metric0; // A^T A of the affine: 00 01 02 11
+	vec4 metric1; // 12 22, unused
 } pc;
+
+// Length in mm of a step d given in voxels (exact for any affine).
+float step_mm(vec3 d)
+{
+	vec3 g = vec3(pc.metric0.x * d.x + pc.metric0.y * d.y + pc.metric0.z * d.z,
+		      pc.metric0.y * d.x + pc.metric0.w * d.y + pc.metric1.x * d.z,
+		      pc.metric0.z * d.x + pc.metric1.x * d.y + pc.metric1.y * d.z);
+	return sqrt(dot(d, g));
+}
 
 const uint VERTS_PER_LANE = (NV + SG - 1) / SG;
 

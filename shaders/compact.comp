@@ -4,7 +4,7 @@
 //
 // Bindings:
 //   0 points   float[]        streamline slots written by prob_track
-//   1 ranges   uint[2 * n]    first point slot, number of points (prob_track)
+//   1 ranges   uint[3 * n]    first point slot, number of points, length (prob_track)
 //   2 dest     uint[n]        first destination point, or 0xffffffff to drop
 //   3 packed   float[]        out: kept points, 3 floats each
 #version 450
@@ -21,9 +21,9 @@ void main()
 	uint item = item_index();
 	if (item >= pc.work.x + pc.work.y || dest[item] == 0xffffffffu)
 		return;
-	uint src = 3 * ranges[2 * item];
+	uint src = 3 * ranges[3 * item];
 	uint dst = 3 * dest[item];
-	uint n = 3 * ranges[2 * item + 1];
+	uint n = 3 * ranges[3 * item + 1];
 	for (uint i = gl_SubgroupInvocationID; i < n; i += SG)
 		packed[dst + i] = points[src + i];
 }

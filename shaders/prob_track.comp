@@ -15,7 +15,8 @@
 //   3 line_start float[6 * n]     seed xyz, initial direction xyz
 //   4 line_id    uint[2 * n]      global seed index, direction index at the seed
 //   5 points     float[3 * (2 max_steps + 1) * n]   out
-//   6 ranges     uint[2 * n]      out: first point slot, number of points
+//   6 ranges     uint[3 * n]      out: first point slot, number of points, length
+//                                 in mm (float bits)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -91,8 +92,9 @@ bool prob_direction(vec3 p, inout vec3 dir, uvec4 counter)
 	return true;
 }
 
-// Tracks one half; returns its number of points including the seed.
-uint track_half(vec3 p, vec3 dir, uint seed_slot, int sign, uvec4 counter)
+// Tracks one half; returns its number of points including the seed and adds
+// its length in mm to length_mm.
+uint track_half(vec3 p, vec3 dir, uint seed_slot, int sign, uvec4 counter, inout float length_mm)
 {
 	uint lane = gl_SubgroupInvocationID;
 	uint i;
@@ -103,6 +105,7 @@ uint track_half(vec3 p, vec3 dir, uint seed_slot, int sign, uvec4 counter)
 		p += pc.track.x * dir;
 		if (!still_tracking(p))
 			break;
+		length_mm += step_mm(pc.track.x * dir);
 		if (lane < 3)
 			points[uint(int(seed_slot) + sign * int(i)) * 3 + lane] = p[lane];
 	}
@@ -126,11 +129,13 @@ void main()
 
 	if (lane < 3)
 		points[seed_slot * 3 + lane] = seed[lane];
-	uint n_back = track_half(seed, -first, seed_slot, -1, counter);
+	float length_mm = 0.0;
+	uint n_back = track_half(seed, -first, seed_slot, -1, counter, length_mm);
 	counter.z += 1;
-	uint n_fwd = track_half(seed, first, seed_slot, 1, counter);
+	uint n_fwd = track_half(seed, first, seed_slot, 1, counter, length_mm);
 	if (lane == 0) {
-		ranges[2 * item] = seed_slot - (n_back - 1);
-		ranges[2 * item + 1] = n_back - 1 + n_fwd;
+		ranges[3 * item] = seed_slot - (n_back - 1);
+		ranges[3 * item + 1] = n_back - 1 + n_fwd;
+		ranges[3 * item + 2] = floatBitsToUint(length_mm);
 	}
 }

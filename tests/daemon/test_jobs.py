@@ -3,7 +3,9 @@ run` of the same job on the same files (the engine is deterministic);
 ?wait=stream and a tractogram requested while the job runs give the same
 bytes; the job document; the list; the warm volume cache; deleting a
 finished job."""
+import json
 import re
+import subprocess
 from datetime import datetime
 
 import nibabel as nib
@@ -147,7 +149,7 @@ def test_delete_finished_job(daemon, volumes, phantom):
     longer has it, and its spool file is gone."""
     doc, _ = run_to_completion(daemon.api, server_job(phantom, volumes, count=50, rng_seed=6))
     job_id = doc["id"]
-    spool = daemon.state_dir / "spool" / f"{job_id}.trk"
+    spool = daemon.state_dir / "spool" / f"{job_id}.tractogram"
     assert spool.exists(), sorted(p.name for p in spool.parent.iterdir())
     r = daemon.api.request("DELETE", f"/v1/jobs/{job_id}")
     assert r.status == 204, str(r)
@@ -207,3 +209,21 @@ def test_expired_result_is_gone(daemon_factory, phantom):
     assert r.status == 410, str(r)
     assert r.error["code"] == "gone", str(r)
     assert job_status(d.api, small["id"])["status"] == "done"
+
+
+def test_tck_job(daemon, volumes, phantom, tractd, tmp_path):
+    """output.format "tck" through the API: the tractogram is offered as a .tck
+    attachment and is byte-identical to `tractd run` of the same job."""
+    job = server_job(phantom, volumes, count=300, rng_seed=77)
+    job["output"] = {"format": "tck"}
+    job_id = submit(daemon.unix, job)
+    assert wait_job(daemon.unix, job_id)["status"] == "done"
+    r = daemon.unix.get(f"/v1/jobs/{job_id}/tractogram")
+    assert r.status == 200, str(r)
+    assert f'filename="{job_id}.tck"' in r.headers.get("content-disposition", ""), r.headers
+    local = local_job(phantom, count=300, rng_seed=77)
+    local["output"] = {"format": "tck"}
+    (tmp_path / "job.json").write_text(json.dumps(local))
+    subprocess.run([tractd, "run", str(tmp_path / "job.json"), "-o", str(tmp_path / "cli.tck"),
+                    "-q"], check=True)
+    assert r.body == (tmp_path / "cli.tck").read_bytes()

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * output: the tractogram formats behind one writer interface, so the engine
+ * streams records without knowing the format. TRK (TrackVis, voxel-mm,
+ * trk.h) and TCK (MRtrix3, RAS+ mm, tck.h). Owns the chosen writer, not the
+ * FILE. Does not log.
+ */
+#ifndef TRACTD_OUTPUT_H
+#define TRACTD_OUTPUT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "errbuf.h"
+
+enum output_format { OUTPUT_TRK, OUTPUT_TCK };
+
+struct output_writer;
+
+/* "trk" / "tck"; output_format_from_name returns -EINVAL for others. */
+const char *output_format_name(enum output_format format);
+int output_format_from_name(const char *name, enum output_format *ret);
+
+/* Writes the format's header for the reference grid (dims and voxel-to-RAS). */
+int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3],
+		      const double affine[4][4], struct output_writer **ret, struct errbuf *err);
+int output_write_streamline(struct output_writer *w, const float *points_vox, uint32_t n);
+int output_flush(struct output_writer *w);
+/* Ends the file (count patched when seekable) and frees the writer. Accepts NULL. */
+int output_writer_finish(struct output_writer *w);
+
+#endif
