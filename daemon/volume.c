@@ -16,8 +16,11 @@
 
 #include "affine.h"
 
-/* Voxel data move through a buffer of whole x-rows of about this size. */
+/* Writing: voxel data move through a buffer of whole x-rows of about this size. */
 #define IO_CHUNK_BYTES ((size_t)4 << 20)
+/* Reading: whole volumes are converted into a staging buffer of about this
+ * size before they are interleaved into the t-fastest array. */
+#define STAGE_BYTES ((size_t)128 << 20)
 
 #define NIFTI1_DATA_OFFSET 352
 
@@ -329,63 +332,86 @@ static void row_advance(const struct volume *v, struct row_cursor *row)
 	row->t++;
 }
 
-/* Converts one stored x-row into data; returns the first x whose value is not
- * finite, or nx when all are. */
-static int64_t store_row(const unsigned char *raw, const struct conversion *cv, struct volume *v,
-			 const struct row_cursor *row)
-{
-	size_t stride = (size_t)v->dim[1] * (size_t)v->dim[2] * (size_t)v->dim[3];
-	float *dst = v->data + row_start(v, row);
-
-	for (int64_t x = 0; x < v->dim[0]; x++) {
-		float value = (float)(cv->read(raw + (size_t)x * cv->size) * cv->slope + cv->inter);
-		if (!isfinite(value))
-			return x;
-		dst[(size_t)x * stride] = value;
-	}
-	return v->dim[0];
-}
-
 static size_t rows_per_chunk(size_t row_bytes)
 {
 	return row_bytes >= IO_CHUNK_BYTES ? 1 : IO_CHUNK_BYTES / row_bytes;
 }
 
-static int read_rows(znzFile fp, const char *path, const char *field, const nifti_image *nim,
-		     const struct conversion *cv, struct volume *v, struct errbuf *err)
+/* Converts one stored volume (x fastest) into stage[0..nvox); returns the
+ * index of the first value that is not finite, or nvox. */
+static size_t convert_volume(const unsigned char *raw, const struct conversion *cv, size_t nvox,
+			     float *stage)
 {
-	size_t row_bytes = (size_t)v->dim[0] * cv->size;
-	size_t rows_left = (size_t)v->dim[1] * (size_t)v->dim[2] * (size_t)v->dim[3];
-	size_t chunk_rows = rows_per_chunk(row_bytes);
+	for (size_t i = 0; i < nvox; i++) {
+		stage[i] = (float)(cv->read(raw + i * cv->size) * cv->slope + cv->inter);
+		if (!isfinite(stage[i]))
+			return i;
+	}
+	return nvox;
+}
+
+/* Writes volumes t0..t0+nb-1 of stage into data, where each voxel's values
+ * are contiguous: the block's values of one voxel land side by side, instead
+ * of one float per voxel scattered over the whole array. */
+static void scatter_block(const float *stage, size_t nb, size_t t0, struct volume *v)
+{
+	size_t nvox = volume_voxels(v), nt = (size_t)v->dim[3];
+
+	for (int64_t z = 0, i = 0; z < v->dim[2]; z++)
+		for (int64_t y = 0; y < v->dim[1]; y++)
+			for (int64_t x = 0; x < v->dim[0]; x++, i++) {
+				float *dst = v->data + volume_index(v, x, y, z) * nt + t0;
+				for (size_t b = 0; b < nb; b++)
+					dst[b] = stage[b * nvox + (size_t)i];
+			}
+}
+
+/* Reads whole volumes a block at a time (the file is t-slowest, the data
+ * t-fastest), converting and checking each value. */
+static int read_volumes(znzFile fp, const char *path, const char *field, const nifti_image *nim,
+			const struct conversion *cv, struct volume *v, struct errbuf *err)
+{
+	size_t nvox = volume_voxels(v), nt = (size_t)v->dim[3];
+	size_t vol_bytes = nvox * cv->size;
+	size_t block = STAGE_BYTES / (nvox * sizeof(float));
 	int swap = nim->swapsize > 1 && nim->byteorder != nifti_short_order();
-	struct row_cursor row = { 0, 0, 0 };
-	unsigned char *buf = malloc(chunk_rows * row_bytes);
+	unsigned char *raw;
+	float *stage;
 	int rc = 0;
 
-	if (!buf)
+	block = block < 1 ? 1 : block > nt ? nt : block;
+	raw = malloc(vol_bytes);
+	stage = malloc(block * nvox * sizeof(float));
+	if (!raw || !stage) {
+		free(raw);
+		free(stage);
 		return errbuf_set(err, -ENOMEM, field, "%s: out of memory", path);
-	while (rows_left > 0 && rc == 0) {
-		size_t n = rows_left < chunk_rows ? rows_left : chunk_rows;
-		size_t got = znzread(buf, 1, n * row_bytes, fp);
-
-		if (got != n * row_bytes) {
-			rc = errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: voxel data ended early",
-					path);
-			break;
-		}
-		if (swap)
-			nifti_swap_Nbytes((int64_t)(n * (size_t)v->dim[0]), nim->swapsize, buf);
-		for (size_t r = 0; r < n && rc == 0; r++, row_advance(v, &row)) {
-			int64_t bad_x = store_row(buf + r * row_bytes, cv, v, &row);
-			if (bad_x < v->dim[0])
-				rc = errbuf_set(err, -EINVAL, field,
-						"%s: non-finite value at voxel (%lld, %lld, %lld), volume %lld",
-						path, (long long)bad_x, (long long)row.y, (long long)row.z,
-						(long long)row.t);
-		}
-		rows_left -= n;
 	}
-	free(buf);
+	for (size_t t0 = 0; t0 < nt && rc == 0; t0 += block) {
+		size_t nb = nt - t0 < block ? nt - t0 : block;
+		for (size_t b = 0; b < nb && rc == 0; b++) {
+			size_t bad;
+			if (znzread(raw, 1, vol_bytes, fp) != vol_bytes) {
+				rc = errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: "
+						"voxel data ended early", path);
+				break;
+			}
+			if (swap)
+				nifti_swap_Nbytes((int64_t)nvox, nim->swapsize, raw);
+			bad = convert_volume(raw, cv, nvox, stage + b * nvox);
+			if (bad < nvox)
+				rc = errbuf_set(err, -EINVAL, field,
+						"%s: non-finite value at voxel (%lld, %lld, %lld), volume %zu",
+						path, (long long)(bad % (size_t)v->dim[0]),
+						(long long)(bad / (size_t)v->dim[0] % (size_t)v->dim[1]),
+						(long long)(bad / ((size_t)v->dim[0] * (size_t)v->dim[1])),
+						t0 + b);
+		}
+		if (rc == 0)
+			scatter_block(stage, nb, t0, v);
+	}
+	free(raw);
+	free(stage);
 	return rc;
 }
 
@@ -411,7 +437,7 @@ static int read_voxels(const char *path, const char *field, const nifti_image *n
 		rc = errbuf_set(err, -EIO, field, "%s: cannot seek to voxel data at offset %lld", path,
 				(long long)nim->iname_offset);
 	else
-		rc = read_rows(fp, path, field, nim, cv, v, err);
+		rc = read_volumes(fp, path, field, nim, cv, v, err);
 	znzclose(fp);
 	return rc;
 }
