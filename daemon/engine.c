@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "affine.h"
 #include "kernel_params.h"
 #include "log.h"
 #include "philox.h"
@@ -606,8 +607,22 @@ static void assign_destinations(struct job_host *h, uint64_t n_lines, double min
 	}
 }
 
-/* Appends the packed streamlines to the output. */
-static int write_batch(struct job_run *run, uint64_t n_lines, struct errbuf *err)
+/* The seed of a chunk's line in RAS+ mm, as saved per streamline. */
+static void seed_ras(const struct job_run *run, uint64_t line, float out[3])
+{
+	double vox[3], ras[3];
+
+	for (int a = 0; a < 3; a++)
+		vox[a] = run->h->line_start[6 * line + (uint64_t)a];
+	affine_apply(run->in->odf.affine, vox, ras);
+	for (int a = 0; a < 3; a++)
+		out[a] = (float)ras[a];
+}
+
+/* Appends the packed streamlines of the batch starting at the chunk's line
+ * first_line to the output. */
+static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
+		       struct errbuf *err)
 {
 	const float *packed = gpu_buffer_host(run->g->readback);
 	struct job_host *h = run->h;
@@ -615,11 +630,15 @@ static int write_batch(struct job_run *run, uint64_t n_lines, struct errbuf *err
 
 	for (uint64_t i = 0; i < n_lines; i++) {
 		uint32_t count = h->ranges[3 * i + 1];
+		float seed[3];
 		int r;
 
 		if (h->dest[i] == DROP_LINE)
 			continue;
-		r = output_write_streamline(run->out, packed + 3ull * h->dest[i], count);
+		if (run->job->save_seeds)
+			seed_ras(run, first_line + i, seed);
+		r = output_write_streamline(run->out, packed + 3ull * h->dest[i], count,
+					    run->job->save_seeds ? seed : NULL);
 		if (r < 0)
 			return errbuf_set(err, r, "output.path", "cannot write the tractogram: %s",
 					  strerror(-r));
@@ -652,7 +671,7 @@ static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
 	if (r == 0)
 		r = dispatch_items(run, "compact", g->compact, pack_buffers, n_lines, err);
 	if (r == 0)
-		r = write_batch(run, n_lines, err);
+		r = write_batch(run, first_line, n_lines, err);
 	run->stats->batches++;
 	return r;
 }
@@ -783,8 +802,8 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 	if (r == 0)
 		r = alloc_host(&plan, &h, err);
 	if (r == 0)
-		r = output_writer_new(job->output_format, out, in->odf.dim, in->odf.affine, &run.out,
-				      err);
+		r = output_writer_new(job->output_format, out, in->odf.dim, in->odf.affine,
+				      job->save_seeds, &run.out, err);
 	if (r == 0)
 		r = track_all(&run, err);
 	if (run.out) {

@@ -439,6 +439,7 @@ static const struct member tracking_members[] = {
 static const struct member output_members[] = {
 	CUSTOM("format", parse_output_format),
 	PATH("path", output_path),
+	{ .key = "save_seeds", .kind = K_BOOL, .offset = offsetof(struct jobspec, save_seeds) },
 };
 
 static const struct member root_members[] = {
@@ -577,6 +578,15 @@ static int check_lengths(const struct jobspec *js, struct errbuf *err)
 			  "must be less than tracking.max_length (%s mm), got %s", hi, lo);
 }
 
+/* TCK has no place for per-streamline values. */
+static int check_output(const struct jobspec *js, struct errbuf *err)
+{
+	if (js->save_seeds && js->output_format != OUTPUT_TRK)
+		return errbuf_set(err, -EINVAL, "output.save_seeds",
+				  "needs output.format \"trk\" (TCK keeps no per-streamline data)");
+	return 0;
+}
+
 static void set_defaults(struct jobspec *js)
 {
 	memset(js, 0, sizeof(*js));
@@ -603,6 +613,8 @@ static int validate(json_t *root, struct ctx *c)
 		rc = check_seeds(json_object_get(root, "seeds"), c->js, c->err);
 	if (!rc)
 		rc = check_lengths(c->js, c->err);
+	if (!rc)
+		rc = check_output(c->js, c->err);
 	if (!rc && !c->js->sphere_name && !c->js->sphere_vertices) {
 		c->js->sphere_name = strdup(DEFAULT_SPHERE);
 		if (!c->js->sphere_name)

@@ -16,7 +16,7 @@
  *                "relative_peak_threshold": 0.25, "min_separation_angle": 45,
  *                "pmf_threshold": 0.05, "max_steps": 500,
  *                "min_length": 0, "max_length": null},
- *   "output":   {"format": "trk" | "tck", "path": PATH}
+ *   "output":   {"format": "trk" | "tck", "path": PATH, "save_seeds": false}
  * }
  * Unknown keys anywhere are errors. Relative paths are resolved against
  * base_dir (the job file's directory for the CLI).
@@ -66,6 +66,8 @@ struct jobspec {
 	double max_length;              /* mm, > 0, default INFINITY (JSON null) */
 
 	enum output_format output_format; /* output.format: "trk" (default) or "tck" */
+	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)
+				     * as TRK data_per_streamline "seeds"; trk only */
 	char *output_path;          /* output.path, resolved; NULL when not given */
 };
 

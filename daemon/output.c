@@ -38,7 +38,8 @@ int output_format_from_name(const char *name, enum output_format *ret)
 }
 
 int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3],
-		      const double affine[4][4], struct output_writer **ret, struct errbuf *err)
+		      const double affine[4][4], bool with_seeds, struct output_writer **ret,
+		      struct errbuf *err)
 {
 	struct output_writer *w = calloc(1, sizeof(*w));
 	int r;
@@ -48,10 +49,13 @@ int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3]
 	w->format = format;
 	switch (format) {
 	case OUTPUT_TRK:
-		r = trk_writer_new(out, dim, affine, &w->w.trk, err);
+		r = trk_writer_new_with_property(out, dim, affine, with_seeds ? "seeds" : NULL, 3,
+						 &w->w.trk, err);
 		break;
 	case OUTPUT_TCK:
-		r = tck_writer_new(out, affine, &w->w.tck, err);
+		r = with_seeds ? errbuf_set(err, -EINVAL, "output.save_seeds",
+					    "TCK keeps no per-streamline data")
+			       : tck_writer_new(out, affine, &w->w.tck, err);
 		break;
 	default:
 		r = errbuf_set(err, -EINVAL, "output.format", "unknown format");
@@ -65,11 +69,12 @@ int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3]
 	return 0;
 }
 
-int output_write_streamline(struct output_writer *w, const float *points_vox, uint32_t n)
+int output_write_streamline(struct output_writer *w, const float *points_vox, uint32_t n,
+			    const float seed_ras[3])
 {
 	if (w->format == OUTPUT_TCK)
 		return tck_write_streamline(w->w.tck, points_vox, n);
-	return trk_write_streamline(w->w.trk, points_vox, n);
+	return trk_write_streamline_with(w->w.trk, points_vox, n, seed_ras);
 }
 
 int output_flush(struct output_writer *w)

@@ -14,6 +14,8 @@ enum {
 	TRK_OFF_ID_STRING = 0,
 	TRK_OFF_DIM = 6,
 	TRK_OFF_VOXEL_SIZE = 12,
+	TRK_OFF_N_PROPERTIES = 238,
+	TRK_OFF_PROPERTY_NAME = 240,
 	TRK_OFF_VOX_TO_RAS = 440,
 	TRK_OFF_VOXEL_ORDER = 948,
 	TRK_OFF_N_COUNT = 988,
@@ -31,6 +33,7 @@ struct trk_writer {
 	float voxel_size[3];
 	uint64_t count;
 	int failed;             /* a write failed; finish reports -EIO */
+	uint16_t n_properties;  /* floats after each record's points */
 	size_t len;
 	unsigned char buf[TRK_BUFFER_BYTES];
 };
@@ -147,8 +150,26 @@ static long patchable_position(FILE *out)
 	return pos;
 }
 
-int trk_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
-		   struct trk_writer **ret, struct errbuf *err)
+/* One property of n values, named as nibabel encodes multi-valued
+ * data_per_streamline: "name", a NUL and the count when n > 1. */
+static int encode_property(unsigned char buf[TRK_HEADER_SIZE], const char *name, uint16_t n,
+			   struct errbuf *err)
+{
+	char encoded[TRK_PROPERTY_NAME_LEN + 8];
+	int len = n > 1 ? snprintf(encoded, sizeof(encoded), "%s%c%u", name, '\0', (unsigned)n)
+			: snprintf(encoded, sizeof(encoded), "%s", name);
+
+	if (len < 0 || len > TRK_PROPERTY_NAME_LEN)
+		return errbuf_set(err, -EINVAL, NULL, "property name '%s' is too long for TrackVis",
+				  name);
+	put_i16(buf + TRK_OFF_N_PROPERTIES, (int16_t)n);
+	memcpy(buf + TRK_OFF_PROPERTY_NAME, encoded, (size_t)len);
+	return 0;
+}
+
+int trk_writer_new_with_property(FILE *out, const int64_t dim[3], const double affine[4][4],
+				 const char *property, uint16_t n_values, struct trk_writer **ret,
+				 struct errbuf *err)
 {
 	unsigned char header[TRK_HEADER_SIZE];
 	struct trk_writer *w;
@@ -162,6 +183,9 @@ int trk_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
 	if (rc)
 		goto fail;
 	encode_header(header, dim, affine, w->voxel_size, axcodes, 0);
+	w->n_properties = property ? n_values : 0;
+	if (w->n_properties && (rc = encode_property(header, property, n_values, err)) < 0)
+		goto fail;
 	w->out = out;
 	w->header_pos = patchable_position(out);
 	w->count = 0;
@@ -176,6 +200,12 @@ int trk_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
 fail:
 	free(w);
 	return rc;
+}
+
+int trk_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
+		   struct trk_writer **ret, struct errbuf *err)
+{
+	return trk_writer_new_with_property(out, dim, affine, NULL, 0, ret, err);
 }
 
 static int flush_buffer(struct trk_writer *w)
@@ -209,13 +239,26 @@ static int append_points(struct trk_writer *w, const float *p, size_t n)
 	return 0;
 }
 
+static int append_properties(struct trk_writer *w, const float *values)
+{
+	size_t bytes = 4u * w->n_properties;
+
+	if (TRK_BUFFER_BYTES - w->len < bytes && flush_buffer(w))
+		return -EIO;
+	for (uint16_t i = 0; i < w->n_properties; i++)
+		put_f32(w->buf + w->len + 4u * i, values[i]);
+	w->len += bytes;
+	return 0;
+}
+
 /* Empty streamlines are dropped: nibabel and DIPY skip such records, so
  * writing one would make n_count disagree with what readers load. */
-int trk_write_streamline(struct trk_writer *w, const float *points_vox, uint32_t n)
+int trk_write_streamline_with(struct trk_writer *w, const float *points_vox, uint32_t n,
+			      const float *properties)
 {
 	if (w->failed)
 		return -EIO;
-	if (n > INT32_MAX)
+	if (n > INT32_MAX || (w->n_properties && !properties))
 		return -EINVAL;
 	if (n == 0)
 		return 0;
@@ -225,8 +268,15 @@ int trk_write_streamline(struct trk_writer *w, const float *points_vox, uint32_t
 	w->len += 4;
 	if (append_points(w, points_vox, n))
 		return -EIO;
+	if (w->n_properties && append_properties(w, properties))
+		return -EIO;
 	w->count++;
 	return 0;
+}
+
+int trk_write_streamline(struct trk_writer *w, const float *points_vox, uint32_t n)
+{
+	return trk_write_streamline_with(w, points_vox, n, NULL);
 }
 
 int trk_flush(struct trk_writer *w)

@@ -21,6 +21,7 @@
 #include "errbuf.h"
 
 #define TRK_HEADER_SIZE 1000
+#define TRK_PROPERTY_NAME_LEN 20
 
 struct trk_writer;
 
@@ -29,9 +30,20 @@ struct trk_writer;
 int trk_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
 		   struct trk_writer **ret, struct errbuf *err);
 
+/* As trk_writer_new, declaring one per-streamline property of n_values
+ * floats (nibabel's data_per_streamline[property], e.g. "seeds" with 3).
+ * -EINVAL when the encoded name exceeds TrackVis's 20 bytes. */
+int trk_writer_new_with_property(FILE *out, const int64_t dim[3], const double affine[4][4],
+				 const char *property, uint16_t n_values, struct trk_writer **ret,
+				 struct errbuf *err);
+
 /* Appends one streamline of n points (xyz interleaved, voxel coordinates).
- * Returns 0 or -EIO. */
+ * Returns 0, -EIO, or -EINVAL (n over INT32_MAX; the writer has properties). */
 int trk_write_streamline(struct trk_writer *w, const float *points_vox, uint32_t n);
+
+/* Appends one streamline and its property values (NULL when none declared). */
+int trk_write_streamline_with(struct trk_writer *w, const float *points_vox, uint32_t n,
+			      const float *properties);
 
 /* Pushes every complete record written so far to the FILE and flushes it, so
  * a reader of the file sees whole records. Returns 0 or -EIO. */
