@@ -4,7 +4,9 @@
 # first run fills the on-disk pipeline cache, the second is the one reported.
 # seeds/s and steps/s are taken over the track phase (GPU work and transfers).
 # Usage: bench/bench.sh [TRACTD]; BENCH_CASES="small medium stanford" selects cases,
-# BENCH_DIR (default build/bench) holds the phantoms, TRACTD_DEVICE picks a device.
+# BENCH_DIR (default build/bench) holds the phantoms, TRACTD_DEVICE picks a device,
+# BENCH_FORMAT_CASE (default small) the case whose output formats are compared and
+# BENCH_DAEMON_CASE (default small) the one run twice through the daemon.
 set -eu
 tractd=${1:-build/tractd}
 dir=${BENCH_DIR:-build/bench}
@@ -58,6 +60,26 @@ for c in $cases; do
 		       c, g, s, n, sl, n / t, p / t, l, u, co, t, w }'
 done
 echo "device: $device (times in seconds, second run of each case; steps = points written)"
+
+# Encoding per output format: streamlines/s of the write phase and file size.
+format_case=${BENCH_FORMAT_CASE:-small}
+ph="$dir/$format_case"
+if [ -f "$ph/job.json" ]; then
+	echo
+	echo "output formats, $format_case phantom:"
+	for fmt in trk tck; do
+		sed "s/\"format\": \"trk\"/\"format\": \"$fmt\"/" "$ph/job.json" > "$ph/job-$fmt.json"
+		# shellcheck disable=SC2086
+		"$tractd" -q run "$ph/job-$fmt.json" -o "$ph/tracks.$fmt" --stats-json "$ph/stats-$fmt.json" \
+			$device_opt || continue
+		awk -v f="$fmt" -v n="$(json_number "$ph/stats-$fmt.json" streamlines)" \
+		    -v w="$(json_number "$ph/stats-$fmt.json" write)" \
+		    -v t="$(json_number "$ph/stats-$fmt.json" track)" \
+		    -v b="$(wc -c < "$ph/tracks.$fmt")" 'BEGIN {
+			printf "  %s: %d streamlines, write %.3f s (%.0f streamlines/s; track %.3f s), %.1f MB\n",
+			       f, n, w, (w > 0 ? n / w : 0), t, b / 1e6 }'
+	done
+fi
 
 # The daemon keeps pipelines and uploaded volumes warm: the same job twice,
 # the second one reads and uploads nothing. BENCH_DAEMON_CASE picks the phantom.
