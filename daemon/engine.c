@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine: one tracking job from validated spec to TRK records (see engine.h).
+ * engine: one tracking job from validated spec to tractogram records (see engine.h).
  *
  * Flow: load inputs (volumes, sphere, seed generator) -> plan chunk and batch
  * sizes from the device limits -> compile/fetch pipelines -> upload the ODF,
  * stop map and sphere -> for each seed chunk: pass 1 (prob_init: initial
  * directions per seed), build the streamline list on the host, then for each
  * batch of streamlines pass 2 (prob_track), read back only the points of kept
- * streamlines and append them to the TRK writer.
+ * streamlines and append them to the output writer (TRK or TCK).
  */
 #include "engine.h"
 

@@ -760,11 +760,6 @@ void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 	destroy_buffer(ctx->device, buf);
 }
 
-uint64_t gpu_buffer_size(const struct gpu_buffer *buf)
-{
-	return buf->size;
-}
-
 void *gpu_buffer_host(const struct gpu_buffer *buf)
 {
 	return buf->host;

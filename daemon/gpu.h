@@ -75,7 +75,6 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 		   struct gpu_buffer **ret, struct errbuf *err);
 /* Destroys the buffer now (the caller guarantees no pending work uses it). Accepts NULL. */
 void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf);
-uint64_t gpu_buffer_size(const struct gpu_buffer *buf);
 /* Host pointer for mapped buffers (READBACK always; DEVICE when host-visible), else NULL. */
 void *gpu_buffer_host(const struct gpu_buffer *buf);
 

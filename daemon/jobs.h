@@ -6,7 +6,7 @@
  * queue, the worker thread that runs jobs one at a time on the GPU, the warm
  * state that thread keeps between jobs (the Vulkan context with its compiled
  * pipelines, and an LRU cache of uploaded volumes under a GPU-memory budget),
- * and the spool directory where each job's TRK is written as it is produced.
+ * and the spool directory where each job's tractogram is written as it is produced.
  * A finished result stays in the spool until it expires (age or spool size)
  * or its job is deleted; clients that disconnect fetch it later.
  *

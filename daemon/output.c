@@ -26,17 +26,6 @@ const char *output_format_name(enum output_format format)
 	return format_names[format];
 }
 
-int output_format_from_name(const char *name, enum output_format *ret)
-{
-	for (size_t i = 0; i < sizeof(format_names) / sizeof(format_names[0]); i++) {
-		if (strcmp(name, format_names[i]) == 0) {
-			*ret = (enum output_format)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
-
 int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3],
 		      const double affine[4][4], bool with_seeds, struct output_writer **ret,
 		      struct errbuf *err)

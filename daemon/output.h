@@ -18,9 +18,8 @@ enum output_format { OUTPUT_TRK, OUTPUT_TCK };
 
 struct output_writer;
 
-/* "trk" / "tck"; output_format_from_name returns -EINVAL for others. */
+/* "trk" / "tck". */
 const char *output_format_name(enum output_format format);
-int output_format_from_name(const char *name, enum output_format *ret);
 
 /* Writes the format's header for the reference grid (dims and voxel-to-RAS).
  * with_seeds: each record carries its seed (TRK "seeds" data_per_streamline;

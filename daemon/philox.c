@@ -43,13 +43,6 @@ void philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t ou
 		out[i] = c[i];
 }
 
-double philox_uniform_double(uint32_t hi, uint32_t lo)
-{
-	uint64_t bits = ((uint64_t)hi << 32 | lo) >> 11;
-
-	return (double)bits * 0x1p-53;
-}
-
 float philox_uniform_float(uint32_t x)
 {
 	return (float)(x >> 8) * 0x1p-24f;

@@ -23,9 +23,6 @@ enum philox_stream {
 /* out = Philox4x32-10(counter, key). */
 void philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
 
-/* Uniform double in [0,1) from two 32-bit outputs (53 bits). */
-double philox_uniform_double(uint32_t hi, uint32_t lo);
-
 /* Uniform float in [0,1) from one 32-bit output (top 24 bits). Same as GLSL. */
 float philox_uniform_float(uint32_t x);
 

@@ -234,11 +234,6 @@ int tck_flush(struct tck_writer *w)
 	return w->failed ? -EIO : 0;
 }
 
-uint64_t tck_count(const struct tck_writer *w)
-{
-	return w->count;
-}
-
 /* Writes the count digits into the header and returns to the end. A count
  * too wide for the field stays 0, which readers take as "unknown" (they read
  * to the end marker). */

@@ -35,8 +35,6 @@ int tck_write_streamline(struct tck_writer *w, const float *points_vox, uint32_t
  * records only; the count is patched at finish only. Returns 0 or -EIO. */
 int tck_flush(struct tck_writer *w);
 
-uint64_t tck_count(const struct tck_writer *w);
-
 /* Writes the end marker, patches the count when seekable, frees the writer
  * (not the FILE). Returns 0 or -EIO; the writer is freed either way. Accepts NULL. */
 int tck_writer_finish(struct tck_writer *w);

@@ -286,11 +286,6 @@ int trk_flush(struct trk_writer *w)
 	return 0;
 }
 
-uint64_t trk_count(const struct trk_writer *w)
-{
-	return w->count;
-}
-
 /* Writes the final count into the header and returns to the end of the file.
  * A count too large for the int32 field stays 0, which readers take as
  * "read until end of file". */

@@ -49,9 +49,6 @@ int trk_write_streamline_with(struct trk_writer *w, const float *points_vox, uin
  * a reader of the file sees whole records. Returns 0 or -EIO. */
 int trk_flush(struct trk_writer *w);
 
-/* Number of streamlines written so far. */
-uint64_t trk_count(const struct trk_writer *w);
-
 /* Flushes, patches n_count when out is seekable, and frees the writer (not the
  * FILE). Returns 0 or -EIO; the writer is freed either way. Accepts NULL. */
 int trk_writer_finish(struct trk_writer *w);
