@@ -370,19 +370,25 @@ int cmd_fetch(struct http_client *c, const struct tctl_args *args)
 	const char *id = args->operand;
 	char *default_path = NULL;
 	json_t *job = NULL;
+	const char *format;
 	int code = get_job(c, id, &job);
 
 	/* A failed or cancelled job has no tractogram (409): tell why instead,
 	 * before an output file is created. */
 	if (code == TCTL_EXIT_OK && job_has_ended(job))
 		code = job_outcome(id, job);
-	json_decref(job);
-	if (code != TCTL_EXIT_OK)
+	if (code != TCTL_EXIT_OK) {
+		json_decref(job);
 		return code;
-	if (!args->output && asprintf(&default_path, "%s.trk", id) < 0) {
+	}
+	/* The default name takes the job's format as its extension (trk, tck). */
+	format = json_string_value(json_object_get(job, "format"));
+	if (!args->output && asprintf(&default_path, "%s.%s", id, format ? format : "trk") < 0) {
+		json_decref(job);
 		msg_error("out of memory");
 		return TCTL_EXIT_LOCAL;
 	}
+	json_decref(job);
 	code = fetch_to(c, args, args->output ? args->output : default_path);
 	free(default_path);
 	return code;

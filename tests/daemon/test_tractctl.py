@@ -190,3 +190,21 @@ def test_no_daemon_exits_5(tractctl, tmp_path):
                            text=True, timeout=60, env=daemon_env())
         assert p.returncode == 5, f"{args}: exit {p.returncode}\n{p.stderr}"
         assert "tractctl: error" in p.stderr, p.stderr
+
+
+
+def test_fetch_names_tck_results(ctl, tractctl, daemon, phantom, tmp_path):
+    """`tractctl fetch ID` without -o names the file after the job's output
+    format: a TCK job's result lands in ID.tck, as MRtrix3's format."""
+    job = local_job(phantom, count=100, rng_seed=43)
+    job["output"] = {"format": "tck"}
+    job_id = _ok(ctl("submit", _job_file(tmp_path, "tck", job))).stdout.strip()
+    assert wait_job(daemon.api, job_id, timeout=60)["status"] == "done"
+    workdir = tmp_path / "fetched"
+    workdir.mkdir()
+    env = daemon_env()
+    env.pop("TRACTD_SOCKET", None)
+    p = subprocess.run([str(tractctl), "--socket", str(daemon.sock), "fetch", job_id],
+                       capture_output=True, text=True, cwd=workdir, env=env, timeout=60)
+    _ok(p)
+    assert (workdir / f"{job_id}.tck").read_bytes().startswith(b"mrtrix tracks\n")
