@@ -565,6 +565,14 @@ static void metric(FILE *f, const char *name, const char *type, const char *help
 	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A metric with one unlabelled value. */
+static void metric_u64(FILE *f, const char *name, const char *type, const char *help,
+		       uint64_t value)
+{
+	metric(f, name, type, help);
+	fprintf(f, "%s %llu\n", name, (unsigned long long)value);
+}
+
 static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
 {
 	struct jobs_status st;
@@ -580,24 +588,22 @@ static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
 	fprintf(f, "tractd_jobs_total{status=\"failed\"} %llu\n", (unsigned long long)st.failed_total);
 	fprintf(f, "tractd_jobs_total{status=\"cancelled\"} %llu\n",
 		(unsigned long long)st.cancelled_total);
-	metric(f, "tractd_jobs_queued", "gauge", "Jobs waiting for the GPU.");
-	fprintf(f, "tractd_jobs_queued %llu\n", (unsigned long long)st.queued);
-	metric(f, "tractd_jobs_running", "gauge", "Jobs on the GPU.");
-	fprintf(f, "tractd_jobs_running %llu\n", (unsigned long long)st.running);
-	metric(f, "tractd_seeds_total", "counter", "Seeds tracked by finished jobs.");
-	fprintf(f, "tractd_seeds_total %llu\n", (unsigned long long)st.seeds_total);
-	metric(f, "tractd_streamlines_total", "counter", "Streamlines written.");
-	fprintf(f, "tractd_streamlines_total %llu\n", (unsigned long long)st.streamlines_total);
+	metric_u64(f, "tractd_jobs_queued", "gauge", "Jobs waiting for the GPU.", st.queued);
+	metric_u64(f, "tractd_jobs_running", "gauge", "Jobs on the GPU.", st.running);
+	metric_u64(f, "tractd_seeds_total", "counter", "Seeds tracked by finished jobs.",
+		   st.seeds_total);
+	metric_u64(f, "tractd_streamlines_total", "counter", "Streamlines written.",
+		   st.streamlines_total);
 	metric(f, "tractd_track_seconds_total", "counter", "Time spent tracking.");
 	fprintf(f, "tractd_track_seconds_total %.6f\n", st.track_seconds_total);
-	metric(f, "tractd_cache_hits_total", "counter", "Jobs whose volumes were warm.");
-	fprintf(f, "tractd_cache_hits_total %llu\n", (unsigned long long)st.cache_hits);
-	metric(f, "tractd_cache_misses_total", "counter", "Jobs that loaded volumes.");
-	fprintf(f, "tractd_cache_misses_total %llu\n", (unsigned long long)st.cache_misses);
-	metric(f, "tractd_cache_bytes", "gauge", "GPU memory held by warm volumes.");
-	fprintf(f, "tractd_cache_bytes %llu\n", (unsigned long long)st.cache_bytes);
-	metric(f, "tractd_spool_bytes", "gauge", "Bytes of results in the spool.");
-	fprintf(f, "tractd_spool_bytes %llu\n", (unsigned long long)st.spool_bytes);
+	metric_u64(f, "tractd_cache_hits_total", "counter", "Jobs whose volumes were warm.",
+		   st.cache_hits);
+	metric_u64(f, "tractd_cache_misses_total", "counter", "Jobs that loaded volumes.",
+		   st.cache_misses);
+	metric_u64(f, "tractd_cache_bytes", "gauge", "GPU memory held by warm volumes.",
+		   st.cache_bytes);
+	metric_u64(f, "tractd_spool_bytes", "gauge", "Bytes of results in the spool.",
+		   st.spool_bytes);
 	metric(f, "tractd_http_requests_total", "counter", "Answers by HTTP status.");
 	for (unsigned code = 100; code < STATUS_SLOTS; code++) {
 		uint64_t n = atomic_load(&api->answers[code]);

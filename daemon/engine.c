@@ -16,7 +16,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "affine.h"
 #include "kernel_params.h"
@@ -24,6 +23,7 @@
 #include "philox.h"
 #include "seeds.h"
 #include "sphere.h"
+#include "timing.h"
 #include "output.h"
 #include "volume.h"
 
@@ -72,13 +72,6 @@ struct job_host {
 };
 
 #define DROP_LINE 0xffffffffu
-
-static double now_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- inputs ------------------------------------------------------------- */
 
@@ -569,7 +562,7 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 {
 	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
 	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan->items;
-	double t0 = now_seconds();
+	double t0 = timing_now();
 	int r = gpu_batch_begin(run->gpu, err);
 
 	for (uint64_t first = 0; r == 0 && first < n; first += per_dispatch) {
@@ -581,8 +574,8 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 	}
 	if (r == 0)
 		r = gpu_batch_submit_wait(run->gpu, err);
-	run->stats->kernel_seconds += now_seconds() - t0;
-	log_debug("%s: %llu items in %.4f s", what, (unsigned long long)n, now_seconds() - t0);
+	run->stats->kernel_seconds += timing_now() - t0;
+	log_debug("%s: %llu items in %.4f s", what, (unsigned long long)n, timing_now() - t0);
 	return r;
 }
 
@@ -626,7 +619,7 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 {
 	const float *packed = gpu_buffer_host(run->g->readback);
 	struct job_host *h = run->h;
-	double t0 = now_seconds();
+	double t0 = timing_now();
 
 	for (uint64_t i = 0; i < n_lines; i++) {
 		uint32_t count = h->ranges[3 * i + 1];
@@ -645,7 +638,7 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 		run->stats->streamlines++;
 		run->stats->points += count;
 	}
-	run->stats->write_seconds += now_seconds() - t0;
+	run->stats->write_seconds += timing_now() - t0;
 	return 0;
 }
 
@@ -745,12 +738,12 @@ static uint64_t next_chunk_seeds(const struct job_run *run, uint64_t done, doubl
 static int track_all(struct job_run *run, struct errbuf *err)
 {
 	uint64_t total = seeds_count(run->seeds);
-	double t0 = now_seconds(), write_before = run->stats->write_seconds;
+	double t0 = timing_now(), write_before = run->stats->write_seconds;
 	int r = 0;
 
 	fill_params(run);
 	for (uint64_t first = 0, n; first < total && r == 0; first += n) {
-		n = min_u64(next_chunk_seeds(run, first, now_seconds() - t0), total - first);
+		n = min_u64(next_chunk_seeds(run, first, timing_now() - t0), total - first);
 		r = run_chunk(run, first, n, err);
 		if (r == 0 && output_flush(run->out) < 0)
 			r = errbuf_set(err, -EIO, "output.path", "cannot write the tractogram");
@@ -761,7 +754,7 @@ static int track_all(struct job_run *run, struct errbuf *err)
 				       (unsigned long long)(first + n), (unsigned long long)total);
 	}
 	run->stats->seeds = total;
-	run->stats->track_seconds += now_seconds() - t0 -
+	run->stats->track_seconds += timing_now() - t0 -
 				     (run->stats->write_seconds - write_before);
 	return r;
 }

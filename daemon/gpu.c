@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <vulkan/vulkan.h>
 
 #include "log.h"
 #include "shaders.h"
+#include "timing.h"
 
 #define STAGING_BYTES (32u << 20)
 #define DESCRIPTOR_SETS_PER_BATCH 256
@@ -117,13 +117,6 @@ static int vk_errno(VkResult r)
 			return errbuf_set((err), vk_errno(vr_), "device", "%s failed: %s (%s:%d)", \
 					  #call, vk_result_name(vr_), __FILE__, __LINE__); \
 	} while (0)
-
-static double now_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- instance and device selection ------------------------------------- */
 
@@ -1106,14 +1099,14 @@ int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const 
 	p->key = key;
 	p->n_buffers = n_buffers;
 	p->push_bytes = push_bytes;
-	t0 = now_seconds();
+	t0 = timing_now();
 	r = build_pipeline(ctx, src, defines, p, err);
-	ctx->compile_seconds += now_seconds() - t0;
+	ctx->compile_seconds += timing_now() - t0;
 	if (r < 0) {
 		destroy_pipeline(ctx->device, p);
 		return r;
 	}
-	log_debug("compiled %s in %.3f s", key, now_seconds() - t0);
+	log_debug("compiled %s in %.3f s", key, timing_now() - t0);
 	p->next = ctx->pipelines;
 	ctx->pipelines = p;
 	*ret = p;

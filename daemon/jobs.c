@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "timing.h"
 
 /* Chunk length the engine aims for: how soon progress shows, streamed bytes
  * arrive and a cancellation takes effect. */
@@ -231,7 +232,7 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec, struct
 	char *key = cache_key(spec);
 	struct cache_entry *hit = cache_find(jobs, key);
 	struct cache_entry fresh = { .key = key };
-	struct timespec t0, t1;
+	double t0, t1;
 	int r;
 
 	count_cache(jobs, hit != NULL);
@@ -242,14 +243,13 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec, struct
 		*owned = false;
 		return 0;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = timing_now();
 	r = engine_inputs_load(spec, &fresh.inputs, err);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	stats->load_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+	t1 = timing_now();
+	stats->load_seconds = t1 - t0;
 	if (r == 0)
 		r = engine_resident_new(jobs->gpu, fresh.inputs, &fresh.resident, err);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	stats->upload_seconds = (double)(t0.tv_sec - t1.tv_sec) + 1e-9 * (double)(t0.tv_nsec - t1.tv_nsec);
+	stats->upload_seconds = timing_now() - t1;
 	if (r < 0) {
 		cache_entry_free(jobs, &fresh);
 		return r;

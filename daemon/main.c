@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine.h"
@@ -25,6 +24,7 @@
 #include "log.h"
 #include "phantom.h"
 #include "serve.h"
+#include "timing.h"
 
 #define TRACTD_VERSION "0.1.0"
 
@@ -336,13 +336,6 @@ static void log_summary(const struct engine_stats *s, const char *device, const 
 		 (unsigned long long)s->chunks, (unsigned long long)s->batches);
 }
 
-static double now_seconds(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Everything a CLI job holds, released in one place. */
 struct cli_job {
 	struct jobspec spec;
@@ -366,21 +359,21 @@ static void cli_job_free(struct cli_job *j)
 static int prepare_job(struct cli *cli, struct cli_job *j, double *load_s, double *upload_s,
 		       struct errbuf *err)
 {
-	double t0 = now_seconds();
+	double t0 = timing_now();
 	int r = engine_inputs_load(&j->spec, &j->inputs, err);
 
 	if (r == 0)
 		r = engine_seeds_load(&j->spec, j->inputs, &j->seeds, err);
-	*load_s = now_seconds() - t0;
+	*load_s = timing_now() - t0;
 	if (r < 0)
 		return r;
 	cli->gpu.pipeline_cache_path = cli->pipeline_cache;
 	r = gpu_open(&cli->gpu, &j->gpu, err);
 	if (r < 0)
 		return r;
-	t0 = now_seconds();
+	t0 = timing_now();
 	r = engine_resident_new(j->gpu, j->inputs, &j->resident, err);
-	*upload_s = now_seconds() - t0;
+	*upload_s = timing_now() - t0;
 	return r;
 }
 

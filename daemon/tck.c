@@ -3,11 +3,12 @@
 #include "tck.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "binio.h"
 
 /* The count comes right after the magic line so that its digits sit at a
  * fixed offset, whatever width the data offset later in the header takes.
@@ -31,19 +32,6 @@ struct tck_writer {
 	size_t len;
 	unsigned char buf[TCK_BUFFER_BYTES];
 };
-
-/* Explicit little-endian encoding keeps the file format independent of the
- * host; compilers turn these shifts into plain stores on little-endian CPUs. */
-static void put_f32(unsigned char *p, float v)
-{
-	uint32_t u;
-
-	memcpy(&u, &v, sizeof(u));
-	p[0] = (unsigned char)u;
-	p[1] = (unsigned char)(u >> 8);
-	p[2] = (unsigned char)(u >> 16);
-	p[3] = (unsigned char)(u >> 24);
-}
 
 static int affine_finite(const double affine[4][4])
 {
@@ -88,23 +76,6 @@ static int write_header(FILE *out)
 	return 0;
 }
 
-/* The count can be patched in place only on a seekable stream whose writes go
- * where we seek (an O_APPEND stream would add the digits at the end). */
-static long patchable_position(FILE *out)
-{
-	long pos = ftell(out);
-	int fd = fileno(out);
-
-	if (pos < 0)
-		return -1;
-	if (fd >= 0) {
-		int flags = fcntl(fd, F_GETFL);
-		if (flags < 0 || (flags & O_APPEND))
-			return -1;
-	}
-	return pos;
-}
-
 int tck_writer_new(FILE *out, const double affine[4][4], struct tck_writer **ret,
 		   struct errbuf *err)
 {
@@ -121,7 +92,7 @@ int tck_writer_new(FILE *out, const double affine[4][4], struct tck_writer **ret
 			w->m[r][c] = affine[r][c];
 	/* Readers take the data offset as absolute, so the header must begin the
 	 * file; the count digits are patched relative to where it was written. */
-	pos = patchable_position(out);
+	pos = binio_patch_position(out);
 	w->out = out;
 	w->count_pos = pos < 0 ? -1 : pos + (long)TCK_COUNT_OFFSET;
 	w->count = 0;
@@ -150,7 +121,7 @@ static void encode_point(unsigned char *dst, const struct tck_writer *w, const f
 	double x = p[0], y = p[1], z = p[2];
 
 	for (int r = 0; r < 3; r++)
-		put_f32(dst + 4 * r,
+		binio_put_f32(dst + 4 * r,
 			(float)(w->m[r][0] * x + w->m[r][1] * y + w->m[r][2] * z + w->m[r][3]));
 }
 
@@ -182,7 +153,7 @@ static int append_marker(struct tck_writer *w, float v)
 	if (TCK_BUFFER_BYTES - w->len < TCK_TRIPLET_BYTES && flush_buffer(w))
 		return -EIO;
 	for (int c = 0; c < 3; c++)
-		put_f32(w->buf + w->len + 4 * c, v);
+		binio_put_f32(w->buf + w->len + 4 * c, v);
 	w->len += TCK_TRIPLET_BYTES;
 	return 0;
 }

@@ -3,11 +3,11 @@
 #include "trk.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "affine.h"
+#include "binio.h"
 
 /* Byte offsets of the TrackVis v2 header fields that are not left zero. */
 enum {
@@ -37,37 +37,6 @@ struct trk_writer {
 	size_t len;
 	unsigned char buf[TRK_BUFFER_BYTES];
 };
-
-/* Explicit little-endian encoding keeps the file format independent of the
- * host; compilers turn these shifts into plain stores on little-endian CPUs. */
-static void put_u32(unsigned char *p, uint32_t v)
-{
-	p[0] = (unsigned char)v;
-	p[1] = (unsigned char)(v >> 8);
-	p[2] = (unsigned char)(v >> 16);
-	p[3] = (unsigned char)(v >> 24);
-}
-
-static void put_i16(unsigned char *p, int16_t v)
-{
-	uint16_t u = (uint16_t)v;
-
-	p[0] = (unsigned char)u;
-	p[1] = (unsigned char)(u >> 8);
-}
-
-static void put_i32(unsigned char *p, int32_t v)
-{
-	put_u32(p, (uint32_t)v);
-}
-
-static void put_f32(unsigned char *p, float v)
-{
-	uint32_t u;
-
-	memcpy(&u, &v, sizeof(u));
-	put_u32(p, u);
-}
 
 /* The affine as TrackVis stores it (float32), so that voxel sizes and voxel
  * order are derived from exactly what readers will see. */
@@ -104,16 +73,16 @@ static void encode_header(unsigned char buf[TRK_HEADER_SIZE], const int64_t dim[
 	memset(buf, 0, TRK_HEADER_SIZE);
 	memcpy(buf + TRK_OFF_ID_STRING, "TRACK", 6);
 	for (int i = 0; i < 3; i++) {
-		put_i16(buf + TRK_OFF_DIM + 2 * i, (int16_t)dim[i]);
-		put_f32(buf + TRK_OFF_VOXEL_SIZE + 4 * i, voxel_size[i]);
+		binio_put_i16(buf + TRK_OFF_DIM + 2 * i, (int16_t)dim[i]);
+		binio_put_f32(buf + TRK_OFF_VOXEL_SIZE + 4 * i, voxel_size[i]);
 	}
 	for (int r = 0; r < 4; r++)
 		for (int c = 0; c < 4; c++)
-			put_f32(buf + TRK_OFF_VOX_TO_RAS + 4 * (4 * r + c), (float)affine[r][c]);
+			binio_put_f32(buf + TRK_OFF_VOX_TO_RAS + 4 * (4 * r + c), (float)affine[r][c]);
 	memcpy(buf + TRK_OFF_VOXEL_ORDER, axcodes, 4);
-	put_i32(buf + TRK_OFF_N_COUNT, n_count);
-	put_i32(buf + TRK_OFF_VERSION, TRK_VERSION);
-	put_i32(buf + TRK_OFF_HDR_SIZE, TRK_HEADER_SIZE);
+	binio_put_i32(buf + TRK_OFF_N_COUNT, n_count);
+	binio_put_i32(buf + TRK_OFF_VERSION, TRK_VERSION);
+	binio_put_i32(buf + TRK_OFF_HDR_SIZE, TRK_HEADER_SIZE);
 }
 
 int trk_header_fill(unsigned char buf[TRK_HEADER_SIZE], const int64_t dim[3],
@@ -133,23 +102,6 @@ int trk_header_fill(unsigned char buf[TRK_HEADER_SIZE], const int64_t dim[3],
 	return 0;
 }
 
-/* n_count can be patched in place only on a seekable stream whose writes go
- * where we seek (an O_APPEND stream would add the count at the end). */
-static long patchable_position(FILE *out)
-{
-	long pos = ftell(out);
-	int fd = fileno(out);
-
-	if (pos < 0)
-		return -1;
-	if (fd >= 0) {
-		int flags = fcntl(fd, F_GETFL);
-		if (flags < 0 || (flags & O_APPEND))
-			return -1;
-	}
-	return pos;
-}
-
 /* One property of n values, named as nibabel encodes multi-valued
  * data_per_streamline: "name", a NUL and the count when n > 1. */
 static int encode_property(unsigned char buf[TRK_HEADER_SIZE], const char *name, uint16_t n,
@@ -162,7 +114,7 @@ static int encode_property(unsigned char buf[TRK_HEADER_SIZE], const char *name,
 	if (len < 0 || len > TRK_PROPERTY_NAME_LEN)
 		return errbuf_set(err, -EINVAL, NULL, "property name '%s' is too long for TrackVis",
 				  name);
-	put_i16(buf + TRK_OFF_N_PROPERTIES, (int16_t)n);
+	binio_put_i16(buf + TRK_OFF_N_PROPERTIES, (int16_t)n);
 	memcpy(buf + TRK_OFF_PROPERTY_NAME, encoded, (size_t)len);
 	return 0;
 }
@@ -187,7 +139,7 @@ int trk_writer_new_with_property(FILE *out, const int64_t dim[3], const double a
 	if (w->n_properties && (rc = encode_property(header, property, n_values, err)) < 0)
 		goto fail;
 	w->out = out;
-	w->header_pos = patchable_position(out);
+	w->header_pos = binio_patch_position(out);
 	w->count = 0;
 	w->failed = 0;
 	w->len = 0;
@@ -232,7 +184,7 @@ static int append_points(struct trk_writer *w, const float *p, size_t n)
 		}
 		for (size_t i = 0; i < k; i++, p += 3, dst += TRK_POINT_BYTES)
 			for (int c = 0; c < 3; c++)
-				put_f32(dst + 4 * c, (p[c] + 0.5f) * w->voxel_size[c]);
+				binio_put_f32(dst + 4 * c, (p[c] + 0.5f) * w->voxel_size[c]);
 		w->len += k * TRK_POINT_BYTES;
 		n -= k;
 	}
@@ -246,7 +198,7 @@ static int append_properties(struct trk_writer *w, const float *values)
 	if (TRK_BUFFER_BYTES - w->len < bytes && flush_buffer(w))
 		return -EIO;
 	for (uint16_t i = 0; i < w->n_properties; i++)
-		put_f32(w->buf + w->len + 4u * i, values[i]);
+		binio_put_f32(w->buf + w->len + 4u * i, values[i]);
 	w->len += bytes;
 	return 0;
 }
@@ -264,7 +216,7 @@ int trk_write_streamline_with(struct trk_writer *w, const float *points_vox, uin
 		return 0;
 	if (TRK_BUFFER_BYTES - w->len < 4 && flush_buffer(w))
 		return -EIO;
-	put_i32(w->buf + w->len, (int32_t)n);
+	binio_put_i32(w->buf + w->len, (int32_t)n);
 	w->len += 4;
 	if (append_points(w, points_vox, n))
 		return -EIO;
@@ -295,7 +247,7 @@ static int patch_count(struct trk_writer *w)
 
 	if (w->header_pos < 0 || w->count > INT32_MAX)
 		return 0;
-	put_i32(field, (int32_t)w->count);
+	binio_put_i32(field, (int32_t)w->count);
 	if (fseek(w->out, w->header_pos + TRK_OFF_N_COUNT, SEEK_SET) != 0 ||
 	    fwrite(field, 1, sizeof(field), w->out) != sizeof(field) ||
 	    fseek(w->out, 0, SEEK_END) != 0 || fflush(w->out) != 0)

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * binio: what the streaming tractogram writers (trk, tck) share: explicit
+ * little-endian encoding, which keeps the file formats independent of the
+ * host (compilers turn the shifts into plain stores on little-endian CPUs),
+ * and the test for whether a header field can be patched in place at the end.
+ */
+#ifndef TRACTD_BINIO_H
+#define TRACTD_BINIO_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+static inline void binio_put_u32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+	p[2] = (unsigned char)(v >> 16);
+	p[3] = (unsigned char)(v >> 24);
+}
+
+static inline void binio_put_i16(unsigned char *p, int16_t v)
+{
+	uint16_t u = (uint16_t)v;
+
+	p[0] = (unsigned char)u;
+	p[1] = (unsigned char)(u >> 8);
+}
+
+static inline void binio_put_i32(unsigned char *p, int32_t v)
+{
+	binio_put_u32(p, (uint32_t)v);
+}
+
+static inline void binio_put_f32(unsigned char *p, float v)
+{
+	uint32_t u;
+
+	memcpy(&u, &v, sizeof(u));
+	binio_put_u32(p, u);
+}
+
+/* The position of out when a field written there can later be patched in
+ * place: the stream is seekable and not in append mode (whose writes would
+ * land at the end). -1 otherwise. */
+long binio_patch_position(FILE *out);
+
+#endif
