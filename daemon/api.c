@@ -229,6 +229,10 @@ static json_t *job_to_json(const struct job_info *info)
 
 	if (!doc)
 		return NULL;
+	json_object_set_new(json_object_get(doc, "progress"), "stage",
+			    info->stage ? json_string(info->stage) : json_null());
+	json_object_set_new(json_object_get(doc, "progress"), "stage_fraction",
+			    json_real(info->stage ? info->stage_fraction : 0.0));
 	if (info->state == JOB_DONE) {
 		json_object_set_new(doc, "result", json_pack("{s:I, s:I, s:I, s:b}", "bytes",
 				    (json_int_t)info->bytes, "streamlines", (json_int_t)info->streamlines,
@@ -386,12 +390,23 @@ static enum api_error resolve_input(struct api *api, char **path, const char *fi
 
 static enum api_error resolve_inputs(struct api *api, struct jobspec *spec, struct errbuf *err)
 {
-	enum api_error e = resolve_input(api, &spec->odf_path, "inputs.odf", err);
+	struct {
+		char **path;
+		const char *field;
+	} inputs[] = {
+		{ &spec->odf_path, "inputs.odf" },
+		{ &spec->sh_path, "inputs.sh" },
+		{ &spec->dwi_path, "inputs.dwi" },
+		{ &spec->bvals_path, "inputs.bvals" },
+		{ &spec->bvecs_path, "inputs.bvecs" },
+		{ &spec->mask_path, "inputs.mask" },
+		{ &spec->stop_map_path, "inputs.stop_map" },
+		{ &spec->seed_roi_path, "seeds.roi" },
+	};
+	enum api_error e = 0;
 
-	if (!e)
-		e = resolve_input(api, &spec->stop_map_path, "inputs.stop_map", err);
-	if (!e)
-		e = resolve_input(api, &spec->seed_roi_path, "seeds.roi", err);
+	for (size_t i = 0; !e && i < sizeof(inputs) / sizeof(inputs[0]); i++)
+		e = resolve_input(api, inputs[i].path, inputs[i].field, err);
 	return e;
 }
 

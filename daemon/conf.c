@@ -153,6 +153,8 @@ static const struct conf_key keys[] = {
 	    "GPU memory one job may use; 0 for half the device memory"),
 	U64(volume_cache_bytes, CONF_SIZE, 0, 1024 * TiB, "0",
 	    "GPU memory for volumes kept warm between jobs; 0 for a quarter of the device"),
+	INT(fit_threads, 0, 256, "0",
+	    "CPU threads for model fitting (DTI, CSD); 0 for one per CPU"),
 	STRING(pipeline_cache, check_path_or_empty, NULL,
 	       "Vulkan pipeline cache file; empty for none"),
 	STRING(log_level, check_log_level, "info",

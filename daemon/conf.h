@@ -29,6 +29,7 @@ struct conf {
 	int device;                 /* Vulkan device index, -1 = best (default) */
 	uint64_t gpu_memory_budget; /* per job, 0 = half the device memory */
 	uint64_t volume_cache_bytes;/* GPU memory for warm volumes, 0 = a quarter of the device */
+	int fit_threads;            /* model fitting threads, 0 = one per CPU */
 	char pipeline_cache[1024];  /* Vulkan pipeline cache file; "" = none */
 	char log_level[16];         /* error, warning, info (default), debug */
 };

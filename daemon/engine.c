@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include "affine.h"
+#include "fit.h"
+#include "gradients.h"
 #include "kernel_params.h"
 #include "log.h"
 #include "philox.h"
@@ -37,6 +39,9 @@ struct engine_inputs {
 	struct volume stop;
 	struct sphere sphere;
 	bool symmetric;       /* compare directions by |cos| */
+	const char *grid_field;   /* the input that sets the grid, for messages */
+	bool fitted;          /* fit holds the DTI and CSD of a dwi input */
+	struct fit_result fit;
 };
 
 struct engine_resident {
@@ -83,17 +88,18 @@ static int load_sphere(const struct jobspec *job, struct sphere *ret, struct err
 	return sphere_builtin(job->sphere_name, ret, err);
 }
 
-static int require_3d_on_grid(const struct volume *v, const struct volume *ref, const char *field,
-			      const char *path, struct errbuf *err)
+static int require_3d_on_grid(const struct volume *v, const struct volume *ref,
+			      const char *ref_field, const char *field, const char *path,
+			      struct errbuf *err)
 {
 	if (v->dim[3] != 1)
 		return errbuf_set(err, -EINVAL, field, "%s must be a 3D volume, got %lld volumes",
 				  path, (long long)v->dim[3]);
 	if (!volume_same_grid(v, ref))
 		return errbuf_set(err, -EINVAL, field, "%s is on a different grid (%lldx%lldx%lld "
-				  "or another affine) than inputs.odf (%lldx%lldx%lld)", path,
+				  "or another affine) than %s (%lldx%lldx%lld)", path,
 				  (long long)v->dim[0], (long long)v->dim[1], (long long)v->dim[2],
-				  (long long)ref->dim[0], (long long)ref->dim[1], (long long)ref->dim[2]);
+				  ref_field, (long long)ref->dim[0], (long long)ref->dim[1], (long long)ref->dim[2]);
 	return 0;
 }
 
@@ -161,8 +167,8 @@ static int odf_symmetry(const struct volume *odf, const struct sphere *s, bool *
 	return 0;
 }
 
-static int load_seeds(const struct jobspec *job, const struct volume *odf, struct seeds **ret,
-		      struct errbuf *err)
+static int load_seeds(const struct jobspec *job, const struct volume *odf, const char *grid_field,
+		      struct seeds **ret, struct errbuf *err)
 {
 	struct volume roi = { 0 };
 	int r;
@@ -172,7 +178,7 @@ static int load_seeds(const struct jobspec *job, const struct volume *odf, struc
 					 odf->affine, odf->dim, ret, err);
 	r = volume_load(job->seed_roi_path, "seeds.roi", &roi, err);
 	if (r == 0)
-		r = require_3d_on_grid(&roi, odf, "seeds.roi", job->seed_roi_path, err);
+		r = require_3d_on_grid(&roi, odf, grid_field, "seeds.roi", job->seed_roi_path, err);
 	if (r == 0)
 		r = seeds_from_mask(&roi, job->seed_count, job->seed_per_voxel, job->rng_seed, ret, err);
 	volume_free(&roi);
@@ -186,22 +192,146 @@ static int load_seeds(const struct jobspec *job, const struct volume *odf, struc
 	return r;
 }
 
-static int load_inputs(const struct jobspec *job, struct engine_inputs *in, struct errbuf *err)
+static int load_odf(const struct jobspec *job, struct engine_inputs *in, struct errbuf *err)
 {
 	int r = volume_load(job->odf_path, "inputs.odf", &in->odf, err);
 
-	if (r < 0)
-		return r;
-	r = load_sphere(job, &in->sphere, err);
-	if (r < 0)
-		return r;
-	if (in->odf.dim[3] != in->sphere.nv)
-		return errbuf_set(err, -EINVAL, "inputs.odf", "%s has %lld volumes but the sphere "
-				  "(tracking.sphere) has %d vertices: the ODF must be sampled on it",
-				  job->odf_path, (long long)in->odf.dim[3], in->sphere.nv);
+	if (r == 0 && in->odf.dim[3] != in->sphere.nv)
+		r = errbuf_set(err, -EINVAL, "inputs.odf", "%s has %lld volumes but the sphere "
+			       "(tracking.sphere) has %d vertices: the ODF must be sampled on it",
+			       job->odf_path, (long long)in->odf.dim[3], in->sphere.nv);
+	return r;
+}
+
+/* The linear part of the affine, which takes a step along the voxel axes
+ * to scanner (RAS+) space: where MRtrix3 expresses its FOD directions. */
+static void voxel_to_world_directions(const struct volume *v, double m[3][3])
+{
+	for (int r = 0; r < 3; r++)
+		for (int c = 0; c < 3; c++)
+			m[r][c] = v->affine[r][c];
+}
+
+static int load_sh(const struct jobspec *job, const struct fit_options *o,
+		   struct engine_inputs *in, struct errbuf *err)
+{
+	struct volume sh = { 0 };
+	double to_world[3][3];
+	int r = volume_load(job->sh_path, "inputs.sh", &sh, err);
+
+	if (r == 0) {
+		voxel_to_world_directions(&sh, to_world);
+		r = fit_sample_sh(&sh, job->sh_basis,
+				  job->sh_frame == JOBSPEC_SH_FRAME_WORLD ? to_world : NULL,
+				  &in->sphere, o, "inputs.sh", &in->odf, err);
+	}
+	volume_free(&sh);
+	return r;
+}
+
+static void fit_params_from_job(const struct jobspec *job, struct fit_params *p)
+{
+	fit_default_params(p);
+	p->csd.sh_order = job->model.sh_order;
+	p->csd.lambda = job->model.lambda;
+	p->csd.tau = job->model.tau;
+	p->fa_threshold = job->fa_threshold;
+	p->response_roi_radius = job->model.roi_radius;
+	p->response_fa = job->model.response_fa;
+	p->response_given = job->model.response_given;
+	memcpy(p->response.evals, job->model.response_evals, sizeof(p->response.evals));
+	p->response.s0 = job->model.response_s0;
+}
+
+static int load_dwi_volumes(const struct jobspec *job, struct volume *dwi, struct volume *mask,
+			    struct gradients *g, struct errbuf *err)
+{
+	int r = volume_load(job->dwi_path, "inputs.dwi", dwi, err);
+
+	if (r == 0 && dwi->dim[3] < 7)
+		r = errbuf_set(err, -EINVAL, "inputs.dwi", "%s has %lld volume%s: a DWI series "
+			       "is 4D, with a b=0 volume and at least 6 diffusion directions",
+			       job->dwi_path, (long long)dwi->dim[3], dwi->dim[3] == 1 ? "" : "s");
+	if (r == 0)
+		r = gradients_load(job->bvals_path, job->bvecs_path, dwi->dim[3], "inputs.bvals",
+				   "inputs.bvecs", g, err);
+	if (r == 0 && job->mask_path) {
+		r = volume_load(job->mask_path, "inputs.mask", mask, err);
+		if (r == 0)
+			r = require_3d_on_grid(mask, dwi, "inputs.dwi", "inputs.mask", job->mask_path,
+					       err);
+	}
+	return r;
+}
+
+static int load_dwi(const struct jobspec *job, const struct fit_options *o,
+		    struct engine_inputs *in, struct errbuf *err)
+{
+	struct volume dwi = { 0 }, mask = { 0 };
+	struct gradients g = { 0 };
+	struct fit_params p;
+	int r = load_dwi_volumes(job, &dwi, &mask, &g, err);
+
+	fit_params_from_job(job, &p);
+	if (r == 0)
+		r = fit_dwi(&dwi, &g, job->mask_path ? &mask : NULL, &p, o, &in->fit, err);
+	in->fitted = r == 0;
+	volume_free(&dwi);
+	volume_free(&mask);
+	gradients_free(&g);
+	if (r == 0)
+		r = fit_sample_sh(&in->fit.sh, SH_DESCOTEAUX07_LEGACY, NULL, &in->sphere, o,
+				  "inputs.dwi", &in->odf, err);
+	return r;
+}
+
+static int load_stop_map(const struct jobspec *job, struct engine_inputs *in, struct errbuf *err)
+{
+	int r;
+
+	if (!job->stop_map_path) {
+		/* A dwi job stops on its own FA. */
+		int64_t shape[4] = { in->fit.fa.dim[0], in->fit.fa.dim[1], in->fit.fa.dim[2], 1 };
+		r = volume_alloc(&in->stop, shape, 1.0);
+		if (r < 0)
+			return errbuf_set(err, r, "", "out of memory");
+		memcpy(in->stop.affine, in->fit.fa.affine, sizeof(in->stop.affine));
+		memcpy(in->stop.data, in->fit.fa.data, sizeof(float) * volume_voxels(&in->stop));
+		return 0;
+	}
 	r = volume_load(job->stop_map_path, "inputs.stop_map", &in->stop, err);
 	if (r == 0)
-		r = require_3d_on_grid(&in->stop, &in->odf, "inputs.stop_map", job->stop_map_path, err);
+		r = require_3d_on_grid(&in->stop, &in->odf, in->grid_field, "inputs.stop_map",
+				       job->stop_map_path, err);
+	return r;
+}
+
+static int load_inputs(const struct jobspec *job, const struct fit_options *o,
+		       struct engine_inputs *in, struct errbuf *err)
+{
+	static const char *const grid_fields[] = {
+		[JOBSPEC_INPUT_ODF] = "inputs.odf",
+		[JOBSPEC_INPUT_SH] = "inputs.sh",
+		[JOBSPEC_INPUT_DWI] = "inputs.dwi",
+	};
+	int r = load_sphere(job, &in->sphere, err);
+
+	in->grid_field = grid_fields[job->input_kind];
+	if (r < 0)
+		return r;
+	switch (job->input_kind) {
+	case JOBSPEC_INPUT_ODF:
+		r = load_odf(job, in, err);
+		break;
+	case JOBSPEC_INPUT_SH:
+		r = load_sh(job, o, in, err);
+		break;
+	case JOBSPEC_INPUT_DWI:
+		r = load_dwi(job, o, in, err);
+		break;
+	}
+	if (r == 0)
+		r = load_stop_map(job, in, err);
 	if (r < 0)
 		return r;
 	clip_negative(&in->odf);
@@ -215,17 +345,19 @@ void engine_inputs_free(struct engine_inputs *in)
 	volume_free(&in->odf);
 	volume_free(&in->stop);
 	sphere_free(&in->sphere);
+	fit_result_free(&in->fit);
 	free(in);
 }
 
-int engine_inputs_load(const struct jobspec *job, struct engine_inputs **ret, struct errbuf *err)
+int engine_inputs_load(const struct jobspec *job, const struct fit_options *fit,
+		       struct engine_inputs **ret, struct errbuf *err)
 {
 	struct engine_inputs *in = calloc(1, sizeof(*in));
 	int r;
 
 	if (!in)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	r = load_inputs(job, in, err);
+	r = load_inputs(job, fit, in, err);
 	if (r < 0) {
 		engine_inputs_free(in);
 		return r;
@@ -237,7 +369,17 @@ int engine_inputs_load(const struct jobspec *job, struct engine_inputs **ret, st
 int engine_seeds_load(const struct jobspec *job, const struct engine_inputs *in,
 		      struct seeds **ret, struct errbuf *err)
 {
-	return load_seeds(job, &in->odf, ret, err);
+	return load_seeds(job, &in->odf, in->grid_field, ret, err);
+}
+
+const struct volume *engine_inputs_odf(const struct engine_inputs *in)
+{
+	return &in->odf;
+}
+
+const struct fit_result *engine_inputs_fit(const struct engine_inputs *in)
+{
+	return in->fitted ? &in->fit : NULL;
 }
 
 /* ---- planning ----------------------------------------------------------- */

@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "errbuf.h"
+#include "fit.h"
 #include "gpu.h"
 #include "jobspec.h"
 #include "seeds.h"
@@ -54,15 +55,23 @@ struct engine_stats {
 };
 
 /* What a job reads and a cache can share between jobs: the ODF, the stop
- * map and the sphere, validated, on the host. */
+ * map and the sphere, validated, on the host; for a dwi job also its fit. */
 struct engine_inputs;
 /* The GPU copies of an engine_inputs, reusable by every job on them. */
 struct engine_resident;
 
 /* Reads and validates the job's volumes and sphere without touching the GPU,
- * so bad input fails before a device is opened. On failure returns a negative
- * errno with err naming the input field (-EINVAL, -ENOENT, -EIO, -ENOMEM). */
-int engine_inputs_load(const struct jobspec *job, struct engine_inputs **ret, struct errbuf *err);
+ * so bad input fails before a device is opened. SH inputs are sampled on the
+ * sphere and dwi inputs fitted (fit.h) with fit's threads and progress (fit
+ * may be NULL). On failure returns a negative errno with err naming the
+ * input field (-EINVAL, -ENOENT, -EIO, -ENOMEM, -ECANCELED). */
+int engine_inputs_load(const struct jobspec *job, const struct fit_options *fit,
+		       struct engine_inputs **ret, struct errbuf *err);
+
+/* The ODF the tracker samples, on the sphere's vertices, clipped at zero. */
+const struct volume *engine_inputs_odf(const struct engine_inputs *in);
+/* The DTI and CSD fit of a dwi job; NULL for other inputs. */
+const struct fit_result *engine_inputs_fit(const struct engine_inputs *in);
 
 /* Accepts NULL. */
 void engine_inputs_free(struct engine_inputs *in);

@@ -121,7 +121,8 @@ static int parse_number(const char *token, size_t len, const char *path, const c
 	if (end != buf + len)
 		return errbuf_set(err, -EINVAL, field, "%s line %zu, value %zu: \"%s\" is not a number",
 				  path, line, column, buf);
-	if (!isfinite(*ret))
+	/* NaN passes here: b0 vectors may be NaN (validate decides). */
+	if (isinf(*ret))
 		return errbuf_set(err, -EINVAL, field, "%s line %zu, value %zu: %s is not finite",
 				  path, line, column, buf);
 	return 0;
@@ -208,10 +209,13 @@ static int validate(const double *bvals, const double *bvecs, size_t n,
 		if (bvals[i] < 0)
 			return errbuf_set(err, -EINVAL, field_bvals, "b-value of volume %zu is "
 					  "negative (%g)", i, bvals[i]);
+		/* DIPY reads NaN vectors as zero, and some b0 tables (DIPY's own
+		 * small_64D) have them; a direction that matters must be a number. */
 		for (int c = 0; c < 3; c++)
-			if (!isfinite(bvecs[3 * i + (size_t)c]))
+			if (!isfinite(bvecs[3 * i + (size_t)c]) &&
+			    !(isnan(bvecs[3 * i + (size_t)c]) && bvals[i] <= GRADIENTS_B0_THRESHOLD))
 				return errbuf_set(err, -EINVAL, field_bvecs, "b-vector of volume %zu "
-						  "is not finite", i);
+						  "(b-value %g) is not finite", i, bvals[i]);
 	}
 	for (size_t i = 0; i < n; i++) {
 		const double *v = &bvecs[3 * i];
@@ -237,7 +241,7 @@ static int validate(const double *bvals, const double *bvecs, size_t n,
 	g.is_b0 = malloc(n * sizeof(*g.is_b0));
 	if (!g.bvals || !g.bvecs || !g.is_b0) {
 		gradients_free(&g);
-		return -ENOMEM;
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	}
 	memcpy(g.bvals, bvals, n * sizeof(*g.bvals));
 	memcpy(g.bvecs, bvecs, 3 * n * sizeof(*g.bvecs));
@@ -245,6 +249,9 @@ static int validate(const double *bvals, const double *bvecs, size_t n,
 		double *v = &g.bvecs[3 * i];
 
 		g.is_b0[i] = bvals[i] <= GRADIENTS_B0_THRESHOLD;
+		for (int c = 0; c < 3; c++)
+			if (isnan(v[c]))
+				v[c] = 0.0;
 		if (!g.is_b0[i]) {
 			double norm = sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
 

@@ -150,28 +150,56 @@ static int append_file_key(char *key, size_t len, const char *path)
 	return 0;
 }
 
+static int append_optional_file_key(char *key, size_t len, const char *path)
+{
+	if (!path) {
+		strncat(key, "-\n", len - strlen(key) - 1);
+		return 0;
+	}
+	return append_file_key(key, len, path);
+}
+
+/* What a fit depends on besides its files. fa_threshold masks the CSD fit. */
+static void append_model_key(char *key, size_t len, const struct jobspec *spec)
+{
+	const struct jobspec_model *m = &spec->model;
+	size_t used = strlen(key);
+
+	if (spec->input_kind == JOBSPEC_INPUT_SH)
+		snprintf(key + used, len - used, "sh %d %d\n", (int)spec->sh_basis, (int)spec->sh_frame);
+	else if (spec->input_kind == JOBSPEC_INPUT_DWI)
+		snprintf(key + used, len - used, "csd %d %.17g %.17g %d %.17g %.17g %d %.17g %.17g "
+			 "%.17g %.17g\n", m->sh_order, m->lambda, m->tau, m->roi_radius,
+			 m->response_fa, spec->fa_threshold, m->response_given,
+			 m->response_evals[0], m->response_evals[1], m->response_evals[2],
+			 m->response_s0);
+}
+
 /* What makes two jobs' volumes interchangeable: the files (by path, size and
- * modification time, so a server-side file that changed is read again) and
- * the sphere. */
+ * modification time, so a server-side file that changed is read again), the
+ * model parameters of a fit, and the sphere. Fitted inputs are cached like
+ * uploaded ones: a second job on one subject fits nothing. */
 static char *cache_key(const struct jobspec *spec)
 {
-	size_t len = 3 * 4200 + 64;
-	char *key = calloc(1, len);
+	const char *const files[] = { spec->odf_path, spec->sh_path, spec->dwi_path,
+				      spec->bvals_path, spec->bvecs_path, spec->mask_path,
+				      spec->stop_map_path };
+	size_t len = 8 * 4200 + 512;
+	char *key;
 
+	/* Vertex lists: the job goes uncached rather than hashing them. */
+	if (!spec->sphere_name)
+		return NULL;
+	key = calloc(1, len);
 	if (!key)
 		return NULL;
-	if (append_file_key(key, len, spec->odf_path) < 0 ||
-	    append_file_key(key, len, spec->stop_map_path) < 0) {
-		free(key);
-		return NULL;
-	}
-	if (spec->sphere_name) {
-		strncat(key, spec->sphere_name, len - strlen(key) - 1);
-	} else {
-		/* Vertex lists: the job goes uncached rather than hashing them. */
-		free(key);
-		return NULL;
-	}
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		if (append_optional_file_key(key, len, files[i]) < 0) {
+			free(key);
+			return NULL;
+		}
+	append_model_key(key, len, spec);
+	strncat(key, spec->sphere_name, len - strlen(key) - 1);
 	return key;
 }
 
@@ -226,7 +254,8 @@ static void count_cache(struct jobs *jobs, bool hit)
 /* The loaded and uploaded volumes of spec: from the cache, or read, uploaded
  * and cached (when they fit the budget). *owned is set when the caller must
  * free the entry after the job (not cached). */
-static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec, struct cache_entry *out,
+static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
+			   const struct fit_options *fit, struct cache_entry *out,
 			   bool *owned, struct engine_stats *stats, struct errbuf *err)
 {
 	char *key = cache_key(spec);
@@ -244,7 +273,7 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec, struct
 		return 0;
 	}
 	t0 = timing_now();
-	r = engine_inputs_load(spec, &fresh.inputs, err);
+	r = engine_inputs_load(spec, fit, &fresh.inputs, err);
 	t1 = timing_now();
 	stats->load_seconds = t1 - t0;
 	if (r == 0)
@@ -291,6 +320,8 @@ static bool on_progress(void *userdata, uint64_t done, uint64_t total, uint64_t 
 	bool go_on;
 
 	pthread_mutex_lock(&jobs->lock);
+	ctx->job->info.stage = "track";
+	ctx->job->info.stage_fraction = total ? (double)done / (double)total : 1.0;
 	ctx->job->info.seeds_done = done;
 	ctx->job->info.seeds_total = total;
 	ctx->job->info.streamlines = streamlines;
@@ -304,10 +335,33 @@ static bool on_progress(void *userdata, uint64_t done, uint64_t total, uint64_t 
 	return go_on;
 }
 
+/* Stage names are string literals from fit.c and this file, so the job
+ * may keep the pointer. */
+static bool set_stage(struct run_ctx *ctx, const char *stage, double fraction)
+{
+	struct jobs *jobs = ctx->jobs;
+	bool go_on;
+
+	pthread_mutex_lock(&jobs->lock);
+	ctx->job->info.stage = stage;
+	ctx->job->info.stage_fraction = fraction;
+	go_on = !ctx->job->cancel_requested && !jobs->stopping;
+	pthread_cond_broadcast(&jobs->progress);
+	pthread_mutex_unlock(&jobs->lock);
+	return go_on;
+}
+
+static bool on_fit_progress(void *userdata, const char *stage, double fraction)
+{
+	return set_stage(userdata, stage, fraction);
+}
+
 static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engine_stats *stats,
 		     struct errbuf *err)
 {
 	struct run_ctx ctx = { jobs, job, out };
+	struct fit_options fit = { .threads = jobs->cfg.fit_threads, .progress = on_fit_progress,
+				   .userdata = &ctx };
 	struct engine_options opts = {
 		.memory_budget = jobs->cfg.gpu_memory_budget,
 		.chunk_seconds = CHUNK_SECONDS,
@@ -318,8 +372,10 @@ static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engin
 	struct seeds *seeds = NULL;
 	struct engine_stats timing = { 0 };
 	bool owned = false;
-	int r = acquire_volumes(jobs, &job->spec, &volumes, &owned, &timing, err);
+	int r;
 
+	set_stage(&ctx, "load", 0.0);
+	r = acquire_volumes(jobs, &job->spec, &fit, &volumes, &owned, &timing, err);
 	if (r < 0)
 		return r;
 	r = engine_seeds_load(&job->spec, volumes.inputs, &seeds, err);
@@ -377,6 +433,7 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 		jobs->status.spool_bytes += (uint64_t)st.st_size - job->info.bytes;
 		job->info.bytes = (uint64_t)st.st_size;
 	}
+	job->info.stage = NULL;
 	if (job->info.state == JOB_CANCELLED) {
 		/* Cancelled by a client while it ran: already counted and answered. */
 	} else if (r == 0) {

@@ -40,6 +40,9 @@ struct job_info {
 	enum job_state state;
 	time_t created, started, finished;   /* 0 until it happens */
 	uint64_t seeds_done, seeds_total, streamlines, points;
+	const char *stage;         /* while running: "load", a fit stage ("dti",
+				    * "response", "csd", "odf") or "track"; else NULL */
+	double stage_fraction;     /* of the stage done, 0..1 */
 	enum output_format format; /* of the tractogram */
 	uint64_t bytes;            /* tractogram bytes in the spool, whole records only */
 	bool expired;              /* the result was removed from the spool */
@@ -56,6 +59,7 @@ struct jobs_config {
 	struct gpu_options gpu;
 	uint64_t gpu_memory_budget;   /* per job, 0 = engine default */
 	uint64_t volume_cache_bytes;  /* 0 = a quarter of the device memory */
+	int fit_threads;              /* model fitting threads, 0 = one per CPU */
 };
 
 struct jobs_status {

@@ -66,6 +66,7 @@ struct ctx {
 	struct jobspec *js;
 	const char *base_dir;
 	struct errbuf *err;
+	bool sh_basis_given, sh_frame_given, model_given;
 };
 
 struct member {
@@ -95,6 +96,12 @@ static const char *const direction_getters[] = { "prob", NULL };
 static const char *const seed_spaces[] = { "voxel", "ras", NULL };
 /* In enum output_format order. */
 static const char *const output_formats[] = { "trk", "tck", NULL };
+/* In enum sh_basis order. */
+static const char *const sh_bases[] = { "descoteaux07_legacy", "descoteaux07", "tournier07",
+					"tournier07_legacy", NULL };
+/* In enum jobspec_sh_frame order. */
+static const char *const sh_frames[] = { "voxel", "world", NULL };
+static const char *const models[] = { "csd", NULL };
 
 static int walk_object(json_t *obj, const char *field, const struct member *members, size_t n,
 		       struct ctx *c);
@@ -364,6 +371,120 @@ static int parse_output_format(json_t *v, const char *field, struct ctx *c)
 	return rc;
 }
 
+static int parse_sh_basis(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, sh_bases, &idx, c->err);
+
+	if (!rc) {
+		c->js->sh_basis = (enum sh_basis)idx;
+		c->sh_basis_given = true;
+	}
+	return rc;
+}
+
+static int parse_sh_frame(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, sh_frames, &idx, c->err);
+
+	if (!rc) {
+		c->js->sh_frame = (enum jobspec_sh_frame)idx;
+		c->sh_frame_given = true;
+	}
+	return rc;
+}
+
+static int parse_model_name(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+
+	/* Only CSD exists so far; the choice is validated, not stored. */
+	return parse_choice(v, field, models, &idx, c->err);
+}
+
+static int parse_sh_order(json_t *v, const char *field, struct ctx *c)
+{
+	static const struct bounds b = { .min = 2, .max = SH_MAX_ORDER };
+	json_int_t x;
+	int rc = parse_integer(v, field, &b, &x, c->err);
+
+	if (!rc && x % 2)
+		rc = errbuf_set(c->err, -EINVAL, field, "must be even (symmetric harmonics), "
+				"got %lld", (long long)x);
+	if (!rc)
+		c->js->model.sh_order = (int)x;
+	return rc;
+}
+
+static int parse_response_evals(json_t *v, const char *field, struct ctx *c)
+{
+	size_t i;
+	json_t *item;
+
+	if (!json_is_array(v) || json_array_size(v) != 3)
+		return type_error(c->err, field, "an array of 3 eigenvalues (mm^2/s)");
+	json_array_foreach(v, i, item) {
+		double x = json_number_value(item);
+
+		if (!json_is_number(item) || !isfinite(x) || x <= 0.0 || x > 1.0)
+			return errbuf_set(c->err, -EINVAL, field, "eigenvalue %zu must be a number "
+					  "in (0, 1] mm^2/s (e.g. 0.0017)", i);
+		c->js->model.response_evals[i] = x;
+	}
+	if (c->js->model.response_evals[1] != c->js->model.response_evals[2])
+		return errbuf_set(c->err, -EINVAL, field, "must describe an axially symmetric "
+				  "tensor: the 2nd and 3rd eigenvalues must be equal");
+	return 0;
+}
+
+static const struct member response_members[] = {
+	CUSTOM("evals", parse_response_evals),
+	{ .key = "s0", .kind = K_REAL, .offset = offsetof(struct jobspec, model.response_s0),
+	  .b = { .min = 0, .max = INFINITY, .min_open = OPEN } },
+};
+
+static int parse_response(json_t *v, const char *field, struct ctx *c)
+{
+	int rc;
+
+	if (json_is_string(v) && !strcmp(json_string_value(v), "auto"))
+		return 0;
+	if (!json_is_object(v))
+		return type_error(c->err, field, "\"auto\" or an object {\"evals\": [...], "
+				  "\"s0\": ...}");
+	rc = walk_object(v, field, response_members, ARRAY_SIZE(response_members), c);
+	if (!rc && (!json_object_get(v, "evals") || !json_object_get(v, "s0")))
+		rc = errbuf_set(c->err, -EINVAL, field, "needs both \"evals\" and \"s0\"");
+	c->js->model.response_given = rc == 0;
+	return rc;
+}
+
+static const struct member model_members[] = {
+	CUSTOM("name", parse_model_name),
+	CUSTOM("sh_order", parse_sh_order),
+	{ .key = "lambda", .kind = K_REAL, .offset = offsetof(struct jobspec, model.lambda),
+	  .b = { .min = 0, .max = 1e6, .min_open = OPEN } },
+	{ .key = "tau", .kind = K_REAL, .offset = offsetof(struct jobspec, model.tau),
+	  .b = { .min = 0, .max = 1 } },
+	{ .key = "roi_radius", .kind = K_INT, .offset = offsetof(struct jobspec, model.roi_radius),
+	  .b = { .min = 1, .max = 128, .unit = "voxels" } },
+	{ .key = "response_fa", .kind = K_REAL,
+	  .offset = offsetof(struct jobspec, model.response_fa),
+	  .b = { .min = 0, .max = 1, .min_open = OPEN, .max_open = OPEN } },
+	CUSTOM("response", parse_response),
+};
+
+static int parse_model(json_t *v, const char *field, struct ctx *c)
+{
+	c->model_given = true;
+	if (json_is_string(v))
+		return parse_model_name(v, field, c);
+	if (!json_is_object(v))
+		return type_error(c->err, field, "a model name (\"csd\") or an object");
+	return walk_object(v, field, model_members, ARRAY_SIZE(model_members), c);
+}
+
 static int parse_sphere_vertices(json_t *v, const char *field, struct ctx *c)
 {
 	size_t n;
@@ -409,6 +530,13 @@ static int parse_sphere(json_t *v, const char *field, struct ctx *c)
 
 static const struct member inputs_members[] = {
 	PATH("odf", odf_path),
+	PATH("sh", sh_path),
+	CUSTOM("sh_basis", parse_sh_basis),
+	CUSTOM("sh_frame", parse_sh_frame),
+	PATH("dwi", dwi_path),
+	PATH("bvals", bvals_path),
+	PATH("bvecs", bvecs_path),
+	PATH("mask", mask_path),
 	PATH("stop_map", stop_map_path),
 };
 
@@ -444,6 +572,7 @@ static const struct member output_members[] = {
 
 static const struct member root_members[] = {
 	OBJECT("inputs", inputs_members),
+	CUSTOM("model", parse_model),
 	CUSTOM("direction_getter", parse_direction_getter),
 	OBJECT("seeds", seeds_members),
 	OBJECT("tracking", tracking_members),
@@ -533,12 +662,72 @@ static int walk_object(json_t *obj, const char *field, const struct member *memb
 	return 0;
 }
 
-static int check_inputs(const struct jobspec *js, struct errbuf *err)
+/* Inputs that belong to one input kind only. */
+static const struct {
+	const char *key;
+	enum jobspec_input_kind kind;
+} input_kind_keys[] = {
+	{ "sh_basis", JOBSPEC_INPUT_SH },
+	{ "sh_frame", JOBSPEC_INPUT_SH },
+	{ "bvals", JOBSPEC_INPUT_DWI },
+	{ "bvecs", JOBSPEC_INPUT_DWI },
+	{ "mask", JOBSPEC_INPUT_DWI },
+};
+
+static const char *const input_kind_names[] = { "odf", "sh", "dwi" };
+
+static int check_input_kind(json_t *inputs, struct jobspec *js, struct errbuf *err)
 {
-	if (!js->odf_path)
-		return errbuf_set(err, -EINVAL, "inputs.odf", "is required");
+	int given = !!js->odf_path + !!js->sh_path + !!js->dwi_path;
+
+	if (given != 1)
+		return errbuf_set(err, -EINVAL, "inputs", "needs exactly one of \"odf\" (an ODF "
+				  "on tracking.sphere), \"sh\" (SH coefficients) or \"dwi\" "
+				  "(raw DWI with bvals and bvecs), got %d", given);
+	js->input_kind = js->odf_path ? JOBSPEC_INPUT_ODF :
+			 js->sh_path ? JOBSPEC_INPUT_SH : JOBSPEC_INPUT_DWI;
+	for (size_t i = 0; i < ARRAY_SIZE(input_kind_keys); i++) {
+		char field[FIELD_MAX];
+
+		if (input_kind_keys[i].kind == js->input_kind ||
+		    !json_object_get(inputs, input_kind_keys[i].key))
+			continue;
+		snprintf(field, sizeof(field), "inputs.%s", input_kind_keys[i].key);
+		return errbuf_set(err, -EINVAL, field, "is only allowed with inputs.%s",
+				  input_kind_names[input_kind_keys[i].kind]);
+	}
+	return 0;
+}
+
+static int check_inputs(json_t *root, const struct ctx *c)
+{
+	struct jobspec *js = c->js;
+	struct errbuf *err = c->err;
+	int rc = check_input_kind(json_object_get(root, "inputs"), js, err);
+
+	if (rc)
+		return rc;
+	if (js->input_kind == JOBSPEC_INPUT_DWI) {
+		if (!js->bvals_path)
+			return errbuf_set(err, -EINVAL, "inputs.bvals", "is required with inputs.dwi");
+		if (!js->bvecs_path)
+			return errbuf_set(err, -EINVAL, "inputs.bvecs", "is required with inputs.dwi");
+		return 0;
+	}
+	if (c->model_given)
+		return errbuf_set(err, -EINVAL, "model", "applies to inputs.dwi only (the model "
+				  "is fitted to raw DWI; an ODF or SH input is already fitted)");
+	if (js->input_kind == JOBSPEC_INPUT_SH && !c->sh_basis_given)
+		return errbuf_set(err, -EINVAL, "inputs.sh_basis", "is required with inputs.sh: "
+				  "\"tournier07\" for MRtrix3 (dwi2fod), \"descoteaux07_legacy\" for "
+				  "DIPY's default, \"descoteaux07\" for DIPY with legacy=False");
+	if (js->input_kind == JOBSPEC_INPUT_SH && !c->sh_frame_given)
+		js->sh_frame = js->sh_basis == SH_TOURNIER07 || js->sh_basis == SH_TOURNIER07_LEGACY ?
+			       JOBSPEC_SH_FRAME_WORLD : JOBSPEC_SH_FRAME_VOXEL;
 	if (!js->stop_map_path)
-		return errbuf_set(err, -EINVAL, "inputs.stop_map", "is required");
+		return errbuf_set(err, -EINVAL, "inputs.stop_map", "is required with inputs.%s "
+				  "(only a dwi input has a default: its DTI FA)",
+				  input_kind_names[js->input_kind]);
 	return 0;
 }
 
@@ -601,6 +790,11 @@ static void set_defaults(struct jobspec *js)
 	js->max_steps = 500;
 	js->min_length = 0;
 	js->max_length = INFINITY;
+	js->model.sh_order = 8;
+	js->model.lambda = 1.0;
+	js->model.tau = 0.1;
+	js->model.roi_radius = 10;
+	js->model.response_fa = 0.7;
 }
 
 static int validate(json_t *root, struct ctx *c)
@@ -608,7 +802,7 @@ static int validate(json_t *root, struct ctx *c)
 	int rc = walk_object(root, "", root_members, ARRAY_SIZE(root_members), c);
 
 	if (!rc)
-		rc = check_inputs(c->js, c->err);
+		rc = check_inputs(root, c);
 	if (!rc)
 		rc = check_seeds(json_object_get(root, "seeds"), c->js, c->err);
 	if (!rc)
@@ -820,6 +1014,11 @@ void jobspec_free(struct jobspec *js)
 	if (!js)
 		return;
 	free(js->odf_path);
+	free(js->sh_path);
+	free(js->dwi_path);
+	free(js->bvals_path);
+	free(js->bvecs_path);
+	free(js->mask_path);
 	free(js->stop_map_path);
 	free(js->seed_roi_path);
 	free(js->seed_points);

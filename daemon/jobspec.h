@@ -7,7 +7,15 @@
  *
  * Job document (proto/job.schema.json is the normative description):
  * {
- *   "inputs":   {"odf": PATH, "stop_map": PATH},
+ *   "inputs":   exactly one of
+ *               {"odf": PATH, "stop_map": PATH}
+ *               {"sh": PATH, "sh_basis": BASIS, "sh_frame": "voxel" | "world",
+ *                "stop_map": PATH}
+ *               {"dwi": PATH, "bvals": PATH, "bvecs": PATH, "mask": PATH,
+ *                "stop_map": PATH}       (mask and stop_map optional)
+ *   "model":    "csd" or {"name": "csd", "sh_order": 8, "lambda": 1, "tau": 0.1,
+ *                "response": "auto" | {"evals": [l1, l2, l3], "s0": S0},
+ *                "roi_radius": 10, "response_fa": 0.7}      (dwi inputs only)
  *   "direction_getter": "prob",
  *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0}
  *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras"},
@@ -32,15 +40,50 @@
 
 #include "errbuf.h"
 #include "output.h"
+#include "shbasis.h"
 
 enum jobspec_seed_kind {
 	JOBSPEC_SEEDS_ROI,        /* random seeds in seeds.roi */
 	JOBSPEC_SEEDS_POINTS,     /* explicit seeds.points */
 };
 
+enum jobspec_input_kind {
+	JOBSPEC_INPUT_ODF,        /* an ODF sampled on tracking.sphere */
+	JOBSPEC_INPUT_SH,         /* SH coefficients, sampled on the sphere here */
+	JOBSPEC_INPUT_DWI,        /* raw DWI: DTI and CSD are fitted here */
+};
+
+enum jobspec_sh_frame {
+	JOBSPEC_SH_FRAME_VOXEL,   /* directions along the voxel axes (DIPY) */
+	JOBSPEC_SH_FRAME_WORLD,   /* directions in RAS+ scanner space (MRtrix3) */
+};
+
+/* model: CSD parameters, defaults as DIPY's ConstrainedSphericalDeconvModel
+ * and auto_response_ssst. */
+struct jobspec_model {
+	int sh_order;               /* even, 2..16, default 8 */
+	double lambda;              /* (0, 1e6], default 1 */
+	double tau;                 /* [0, 1], default 0.1 */
+	int roi_radius;             /* voxels, 1..128, default 10 */
+	double response_fa;         /* (0, 1), default 0.7 */
+	bool response_given;        /* model.response is an object */
+	double response_evals[3];   /* mm^2/s, > 0 */
+	double response_s0;         /* > 0 */
+};
+
 struct jobspec {
+	enum jobspec_input_kind input_kind;
 	char *odf_path;             /* inputs.odf, resolved */
-	char *stop_map_path;        /* inputs.stop_map, resolved */
+	char *sh_path;              /* inputs.sh */
+	enum sh_basis sh_basis;     /* inputs.sh_basis (required with sh, no default) */
+	enum jobspec_sh_frame sh_frame; /* inputs.sh_frame; default world for tournier07
+					 * (MRtrix3), voxel for descoteaux07 (DIPY) */
+	char *dwi_path;             /* inputs.dwi */
+	char *bvals_path;           /* inputs.bvals (FSL text) */
+	char *bvecs_path;           /* inputs.bvecs (FSL text) */
+	char *mask_path;            /* inputs.mask: where to fit (optional) */
+	char *stop_map_path;        /* inputs.stop_map; optional with dwi (FA is used) */
+	struct jobspec_model model;
 
 	enum jobspec_seed_kind seed_kind;
 	char *seed_roi_path;        /* seeds.roi (ROI kind) */

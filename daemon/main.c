@@ -2,7 +2,8 @@
 /*
  * main: the tractd command line. Parses arguments, turns module errors into
  * messages and exit codes, and wires jobspec -> engine -> TRK file for
- * `tractd run`; `tractd phantom` and `tractd devices` are thin wrappers.
+ * `tractd run`, jobspec -> engine inputs -> NIfTI maps for `tractd fit`;
+ * `tractd phantom` and `tractd devices` are thin wrappers.
  *
  * Exit codes (stable, documented in README and --help):
  *   0 success, 1 runtime failure (GPU, I/O, memory), 2 usage error,
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine.h"
@@ -23,6 +25,7 @@
 #include "jobspec.h"
 #include "log.h"
 #include "phantom.h"
+#include "shbasis.h"
 #include "serve.h"
 #include "timing.h"
 
@@ -33,12 +36,14 @@ enum exit_code { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INVALID = 3
 static const char usage_text[] =
 "Usage: tractd COMMAND [OPTIONS] [ARGS]\n"
 "\n"
-"GPU tractography on Vulkan: probabilistic streamline tracking of an ODF\n"
-"volume, written as a TrackVis (.trk) file.\n"
+"GPU tractography on Vulkan: probabilistic streamline tracking of an ODF,\n"
+"of SH coefficients (DIPY or MRtrix3 bases) or of raw DWI (fitted here: DTI\n"
+"for the FA stopping map, CSD for the fibre ODF), written as TRK or TCK.\n"
 "\n"
 "Commands:\n"
 "  serve               run the resident daemon (HTTP API; see tractd serve --help)\n"
 "  run JOB.json        run one tracking job (format: proto/job.schema.json)\n"
+"  fit JOB.json        fit the job's models only and write them (-o DIR)\n"
 "  phantom OUTDIR      write the built-in synthetic phantom and a job for it\n"
 "  devices             list the Vulkan devices tractd can use\n"
 "\n"
@@ -54,6 +59,16 @@ static const char usage_text[] =
 "      --max-binding-bytes B lower the device's storage-buffer range (testing)\n"
 "      --pipeline-cache FILE Vulkan pipeline cache ('none' to disable); default:\n"
 "                            $XDG_CACHE_HOME/tractd/pipelines.bin\n"
+"      --threads N           CPU threads for model fitting (default: all CPUs)\n"
+"\n"
+"Options of fit:\n"
+"  -o, --output DIR          directory for the results (created if missing);\n"
+"                            a dwi job writes fa.nii.gz, md.nii.gz, sh.nii.gz\n"
+"                            (CSD, descoteaux07_legacy basis, voxel axes) and\n"
+"                            response.json\n"
+"      --odf                 also write odf.nii.gz: the ODF the tracker samples\n"
+"                            (one volume per tracking.sphere vertex)\n"
+"      --threads N           CPU threads (default: all CPUs)\n"
 "\n"
 "Options of phantom:\n"
 "      --dim NX,NY,NZ        grid size (default 48,48,24)\n"
@@ -85,6 +100,8 @@ enum option_id {
 	OPT_SPHERE,
 	OPT_SEEDS,
 	OPT_UNCOMPRESSED,
+	OPT_THREADS,
+	OPT_ODF,
 };
 
 static const struct option long_options[] = {
@@ -100,6 +117,8 @@ static const struct option long_options[] = {
 	{ "sphere", required_argument, NULL, OPT_SPHERE },
 	{ "seeds", required_argument, NULL, OPT_SEEDS },
 	{ "uncompressed", no_argument, NULL, OPT_UNCOMPRESSED },
+	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "odf", no_argument, NULL, OPT_ODF },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
@@ -114,6 +133,8 @@ struct cli {
 	char default_cache[PATH_MAX];
 	struct gpu_options gpu;
 	struct engine_options engine;
+	struct fit_options fit;
+	bool write_odf;
 	struct phantom_params phantom;
 };
 
@@ -250,6 +271,12 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 			return usage_error("invalid --seeds '%s'", arg);
 		return -1;
 	case OPT_UNCOMPRESSED: cli->phantom.compress = 0; return -1;
+	case OPT_THREADS:
+		if (parse_size(arg, &n) < 0 || n < 1 || n > 256)
+			return usage_error("invalid --threads '%s' (1 to 256)", arg);
+		cli->fit.threads = (int)n;
+		return -1;
+	case OPT_ODF: cli->write_odf = true; return -1;
 	case 'q': log_set_level(LOG_LEVEL_ERROR); return -1;
 	case 'v': log_set_level(LOG_LEVEL_DEBUG); return -1;
 	case 'h': fputs(usage_text, stdout); return EXIT_OK;
@@ -322,6 +349,22 @@ static bool show_progress(void *userdata, uint64_t done, uint64_t total, uint64_
 	return true;
 }
 
+static bool show_fit_progress(void *userdata, const char *stage, double fraction)
+{
+	(void)userdata;
+	fprintf(stderr, "\rtractd: fitting %-8s %3d%%%s", stage, (int)(100.0 * fraction),
+		fraction >= 1.0 ? "\n" : "");
+	return true;
+}
+
+static void enable_progress(struct cli *cli)
+{
+	if (!isatty(STDERR_FILENO) || log_get_level() < LOG_LEVEL_INFO)
+		return;
+	cli->engine.progress = show_progress;
+	cli->fit.progress = show_fit_progress;
+}
+
 static void log_summary(const struct engine_stats *s, const char *device, const char *path)
 {
 	double total = s->load_seconds + s->upload_seconds + s->compile_seconds + s->track_seconds +
@@ -360,7 +403,7 @@ static int prepare_job(struct cli *cli, struct cli_job *j, double *load_s, doubl
 		       struct errbuf *err)
 {
 	double t0 = timing_now();
-	int r = engine_inputs_load(&j->spec, &j->inputs, err);
+	int r = engine_inputs_load(&j->spec, &cli->fit, &j->inputs, err);
 
 	if (r == 0)
 		r = engine_seeds_load(&j->spec, j->inputs, &j->seeds, err);
@@ -397,8 +440,7 @@ static int run_job(struct cli *cli, const char *job_path)
 		jobspec_free(&j.spec);
 		return usage_error("%s", "no output: give -o FILE or output.path in the job");
 	}
-	if (isatty(STDERR_FILENO) && log_get_level() >= LOG_LEVEL_INFO)
-		cli->engine.progress = show_progress;
+	enable_progress(cli);
 	r = prepare_job(cli, &j, &load_s, &upload_s, &err);
 	if (r < 0) {
 		report(&err);
@@ -435,6 +477,93 @@ static int run_job(struct cli *cli, const char *job_path)
 done:
 	cli_job_free(&j);
 	return code;
+}
+
+static int save_map(const char *dir, const char *name, const struct volume *v, struct errbuf *err)
+{
+	char path[PATH_MAX];
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
+		return errbuf_set(err, -ENAMETOOLONG, "output", "path too long: %s/%s", dir, name);
+	return volume_save(path, v, err);
+}
+
+static int save_response(const char *dir, const struct fit_result *f, struct errbuf *err)
+{
+	char path[PATH_MAX];
+	const struct csd_response *r = &f->response;
+	json_t *doc = json_pack("{s:[f,f,f], s:f, s:I, s:I, s:I, s:i, s:s, s:s}",
+				"evals", r->evals[0], r->evals[1], r->evals[2], "s0", r->s0,
+				"response_voxels", (json_int_t)r->voxels,
+				"fitted_voxels", (json_int_t)f->fitted_voxels,
+				"failed_voxels", (json_int_t)f->failed_voxels,
+				"sh_order", sh_order_from_ncoef(f->sh.dim[3]),
+				"sh_basis", sh_basis_name(SH_DESCOTEAUX07_LEGACY), "sh_frame", "voxel");
+	int r_dump;
+
+	if (!doc)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	snprintf(path, sizeof(path), "%s/response.json", dir);
+	r_dump = json_dump_file(doc, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+	json_decref(doc);
+	return r_dump == 0 ? 0 : errbuf_set(err, -EIO, "output", "cannot write %s", path);
+}
+
+static int save_fit(const char *dir, const struct engine_inputs *in, bool write_odf,
+		    struct errbuf *err)
+{
+	const struct fit_result *f = engine_inputs_fit(in);
+	int r = 0;
+
+	if (f) {
+		r = save_map(dir, "fa.nii.gz", &f->fa, err);
+		if (r == 0)
+			r = save_map(dir, "md.nii.gz", &f->md, err);
+		if (r == 0)
+			r = save_map(dir, "sh.nii.gz", &f->sh, err);
+		if (r == 0)
+			r = save_response(dir, f, err);
+		if (r == 0)
+			log_info("response: evals %.3g %.3g %.3g mm^2/s, S0 %.4g (%zu voxels); CSD in "
+				 "%zu voxels", f->response.evals[0], f->response.evals[1],
+				 f->response.evals[2], f->response.s0, f->response.voxels,
+				 f->fitted_voxels);
+	}
+	if (r == 0 && write_odf)
+		r = save_map(dir, "odf.nii.gz", engine_inputs_odf(in), err);
+	return r;
+}
+
+static int run_fit(struct cli *cli, const char *job_path)
+{
+	struct jobspec spec;
+	struct engine_inputs *in = NULL;
+	struct errbuf err = { 0 };
+	double t0 = timing_now();
+	int r;
+
+	if (!cli->output)
+		return usage_error("%s", "fit needs -o DIR");
+	r = jobspec_load_file(job_path, &spec, &err);
+	if (r == 0 && spec.input_kind != JOBSPEC_INPUT_DWI && !cli->write_odf)
+		r = errbuf_set(&err, -EINVAL, "inputs", "has no dwi to fit; with an odf or sh "
+			       "input only --odf has something to write");
+	if (r == 0 && mkdir(cli->output, 0777) < 0 && errno != EEXIST)
+		r = errbuf_set(&err, -errno, "output", "cannot create %s: %s", cli->output,
+			       strerror(errno));
+	enable_progress(cli);
+	if (r == 0)
+		r = engine_inputs_load(&spec, &cli->fit, &in, &err);
+	if (r == 0)
+		r = save_fit(cli->output, in, cli->write_odf, &err);
+	engine_inputs_free(in);
+	jobspec_free(&spec);
+	if (r < 0) {
+		report(&err);
+		return exit_code_for(r, &err);
+	}
+	log_info("fit written to %s in %.2f s", cli->output, timing_now() - t0);
+	return EXIT_OK;
 }
 
 static int run_phantom(struct cli *cli, const char *outdir)
@@ -482,18 +611,21 @@ int main(int argc, char **argv)
 			return code;
 	}
 	if (optind >= argc)
-		return usage_error("%s", "missing command (run, phantom or devices)");
+		return usage_error("%s", "missing command (run, fit, phantom or devices)");
 	command = argv[optind++];
 	if (strcmp(command, "devices") == 0) {
 		if (optind != argc)
 			return usage_error("'%s' takes no arguments", command);
 		return list_devices();
 	}
-	if (strcmp(command, "run") != 0 && strcmp(command, "phantom") != 0)
-		return usage_error("unknown command '%s' (run, phantom or devices)", command);
+	if (strcmp(command, "run") != 0 && strcmp(command, "fit") != 0 &&
+	    strcmp(command, "phantom") != 0)
+		return usage_error("unknown command '%s' (run, fit, phantom or devices)", command);
 	if (optind + 1 != argc)
 		return usage_error("'%s' takes exactly one argument (see --help)", command);
 	if (strcmp(command, "run") == 0)
 		return run_job(&cli, argv[optind]);
+	if (strcmp(command, "fit") == 0)
+		return run_fit(&cli, argv[optind]);
 	return run_phantom(&cli, argv[optind]);
 }

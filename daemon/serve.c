@@ -176,6 +176,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		},
 		.gpu_memory_budget = d->conf.gpu_memory_budget,
 		.volume_cache_bytes = d->conf.volume_cache_bytes,
+		.fit_threads = d->conf.fit_threads,
 	};
 	struct api_config ac = {
 		.max_request_bytes = d->conf.max_request_bytes,

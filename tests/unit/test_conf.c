@@ -453,6 +453,7 @@ static void test_print_reparses(void **state)
 		{ "max_queued_jobs", "9" }, { "spool_max_bytes", "18446744073709551615" },
 		{ "result_ttl_seconds", "3601" }, { "device", "2" },
 		{ "gpu_memory_budget", "4G" }, { "volume_cache_bytes", "123456789" },
+		{ "fit_threads", "3" },
 		{ "pipeline_cache", "" }, { "log_level", "warning" },
 	};
 	struct conf c, back;

@@ -190,9 +190,12 @@ static void test_rejects_bad_numbers(void **state)
 			"line 3, value 10: \"0x\" is not a number");
 	expect_rejected("0 1000 1000 1000 1000 1000 1000 5 1000 1e400", good_bvecs_rows, N_GOOD,
 			-EINVAL, FIELD_BVALS, "value 10: 1e400 is not finite");
-	expect_rejected(good_bvals_row, "0 1 0 0 0.6 0.6 0 0.3 1.005 -0.6\nnan 0 1 0 0.8 0 -0.8 0.2 0 "
+	expect_rejected(good_bvals_row, "0 1 0 0 0.6 0.6 0 0.3 1.005 -0.6\n0 nan 1 0 0.8 0 -0.8 0.2 0 "
 			"0.8\n0 0 0 1 0 -0.8 0.6 0.1 0 0\n", N_GOOD, -EINVAL, FIELD_BVECS,
-			"line 2, value 1: nan is not finite");
+			"b-vector of volume 1 (b-value 1000) is not finite");
+	expect_rejected(good_bvals_row, "0 1 0 0 0.6 0.6 0 0.3 1.005 -0.6\n0 inf 1 0 0.8 0 -0.8 0.2 0 "
+			"0.8\n0 0 0 1 0 -0.8 0.6 0.1 0 0\n", N_GOOD, -EINVAL, FIELD_BVECS,
+			"line 2, value 2: inf is not finite");
 	expect_rejected("0 1000 1000 1000 1000 -1000 1000 5 1000 1000", good_bvecs_rows, N_GOOD,
 			-EINVAL, FIELD_BVALS, "b-value of volume 5 is negative (-1000)");
 	expect_rejected("0 1000 1000 1000 1000 1000 1000 5 1000 1000 "
