@@ -33,8 +33,9 @@ for c in $cases; do
 	*) echo "unknown case $c" >&2; exit 2 ;;
 	esac
 	ph="$dir/$c"
+	# The benchmark tracks the ODF job only: no DWI series to write.
 	[ -f "$ph/job.json" ] || "$tractd" -q phantom --dim "$grid" --sphere "$sphere" \
-		--seeds "$seeds" --uncompressed "$ph"
+		--seeds "$seeds" --uncompressed --no-dwi "$ph"
 	stats="$ph/stats.json"
 	ok=1
 	for run in cold warm; do

@@ -76,6 +76,10 @@ static const char usage_text[] =
 "      --sphere NAME         repulsion724, repulsion100 or symmetric362 (default)\n"
 "      --seeds N             seeds.count of the generated job (default 2000)\n"
 "      --uncompressed        write .nii instead of .nii.gz\n"
+"      --snr X               DWI signal-to-noise ratio, S0 over the Rician sigma\n"
+"                            (default 30; 0 or inf: noise-free)\n"
+"      --shells 1|2          DWI shells: b=1000, or b=1000 and b=2000 (default 1)\n"
+"      --no-dwi              skip the DWI series (dwi.*, mask, job_dwi.json)\n"
 "\n"
 "Common options:\n"
 "  -q, --quiet               errors only\n"
@@ -102,6 +106,9 @@ enum option_id {
 	OPT_UNCOMPRESSED,
 	OPT_THREADS,
 	OPT_ODF,
+	OPT_SNR,
+	OPT_SHELLS,
+	OPT_NO_DWI,
 };
 
 static const struct option long_options[] = {
@@ -119,6 +126,9 @@ static const struct option long_options[] = {
 	{ "uncompressed", no_argument, NULL, OPT_UNCOMPRESSED },
 	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "odf", no_argument, NULL, OPT_ODF },
+	{ "snr", required_argument, NULL, OPT_SNR },
+	{ "shells", required_argument, NULL, OPT_SHELLS },
+	{ "no-dwi", no_argument, NULL, OPT_NO_DWI },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
@@ -204,16 +214,41 @@ static int parse_dims(const char *s, int64_t dim[3])
 	return 0;
 }
 
-static int parse_positive_double(const char *s, double *ret)
+/* Any number strtod reads, "inf" included; the range is the caller's. */
+static int parse_double(const char *s, double *ret)
 {
 	char *end;
 	double v;
 
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno || end == s || *end || !(v > 0.0))
+	if (errno || end == s || *end)
 		return -EINVAL;
 	*ret = v;
+	return 0;
+}
+
+static int parse_positive_double(const char *s, double *ret)
+{
+	double v;
+
+	if (parse_double(s, &v) < 0 || !(v > 0.0))
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+/* An int; the range is the caller's. */
+static int parse_int(const char *s, int *ret)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < INT_MIN || v > INT_MAX)
+		return -EINVAL;
+	*ret = (int)v;
 	return 0;
 }
 
@@ -277,6 +312,16 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 		cli->fit.threads = (int)n;
 		return -1;
 	case OPT_ODF: cli->write_odf = true; return -1;
+	/* Numbers out of range are phantom_generate's to reject, naming the field. */
+	case OPT_SNR:
+		if (parse_double(arg, &cli->phantom.snr) < 0)
+			return usage_error("invalid --snr '%s' (a number, or inf)", arg);
+		return -1;
+	case OPT_SHELLS:
+		if (parse_int(arg, &cli->phantom.shells) < 0)
+			return usage_error("invalid --shells '%s' (1 or 2)", arg);
+		return -1;
+	case OPT_NO_DWI: cli->phantom.write_dwi = 0; return -1;
 	case 'q': log_set_level(LOG_LEVEL_ERROR); return -1;
 	case 'v': log_set_level(LOG_LEVEL_DEBUG); return -1;
 	case 'h': fputs(usage_text, stdout); return EXIT_OK;

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "jobspec.h"
+#include "philox.h"
 #include "sphere.h"
 #include "volume.h"
 
@@ -63,9 +64,35 @@ static const double design_box[3] = { 48.0, 48.0, 24.0 };
 #define LOBE_KAPPA 10.0
 #define ISOTROPIC_FLOOR 0.02
 
-/* Single-fibre tensor eigenvalues (mm^2/s) of the multi-tensor FA model. */
+/* Single-fibre tensor eigenvalues (mm^2/s) of the multi-tensor model behind
+ * the FA map and the DWI series. */
 #define LAMBDA_PARALLEL 1.7e-3
 #define LAMBDA_PERPENDICULAR 0.3e-3
+
+/* DWI series. Outside the bundles the tissue is isotropic, so the series has
+ * no empty background and a DTI fit there gives FA 0; inside them there is no
+ * isotropic compartment, so a DTI fit of a single-bundle voxel recovers the
+ * FA map exactly (noise aside). */
+#define DWI_S0 100.0
+#define ISOTROPIC_DIFFUSIVITY 0.8e-3
+#define DWI_B0_COUNT 6
+#define DWI_SHELL_DIRECTIONS 64
+#define DWI_MAX_SHELLS 2
+#define DWI_MAX_VOLUMES (DWI_B0_COUNT + DWI_MAX_SHELLS * DWI_SHELL_DIRECTIONS)
+#define DWI_BVAL_NAME "dwi.bval"
+#define DWI_BVEC_NAME "dwi.bvec"
+static const double shell_bvalue[DWI_MAX_SHELLS] = { 1000.0, 2000.0 };
+
+/* The noise is a pure function of this key and (voxel, volume): the same
+ * phantom parameters always give the same bytes. */
+#define PHANTOM_NOISE_SEED UINT64_C(0x7068616e746f6d)
+
+/* Azimuth step of the golden spiral: pi (3 - sqrt 5). */
+#define GOLDEN_ANGLE (M_PI * (3.0 - 2.2360679774997896964))
+
+/* The job_dwi.json model: CSD of this order fitted to the DWI. */
+#define DWI_MODEL "csd"
+#define DWI_MODEL_SH_ORDER 8
 
 enum curve_shape { CURVE_LINE, CURVE_ARC };
 
@@ -138,8 +165,22 @@ struct fibres {
 	double dir[DESIGN_BUNDLES][3];
 };
 
+/* The DWI acquisition, in FSL's layout: bvec holds one row per axis. */
+struct gradient_table {
+	int count;
+	double bval[DWI_MAX_VOLUMES];      /* s/mm^2 */
+	double bvec[3][DWI_MAX_VOLUMES];   /* unit; 0 for the b0 volumes */
+};
+
+struct dwi_series {
+	struct gradient_table gradients;
+	uint32_t noise_key[2];
+	double noise_sigma;                /* 0: noise-free */
+};
+
+/* dwi and mask stay unallocated (data NULL) when the DWI is not written. */
 struct phantom_volumes {
-	struct volume odf, fa, roi, labels;
+	struct volume odf, fa, roi, labels, dwi, mask;
 };
 
 void phantom_default_params(struct phantom_params *p)
@@ -151,6 +192,9 @@ void phantom_default_params(struct phantom_params *p)
 	p->sphere = "symmetric362";
 	p->seed_count = 2000;
 	p->compress = 1;
+	p->snr = 30.0;
+	p->shells = 1;
+	p->write_dwi = 1;
 }
 
 static double dot3(const double a[3], const double b[3])
@@ -344,11 +388,18 @@ static int64_t end_zone_label(const struct layout *l, int64_t tile, const double
 	return 0;
 }
 
+/* The share of each fibre in a voxel: equal, in the ODF, the FA map and the
+ * DWI series alike, so the three describe the same tissue. */
+static double fibre_fraction(const struct fibres *f)
+{
+	return 1.0 / f->count;
+}
+
 /* FA of the equal-weight mean of the fibres' tensors, in closed form:
  * FA = sqrt(3/2) |D - tr(D)/3 I| / |D| (Frobenius norms). */
 static double multi_tensor_fa(const struct fibres *f)
 {
-	double weight = (LAMBDA_PARALLEL - LAMBDA_PERPENDICULAR) / f->count;
+	double weight = (LAMBDA_PARALLEL - LAMBDA_PERPENDICULAR) * fibre_fraction(f);
 	double tensor[3][3];
 	double mean_eigenvalue, deviatoric2 = 0.0, total2 = 0.0;
 
@@ -372,7 +423,7 @@ static double multi_tensor_fa(const struct fibres *f)
 /* Sum of equal-weight axially symmetric lobes plus the isotropic floor. */
 static void write_odf(const struct fibres *f, const struct sphere *s, float *odf)
 {
-	double weight = 1.0 / f->count;
+	double weight = fibre_fraction(f);
 
 	for (int v = 0; v < s->nv; v++) {
 		const float *vertex = s->vertices + 3 * v;
@@ -388,10 +439,131 @@ static void write_odf(const struct fibres *f, const struct sphere *s, float *odf
 	}
 }
 
-/* Voxels outside every bundle keep the zeros volume_alloc gave them (their
- * label may still be set: end zones reach past the tube caps). */
+/* Golden-spiral point i of n on the upper hemisphere: equal-area steps in z
+ * (0 < z < 1) while the azimuth advances by the golden angle, which spreads
+ * any number of points evenly; azimuth_offset turns the whole set about z. */
+static void hemisphere_direction(int i, int n, double azimuth_offset, double out[3])
+{
+	double z = 1.0 - ((double)i + 0.5) / (double)n;
+	double radial = sqrt(1.0 - z * z);
+	double azimuth = (double)i * GOLDEN_ANGLE + azimuth_offset;
+
+	out[0] = radial * cos(azimuth);
+	out[1] = radial * sin(azimuth);
+	out[2] = z;
+}
+
+/* The b0 volumes are interleaved with the weighted ones (b0 j comes before
+ * weighted volume j * weighted / DWI_B0_COUNT), as scanners do to follow
+ * drift; shells follow each other. The second shell's directions are the
+ * first's turned by half a golden angle about z, so no direction repeats. */
+static void plan_gradients(int shells, struct gradient_table *t)
+{
+	int weighted = shells * DWI_SHELL_DIRECTIONS, next_weighted = 0, next_b0 = 0;
+
+	t->count = DWI_B0_COUNT + weighted;
+	for (int v = 0; v < t->count; v++) {
+		double direction[3] = { 0.0, 0.0, 0.0 };
+
+		if (next_b0 < DWI_B0_COUNT && next_weighted >= next_b0 * weighted / DWI_B0_COUNT) {
+			t->bval[v] = 0.0;
+			next_b0++;
+		} else {
+			int shell = next_weighted / DWI_SHELL_DIRECTIONS;
+
+			t->bval[v] = shell_bvalue[shell];
+			hemisphere_direction(next_weighted % DWI_SHELL_DIRECTIONS, DWI_SHELL_DIRECTIONS,
+					     0.5 * GOLDEN_ANGLE * shell, direction);
+			next_weighted++;
+		}
+		for (int a = 0; a < 3; a++)
+			t->bvec[a][v] = direction[a];
+	}
+}
+
+static void plan_dwi(const struct phantom_params *p, struct dwi_series *dwi)
+{
+	plan_gradients(p->shells, &dwi->gradients);
+	philox_key_from_seed(PHANTOM_NOISE_SEED, dwi->noise_key);
+	dwi->noise_sigma = p->snr > 0.0 && isfinite(p->snr) ? DWI_S0 / p->snr : 0.0;
+}
+
+/* Noise-free signal along gradient g: the fibres' cylindrically symmetric
+ * tensors in equal fractions, or the isotropic tissue where no fibre passes. */
+static double clean_signal(const struct fibres *f, double bval, const double g[3])
+{
+	double sum = 0.0;
+
+	if (f->count == 0)
+		return DWI_S0 * exp(-bval * ISOTROPIC_DIFFUSIVITY);
+	for (int i = 0; i < f->count; i++) {
+		double c = dot3(g, f->dir[i]);
+
+		sum += exp(-bval * (LAMBDA_PERPENDICULAR +
+				    (LAMBDA_PARALLEL - LAMBDA_PERPENDICULAR) * c * c));
+	}
+	return DWI_S0 * fibre_fraction(f) * sum;
+}
+
+/* (x + 0.5) / 2^32: uniform on the open interval (0, 1), so log() is finite. */
+static double open_unit_interval(uint32_t x)
+{
+	return ((double)x + 0.5) * 0x1p-32;
+}
+
+/* Two independent standard normal deviates for one sample (Box-Muller),
+ * from the Philox block of (volume, voxel): independent of loop order. */
+static void gaussian_pair(const struct dwi_series *dwi, size_t voxel, int volume, double out[2])
+{
+	uint64_t item = (uint64_t)voxel;
+	uint32_t counter[4] = { (uint32_t)volume, (uint32_t)item, (uint32_t)(item >> 32),
+				PHILOX_STREAM_PHANTOM_NOISE };
+	uint32_t bits[4];
+	double radius, angle;
+
+	philox4x32_10(counter, dwi->noise_key, bits);
+	radius = sqrt(-2.0 * log(open_unit_interval(bits[0])));
+	angle = 2.0 * M_PI * open_unit_interval(bits[1]);
+	out[0] = radius * cos(angle);
+	out[1] = radius * sin(angle);
+}
+
+/* Magnitude of the clean signal plus complex Gaussian noise: Rician. */
+static void write_dwi(const struct fibres *f, const struct dwi_series *dwi, size_t voxel,
+		      float *samples)
+{
+	const struct gradient_table *t = &dwi->gradients;
+
+	for (int v = 0; v < t->count; v++) {
+		double g[3] = { t->bvec[0][v], t->bvec[1][v], t->bvec[2][v] };
+		double signal = clean_signal(f, t->bval[v], g);
+
+		if (dwi->noise_sigma > 0.0) {
+			double noise[2];
+
+			gaussian_pair(dwi, voxel, v, noise);
+			signal = hypot(signal + dwi->noise_sigma * noise[0],
+				       dwi->noise_sigma * noise[1]);
+		}
+		samples[v] = (float)signal;
+	}
+}
+
+/* The mask excludes a one-voxel border, so that it masks something. */
+static bool inside_border(const struct volume *v, const int64_t voxel[3])
+{
+	for (int a = 0; a < 3; a++)
+		if (voxel[a] == 0 || voxel[a] == v->dim[a] - 1)
+			return false;
+	return true;
+}
+
+/* Voxels outside every bundle keep the zeros volume_alloc gave them in the
+ * ODF, FA and ROI (their label may still be set: end zones reach past the
+ * tube caps); the DWI has a signal everywhere. */
 static void fill_voxel(const struct layout *l, const struct sphere *s,
-		       struct phantom_volumes *out, const int64_t voxel[3])
+		       const struct dwi_series *dwi, struct phantom_volumes *out,
+		       const int64_t voxel[3])
 {
 	size_t index = volume_index(&out->fa, voxel[0], voxel[1], voxel[2]);
 	struct fibres f;
@@ -400,6 +572,10 @@ static void fill_voxel(const struct layout *l, const struct sphere *s,
 
 	out->labels.data[index] = (float)end_zone_label(l, tile, q);
 	collect_fibres(l, q, &f);
+	if (out->dwi.data) {
+		write_dwi(&f, dwi, index, out->dwi.data + index * (size_t)out->dwi.dim[3]);
+		out->mask.data[index] = inside_border(&out->mask, voxel) ? 1.0f : 0.0f;
+	}
 	if (f.count == 0)
 		return;
 	out->fa.data[index] = (float)multi_tensor_fa(&f);
@@ -408,14 +584,14 @@ static void fill_voxel(const struct layout *l, const struct sphere *s,
 }
 
 static void fill_volumes(const struct layout *l, const struct sphere *s,
-			 struct phantom_volumes *out)
+			 const struct dwi_series *dwi, struct phantom_volumes *out)
 {
 	int64_t voxel[3];
 
 	for (voxel[0] = 0; voxel[0] < out->fa.dim[0]; voxel[0]++)
 		for (voxel[1] = 0; voxel[1] < out->fa.dim[1]; voxel[1]++)
 			for (voxel[2] = 0; voxel[2] < out->fa.dim[2]; voxel[2]++)
-				fill_voxel(l, s, out, voxel);
+				fill_voxel(l, s, dwi, out, voxel);
 }
 
 static void free_volumes(struct phantom_volumes *v)
@@ -424,6 +600,8 @@ static void free_volumes(struct phantom_volumes *v)
 	volume_free(&v->fa);
 	volume_free(&v->roi);
 	volume_free(&v->labels);
+	volume_free(&v->dwi);
+	volume_free(&v->mask);
 }
 
 /* Identity rotation (RAS), isotropic voxel_mm, the grid's centre at 0 mm. */
@@ -447,8 +625,8 @@ static int alloc_volume(struct volume *v, const int64_t dim[3], int64_t nt, doub
 	return 0;
 }
 
-static int alloc_volumes(const struct phantom_params *p, int nv, struct phantom_volumes *v,
-			 struct errbuf *err)
+static int alloc_volumes(const struct phantom_params *p, int nv, const struct dwi_series *dwi,
+			 struct phantom_volumes *v, struct errbuf *err)
 {
 	int rc = alloc_volume(&v->odf, p->dim, nv, p->voxel_mm, err);
 
@@ -458,6 +636,10 @@ static int alloc_volumes(const struct phantom_params *p, int nv, struct phantom_
 		rc = alloc_volume(&v->roi, p->dim, 1, p->voxel_mm, err);
 	if (!rc)
 		rc = alloc_volume(&v->labels, p->dim, 1, p->voxel_mm, err);
+	if (!rc && p->write_dwi)
+		rc = alloc_volume(&v->dwi, p->dim, dwi->gradients.count, p->voxel_mm, err);
+	if (!rc && p->write_dwi)
+		rc = alloc_volume(&v->mask, p->dim, 1, p->voxel_mm, err);
 	return rc;
 }
 
@@ -477,6 +659,13 @@ static int check_params(const struct phantom_params *p, const char *outdir, stru
 		return errbuf_set(err, -EINVAL, "phantom.seed_count",
 				  "must be in [1, %llu], got %" PRIu64, JOBSPEC_MAX_SEEDS,
 				  p->seed_count);
+	/* Negated so that NaN fails too; infinity is a valid noise-free SNR. */
+	if (!(p->snr >= 0.0))
+		return errbuf_set(err, -EINVAL, "phantom.snr",
+				  "must be >= 0 (0 or inf: noise-free), got %g", p->snr);
+	if (p->shells < 1 || p->shells > DWI_MAX_SHELLS)
+		return errbuf_set(err, -EINVAL, "phantom.shells", "must be 1 or %d, got %d",
+				  DWI_MAX_SHELLS, p->shells);
 	if (!outdir || !*outdir)
 		return errbuf_set(err, -EINVAL, "phantom.outdir", "an output directory is required");
 	return 0;
@@ -526,7 +715,7 @@ static int make_directories(const char *path, struct errbuf *err)
 
 /* File names (relative to outdir) as they appear in job.json. */
 struct phantom_names {
-	char odf[32], fa[32], roi[32], labels[32];
+	char odf[32], fa[32], roi[32], labels[32], dwi[32], mask[32];
 };
 
 static void make_names(int compress, struct phantom_names *n)
@@ -537,6 +726,8 @@ static void make_names(int compress, struct phantom_names *n)
 	snprintf(n->fa, sizeof(n->fa), "fa%s", ext);
 	snprintf(n->roi, sizeof(n->roi), "seed_roi%s", ext);
 	snprintf(n->labels, sizeof(n->labels), "labels%s", ext);
+	snprintf(n->dwi, sizeof(n->dwi), "dwi%s", ext);
+	snprintf(n->mask, sizeof(n->mask), "mask%s", ext);
 }
 
 static int join_path(const char *dir, const char *name, char *out, size_t size,
@@ -575,6 +766,10 @@ static int save_volumes(const char *outdir, const struct phantom_names *n,
 		rc = save_volume(outdir, n->roi, &v->roi, err);
 	if (!rc)
 		rc = save_volume(outdir, n->labels, &v->labels, err);
+	if (!rc && v->dwi.data)
+		rc = save_volume(outdir, n->dwi, &v->dwi, err);
+	if (!rc && v->mask.data)
+		rc = save_volume(outdir, n->mask, &v->mask, err);
 	return rc;
 }
 
@@ -661,22 +856,102 @@ static int write_bundles(const char *outdir, const struct layout *l, struct errb
 	return rc;
 }
 
-static int write_job(const char *outdir, const struct phantom_params *p,
-		     const struct phantom_names *n, struct errbuf *err)
+/* The tracking both jobs share, on the given inputs (a reference stolen,
+ * also on failure). NULL when out of memory. */
+static json_t *tracking_job(json_t *inputs, const struct phantom_params *p,
+			    const struct phantom_names *n, const char *output_path)
 {
-	json_t *job = json_pack("{s:{s:s, s:s}, s:s, s:{s:s, s:I, s:i}, s:{s:s}, s:{s:s, s:s}}",
-				"inputs", "odf", n->odf, "stop_map", n->fa,
-				"direction_getter", "prob",
-				"seeds", "roi", n->roi, "count", (json_int_t)p->seed_count,
-				"rng_seed", 0,
-				"tracking", "sphere", p->sphere,
-				"output", "format", "trk", "path", "tracks.trk");
+	return json_pack("{s:o, s:s, s:{s:s, s:I, s:i}, s:{s:s}, s:{s:s, s:s}}",
+			 "inputs", inputs,
+			 "direction_getter", "prob",
+			 "seeds", "roi", n->roi, "count", (json_int_t)p->seed_count,
+			 "rng_seed", 0,
+			 "tracking", "sphere", p->sphere,
+			 "output", "format", "trk", "path", output_path);
+}
+
+/* Writes job (a reference stolen; NULL means out of memory) as outdir/name. */
+static int save_job(const char *outdir, const char *name, json_t *job, struct errbuf *err)
+{
 	int rc;
 
 	if (!job)
 		return errbuf_set(err, -ENOMEM, "phantom", "out of memory");
-	rc = save_json(outdir, "job.json", job, err);
+	rc = save_json(outdir, name, job, err);
 	json_decref(job);
+	return rc;
+}
+
+static int write_job(const char *outdir, const struct phantom_params *p,
+		     const struct phantom_names *n, struct errbuf *err)
+{
+	json_t *inputs = json_pack("{s:s, s:s}", "odf", n->odf, "stop_map", n->fa);
+
+	return save_job(outdir, "job.json", tracking_job(inputs, p, n, "tracks.trk"), err);
+}
+
+/* The same tracking from the raw DWI: the daemon fits DTI for the FA stop map
+ * and the model for the ODF. Its own output path, so that running both jobs
+ * in the phantom's directory keeps both tractograms. */
+static int write_dwi_job(const char *outdir, const struct phantom_params *p,
+			 const struct phantom_names *n, struct errbuf *err)
+{
+	json_t *inputs = json_pack("{s:s, s:s, s:s, s:s}", "dwi", n->dwi, "bvals", DWI_BVAL_NAME,
+				   "bvecs", DWI_BVEC_NAME, "mask", n->mask);
+	json_t *job = tracking_job(inputs, p, n, "tracks_dwi.trk");
+
+	if (job && json_object_set_new(job, "model", json_pack("{s:s, s:i}", "name", DWI_MODEL,
+							       "sh_order", DWI_MODEL_SH_ORDER)) != 0) {
+		json_decref(job);
+		job = NULL;
+	}
+	return save_job(outdir, "job_dwi.json", job, err);
+}
+
+/* One row of space-separated values; %.17g round-trips every double. */
+static int write_row(FILE *fp, const double *values, int count)
+{
+	for (int i = 0; i < count; i++)
+		if (fprintf(fp, i ? " %.17g" : "%.17g", values[i]) < 0)
+			return -EIO;
+	return fputc('\n', fp) == EOF ? -EIO : 0;
+}
+
+static int write_rows(const char *outdir, const char *name, const double *const rows[],
+		      int row_count, int count, struct errbuf *err)
+{
+	char path[PATH_MAX];
+	FILE *fp;
+	int rc = join_path(outdir, name, path, sizeof(path), err);
+
+	if (rc)
+		return rc;
+	fp = fopen(path, "w");
+	if (!fp) {
+		int e = errno;
+
+		return errbuf_set(err, -e, "phantom.outdir", "cannot create %s: %s", path,
+				  strerror(e));
+	}
+	for (int r = 0; r < row_count && !rc; r++)
+		rc = write_row(fp, rows[r], count);
+	if (fclose(fp) != 0 && !rc)
+		rc = -EIO;
+	if (rc)
+		return errbuf_set(err, rc, "phantom.outdir", "cannot write %s", path);
+	return 0;
+}
+
+/* FSL's text tables: b-values in one row, gradient directions in three. */
+static int write_gradients(const char *outdir, const struct gradient_table *t,
+			   struct errbuf *err)
+{
+	const double *bval_rows[1] = { t->bval };
+	const double *bvec_rows[3] = { t->bvec[0], t->bvec[1], t->bvec[2] };
+	int rc = write_rows(outdir, DWI_BVAL_NAME, bval_rows, 1, t->count, err);
+
+	if (!rc)
+		rc = write_rows(outdir, DWI_BVEC_NAME, bvec_rows, 3, t->count, err);
 	return rc;
 }
 
@@ -695,19 +970,21 @@ int phantom_generate(const struct phantom_params *p, const char *outdir, struct 
 	struct phantom_volumes volumes = { 0 };
 	struct sphere sphere = { 0 };
 	struct phantom_names names;
+	struct dwi_series dwi;
 	struct layout layout;
 	int rc = check_params(p, outdir, err);
 
 	if (rc)
 		return rc;
+	plan_dwi(p, &dwi);
 	rc = load_sphere(p->sphere, &sphere, err);
 	if (!rc)
 		rc = make_directories(outdir, err);
 	if (!rc)
-		rc = alloc_volumes(p, sphere.nv, &volumes, err);
+		rc = alloc_volumes(p, sphere.nv, &dwi, &volumes, err);
 	if (!rc) {
 		plan_layout(p->dim, &layout);
-		fill_volumes(&layout, &sphere, &volumes);
+		fill_volumes(&layout, &sphere, &dwi, &volumes);
 		make_names(p->compress, &names);
 		rc = save_volumes(outdir, &names, &volumes, err);
 	}
@@ -715,6 +992,10 @@ int phantom_generate(const struct phantom_params *p, const char *outdir, struct 
 		rc = write_bundles(outdir, &layout, err);
 	if (!rc)
 		rc = write_job(outdir, p, &names, err);
+	if (!rc && p->write_dwi)
+		rc = write_gradients(outdir, &dwi.gradients, err);
+	if (!rc && p->write_dwi)
+		rc = write_dwi_job(outdir, p, &names, err);
 	free_volumes(&volumes);
 	sphere_free(&sphere);
 	return rc;

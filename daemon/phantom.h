@@ -14,6 +14,16 @@
  *   labels.nii.gz    end zones: bundle b's two ends are labels 2b+1 and 2b+2
  *   bundles.json     bundle names, labels and geometry (ground truth)
  *   job.json         a ready prob tracking job on the files above
+ * and, unless write_dwi is 0, the raw data the ODF and FA stand for:
+ *   dwi.nii.gz       4D DWI series (float32) of the same multi-tensor model:
+ *                    equal-fraction tensors (1.7, 0.3, 0.3)e-3 mm^2/s along the
+ *                    bundles, isotropic tissue (0.8e-3 mm^2/s, FA 0) everywhere
+ *                    else, S0 100, Rician noise of sigma S0 / snr (deterministic)
+ *   dwi.bval         FSL b-values (one row): 6 b0s interleaved with 64
+ *   dwi.bvec         directions at b=1000 (and 64 more at b=2000 with two shells);
+ *                    FSL gradient directions (three rows), unit, 0 for b0s
+ *   mask.nii.gz      brain mask: 1 except a one-voxel border of 0
+ *   job_dwi.json     job.json's tracking on the raw DWI (DTI FA stop map, CSD ODF)
  * Owns nothing after it returns. Does not log.
  */
 #ifndef TRACTD_PHANTOM_H
@@ -29,9 +39,13 @@ struct phantom_params {
 	const char *sphere;    /* built-in sphere name the ODF is sampled on */
 	uint64_t seed_count;   /* seeds.count written into job.json */
 	int compress;          /* write .nii.gz (1) or .nii (0) */
+	double snr;            /* DWI: S0 / Rician sigma; 0 or infinity: noise-free */
+	int shells;            /* DWI: 1 (b=1000) or 2 (b=1000 and b=2000) */
+	int write_dwi;         /* write the DWI series, its tables, mask and job (1) or not (0) */
 };
 
-/* Defaults: 48x48x24, 1 mm, symmetric362, 2000 seeds, compressed. */
+/* Defaults: 48x48x24, 1 mm, symmetric362, 2000 seeds, compressed; DWI written
+ * with one shell at SNR 30. */
 void phantom_default_params(struct phantom_params *p);
 
 /* Writes the files above into outdir (created if missing). Returns 0 or a

@@ -18,6 +18,7 @@ enum philox_stream {
 	PHILOX_STREAM_SEED_ORDER = 1,   /* permutation of mask voxels */
 	PHILOX_STREAM_SEED_JITTER = 2,  /* position of a seed inside its voxel */
 	PHILOX_STREAM_PROB = 3,         /* prob getter: one uniform per step */
+	PHILOX_STREAM_PHANTOM_NOISE = 4, /* phantom DWI noise (host only): one block per sample */
 };
 
 /* out = Philox4x32-10(counter, key). */

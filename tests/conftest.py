@@ -21,8 +21,11 @@ import pytest
 # A run on the default phantom takes seconds on lavapipe; 300 s only catches hangs.
 RUN_TIMEOUT_S = 300
 
-PHANTOM_FILES = ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz", "labels.nii.gz",
-                 "bundles.json", "job.json")
+PHANTOM_ODF_FILES = ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz", "labels.nii.gz",
+                     "bundles.json", "job.json")
+# Written too unless `tractd phantom --no-dwi`.
+PHANTOM_DWI_FILES = ("dwi.nii.gz", "dwi.bval", "dwi.bvec", "mask.nii.gz", "job_dwi.json")
+PHANTOM_FILES = PHANTOM_ODF_FILES + PHANTOM_DWI_FILES
 
 
 # --------------------------------------------------------------------------- binary
@@ -323,7 +326,7 @@ def format_table(rows, columns):
     return "\n".join(lines)
 
 
-__all__ = ["RUN_TIMEOUT_S", "Phantom", "Trk", "run_cli", "run_job", "write_job", "load_trk",
+__all__ = ["RUN_TIMEOUT_S", "PHANTOM_FILES", "PHANTOM_ODF_FILES", "PHANTOM_DWI_FILES", "Phantom", "Trk", "run_cli", "run_job", "write_job", "load_trk",
            "tractd_asan_path", "drop_single_points", "lengths_points", "lengths_mm",
            "voxel_of", "endpoint_labels", "connection_stats", "summarize", "trilinear",
            "format_table"]

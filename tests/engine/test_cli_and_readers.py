@@ -25,7 +25,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import PHANTOM_FILES, RUN_TIMEOUT_S, run_cli, run_job, write_job
+from conftest import PHANTOM_FILES, PHANTOM_ODF_FILES, RUN_TIMEOUT_S, run_cli, run_job, write_job
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1
@@ -320,22 +320,42 @@ def test_usage_errors(tractd, args, pattern):
 
 
 def test_phantom_writes_all_files(tractd, tmp_path):
-    """`tractd phantom DIR` writes the six files; the volumes share the default
-    grid and the job names files that exist."""
+    """`tractd phantom DIR` writes the eleven files; the volumes share the
+    default grid and both jobs name files that exist. With --no-dwi only the
+    six of the ODF job."""
     outdir = tmp_path / "ph"
     run_cli(tractd, ["phantom", outdir, "-q"], check=True)
     assert files_in(outdir) == sorted(PHANTOM_FILES)
-    for name in ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz", "labels.nii.gz"):
+    for name in ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz", "labels.nii.gz", "dwi.nii.gz",
+                 "mask.nii.gz"):
         assert nib.load(str(outdir / name)).shape[:3] == DEFAULT_PHANTOM_SHAPE, name
     job = json.loads((outdir / "job.json").read_text())
     for path in (job["inputs"]["odf"], job["inputs"]["stop_map"], job["seeds"]["roi"]):
         assert (outdir / path).is_file(), f"job.json names missing {path}"
+    job_dwi = json.loads((outdir / "job_dwi.json").read_text())
+    for path in (*job_dwi["inputs"].values(), job_dwi["seeds"]["roi"]):
+        assert (outdir / path).is_file(), f"job_dwi.json names missing {path}"
+
+    no_dwi = tmp_path / "no_dwi"
+    run_cli(tractd, ["phantom", "--no-dwi", no_dwi, "-q"], check=True)
+    assert files_in(no_dwi) == sorted(PHANTOM_ODF_FILES)
+
+
+def test_phantom_dwi_usage_errors(tractd, tmp_path):
+    """--snr and --shells take numbers: anything else is a usage error (2)."""
+    for args, pattern in ((["--snr", "lots"], r"invalid --snr 'lots'"),
+                          (["--shells", "two"], r"invalid --shells 'two'")):
+        proc = run_cli(tractd, ["phantom", *args, tmp_path / "ph"])
+        assert_fails(proc, EXIT_USAGE, pattern)
 
 
 @pytest.mark.parametrize("args, pattern", [
     (["--sphere", "nosuch"], r"phantom\.sphere"),
     (["--dim", "8,8,8"], r"phantom\.dim"),
-], ids=["unknown_sphere", "dim_too_small"])
+    (["--snr", "-1"], r"phantom\.snr"),
+    (["--snr", "nan"], r"phantom\.snr"),
+    (["--shells", "3"], r"phantom\.shells"),
+], ids=["unknown_sphere", "dim_too_small", "snr_negative", "snr_nan", "three_shells"])
 def test_phantom_invalid_parameters(tractd, tmp_path, args, pattern):
     """Invalid phantom parameters exit 3 (invalid input) naming the field, and
     write nothing."""

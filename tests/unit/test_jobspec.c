@@ -358,7 +358,7 @@ static const struct {
 	/* unknown keys, at every level */
 	{ ROI_JOB(", \"version\": 1"), "version", "unknown field (known: inputs," },
 	{ "{\"inputs\": {\"odf\": \"o\", \"stop_map\": \"s\", \"fa\": \"f\"}, " ROI_SEEDS "}",
-	  "inputs.fa", "unknown field (known: odf, stop_map)" },
+	  "inputs.fa", "unknown field (known: odf, sh, sh_basis, sh_frame, dwi, bvals, bvecs, mask, stop_map)" },
 	{ "{" INPUTS ", \"seeds\": {\"roi\": \"r\", \"cnt\": 5}}", "seeds.cnt", "unknown field" },
 	{ TRACKING_JOB("\"stepsize\": 0.5"), "tracking.stepsize", "unknown field (known: sphere," },
 	{ ROI_JOB(", \"output\": {\"compress\": true}"), "output.compress", "unknown field" },

@@ -26,12 +26,29 @@
 
 #define DEG (M_PI / 180.0)
 
+/* The DWI model as phantom.h documents it. */
+#define S0 100.0
+#define LAMBDA_PARALLEL 1.7e-3
+#define LAMBDA_PERPENDICULAR 0.3e-3
+#define ISOTROPIC_DIFFUSIVITY 0.8e-3
+#define B0_COUNT 6
+#define SHELL_DIRECTIONS 64
+#define MAX_VOLUMES (B0_COUNT + 2 * SHELL_DIRECTIONS)
+
+/* dwi.bval and dwi.bvec as read back. */
+struct gradients {
+	int count;
+	double bval[MAX_VOLUMES];
+	double bvec[3][MAX_VOLUMES];
+};
+
 struct fixture {
 	char dir[64];
-	struct volume odf, fa, roi, labels;
+	struct volume odf, fa, roi, labels, dwi, mask;
+	struct gradients gradients;
 	struct sphere sphere;
 	json_t *bundles;
-	json_t *job;
+	json_t *job, *job_dwi;
 };
 
 static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
@@ -76,6 +93,48 @@ static json_t *load_json(const char *dir, const char *name)
 	return doc;
 }
 
+/* One row of whitespace-separated numbers; returns how many were read. */
+static int read_row(FILE *fp, double *values, int max)
+{
+	char line[8192];
+	char *cursor = line, *end;
+	int count = 0;
+
+	if (!fgets(line, sizeof(line), fp))
+		fail_msg("missing row");
+	assert_non_null(strchr(line, '\n'));
+	for (double v = strtod(cursor, &end); end != cursor; v = strtod(cursor, &end)) {
+		assert_true(count < max);
+		values[count++] = v;
+		cursor = end;
+	}
+	while (*cursor == ' ')
+		cursor++;
+	assert_string_equal(cursor, "\n");
+	return count;
+}
+
+/* FSL tables: one row of b-values, three rows of directions, same length. */
+static void load_gradients(const char *dir, struct gradients *g)
+{
+	char path[PATH_MAX];
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/dwi.bval", dir);
+	fp = fopen(path, "r");
+	assert_non_null(fp);
+	g->count = read_row(fp, g->bval, MAX_VOLUMES);
+	assert_int_equal(fgetc(fp), EOF);
+	assert_int_equal(fclose(fp), 0);
+	snprintf(path, sizeof(path), "%s/dwi.bvec", dir);
+	fp = fopen(path, "r");
+	assert_non_null(fp);
+	for (int a = 0; a < 3; a++)
+		assert_int_equal(read_row(fp, g->bvec[a], MAX_VOLUMES), g->count);
+	assert_int_equal(fgetc(fp), EOF);
+	assert_int_equal(fclose(fp), 0);
+}
+
 static int setup_default(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
@@ -91,9 +150,13 @@ static int setup_default(void **state)
 	load_file(f->dir, "fa.nii.gz", &f->fa);
 	load_file(f->dir, "seed_roi.nii.gz", &f->roi);
 	load_file(f->dir, "labels.nii.gz", &f->labels);
+	load_file(f->dir, "dwi.nii.gz", &f->dwi);
+	load_file(f->dir, "mask.nii.gz", &f->mask);
+	load_gradients(f->dir, &f->gradients);
 	assert_int_equal(sphere_builtin(p.sphere, &f->sphere, &err), 0);
 	f->bundles = load_json(f->dir, "bundles.json");
 	f->job = load_json(f->dir, "job.json");
+	f->job_dwi = load_json(f->dir, "job_dwi.json");
 	*state = f;
 	return 0;
 }
@@ -106,9 +169,12 @@ static int teardown_default(void **state)
 	volume_free(&f->fa);
 	volume_free(&f->roi);
 	volume_free(&f->labels);
+	volume_free(&f->dwi);
+	volume_free(&f->mask);
 	sphere_free(&f->sphere);
 	json_decref(f->bundles);
 	json_decref(f->job);
+	json_decref(f->job_dwi);
 	remove_tree(f->dir);
 	free(f);
 	return 0;
@@ -475,6 +541,271 @@ static void test_job_json(void **state)
 	assert_file_exists(f->dir, "labels.nii.gz");
 }
 
+/* ------------------------------------------------------------ DWI */
+
+/* Noise-free signal of equal-fraction fibre tensors (none: isotropic tissue). */
+static double analytic_signal(const double dirs[][3], int count, const struct gradients *g, int v)
+{
+	double sum = 0.0;
+
+	if (count == 0)
+		return S0 * exp(-g->bval[v] * ISOTROPIC_DIFFUSIVITY);
+	for (int i = 0; i < count; i++) {
+		double c = g->bvec[0][v] * dirs[i][0] + g->bvec[1][v] * dirs[i][1] +
+			   g->bvec[2][v] * dirs[i][2];
+
+		sum += exp(-g->bval[v] * (LAMBDA_PERPENDICULAR +
+					  (LAMBDA_PARALLEL - LAMBDA_PERPENDICULAR) * c * c));
+	}
+	return S0 * sum / count;
+}
+
+static const float *dwi_at(const struct volume *dwi, const int64_t voxel[3])
+{
+	return dwi->data + volume_index(dwi, voxel[0], voxel[1], voxel[2]) * (size_t)dwi->dim[3];
+}
+
+/* b0s first in the count, then the shells; directions unit (0 for b0s). */
+static void check_gradients(const struct gradients *g, int shells)
+{
+	int b0 = 0, per_shell[2] = { 0, 0 };
+
+	assert_int_equal(g->count, B0_COUNT + shells * SHELL_DIRECTIONS);
+	for (int v = 0; v < g->count; v++) {
+		double norm2 = g->bvec[0][v] * g->bvec[0][v] + g->bvec[1][v] * g->bvec[1][v] +
+			       g->bvec[2][v] * g->bvec[2][v];
+
+		if (g->bval[v] == 0.0) {
+			b0++;
+			assert_true(norm2 == 0.0);
+			continue;
+		}
+		assert_float_equal(norm2, 1.0, 1e-12);
+		assert_true(g->bval[v] == 1000.0 || g->bval[v] == 2000.0);
+		per_shell[g->bval[v] == 2000.0]++;
+	}
+	assert_int_equal(b0, B0_COUNT);
+	assert_int_equal(per_shell[0], SHELL_DIRECTIONS);
+	assert_int_equal(per_shell[1], shells == 2 ? SHELL_DIRECTIONS : 0);
+	/* The series starts with a b0 (the others are interleaved). */
+	assert_true(g->bval[0] == 0.0);
+}
+
+static void test_dwi_files_and_grid(void **state)
+{
+	const struct fixture *f = *state;
+
+	check_gradients(&f->gradients, 1);
+	assert_int_equal(f->dwi.dim[3], f->gradients.count);
+	assert_int_equal(f->mask.dim[3], 1);
+	assert_true(volume_same_grid(&f->odf, &f->dwi));
+	assert_true(volume_same_grid(&f->odf, &f->mask));
+	for (size_t i = 0; i < volume_voxels(&f->dwi) * (size_t)f->dwi.dim[3]; i++)
+		assert_true(f->dwi.data[i] > 0.0f);
+}
+
+static void test_mask_border(void **state)
+{
+	const struct fixture *f = *state;
+	int64_t voxel[3];
+	size_t inside = 0;
+
+	for (voxel[0] = 0; voxel[0] < f->mask.dim[0]; voxel[0]++)
+		for (voxel[1] = 0; voxel[1] < f->mask.dim[1]; voxel[1]++)
+			for (voxel[2] = 0; voxel[2] < f->mask.dim[2]; voxel[2]++) {
+				bool border = false;
+				float m = value_at(&f->mask, voxel);
+
+				for (int a = 0; a < 3; a++)
+					border |= voxel[a] == 0 || voxel[a] == f->mask.dim[a] - 1;
+				assert_true(m == (border ? 0.0f : 1.0f));
+				inside += m == 1.0f;
+			}
+	assert_int_equal(inside, 46 * 46 * 22);
+}
+
+/* At the default SNR 30 the noise has sigma S0 / 30 = 3.33: in the isotropic
+ * tissue the residuals about the analytic signal (>= 45, where Rician noise is
+ * all but Gaussian) have that spread (measured 3.331) and the small positive
+ * Rician bias, about sigma^2 / 2S: 0.06 at b=0, 0.12 at b=1000 (measured 0.119). */
+static void test_dwi_noise_level(void **state)
+{
+	const struct fixture *f = *state;
+	double sum = 0.0, sum2 = 0.0, n = 0.0, mean, sd;
+	int64_t voxel[3];
+
+	for (voxel[0] = 0; voxel[0] < f->fa.dim[0]; voxel[0]++)
+		for (voxel[1] = 0; voxel[1] < f->fa.dim[1]; voxel[1]++)
+			for (voxel[2] = 0; voxel[2] < f->fa.dim[2]; voxel[2]++) {
+				const float *samples = dwi_at(&f->dwi, voxel);
+
+				if (value_at(&f->fa, voxel) != 0.0f)
+					continue;
+				for (int v = 0; v < f->gradients.count; v++) {
+					double r = samples[v] - analytic_signal(NULL, 0, &f->gradients, v);
+
+					sum += r;
+					sum2 += r * r;
+					n += 1.0;
+				}
+			}
+	mean = sum / n;
+	sd = sqrt(sum2 / n - mean * mean);
+	assert_true(n > 1e6);
+	assert_float_equal(sd, S0 / 30.0, 0.03 * S0 / 30.0);
+	assert_true(mean > 0.05 && mean < 0.2);
+}
+
+static void test_dwi_job_json(void **state)
+{
+	const struct fixture *f = *state;
+	const json_t *model = json_object_get(f->job_dwi, "model");
+	json_t *inputs = json_object_get(f->job_dwi, "inputs");
+	const char *key;
+	json_t *value;
+
+	assert_string_equal(json_path_string(f->job_dwi, "inputs", "dwi"), "dwi.nii.gz");
+	assert_string_equal(json_path_string(f->job_dwi, "inputs", "bvals"), "dwi.bval");
+	assert_string_equal(json_path_string(f->job_dwi, "inputs", "bvecs"), "dwi.bvec");
+	assert_string_equal(json_path_string(f->job_dwi, "inputs", "mask"), "mask.nii.gz");
+	assert_int_equal(json_object_size(inputs), 4);
+	json_object_foreach(inputs, key, value)
+		assert_file_exists(f->dir, json_string_value(value));
+	assert_string_equal(json_string_value(json_object_get(model, "name")), "csd");
+	assert_int_equal(json_integer_value(json_object_get(model, "sh_order")), 8);
+	/* Everything but the inputs, the model and the output path is job.json's. */
+	assert_true(json_equal(json_object_get(f->job_dwi, "seeds"), json_object_get(f->job, "seeds")));
+	assert_true(json_equal(json_object_get(f->job_dwi, "tracking"),
+			       json_object_get(f->job, "tracking")));
+	assert_true(json_equal(json_object_get(f->job_dwi, "direction_getter"),
+			       json_object_get(f->job, "direction_getter")));
+	assert_string_equal(json_path_string(f->job_dwi, "output", "format"), "trk");
+	assert_string_equal(json_path_string(f->job_dwi, "output", "path"), "tracks_dwi.trk");
+	assert_int_equal(json_object_size(f->job_dwi), json_object_size(f->job) + 1);
+}
+
+static void read_whole_file(const char *dir, const char *name, char **data, long *size)
+{
+	char path[PATH_MAX];
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fp = fopen(path, "rb");
+	assert_non_null(fp);
+	assert_int_equal(fseek(fp, 0, SEEK_END), 0);
+	*size = ftell(fp);
+	assert_true(*size > 0);
+	assert_int_equal(fseek(fp, 0, SEEK_SET), 0);
+	*data = malloc((size_t)*size);
+	assert_non_null(*data);
+	assert_int_equal(fread(*data, 1, (size_t)*size, fp), (size_t)*size);
+	assert_int_equal(fclose(fp), 0);
+}
+
+static void assert_same_bytes(const char *dir_a, const char *dir_b, const char *name)
+{
+	char *a, *b;
+	long size_a, size_b;
+
+	read_whole_file(dir_a, name, &a, &size_a);
+	read_whole_file(dir_b, name, &b, &size_b);
+	assert_int_equal(size_a, size_b);
+	assert_memory_equal(a, b, (size_t)size_a);
+	free(a);
+	free(b);
+}
+
+/* A second run with the same parameters writes the same bytes, noise included. */
+static void test_dwi_deterministic(void **state)
+{
+	const struct fixture *f = *state;
+	static const char *const names[] = { "dwi.nii.gz", "dwi.bval", "dwi.bvec", "mask.nii.gz",
+					     "job_dwi.json" };
+	struct phantom_params p;
+	struct errbuf err = { 0 };
+	char dir[64];
+
+	make_temp_dir(dir, sizeof(dir));
+	phantom_default_params(&p);
+	if (phantom_generate(&p, dir, &err) != 0)
+		fail_msg("phantom_generate: %s: %s", err.field, err.message);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		assert_same_bytes(f->dir, dir, names[i]);
+	remove_tree(dir);
+}
+
+static void check_signal(const struct volume *dwi, const struct gradients *g,
+			 const int64_t voxel[3], const double dirs[][3], int count)
+{
+	const float *samples = dwi_at(dwi, voxel);
+
+	for (int v = 0; v < g->count; v++)
+		assert_float_equal(samples[v], analytic_signal(dirs, count, g, v), 1e-6 * S0);
+}
+
+/* Noise-free, two shells, uncompressed: at a single-bundle voxel, a 90-degree
+ * crossing and in the isotropic tissue the series is the analytic signal. */
+static void test_dwi_noise_free_two_shells(void **state)
+{
+	struct phantom_params p;
+	struct errbuf err = { 0 };
+	struct fixture f = { 0 };
+	struct gradients *g = &f.gradients;
+	double straight[1][3], crossing[2][3], centre[3];
+	int64_t voxel[3];
+	json_t *job_dwi;
+
+	(void)state;
+	make_temp_dir(f.dir, sizeof(f.dir));
+	phantom_default_params(&p);
+	p.snr = 0.0;
+	p.shells = 2;
+	p.compress = 0;
+	if (phantom_generate(&p, f.dir, &err) != 0)
+		fail_msg("phantom_generate: %s: %s", err.field, err.message);
+	load_file(f.dir, "dwi.nii", &f.dwi);
+	load_gradients(f.dir, g);
+	f.bundles = load_json(f.dir, "bundles.json");
+	check_gradients(g, 2);
+	assert_int_equal(f.dwi.dim[3], g->count);
+	/* The second shell's directions are the first's turned, not repeated. */
+	for (int v = 0; v < g->count; v++)
+		for (int w = 0; w < g->count; w++) {
+			double c = g->bvec[0][v] * g->bvec[0][w] + g->bvec[1][v] * g->bvec[1][w] +
+				   g->bvec[2][v] * g->bvec[2][w];
+
+			if (v != w && g->bval[v] > 0.0 && g->bval[w] > 0.0)
+				assert_true(fabs(c) < cos(1.0 * DEG));
+		}
+
+	midpoint(bundle_named(&f, "straight"), centre);
+	nearest_voxel(centre, voxel);
+	json_vector(bundle_named(&f, "straight"), "start_direction", straight[0]);
+	check_signal(&f.dwi, g, voxel, straight, 1);
+
+	midpoint(bundle_named(&f, "cross90_a"), centre);
+	nearest_voxel(centre, voxel);
+	json_vector(bundle_named(&f, "cross90_a"), "start_direction", crossing[0]);
+	json_vector(bundle_named(&f, "cross90_b"), "start_direction", crossing[1]);
+	check_signal(&f.dwi, g, voxel, crossing, 2);
+
+	voxel[0] = voxel[1] = voxel[2] = 0;
+	check_signal(&f.dwi, g, voxel, NULL, 0);
+	voxel[0] = 47;
+	voxel[1] = 24;
+	voxel[2] = 12;
+	check_signal(&f.dwi, g, voxel, NULL, 0);
+
+	job_dwi = load_json(f.dir, "job_dwi.json");
+	assert_string_equal(json_path_string(job_dwi, "inputs", "dwi"), "dwi.nii");
+	assert_string_equal(json_path_string(job_dwi, "inputs", "mask"), "mask.nii");
+	assert_file_exists(f.dir, "mask.nii");
+	json_decref(job_dwi);
+	json_decref(f.bundles);
+	volume_free(&f.dwi);
+	remove_tree(f.dir);
+}
+
 /* Uncompressed output into a directory that does not exist yet, on a grid
  * large enough for two tiles along x. */
 static void test_uncompressed_tiled(void **state)
@@ -493,6 +824,7 @@ static void test_uncompressed_tiled(void **state)
 	p.sphere = "repulsion100";
 	p.seed_count = 7;
 	p.compress = 0;
+	p.write_dwi = 0;
 	if (phantom_generate(&p, outdir, &err) != 0)
 		fail_msg("phantom_generate: %s: %s", err.field, err.message);
 	job = load_json(outdir, "job.json");
@@ -504,6 +836,15 @@ static void test_uncompressed_tiled(void **state)
 	assert_file_exists(outdir, "odf.nii");
 	assert_file_exists(outdir, "fa.nii");
 	assert_file_exists(outdir, "seed_roi.nii");
+	/* Without the DWI, none of its files. */
+	for (size_t i = 0; i < 5; i++) {
+		static const char *const dwi_files[] = { "dwi.nii", "dwi.bval", "dwi.bvec",
+							 "mask.nii", "job_dwi.json" };
+		char path[PATH_MAX];
+
+		snprintf(path, sizeof(path), "%s/%s", outdir, dwi_files[i]);
+		assert_int_equal(access(path, F_OK), -1);
+	}
 
 	bundles = load_json(outdir, "bundles.json");
 	assert_int_equal(json_array_size(bundles), 16);
@@ -562,6 +903,16 @@ static void test_bad_params(void **state)
 	p.sphere = NULL;
 	expect_rejected(&p, dir, -EINVAL, "phantom.sphere");
 	phantom_default_params(&p);
+	p.snr = -1.0;
+	expect_rejected(&p, dir, -EINVAL, "phantom.snr");
+	p.snr = NAN;
+	expect_rejected(&p, dir, -EINVAL, "phantom.snr");
+	phantom_default_params(&p);
+	p.shells = 0;
+	expect_rejected(&p, dir, -EINVAL, "phantom.shells");
+	p.shells = 3;
+	expect_rejected(&p, dir, -EINVAL, "phantom.shells");
+	phantom_default_params(&p);
 	expect_rejected(&p, NULL, -EINVAL, "phantom.outdir");
 
 	/* Unknown sphere: sphere_builtin's code and message, our field. */
@@ -598,8 +949,14 @@ int main(void)
 		cmocka_unit_test(test_roi_matches_fa),
 		cmocka_unit_test(test_labels_end_zones),
 		cmocka_unit_test(test_job_json),
+		cmocka_unit_test(test_dwi_files_and_grid),
+		cmocka_unit_test(test_mask_border),
+		cmocka_unit_test(test_dwi_noise_level),
+		cmocka_unit_test(test_dwi_job_json),
+		cmocka_unit_test(test_dwi_deterministic),
 	};
 	const struct CMUnitTest standalone[] = {
+		cmocka_unit_test(test_dwi_noise_free_two_shells),
 		cmocka_unit_test(test_uncompressed_tiled),
 		cmocka_unit_test(test_bad_params),
 	};
