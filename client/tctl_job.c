@@ -2,8 +2,9 @@
 /*
  * tctl_job: turns a job file written for `tractd run` into a job for the
  * daemon (proto/API.md, POST /v1/jobs). Inputs -- every string member of
- * "inputs", so that inputs added to the schema later need no change here,
- * and "seeds.roi" -- are paths relative to the job file's directory; each is
+ * "inputs" but the options that name no file (sh_basis, sh_frame), so that
+ * file inputs added to the schema later need no change here, and
+ * "seeds.roi" -- are paths relative to the job file's directory; each is
  * hashed (SHA-256, streamed: volumes can be gigabytes), uploaded only when
  * the daemon does not have that content yet, and replaced by its volume id.
  * Values that already are volume ids are left alone. output.path is taken
@@ -13,6 +14,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <openssl/evp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +316,12 @@ static int replace_path_by_id(struct job_file *job, struct http_client *c, json_
 	return code;
 }
 
+/* Members of "inputs" that are settings, not files. */
+static bool names_a_file(const char *input_key)
+{
+	return strcmp(input_key, "sh_basis") != 0 && strcmp(input_key, "sh_frame") != 0;
+}
+
 int job_file_upload_inputs(struct job_file *job, struct http_client *c)
 {
 	json_t *inputs = json_object_get(job->doc, "inputs"), *value;
@@ -322,6 +330,8 @@ int job_file_upload_inputs(struct job_file *job, struct http_client *c)
 	int code;
 
 	json_object_foreach(inputs, key, value) {
+		if (!names_a_file(key))
+			continue;
 		snprintf(field, sizeof(field), "inputs.%s", key);
 		code = replace_path_by_id(job, c, value, field);
 		if (code != TCTL_EXIT_OK)

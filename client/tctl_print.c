@@ -92,12 +92,22 @@ void show_job_progress(const json_t *job, double elapsed_seconds)
 	unsigned long long done = count_of(progress, "seeds_done");
 	unsigned long long total = count_of(progress, "seeds_total");
 	const char *id = text_of(job, "id"), *status = text_of(job, "status");
+	const char *stage = text_of(progress, "stage");
 	char bar[BAR_WIDTH + 1], clock[32];
 	size_t filled;
 
 	if (!msg_progress_enabled())
 		return;
 	format_elapsed(elapsed_seconds, clock, sizeof(clock));
+	if (status_is(job, "running") && stage && strcmp(stage, "track") != 0) {
+		/* Before tracking: loading, or fitting the model (dti, response,
+		 * csd, odf) for raw DWI inputs. */
+		msg_progress("%s running: %s %3d%% %s", id ? id : "job", stage,
+			     (int)(100.0 * json_number_value(json_object_get(progress,
+									     "stage_fraction"))),
+			     clock);
+		return;
+	}
 	if (!status_is(job, "running") || total == 0 || done > total) {
 		msg_progress("%s %s %s", id ? id : "job", status ? status : "", clock);
 		return;
