@@ -408,8 +408,8 @@ static const struct {
 	{ TRACKING_JOB("\"sphere\": {\"vertices\": [], \"faces\": []}"),
 	  "tracking.sphere.vertices", "must have 6 to 65536 vertices, got 0" },
 	/* required members */
-	{ "{" ROI_SEEDS "}", "inputs.odf", "is required" },
-	{ "{\"inputs\": {\"stop_map\": \"s\"}, " ROI_SEEDS "}", "inputs.odf", "is required" },
+	{ "{" ROI_SEEDS "}", "inputs", "needs exactly one of" },
+	{ "{\"inputs\": {\"stop_map\": \"s\"}, " ROI_SEEDS "}", "inputs", "needs exactly one of" },
 	{ "{\"inputs\": {\"odf\": \"o\"}, " ROI_SEEDS "}", "inputs.stop_map", "is required" },
 	{ "{" INPUTS "}", "seeds", "is required, with either \"roi\" or \"points\"" },
 	{ "{" INPUTS ", \"seeds\": {}}", "seeds", "is required, with either" },
@@ -857,6 +857,22 @@ static void test_example_valid(void **state)
 	assert_int_equal(js.seed_count, 2000);
 	assert_string_equal(js.sphere_name, "symmetric362");
 	jobspec_free(&js);
+
+	example_path(path, sizeof(path), "dwi-phantom.json");
+	if (jobspec_load_file(path, &js, &err))
+		fail_msg("%s: field \"%s\": %s", path, err.field, err.message);
+	assert_int_equal(js.input_kind, JOBSPEC_INPUT_DWI);
+	assert_null(js.stop_map_path);
+	assert_int_equal(js.model.sh_order, 8);
+	jobspec_free(&js);
+
+	example_path(path, sizeof(path), "mrtrix-fod.json");
+	if (jobspec_load_file(path, &js, &err))
+		fail_msg("%s: field \"%s\": %s", path, err.field, err.message);
+	assert_int_equal(js.input_kind, JOBSPEC_INPUT_SH);
+	assert_int_equal(js.sh_basis, SH_TOURNIER07);
+	assert_int_equal(js.sh_frame, JOBSPEC_SH_FRAME_WORLD);
+	jobspec_free(&js);
 }
 
 /* Each proto/examples/invalid-*.json and the field its error must name. */
@@ -872,8 +888,11 @@ static const struct {
 	{ "invalid-lengths.json", "tracking.min_length" },
 	{ "invalid-max-angle.json", "tracking.max_angle" },
 	{ "invalid-missing-stop-map.json", "inputs.stop_map" },
+	{ "invalid-odd-sh-order.json", "model.sh_order" },
+	{ "invalid-sh-without-basis.json", "inputs.sh_basis" },
 	{ "invalid-short-point.json", "seeds.points[1]" },
 	{ "invalid-sphere-name.json", "tracking.sphere" },
+	{ "invalid-two-inputs.json", "inputs" },
 	{ "invalid-unknown-field.json", "tracking.stepsize" },
 };
 
