@@ -320,18 +320,21 @@ size_t csd_scratch_size(const struct csd_model *m)
 {
 	size_t nc = (size_t)m->ncoef;
 
-	/* z, Q, the FOD on the constraint directions, two membership sets
-	 * (bytes, stored in the tail). */
-	return nc + nc * nc + m->n_reg + (2 * m->n_reg + sizeof(double) - 1) / sizeof(double);
+	/* z, the constrained system, its factor, the FOD on the constraint
+	 * directions, and two membership sets (bytes, stored in the tail). */
+	return nc + 2 * nc * nc + m->n_reg + (2 * m->n_reg + sizeof(double) - 1) / sizeof(double);
 }
 
-static bool solve(const struct csd_model *m, double *q, const double *z, double *f)
+/* Factors a copy of q (q is kept for the next update) and solves for f. */
+static bool solve(const struct csd_model *m, const double *q, double *factor, const double *z,
+		  double *f)
 {
 	int nc = m->ncoef;
 
+	memcpy(factor, q, sizeof(double) * (size_t)nc * (size_t)nc);
 	memcpy(f, z, sizeof(double) * (size_t)nc);
-	return LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'L', nc, q, nc) == 0 &&
-	       LAPACKE_dpotrs_work(LAPACK_COL_MAJOR, 'L', nc, 1, q, nc, f, nc) == 0;
+	return LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'L', nc, factor, nc) == 0 &&
+	       LAPACKE_dpotrs_work(LAPACK_COL_MAJOR, 'L', nc, 1, factor, nc, f, nc) == 0;
 }
 
 /* Marks the constraint directions whose FOD (from the first ncoef
@@ -349,30 +352,37 @@ static size_t mark_small(const struct csd_model *m, const double *f, int ncoef,
 	return count;
 }
 
-/* Q = P + H^T H for H the marked rows of the constraint basis. */
-static void constrained_system(const struct csd_model *m, const unsigned char *small, double *q)
+/* q (lower triangle) += sign * h h^T */
+static void rank_one_update(double *q, const double *h, int nc, double sign)
 {
-	int nc = m->ncoef;
+	for (int c = 0; c < nc; c++) {
+		double hc = sign * h[c];
 
-	memcpy(q, m->p, sizeof(double) * (size_t)nc * (size_t)nc);
+		for (int r = c; r < nc; r++)
+			q[c * nc + r] += h[r] * hc;
+	}
+}
+
+/* Moves q = P + H^T H from the rows in `held` to the rows in `small`: the
+ * set changes by a few rows between iterations, so updating costs far less
+ * than rebuilding from P. */
+static void update_system(const struct csd_model *m, const unsigned char *small,
+			  unsigned char *held, double *q)
+{
 	for (size_t j = 0; j < m->n_reg; j++) {
-		const double *h = &m->b_reg[j * (size_t)nc];
-
-		if (!small[j])
+		if (small[j] == held[j])
 			continue;
-		for (int c = 0; c < nc; c++)
-			for (int r = c; r < nc; r++)
-				q[c * nc + r] += h[r] * h[c];
+		rank_one_update(q, &m->b_reg[j * (size_t)m->ncoef], m->ncoef, small[j] ? 1.0 : -1.0);
+		held[j] = small[j];
 	}
 }
 
 int csd_fit(const struct csd_model *m, const float *signal, double *scratch, double *coef)
 {
 	size_t nc = (size_t)m->ncoef;
-	double *z = scratch, *q = z + nc, *fod = q + nc * nc;
-	unsigned char *small = (unsigned char *)(fod + m->n_reg), *last = small + m->n_reg;
+	double *z = scratch, *q = z + nc, *factor = q + nc * nc, *fod = factor + nc * nc;
+	unsigned char *small = (unsigned char *)(fod + m->n_reg), *held = small + m->n_reg;
 	double threshold;
-	int it;
 
 	memset(z, 0, sizeof(double) * nc);
 	for (size_t i = 0; i < m->n_dwi; i++) {
@@ -381,19 +391,19 @@ int csd_fit(const struct csd_model *m, const float *signal, double *scratch, dou
 			z[c] += m->x[i * nc + c] * s;
 	}
 	memcpy(q, m->p, sizeof(double) * nc * nc);
-	if (!solve(m, q, z, coef))
+	if (!solve(m, q, factor, z, coef))
 		goto fail;
 	threshold = m->b_reg[0] * coef[0] * m->tau;
 	if (mark_small(m, coef, m->ncoef_low, threshold, fod, small) == 0 &&
 	    mark_small(m, coef, m->ncoef, threshold, fod, small) == 0)
 		return 0;
-	for (it = 1; it <= m->max_iterations; it++) {
-		constrained_system(m, small, q);
-		if (!solve(m, q, z, coef))
+	memset(held, 0, m->n_reg);
+	for (int it = 1; it <= m->max_iterations; it++) {
+		update_system(m, small, held, q);
+		if (!solve(m, q, factor, z, coef))
 			goto fail;
-		memcpy(last, small, m->n_reg);
 		mark_small(m, coef, m->ncoef, threshold, fod, small);
-		if (memcmp(last, small, m->n_reg) == 0)
+		if (memcmp(held, small, m->n_reg) == 0)
 			return it;
 	}
 	return m->max_iterations;

@@ -377,6 +377,13 @@ struct sample_ctx {
 	const float *basis_t;      /* ncoef x nv: basis_t[c * nv + j] = Y_c(vertex j) */
 };
 
+/* odf += w * row over nv values; restrict lets the compiler vectorise it. */
+static void add_scaled(float *restrict odf, const float *restrict row, float w, size_t nv)
+{
+	for (size_t j = 0; j < nv; j++)
+		odf[j] += w * row[j];
+}
+
 static void sample_block(struct voxel_loop *loop, int worker, size_t begin, size_t end)
 {
 	struct sample_ctx *c = loop->ctx;
@@ -387,14 +394,9 @@ static void sample_block(struct voxel_loop *loop, int worker, size_t begin, size
 		const float *coef = c->sh->data + v * nc;
 		float *odf = c->odf->data + v * nv;
 
-		for (size_t c0 = 0; c0 < nc; c0++) {
-			const float *row = c->basis_t + c0 * nv;
-			float w = coef[c0];
-			if (w == 0.0f)
-				continue;
-			for (size_t j = 0; j < nv; j++)
-				odf[j] += w * row[j];
-		}
+		for (size_t k = 0; k < nc; k++)
+			if (coef[k] != 0.0f)
+				add_scaled(odf, c->basis_t + k * nv, coef[k], nv);
 		for (size_t j = 0; j < nv; j++)
 			odf[j] = odf[j] > 0.0f ? odf[j] : 0.0f;
 	}
