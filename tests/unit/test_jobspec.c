@@ -2,7 +2,8 @@
 /*
  * Unit tests of daemon/jobspec.c: defaults, every bound of every parameter
  * from both sides, unknown fields, wrong types, the seed kinds, paths, size
- * and nesting limits, and the documents in proto/examples.
+ * and nesting limits, the input kinds (odf, sh, dwi) and the CSD model, and
+ * the documents in proto/examples.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +33,12 @@
 #define ROI_JOB(extra) "{" INPUTS ", " ROI_SEEDS extra "}"
 #define TRACKING_JOB(members) ROI_JOB(", \"tracking\": {" members "}")
 #define SEEDS_JOB(seeds) "{" INPUTS ", \"seeds\": {" seeds "}}"
+#define DWI_INPUTS "\"dwi\": \"dwi.nii.gz\", \"bvals\": \"dwi.bval\", \"bvecs\": \"dwi.bvec\""
+/* A job whose inputs object has exactly `members`, and ROI seeds. */
+#define INPUTS_JOB(members) "{\"inputs\": {" members "}, " ROI_SEEDS "}"
+#define DWI_JOB(extra) "{\"inputs\": {" DWI_INPUTS "}, " ROI_SEEDS extra "}"
+#define MODEL_JOB(members) DWI_JOB(", \"model\": {" members "}")
+#define SH_INPUTS(members) INPUTS_JOB("\"sh\": \"sh.nii.gz\", \"stop_map\": \"fa.nii.gz\"" members)
 
 static int parse(const char *json, const char *base_dir, struct jobspec *js, struct errbuf *err)
 {
@@ -115,8 +122,14 @@ static void test_defaults_roi(void **state)
 
 	(void)state;
 	expect_ok(ROI_JOB(""), NULL, &js);
+	assert_int_equal(js.input_kind, JOBSPEC_INPUT_ODF);
 	assert_string_equal(js.odf_path, "odf.nii.gz");
 	assert_string_equal(js.stop_map_path, "fa.nii.gz");
+	assert_null(js.sh_path);
+	assert_null(js.dwi_path);
+	assert_null(js.bvals_path);
+	assert_null(js.bvecs_path);
+	assert_null(js.mask_path);
 	assert_int_equal(js.seed_kind, JOBSPEC_SEEDS_ROI);
 	assert_string_equal(js.seed_roi_path, "roi.nii.gz");
 	assert_int_equal(js.seed_count, 10000);
@@ -408,8 +421,9 @@ static const struct {
 	{ TRACKING_JOB("\"sphere\": {\"vertices\": [], \"faces\": []}"),
 	  "tracking.sphere.vertices", "must have 6 to 65536 vertices, got 0" },
 	/* required members */
-	{ "{" ROI_SEEDS "}", "inputs", "needs exactly one of" },
-	{ "{\"inputs\": {\"stop_map\": \"s\"}, " ROI_SEEDS "}", "inputs", "needs exactly one of" },
+	{ "{" ROI_SEEDS "}", "inputs", "needs exactly one of \"odf\" (an ODF on tracking.sphere), "
+	  "\"sh\" (SH coefficients) or \"dwi\" (raw DWI with bvals and bvecs), got 0" },
+	{ "{\"inputs\": {\"stop_map\": \"s\"}, " ROI_SEEDS "}", "inputs", "got 0" },
 	{ "{\"inputs\": {\"odf\": \"o\"}, " ROI_SEEDS "}", "inputs.stop_map", "is required" },
 	{ "{" INPUTS "}", "seeds", "is required, with either \"roi\" or \"points\"" },
 	{ "{" INPUTS ", \"seeds\": {}}", "seeds", "is required, with either" },
@@ -435,6 +449,246 @@ static void test_bad_documents(void **state)
 	(void)state;
 	for (size_t i = 0; i < ARRAY_SIZE(bad_docs); i++)
 		expect_error(bad_docs[i].json, bad_docs[i].field, bad_docs[i].message);
+}
+
+/* ---- inputs kinds and the model ---- */
+
+static void expect_model_defaults(const struct jobspec *js)
+{
+	assert_int_equal(js->model.sh_order, 8);
+	assert_true(js->model.lambda == 1);
+	assert_true(js->model.tau == 0.1);
+	assert_int_equal(js->model.roi_radius, 10);
+	assert_true(js->model.response_fa == 0.7);
+	assert_false(js->model.response_given);
+	assert_true(js->model.response_evals[0] == 0 && js->model.response_s0 == 0);
+}
+
+static void test_defaults_dwi(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	/* no model, no mask, no stop_map: all optional with a dwi */
+	expect_ok(DWI_JOB(""), "/data", &js);
+	assert_int_equal(js.input_kind, JOBSPEC_INPUT_DWI);
+	assert_string_equal(js.dwi_path, "/data/dwi.nii.gz");
+	assert_string_equal(js.bvals_path, "/data/dwi.bval");
+	assert_string_equal(js.bvecs_path, "/data/dwi.bvec");
+	assert_null(js.mask_path);
+	assert_null(js.stop_map_path);
+	assert_null(js.odf_path);
+	assert_null(js.sh_path);
+	assert_true(js.fa_threshold == 0.1);   /* also the CSD fit mask */
+	expect_model_defaults(&js);
+	jobspec_free(&js);
+	assert_true(is_zeroed(&js));
+
+	expect_ok("{\"inputs\": {" DWI_INPUTS ", \"mask\": \"m.nii\", \"stop_map\": \"s.nii\"}, "
+		  ROI_SEEDS "}", "/data", &js);
+	assert_string_equal(js.mask_path, "/data/m.nii");
+	assert_string_equal(js.stop_map_path, "/data/s.nii");
+	jobspec_free(&js);
+
+	/* the model as a name, as an object with only the name, response "auto" */
+	expect_ok(DWI_JOB(", \"model\": \"csd\""), NULL, &js);
+	expect_model_defaults(&js);
+	jobspec_free(&js);
+	expect_ok(MODEL_JOB("\"name\": \"csd\""), NULL, &js);
+	expect_model_defaults(&js);
+	jobspec_free(&js);
+	expect_ok(MODEL_JOB("\"response\": \"auto\""), NULL, &js);
+	expect_model_defaults(&js);
+	jobspec_free(&js);
+	expect_ok(MODEL_JOB(""), NULL, &js);
+	expect_model_defaults(&js);
+	jobspec_free(&js);
+}
+
+static void test_model_members(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(MODEL_JOB("\"name\": \"csd\", \"sh_order\": 6, \"lambda\": 0.5, \"tau\": 0.2,"
+			    " \"roi_radius\": 5, \"response_fa\": 0.6,"
+			    " \"response\": {\"evals\": [0.0017, 0.0003, 0.0003], \"s0\": 250}"),
+		  NULL, &js);
+	assert_int_equal(js.model.sh_order, 6);
+	assert_true(js.model.lambda == 0.5);
+	assert_true(js.model.tau == 0.2);
+	assert_int_equal(js.model.roi_radius, 5);
+	assert_true(js.model.response_fa == 0.6);
+	assert_true(js.model.response_given);
+	assert_true(js.model.response_evals[0] == 0.0017);
+	assert_true(js.model.response_evals[1] == 0.0003);
+	assert_true(js.model.response_evals[2] == 0.0003);
+	assert_true(js.model.response_s0 == 250);
+	jobspec_free(&js);
+	assert_true(is_zeroed(&js));
+
+	/* bounds that are accepted */
+	expect_ok(MODEL_JOB("\"sh_order\": 2, \"lambda\": 1e6, \"tau\": 0, \"roi_radius\": 1"),
+		  NULL, &js);
+	assert_int_equal(js.model.sh_order, 2);
+	assert_int_equal(js.model.roi_radius, 1);
+	jobspec_free(&js);
+	expect_ok(MODEL_JOB("\"sh_order\": 16, \"tau\": 1, \"roi_radius\": 128,"
+			    " \"response_fa\": 0.999"), NULL, &js);
+	assert_int_equal(js.model.sh_order, 16);
+	assert_true(js.model.tau == 1);
+	jobspec_free(&js);
+	expect_ok(MODEL_JOB("\"sh_order\": 8.0"), NULL, &js);
+	assert_int_equal(js.model.sh_order, 8);
+	jobspec_free(&js);
+}
+
+static void test_sh_inputs(void **state)
+{
+	static const struct {
+		const char *basis;
+		enum sh_basis value;
+		enum jobspec_sh_frame frame;   /* the default */
+	} bases[] = {
+		{ "descoteaux07_legacy", SH_DESCOTEAUX07_LEGACY, JOBSPEC_SH_FRAME_VOXEL },
+		{ "descoteaux07", SH_DESCOTEAUX07, JOBSPEC_SH_FRAME_VOXEL },
+		{ "tournier07", SH_TOURNIER07, JOBSPEC_SH_FRAME_WORLD },
+		{ "tournier07_legacy", SH_TOURNIER07_LEGACY, JOBSPEC_SH_FRAME_WORLD },
+	};
+	struct jobspec js;
+	char json[512];
+
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(bases); i++) {
+		snprintf(json, sizeof(json), SH_INPUTS(", \"sh_basis\": \"%s\""), bases[i].basis);
+		expect_ok(json, "/d", &js);
+		assert_int_equal(js.input_kind, JOBSPEC_INPUT_SH);
+		assert_string_equal(js.sh_path, "/d/sh.nii.gz");
+		assert_string_equal(js.stop_map_path, "/d/fa.nii.gz");
+		assert_null(js.odf_path);
+		assert_null(js.dwi_path);
+		assert_int_equal(js.sh_basis, bases[i].value);
+		if (js.sh_frame != bases[i].frame)
+			fail_msg("%s: default sh_frame %d, want %d", bases[i].basis, js.sh_frame,
+				 bases[i].frame);
+		jobspec_free(&js);
+		/* an explicit frame wins over the default, both ways */
+		for (int f = 0; f < 2; f++) {
+			snprintf(json, sizeof(json),
+				 SH_INPUTS(", \"sh_basis\": \"%s\", \"sh_frame\": \"%s\""),
+				 bases[i].basis, f ? "world" : "voxel");
+			expect_ok(json, NULL, &js);
+			assert_int_equal(js.sh_frame,
+					 f ? JOBSPEC_SH_FRAME_WORLD : JOBSPEC_SH_FRAME_VOXEL);
+			jobspec_free(&js);
+		}
+	}
+}
+
+static const struct {
+	const char *json;
+	const char *field;
+	const char *message;
+} bad_inputs_models[] = {
+	/* exactly one of odf, sh, dwi */
+	{ INPUTS_JOB("\"odf\": \"o\", \"sh\": \"s\", \"sh_basis\": \"tournier07\", "
+		     "\"stop_map\": \"f\""), "inputs", "needs exactly one of" },
+	{ INPUTS_JOB("\"odf\": \"o\", " DWI_INPUTS), "inputs", "got 2" },
+	{ INPUTS_JOB("\"odf\": \"o\", \"sh\": \"s\", " DWI_INPUTS), "inputs", "got 3" },
+	{ INPUTS_JOB("\"bvals\": \"b\", \"bvecs\": \"v\""), "inputs", "got 0" },
+	{ INPUTS_JOB(""), "inputs", "got 0" },
+	/* keys that belong to one kind */
+	{ INPUTS_JOB("\"odf\": \"o\", \"stop_map\": \"f\", \"mask\": \"m\""), "inputs.mask",
+	  "is only allowed with inputs.dwi" },
+	{ INPUTS_JOB("\"odf\": \"o\", \"stop_map\": \"f\", \"bvals\": \"b\""), "inputs.bvals",
+	  "is only allowed with inputs.dwi" },
+	{ SH_INPUTS(", \"sh_basis\": \"tournier07\", \"bvecs\": \"v\""), "inputs.bvecs",
+	  "is only allowed with inputs.dwi" },
+	{ INPUTS_JOB(DWI_INPUTS ", \"sh_basis\": \"tournier07\""), "inputs.sh_basis",
+	  "is only allowed with inputs.sh" },
+	{ INPUTS_JOB("\"odf\": \"o\", \"stop_map\": \"f\", \"sh_frame\": \"voxel\""),
+	  "inputs.sh_frame", "is only allowed with inputs.sh" },
+	/* what each kind requires */
+	{ INPUTS_JOB("\"dwi\": \"d\", \"bvecs\": \"v\""), "inputs.bvals",
+	  "is required with inputs.dwi" },
+	{ INPUTS_JOB("\"dwi\": \"d\", \"bvals\": \"b\""), "inputs.bvecs",
+	  "is required with inputs.dwi" },
+	{ SH_INPUTS(""), "inputs.sh_basis", "is required with inputs.sh: \"tournier07\" for MRtrix3" },
+	{ SH_INPUTS(", \"sh_frame\": \"world\""), "inputs.sh_basis", "is required with inputs.sh" },
+	{ INPUTS_JOB("\"sh\": \"s\", \"sh_basis\": \"tournier07\""), "inputs.stop_map",
+	  "is required with inputs.sh (only a dwi input has a default: its DTI FA)" },
+	{ INPUTS_JOB("\"odf\": \"o\""), "inputs.stop_map", "is required with inputs.odf" },
+	/* values of the SH keys */
+	{ SH_INPUTS(", \"sh_basis\": \"mrtrix\""), "inputs.sh_basis",
+	  "must be one of \"descoteaux07_legacy\", \"descoteaux07\", \"tournier07\", "
+	  "\"tournier07_legacy\", got \"mrtrix\"" },
+	{ SH_INPUTS(", \"sh_basis\": \"tournier07\", \"sh_frame\": \"ras\""), "inputs.sh_frame",
+	  "must be one of \"voxel\", \"world\", got \"ras\"" },
+	{ SH_INPUTS(", \"sh_basis\": 7"), "inputs.sh_basis", "must be a string" },
+	{ INPUTS_JOB("\"dwi\": 1, \"bvals\": \"b\", \"bvecs\": \"v\""), "inputs.dwi",
+	  "must be a string" },
+	/* the model belongs to dwi inputs only */
+	{ ROI_JOB(", \"model\": \"csd\""), "model", "applies to inputs.dwi only" },
+	{ ROI_JOB(", \"model\": {\"sh_order\": 6}"), "model", "applies to inputs.dwi only" },
+	{ "{\"inputs\": {\"sh\": \"s\", \"sh_basis\": \"tournier07\", \"stop_map\": \"f\"}, "
+	  ROI_SEEDS ", \"model\": \"csd\"}", "model", "applies to inputs.dwi only" },
+	/* the model itself */
+	{ DWI_JOB(", \"model\": \"dti\""), "model", "must be one of \"csd\", got \"dti\"" },
+	{ DWI_JOB(", \"model\": 8"), "model", "must be a model name (\"csd\") or an object" },
+	{ DWI_JOB(", \"model\": null"), "model", "must be a model name" },
+	{ MODEL_JOB("\"name\": \"msmt\""), "model.name", "must be one of \"csd\", got \"msmt\"" },
+	{ MODEL_JOB("\"order\": 8"), "model.order", "unknown field (known: name, sh_order," },
+	{ MODEL_JOB("\"sh_order\": 7"), "model.sh_order",
+	  "must be even (symmetric harmonics), got 7" },
+	{ MODEL_JOB("\"sh_order\": 0"), "model.sh_order", "must be in [2, 16], got 0" },
+	{ MODEL_JOB("\"sh_order\": 18"), "model.sh_order", "must be in [2, 16], got 18" },
+	{ MODEL_JOB("\"sh_order\": -2"), "model.sh_order", "must be in [2, 16]" },
+	{ MODEL_JOB("\"sh_order\": 17"), "model.sh_order", "must be in [2, 16], got 17" },
+	{ MODEL_JOB("\"sh_order\": 2.5"), "model.sh_order", "must be an integer" },
+	{ MODEL_JOB("\"sh_order\": \"8\""), "model.sh_order", "must be an integer" },
+	{ MODEL_JOB("\"lambda\": 0"), "model.lambda", "must be" },
+	{ MODEL_JOB("\"lambda\": 1000001"), "model.lambda", "must be" },
+	{ MODEL_JOB("\"tau\": -0.1"), "model.tau", "must be in [0, 1]" },
+	{ MODEL_JOB("\"tau\": 1.5"), "model.tau", "must be in [0, 1]" },
+	{ MODEL_JOB("\"roi_radius\": 0"), "model.roi_radius", "must be in [1, 128] voxels, got 0" },
+	{ MODEL_JOB("\"roi_radius\": 129"), "model.roi_radius", "must be in [1, 128] voxels" },
+	{ MODEL_JOB("\"roi_radius\": 2.5"), "model.roi_radius", "must be an integer" },
+	{ MODEL_JOB("\"response_fa\": 0"), "model.response_fa", "must be in (0, 1), got 0" },
+	{ MODEL_JOB("\"response_fa\": 1"), "model.response_fa", "must be in (0, 1), got 1" },
+	/* the response */
+	{ MODEL_JOB("\"response\": \"estimate\""), "model.response",
+	  "must be \"auto\" or an object {\"evals\": [...], \"s0\": ...}" },
+	{ MODEL_JOB("\"response\": [0.0017, 0.0003, 0.0003]"), "model.response",
+	  "must be \"auto\" or an object" },
+	{ MODEL_JOB("\"response\": {\"evals\": [0.0017, 0.0003, 0.0003]}"), "model.response",
+	  "needs both \"evals\" and \"s0\"" },
+	{ MODEL_JOB("\"response\": {\"s0\": 100}"), "model.response",
+	  "needs both \"evals\" and \"s0\"" },
+	{ MODEL_JOB("\"response\": {}"), "model.response", "needs both \"evals\" and \"s0\"" },
+	{ MODEL_JOB("\"response\": {\"evals\": [0.0017, 0.0003, 0.0004], \"s0\": 100}"),
+	  "model.response.evals", "must describe an axially symmetric tensor" },
+	{ MODEL_JOB("\"response\": {\"evals\": [0.0017, 0.0003], \"s0\": 100}"),
+	  "model.response.evals", "must be an array of 3 eigenvalues (mm^2/s)" },
+	{ MODEL_JOB("\"response\": {\"evals\": [0.0017, 0, 0], \"s0\": 100}"),
+	  "model.response.evals", "eigenvalue 1 must be a number in (0, 1] mm^2/s" },
+	{ MODEL_JOB("\"response\": {\"evals\": [1.7, 0.3, 0.3], \"s0\": 100}"),
+	  "model.response.evals", "eigenvalue 0 must be a number in (0, 1] mm^2/s" },
+	{ MODEL_JOB("\"response\": {\"evals\": [\"a\", 0.3, 0.3], \"s0\": 100}"),
+	  "model.response.evals", "eigenvalue 0 must be a number" },
+	{ MODEL_JOB("\"response\": {\"evals\": [0.0017, 0.0003, 0.0003], \"s0\": 0}"),
+	  "model.response.s0", "must be > 0" },
+	{ MODEL_JOB("\"response\": {\"evals\": [0.0017, 0.0003, 0.0003], \"s0\": \"100\"}"),
+	  "model.response.s0", "must be a number" },
+	{ MODEL_JOB("\"response\": {\"evals\": [0.0017, 0.0003, 0.0003], \"s0\": 100, "
+		    "\"ratio\": 0.2}"), "model.response.ratio", "unknown field (known: evals, s0)" },
+};
+
+static void test_bad_inputs_and_models(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < ARRAY_SIZE(bad_inputs_models); i++)
+		expect_error(bad_inputs_models[i].json, bad_inputs_models[i].field,
+			     bad_inputs_models[i].message);
 }
 
 /* ---- seeds ---- */
@@ -931,6 +1185,10 @@ int main(void)
 		cmocka_unit_test(test_range_messages),
 		cmocka_unit_test(test_lengths),
 		cmocka_unit_test(test_bad_documents),
+		cmocka_unit_test(test_defaults_dwi),
+		cmocka_unit_test(test_model_members),
+		cmocka_unit_test(test_sh_inputs),
+		cmocka_unit_test(test_bad_inputs_and_models),
 		cmocka_unit_test(test_seed_kinds),
 		cmocka_unit_test(test_points),
 		cmocka_unit_test(test_sphere),
