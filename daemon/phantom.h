@@ -21,7 +21,10 @@
  *                    else, S0 100, Rician noise of sigma S0 / snr (deterministic)
  *   dwi.bval         FSL b-values (one row): 6 b0s interleaved with 64
  *   dwi.bvec         directions at b=1000 (and 64 more at b=2000 with two shells);
- *                    FSL gradient directions (three rows), unit, 0 for b0s
+ *                    gradient directions (three rows), unit, 0 for b0s, along
+ *                    the voxel axes as DIPY (and tractd) read bvecs; FSL and
+ *                    MRtrix3's -fslgrad flip x for this RAS grid, so negate
+ *                    the first row before giving the file to them
  *   mask.nii.gz      brain mask: 1 except a one-voxel border of 0
  *   job_dwi.json     job.json's tracking on the raw DWI (DTI FA stop map, CSD ODF)
  * Owns nothing after it returns. Does not log.
