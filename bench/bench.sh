@@ -7,6 +7,12 @@
 # BENCH_DIR (default build/bench) holds the phantoms, TRACTD_DEVICE picks a device,
 # BENCH_FORMAT_CASE (default small) the case whose output formats are compared and
 # BENCH_DAEMON_CASE (default small) the one run twice through the daemon.
+# Fitting: BENCH_FIT_CASE (default stanford: Stanford HARDI's 81x106x76 grid and
+# 160 volumes; small: the default phantom; none: skip) is fitted once by
+# `tractd fit` on the CPU (BENCH_FIT_THREADS: --threads, default all CPUs), and
+# by DIPY as a reference when BENCH_PYTHON (default /usr/bin/python3) imports
+# dipy: DIPY's time is measured once and kept in the phantom's directory
+# (BENCH_DIPY=0 skips it, BENCH_DIPY=fresh measures it again).
 set -eu
 tractd=${1:-build/tractd}
 dir=${BENCH_DIR:-build/bench}
@@ -127,4 +133,103 @@ if [ -f "$ph/job.json" ] && command -v curl >/dev/null; then
 	kill $pid
 	wait $pid 2>/dev/null || true
 	trap - EXIT
+fi
+
+# Fitting raw DWI (DTI, response, CSD, ODF sampling) on the CPU, stage by stage
+# from tractd's debug log, next to DIPY's time for the same steps.
+log_seconds() { # LOG PATTERN -> the number that \(...\) in PATTERN captures
+	sed -n "s/.*$2.*/\1/p" "$1" | head -n 1
+}
+
+# DIPY's time for the phantom in $1, measured once (it takes minutes) and kept
+# in $1/dipy_fit.json; prints a line saying where the numbers come from.
+dipy_reference() { # PHANTOM_DIR
+	python=${BENCH_PYTHON:-/usr/bin/python3}
+	[ "${BENCH_DIPY:-1}" = fresh ] && rm -f "$1/dipy_fit.json"
+	if [ -f "$1/dipy_fit.json" ]; then
+		echo "DIPY: measured earlier ($1/dipy_fit.json; BENCH_DIPY=fresh measures again)"
+	elif ! "$python" -c 'import dipy' 2>/dev/null; then
+		echo "DIPY: not installed for $python"
+	elif echo "fitting with DIPY for reference, once (minutes)..." >&2 &&
+		"$python" "$(dirname "$0")/dipy_fit_reference.py" "$1/dwi.nii" "$1/dwi.bval" \
+		"$1/dwi.bvec" "$1/mask.nii" > "$1/dipy_fit.json.tmp" 2>"$1/dipy.err"; then
+		mv "$1/dipy_fit.json.tmp" "$1/dipy_fit.json"
+		echo "DIPY: measured now"
+	else
+		rm -f "$1/dipy_fit.json.tmp"
+		echo "DIPY: failed: $(tail -n 1 "$1/dipy.err")"
+	fi
+}
+
+bench_fit() { # CASE
+	case $1 in
+	small)    grid=48,48,24;  b0s=6;  directions=64;  bvalue=1000; sphere=symmetric362 ;;
+	stanford) grid=81,106,76; b0s=10; directions=150; bvalue=2000; sphere=repulsion724 ;;
+	*) echo "unknown fit case $1" >&2; exit 2 ;;
+	esac
+	ph="$dir/fit_$1"
+	log="$ph/fit.log"
+	[ -f "$ph/job_dwi.json" ] || "$tractd" -q phantom --dim "$grid" --b0s "$b0s" \
+		--directions "$directions" --bvalue "$bvalue" --sphere "$sphere" --uncompressed "$ph"
+	threads_opt=""
+	[ -n "${BENCH_FIT_THREADS:-}" ] && threads_opt="--threads $BENCH_FIT_THREADS"
+	echo
+	# shellcheck disable=SC2086
+	if ! "$tractd" -v fit "$ph/job_dwi.json" -o "$ph/fit" $threads_opt 2>"$log"; then
+		echo "fitting, $1 phantom: skipped: $(tail -n 1 "$log")"
+		return 0
+	fi
+	dipy_note="DIPY: skipped (BENCH_DIPY=0)"
+	[ "${BENCH_DIPY:-1}" = 0 ] || dipy_note=$(dipy_reference "$ph")
+	dipy_json="$ph/dipy_fit.json"
+	[ "${BENCH_DIPY:-1}" != 0 ] && [ -f "$dipy_json" ] || dipy_json=/dev/null
+
+	echo "fitting, $1 phantom: $(echo "$grid" | tr , x), $((b0s + directions)) volumes" \
+		"($b0s b0 + $directions directions at b=$bvalue), tractd on" \
+		"$(log_seconds "$log" 'fit stage dti: .* on \([0-9]*\) thread') thread(s)"
+	awk -v dti="$(log_seconds "$log" 'fit stage dti: \([0-9.]*\) s')" \
+	    -v resp="$(log_seconds "$log" 'fit stage response: \([0-9.]*\) s')" \
+	    -v csd="$(log_seconds "$log" 'fit stage csd: \([0-9.]*\) s')" \
+	    -v odf="$(log_seconds "$log" 'fit stage odf: \([0-9.]*\) s')" \
+	    -v inputs="$(log_seconds "$log" 'loaded and fitted in \([0-9.]*\) s')" \
+	    -v written="$(log_seconds "$log" 'results written in \([0-9.]*\) s')" \
+	    -v total="$(log_seconds "$log" 'fit written to .* in \([0-9.]*\) s')" \
+	    -v dti_voxels="$(log_seconds "$log" 'fit stage dti: [0-9.]* s (\([0-9]*\) voxels')" \
+	    -v fitted="$(json_number "$ph/fit/response.json" fitted_voxels)" \
+	    -v d_load="$(json_number "$dipy_json" load)" -v d_dti="$(json_number "$dipy_json" dti)" \
+	    -v d_resp="$(json_number "$dipy_json" response)" \
+	    -v d_csd="$(json_number "$dipy_json" csd)" \
+	    -v d_fitted="$(json_number "$dipy_json" fitted_voxels)" \
+	    -v d_version="$(json_string "$dipy_json" dipy)" -v note="$dipy_note" '
+	function row(name, t, d) {
+		if (d == "")
+			printf "  %-20s %9.3f %9s\n", name, t, "-"
+		else
+			printf "  %-20s %9.3f %9.3f %8.1fx\n", name, t, d, d / t
+	}
+	BEGIN {
+		# What the inputs took beyond the fit stages is reading the files.
+		load = inputs - dti - resp - csd - odf
+		d_model = d_load == "" ? "" : d_dti + d_resp + d_csd
+		printf "  %-20s %9s %9s %9s\n", "stage (seconds)", "tractd", "dipy", "speedup"
+		row("load", load, d_load)
+		row("dti", dti, d_dti)
+		row("response", resp, d_resp)
+		row("csd", csd, d_csd)
+		row("dti+response+csd", dti + resp + csd, d_model)
+		row("odf (tractd only)", odf, "")
+		row("write (tractd only)", written, "")
+		row("total", total, d_load == "" ? "" : d_load + d_model)
+		printf "  tractd: dti %d voxels (%.0f/s), csd %d voxels (%.0f/s)\n",
+		       dti_voxels, dti_voxels / dti, fitted, fitted / csd
+		if (d_load != "")
+			printf "  dipy %s, one process: csd %d voxels (%.0f/s)\n", d_version,
+			       d_fitted, d_fitted / d_csd
+		print "  " note
+	}'
+}
+fit_case=${BENCH_FIT_CASE:-stanford}
+# Not "|| bench_fit": set -e would not apply inside it.
+if [ "$fit_case" != none ]; then
+	bench_fit "$fit_case"
 fi

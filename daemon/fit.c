@@ -16,6 +16,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log.h"
+#include "timing.h"
+
 #define FIT_BLOCK_VOXELS 256
 #define FIT_MAX_THREADS 256
 #define FIT_PROGRESS_NS 100000000L
@@ -152,6 +155,15 @@ static bool in_mask(const struct volume *mask, size_t voxel)
 	return !mask || mask->data[voxel] > 0.0f;
 }
 
+static size_t voxels_in_mask(const struct volume *mask, size_t voxels)
+{
+	size_t n = 0;
+
+	for (size_t v = 0; v < voxels; v++)
+		n += in_mask(mask, v);
+	return n;
+}
+
 static void dti_block(struct voxel_loop *loop, int worker, size_t begin, size_t end)
 {
 	struct dti_ctx *c = loop->ctx;
@@ -175,6 +187,7 @@ static int fit_dti(const struct volume *dwi, const struct gradients *g, const st
 	int threads = thread_count(o);
 	struct dti_ctx ctx = { dwi, mask, &model, out, NULL };
 	struct voxel_loop loop = { .voxels = volume_voxels(dwi), .block = dti_block, .ctx = &ctx };
+	double start = timing_now();
 	int r = dti_model_init(&model, g, err);
 
 	if (r < 0)
@@ -183,7 +196,11 @@ static int fit_dti(const struct volume *dwi, const struct gradients *g, const st
 	r = ctx.scratch ? run_loop(&loop, threads, o, "dti") : -ENOMEM;
 	free_scratch(ctx.scratch, threads);
 	dti_model_free(&model);
-	return r < 0 ? loop_error(r, "dti", err) : 0;
+	if (r < 0)
+		return loop_error(r, "dti", err);
+	log_debug("fit stage dti: %.3f s (%zu voxels on %d thread%s)", timing_now() - start,
+		  voxels_in_mask(mask, loop.voxels), threads, threads == 1 ? "" : "s");
+	return 0;
 }
 
 /* ---- the CSD table: b0s and the lowest shell ------------------------------- */
@@ -288,6 +305,7 @@ static int fit_csd(const struct volume *dwi, const struct csd_table *t, const st
 			       .fa_threshold = p->fa_threshold, .out = out };
 	struct voxel_loop loop = { .voxels = volume_voxels(dwi), .block = csd_block, .ctx = &ctx };
 	int64_t shape[4] = { dwi->dim[0], dwi->dim[1], dwi->dim[2], sh_ncoef(p->csd.sh_order) };
+	double start = timing_now();
 	int r = csd_model_init(&model, &t->sel, &out->response, &p->csd, err);
 
 	if (r < 0)
@@ -306,7 +324,11 @@ static int fit_csd(const struct volume *dwi, const struct csd_table *t, const st
 	csd_model_free(&model);
 	out->fitted_voxels = atomic_load(&ctx.fitted);
 	out->failed_voxels = atomic_load(&ctx.failed);
-	return r < 0 ? loop_error(r, "csd", err) : 0;
+	if (r < 0)
+		return loop_error(r, "csd", err);
+	log_debug("fit stage csd: %.3f s (%zu voxels on %d thread%s)", timing_now() - start,
+		  out->fitted_voxels, threads, threads == 1 ? "" : "s");
+	return 0;
 }
 
 /* ---- the whole DWI fit ------------------------------------------------------ */
@@ -338,16 +360,21 @@ int fit_dwi(const struct volume *dwi, const struct gradients *g, const struct vo
 {
 	struct fit_result out = { 0 };
 	struct csd_table table = { 0 };
+	double response_start;
 	int r = alloc_scalar_maps(dwi, &out, err);
 
 	if (r == 0)
 		r = fit_dti(dwi, g, mask, o, &out, err);
+	response_start = timing_now();
 	if (r == 0)
 		r = csd_table_init(&table, g, err);
 	if (r == 0 && p->response_given)
 		out.response = p->response;
 	else if (r == 0)
 		r = estimate_response(dwi, &table, p, &out.response, err);
+	if (r == 0)
+		log_debug("fit stage response: %.3f s (%zu voxels, %s)", timing_now() - response_start,
+			  out.response.voxels, p->response_given ? "given" : "estimated");
 	if (r == 0 && !report(o, "response", 1.0))
 		r = errbuf_set(err, -ECANCELED, "", "cancelled after the response estimate");
 	if (r == 0)
@@ -432,6 +459,8 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 	int64_t shape[4] = { sh->dim[0], sh->dim[1], sh->dim[2], s->nv };
 	struct sample_ctx ctx = { .sh = sh, .odf = odf };
 	struct voxel_loop loop = { .voxels = volume_voxels(sh), .block = sample_block, .ctx = &ctx };
+	double start = timing_now();
+	int threads = thread_count(o);
 	float *bt;
 	int r;
 
@@ -447,11 +476,13 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 	}
 	memcpy(odf->affine, sh->affine, sizeof(sh->affine));
 	ctx.basis_t = bt;
-	r = run_loop(&loop, thread_count(o), o, "odf");
+	r = run_loop(&loop, threads, o, "odf");
 	free(bt);
 	if (r < 0) {
 		volume_free(odf);
 		return loop_error(r, "odf", err);
 	}
+	log_debug("fit stage odf: %.3f s (%zu voxels, %d vertices, on %d thread%s)",
+		  timing_now() - start, loop.voxels, s->nv, threads, threads == 1 ? "" : "s");
 	return 0;
 }

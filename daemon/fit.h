@@ -7,7 +7,9 @@
  *
  * Owns the worker threads of one call (joined before it returns) and the
  * result volumes it hands back. Reports progress per stage through a
- * callback on the calling thread, which may cancel. Does not log.
+ * callback on the calling thread, which may cancel. Logs each stage's wall
+ * time at debug level only (the benchmark reads it); failures go to the
+ * caller through errbuf.
  */
 #ifndef TRACTD_FIT_H
 #define TRACTD_FIT_H

@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -75,13 +76,20 @@ static const double design_box[3] = { 48.0, 48.0, 24.0 };
  * FA map exactly (noise aside). */
 #define DWI_S0 100.0
 #define ISOTROPIC_DIFFUSIVITY 0.8e-3
-#define DWI_B0_COUNT 6
-#define DWI_SHELL_DIRECTIONS 64
 #define DWI_MAX_SHELLS 2
-#define DWI_MAX_VOLUMES (DWI_B0_COUNT + DWI_MAX_SHELLS * DWI_SHELL_DIRECTIONS)
 #define DWI_BVAL_NAME "dwi.bval"
 #define DWI_BVEC_NAME "dwi.bvec"
-static const double shell_bvalue[DWI_MAX_SHELLS] = { 1000.0, 2000.0 };
+
+/* Acquisition limits. Six directions are the fewest a tensor fit takes; the
+ * upper bounds are far past any real protocol and keep the series small
+ * enough to allocate. DIPY and tractd read b-values up to 50 as b0s, so a
+ * weighted shell has to lie above that. */
+#define DWI_B0S_MIN 1
+#define DWI_B0S_MAX 100
+#define DWI_DIRECTIONS_MIN 6
+#define DWI_DIRECTIONS_MAX 1000
+#define DWI_BVALUE_MIN 50.0
+#define DWI_BVALUE_MAX 20000.0
 
 /* The noise is a pure function of this key and (voxel, volume): the same
  * phantom parameters always give the same bytes. */
@@ -168,8 +176,8 @@ struct fibres {
 /* The DWI acquisition, in FSL's layout: bvec holds one row per axis. */
 struct gradient_table {
 	int count;
-	double bval[DWI_MAX_VOLUMES];      /* s/mm^2 */
-	double bvec[3][DWI_MAX_VOLUMES];   /* unit; 0 for the b0 volumes */
+	double *bval;                      /* count values, s/mm^2 */
+	double *bvec[3];                   /* count values each; unit, 0 for the b0 volumes */
 };
 
 struct dwi_series {
@@ -194,6 +202,9 @@ void phantom_default_params(struct phantom_params *p)
 	p->compress = 1;
 	p->snr = 30.0;
 	p->shells = 1;
+	p->b0_count = 6;
+	p->directions = 64;
+	p->bvalue = 1000.0;
 	p->write_dwi = 1;
 }
 
@@ -453,39 +464,66 @@ static void hemisphere_direction(int i, int n, double azimuth_offset, double out
 	out[2] = z;
 }
 
-/* The b0 volumes are interleaved with the weighted ones (b0 j comes before
- * weighted volume j * weighted / DWI_B0_COUNT), as scanners do to follow
- * drift; shells follow each other. The second shell's directions are the
- * first's turned by half a golden angle about z, so no direction repeats. */
-static void plan_gradients(int shells, struct gradient_table *t)
+static void free_gradients(struct gradient_table *t)
 {
-	int weighted = shells * DWI_SHELL_DIRECTIONS, next_weighted = 0, next_b0 = 0;
+	free(t->bval);
+	for (int a = 0; a < 3; a++)
+		free(t->bvec[a]);
+	memset(t, 0, sizeof(*t));
+}
 
-	t->count = DWI_B0_COUNT + weighted;
+static int alloc_gradients(int count, struct gradient_table *t, struct errbuf *err)
+{
+	t->count = count;
+	t->bval = malloc(sizeof(double) * (size_t)count);
+	for (int a = 0; a < 3; a++)
+		t->bvec[a] = malloc(sizeof(double) * (size_t)count);
+	if (!t->bval || !t->bvec[0] || !t->bvec[1] || !t->bvec[2]) {
+		free_gradients(t);
+		return errbuf_set(err, -ENOMEM, "phantom", "out of memory");
+	}
+	return 0;
+}
+
+/* The b0 volumes are spread evenly through the weighted ones (b0 j comes
+ * before weighted volume j * weighted / b0_count, so the series starts with
+ * one, and with more b0s than weighted volumes they come in runs), as
+ * scanners interleave them to follow drift; shells follow each other, shell
+ * s at (s + 1) * bvalue. Every shell has the same directions, each turned by
+ * half a golden angle about z from the one before, so no direction repeats. */
+static int plan_gradients(const struct phantom_params *p, struct gradient_table *t,
+			  struct errbuf *err)
+{
+	int weighted = p->shells * p->directions, next_weighted = 0, next_b0 = 0;
+	int rc = alloc_gradients(p->b0_count + weighted, t, err);
+
+	if (rc)
+		return rc;
 	for (int v = 0; v < t->count; v++) {
 		double direction[3] = { 0.0, 0.0, 0.0 };
 
-		if (next_b0 < DWI_B0_COUNT && next_weighted >= next_b0 * weighted / DWI_B0_COUNT) {
+		if (next_b0 < p->b0_count && next_weighted >= next_b0 * weighted / p->b0_count) {
 			t->bval[v] = 0.0;
 			next_b0++;
 		} else {
-			int shell = next_weighted / DWI_SHELL_DIRECTIONS;
+			int shell = next_weighted / p->directions;
 
-			t->bval[v] = shell_bvalue[shell];
-			hemisphere_direction(next_weighted % DWI_SHELL_DIRECTIONS, DWI_SHELL_DIRECTIONS,
+			t->bval[v] = (shell + 1) * p->bvalue;
+			hemisphere_direction(next_weighted % p->directions, p->directions,
 					     0.5 * GOLDEN_ANGLE * shell, direction);
 			next_weighted++;
 		}
 		for (int a = 0; a < 3; a++)
 			t->bvec[a][v] = direction[a];
 	}
+	return 0;
 }
 
-static void plan_dwi(const struct phantom_params *p, struct dwi_series *dwi)
+static int plan_dwi(const struct phantom_params *p, struct dwi_series *dwi, struct errbuf *err)
 {
-	plan_gradients(p->shells, &dwi->gradients);
 	philox_key_from_seed(PHANTOM_NOISE_SEED, dwi->noise_key);
 	dwi->noise_sigma = p->snr > 0.0 && isfinite(p->snr) ? DWI_S0 / p->snr : 0.0;
+	return plan_gradients(p, &dwi->gradients, err);
 }
 
 /* Noise-free signal along gradient g: the fibres' cylindrically symmetric
@@ -666,6 +704,18 @@ static int check_params(const struct phantom_params *p, const char *outdir, stru
 	if (p->shells < 1 || p->shells > DWI_MAX_SHELLS)
 		return errbuf_set(err, -EINVAL, "phantom.shells", "must be 1 or %d, got %d",
 				  DWI_MAX_SHELLS, p->shells);
+	if (p->b0_count < DWI_B0S_MIN || p->b0_count > DWI_B0S_MAX)
+		return errbuf_set(err, -EINVAL, "phantom.b0s", "must be in [%d, %d], got %d",
+				  DWI_B0S_MIN, DWI_B0S_MAX, p->b0_count);
+	if (p->directions < DWI_DIRECTIONS_MIN || p->directions > DWI_DIRECTIONS_MAX)
+		return errbuf_set(err, -EINVAL, "phantom.directions",
+				  "must be in [%d, %d] per shell, got %d", DWI_DIRECTIONS_MIN,
+				  DWI_DIRECTIONS_MAX, p->directions);
+	/* Negated so that NaN fails too. */
+	if (!(p->bvalue > DWI_BVALUE_MIN && p->bvalue <= DWI_BVALUE_MAX))
+		return errbuf_set(err, -EINVAL, "phantom.bvalue",
+				  "must be in (%g, %g] s/mm^2 (b-values up to %g are b0s), got %g",
+				  DWI_BVALUE_MIN, DWI_BVALUE_MAX, DWI_BVALUE_MIN, p->bvalue);
 	if (!outdir || !*outdir)
 		return errbuf_set(err, -EINVAL, "phantom.outdir", "an output directory is required");
 	return 0;
@@ -970,14 +1020,14 @@ int phantom_generate(const struct phantom_params *p, const char *outdir, struct 
 	struct phantom_volumes volumes = { 0 };
 	struct sphere sphere = { 0 };
 	struct phantom_names names;
-	struct dwi_series dwi;
+	struct dwi_series dwi = { 0 };
 	struct layout layout;
 	int rc = check_params(p, outdir, err);
 
-	if (rc)
-		return rc;
-	plan_dwi(p, &dwi);
-	rc = load_sphere(p->sphere, &sphere, err);
+	if (!rc)
+		rc = plan_dwi(p, &dwi, err);
+	if (!rc)
+		rc = load_sphere(p->sphere, &sphere, err);
 	if (!rc)
 		rc = make_directories(outdir, err);
 	if (!rc)
@@ -998,5 +1048,6 @@ int phantom_generate(const struct phantom_params *p, const char *outdir, struct 
 		rc = write_dwi_job(outdir, p, &names, err);
 	free_volumes(&volumes);
 	sphere_free(&sphere);
+	free_gradients(&dwi.gradients);
 	return rc;
 }

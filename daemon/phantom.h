@@ -19,9 +19,11 @@
  *                    equal-fraction tensors (1.7, 0.3, 0.3)e-3 mm^2/s along the
  *                    bundles, isotropic tissue (0.8e-3 mm^2/s, FA 0) everywhere
  *                    else, S0 100, Rician noise of sigma S0 / snr (deterministic)
- *   dwi.bval         FSL b-values (one row): 6 b0s interleaved with 64
- *   dwi.bvec         directions at b=1000 (and 64 more at b=2000 with two shells);
- *                    gradient directions (three rows), unit, 0 for b0s, along
+ *   dwi.bval         FSL b-values (one row): b0_count b0s (default 6) spread
+ *                    through directions volumes (default 64) at bvalue (default
+ *                    1000), and with two shells as many more at 2 * bvalue
+ *                    (Stanford HARDI's scheme: 10 b0s, 150 directions, b=2000)
+ *   dwi.bvec         gradient directions (three rows), unit, 0 for b0s, along
  *                    the voxel axes as DIPY (and tractd) read bvecs; FSL and
  *                    MRtrix3's -fslgrad flip x for this RAS grid, so negate
  *                    the first row before giving the file to them
@@ -43,12 +45,15 @@ struct phantom_params {
 	uint64_t seed_count;   /* seeds.count written into job.json */
 	int compress;          /* write .nii.gz (1) or .nii (0) */
 	double snr;            /* DWI: S0 / Rician sigma; 0 or infinity: noise-free */
-	int shells;            /* DWI: 1 (b=1000) or 2 (b=1000 and b=2000) */
+	int shells;            /* DWI: 1 (bvalue) or 2 (bvalue and 2 * bvalue) */
+	int b0_count;          /* DWI: b=0 volumes, 1..100 */
+	int directions;        /* DWI: gradient directions per shell, 6..1000 */
+	double bvalue;         /* DWI: first shell's b-value in s/mm^2, (50, 20000] */
 	int write_dwi;         /* write the DWI series, its tables, mask and job (1) or not (0) */
 };
 
 /* Defaults: 48x48x24, 1 mm, symmetric362, 2000 seeds, compressed; DWI written
- * with one shell at SNR 30. */
+ * with 6 b0s and one shell of 64 directions at b=1000, SNR 30. */
 void phantom_default_params(struct phantom_params *p);
 
 /* Writes the files above into outdir (created if missing). Returns 0 or a

@@ -48,7 +48,8 @@ def test_job_matches_cli(daemon, volumes, phantom, references, tmp_path):
     assert doc["result"]["streamlines"] == trk_n_count(want)
     assert doc["result"]["points"] == _points(want)
     assert doc["progress"] == {"seeds_done": PARITY["count"], "seeds_total": PARITY["count"],
-                               "streamlines": trk_n_count(want)}
+                               "streamlines": trk_n_count(want), "stage": None,
+                               "stage_fraction": 0.0}
     for key in ("created", "started", "finished"):
         assert TIMESTAMP.match(doc[key] or ""), (key, doc[key])
     assert _time(doc["created"]) <= _time(doc["started"]) <= _time(doc["finished"])

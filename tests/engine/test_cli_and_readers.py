@@ -342,9 +342,13 @@ def test_phantom_writes_all_files(tractd, tmp_path):
 
 
 def test_phantom_dwi_usage_errors(tractd, tmp_path):
-    """--snr and --shells take numbers: anything else is a usage error (2)."""
+    """--snr, --shells, --b0s, --directions and --bvalue take numbers:
+    anything else is a usage error (2)."""
     for args, pattern in ((["--snr", "lots"], r"invalid --snr 'lots'"),
-                          (["--shells", "two"], r"invalid --shells 'two'")):
+                          (["--shells", "two"], r"invalid --shells 'two'"),
+                          (["--b0s", "ten"], r"invalid --b0s 'ten'"),
+                          (["--directions", "1.5"], r"invalid --directions '1.5'"),
+                          (["--bvalue", "high"], r"invalid --bvalue 'high'")):
         proc = run_cli(tractd, ["phantom", *args, tmp_path / "ph"])
         assert_fails(proc, EXIT_USAGE, pattern)
 
@@ -355,7 +359,15 @@ def test_phantom_dwi_usage_errors(tractd, tmp_path):
     (["--snr", "-1"], r"phantom\.snr"),
     (["--snr", "nan"], r"phantom\.snr"),
     (["--shells", "3"], r"phantom\.shells"),
-], ids=["unknown_sphere", "dim_too_small", "snr_negative", "snr_nan", "three_shells"])
+    (["--b0s", "0"], r"phantom\.b0s"),
+    (["--b0s", "101"], r"phantom\.b0s"),
+    (["--directions", "5"], r"phantom\.directions"),
+    (["--directions", "1001"], r"phantom\.directions"),
+    (["--bvalue", "50"], r"phantom\.bvalue"),
+    (["--bvalue", "20001"], r"phantom\.bvalue"),
+], ids=["unknown_sphere", "dim_too_small", "snr_negative", "snr_nan", "three_shells", "no_b0",
+        "too_many_b0s", "too_few_directions", "too_many_directions", "bvalue_b0",
+        "bvalue_too_high"])
 def test_phantom_invalid_parameters(tractd, tmp_path, args, pattern):
     """Invalid phantom parameters exit 3 (invalid input) naming the field, and
     write nothing."""

@@ -9,6 +9,8 @@ DIPY tensor fit (WLS) that has to agree with the phantom's own ground truth:
   the bundle direction, taken as the phantom ODF's largest vertex;
 - the mask is the grid less a one-voxel border;
 - a two-shell phantom has b0s and two distinct shells of unit directions.
+- Stanford HARDI's scheme (--b0s 10 --directions 150 --bvalue 2000) reads
+  back as 10 b0s and 150 distinct directions at b=2000.
 
 Single-bundle voxels are those whose analytic FA is the single-fibre FA:
 crossing and kissing voxels mix two directions, which lowers it (and a DTI
@@ -156,6 +158,23 @@ def test_two_shells(tractd, tmp_path):
     # No axis is sampled twice: the second shell's set is a rotated one.
     axes = Sphere(xyz=weighted)
     cosines = np.abs(axes.vertices @ axes.vertices.T) - np.eye(len(weighted))
+    assert cosines.max() < np.cos(np.radians(1.0))
+    error = np.abs(dwi.fit.fa[dwi.single] - dwi.fa_true[dwi.single])
+    assert error.max() < TOL_FA_NOISE_FREE, error.max()
+
+
+def test_stanford_scheme(tractd, tmp_path):
+    """--b0s 10 --directions 150 --bvalue 2000, Stanford HARDI's scheme: DIPY
+    reads 160 volumes, 10 b0s and one shell of 150 distinct unit directions,
+    and the tensor fit recovers the single-bundle FA."""
+    dwi = make_phantom(tractd, tmp_path / "stanford", "--b0s", "10", "--directions", "150",
+                       "--bvalue", "2000", "--snr", "inf")
+    assert dwi.data.shape == DEFAULT_SHAPE + (160,)
+    assert np.sum(dwi.gtab.b0s_mask) == 10
+    np.testing.assert_array_equal(np.unique(dwi.bvals[dwi.bvals > 0]), [2000])
+    weighted = dwi.bvecs[dwi.bvals > 0]
+    np.testing.assert_allclose(np.linalg.norm(weighted, axis=1), 1.0, atol=1e-12)
+    cosines = np.abs(weighted @ weighted.T) - np.eye(len(weighted))
     assert cosines.max() < np.cos(np.radians(1.0))
     error = np.abs(dwi.fit.fa[dwi.single] - dwi.fa_true[dwi.single])
     assert error.max() < TOL_FA_NOISE_FREE, error.max()

@@ -33,7 +33,12 @@
 #define ISOTROPIC_DIFFUSIVITY 0.8e-3
 #define B0_COUNT 6
 #define SHELL_DIRECTIONS 64
-#define MAX_VOLUMES (B0_COUNT + 2 * SHELL_DIRECTIONS)
+#define BVALUE 1000.0
+/* Stanford HARDI's scheme, the largest table read back here. */
+#define STANFORD_B0S 10
+#define STANFORD_DIRECTIONS 150
+#define STANFORD_BVALUE 2000.0
+#define MAX_VOLUMES (STANFORD_B0S + STANFORD_DIRECTIONS)
 
 /* dwi.bval and dwi.bvec as read back. */
 struct gradients {
@@ -565,12 +570,14 @@ static const float *dwi_at(const struct volume *dwi, const int64_t voxel[3])
 	return dwi->data + volume_index(dwi, voxel[0], voxel[1], voxel[2]) * (size_t)dwi->dim[3];
 }
 
-/* b0s first in the count, then the shells; directions unit (0 for b0s). */
-static void check_gradients(const struct gradients *g, int shells)
+/* b0s first in the count, then the shells (the second at twice the first's
+ * b-value); directions unit (0 for b0s). */
+static void check_gradients(const struct gradients *g, int b0s, int directions, double bvalue,
+			    int shells)
 {
 	int b0 = 0, per_shell[2] = { 0, 0 };
 
-	assert_int_equal(g->count, B0_COUNT + shells * SHELL_DIRECTIONS);
+	assert_int_equal(g->count, b0s + shells * directions);
 	for (int v = 0; v < g->count; v++) {
 		double norm2 = g->bvec[0][v] * g->bvec[0][v] + g->bvec[1][v] * g->bvec[1][v] +
 			       g->bvec[2][v] * g->bvec[2][v];
@@ -581,21 +588,34 @@ static void check_gradients(const struct gradients *g, int shells)
 			continue;
 		}
 		assert_float_equal(norm2, 1.0, 1e-12);
-		assert_true(g->bval[v] == 1000.0 || g->bval[v] == 2000.0);
-		per_shell[g->bval[v] == 2000.0]++;
+		assert_true(g->bval[v] == bvalue || g->bval[v] == 2.0 * bvalue);
+		per_shell[g->bval[v] == 2.0 * bvalue]++;
 	}
-	assert_int_equal(b0, B0_COUNT);
-	assert_int_equal(per_shell[0], SHELL_DIRECTIONS);
-	assert_int_equal(per_shell[1], shells == 2 ? SHELL_DIRECTIONS : 0);
+	assert_int_equal(b0, b0s);
+	assert_int_equal(per_shell[0], directions);
+	assert_int_equal(per_shell[1], shells == 2 ? directions : 0);
 	/* The series starts with a b0 (the others are interleaved). */
 	assert_true(g->bval[0] == 0.0);
+}
+
+/* No two weighted volumes share an axis (within a degree). */
+static void check_distinct_axes(const struct gradients *g)
+{
+	for (int v = 0; v < g->count; v++)
+		for (int w = 0; w < g->count; w++) {
+			double c = g->bvec[0][v] * g->bvec[0][w] + g->bvec[1][v] * g->bvec[1][w] +
+				   g->bvec[2][v] * g->bvec[2][w];
+
+			if (v != w && g->bval[v] > 0.0 && g->bval[w] > 0.0)
+				assert_true(fabs(c) < cos(1.0 * DEG));
+		}
 }
 
 static void test_dwi_files_and_grid(void **state)
 {
 	const struct fixture *f = *state;
 
-	check_gradients(&f->gradients, 1);
+	check_gradients(&f->gradients, B0_COUNT, SHELL_DIRECTIONS, BVALUE, 1);
 	assert_int_equal(f->dwi.dim[3], f->gradients.count);
 	assert_int_equal(f->mask.dim[3], 1);
 	assert_true(volume_same_grid(&f->odf, &f->dwi));
@@ -766,17 +786,10 @@ static void test_dwi_noise_free_two_shells(void **state)
 	load_file(f.dir, "dwi.nii", &f.dwi);
 	load_gradients(f.dir, g);
 	f.bundles = load_json(f.dir, "bundles.json");
-	check_gradients(g, 2);
+	check_gradients(g, B0_COUNT, SHELL_DIRECTIONS, BVALUE, 2);
 	assert_int_equal(f.dwi.dim[3], g->count);
 	/* The second shell's directions are the first's turned, not repeated. */
-	for (int v = 0; v < g->count; v++)
-		for (int w = 0; w < g->count; w++) {
-			double c = g->bvec[0][v] * g->bvec[0][w] + g->bvec[1][v] * g->bvec[1][w] +
-				   g->bvec[2][v] * g->bvec[2][w];
-
-			if (v != w && g->bval[v] > 0.0 && g->bval[w] > 0.0)
-				assert_true(fabs(c) < cos(1.0 * DEG));
-		}
+	check_distinct_axes(g);
 
 	midpoint(bundle_named(&f, "straight"), centre);
 	nearest_voxel(centre, voxel);
@@ -804,6 +817,96 @@ static void test_dwi_noise_free_two_shells(void **state)
 	json_decref(f.bundles);
 	volume_free(&f.dwi);
 	remove_tree(f.dir);
+}
+
+/* A noise-free phantom of the smallest grid with the given scheme, its
+ * series and tables read back into f. */
+static void generate_scheme(struct fixture *f, int b0s, int directions, double bvalue, int shells)
+{
+	struct phantom_params p;
+	struct errbuf err = { 0 };
+
+	make_temp_dir(f->dir, sizeof(f->dir));
+	phantom_default_params(&p);
+	p.dim[0] = p.dim[1] = p.dim[2] = 16;
+	p.snr = 0.0;
+	p.compress = 0;
+	p.b0_count = b0s;
+	p.directions = directions;
+	p.bvalue = bvalue;
+	p.shells = shells;
+	if (phantom_generate(&p, f->dir, &err) != 0)
+		fail_msg("phantom_generate: %s: %s", err.field, err.message);
+	load_file(f->dir, "dwi.nii", &f->dwi);
+	load_gradients(f->dir, &f->gradients);
+	assert_int_equal(f->dwi.dim[3], f->gradients.count);
+}
+
+/* Stanford HARDI's scheme: 10 b0s and 150 directions at b=2000, 160 volumes,
+ * one b0 before every 15 weighted volumes; the signal follows the b-value. */
+static void test_dwi_stanford_scheme(void **state)
+{
+	struct fixture f = { 0 };
+	const struct gradients *g = &f.gradients;
+	int64_t corner[3] = { 0, 0, 0 };
+
+	(void)state;
+	generate_scheme(&f, STANFORD_B0S, STANFORD_DIRECTIONS, STANFORD_BVALUE, 1);
+	assert_int_equal(g->count, 160);
+	check_gradients(g, STANFORD_B0S, STANFORD_DIRECTIONS, STANFORD_BVALUE, 1);
+	for (int v = 0; v < g->count; v++)
+		assert_true((g->bval[v] == 0.0) == (v % 16 == 0));
+	check_distinct_axes(g);
+	check_signal(&f.dwi, g, corner, NULL, 0);
+	volume_free(&f.dwi);
+	remove_tree(f.dir);
+}
+
+/* Two shells of a small scheme: the second at twice the b-value, with the
+ * first's directions turned; b0s still spread through both shells. */
+static void test_dwi_custom_two_shells(void **state)
+{
+	struct fixture f = { 0 };
+	const struct gradients *g = &f.gradients;
+	int64_t corner[3] = { 0, 0, 0 };
+
+	(void)state;
+	generate_scheme(&f, 3, 6, 700.0, 2);
+	check_gradients(g, 3, 6, 700.0, 2);
+	/* b0 j before weighted volume j * 12 / 3: at 0, 5 and 10. */
+	for (int v = 0; v < g->count; v++)
+		assert_true((g->bval[v] == 0.0) == (v == 0 || v == 5 || v == 10));
+	check_distinct_axes(g);
+	check_signal(&f.dwi, g, corner, NULL, 0);
+	volume_free(&f.dwi);
+	remove_tree(f.dir);
+}
+
+/* The largest scheme accepted: 100 b0s, two shells of 1000 directions at
+ * b=20000 and 40000 (its tables are longer than load_gradients reads). */
+static void test_dwi_largest_scheme(void **state)
+{
+	struct phantom_params p;
+	struct errbuf err = { 0 };
+	struct volume dwi = { 0 };
+	char dir[64];
+
+	(void)state;
+	make_temp_dir(dir, sizeof(dir));
+	phantom_default_params(&p);
+	p.dim[0] = p.dim[1] = p.dim[2] = 16;
+	p.snr = 0.0;
+	p.compress = 0;
+	p.b0_count = 100;
+	p.directions = 1000;
+	p.bvalue = 20000.0;
+	p.shells = 2;
+	if (phantom_generate(&p, dir, &err) != 0)
+		fail_msg("phantom_generate: %s: %s", err.field, err.message);
+	load_file(dir, "dwi.nii", &dwi);
+	assert_int_equal(dwi.dim[3], 2100);
+	volume_free(&dwi);
+	remove_tree(dir);
 }
 
 /* Uncompressed output into a directory that does not exist yet, on a grid
@@ -913,6 +1016,25 @@ static void test_bad_params(void **state)
 	p.shells = 3;
 	expect_rejected(&p, dir, -EINVAL, "phantom.shells");
 	phantom_default_params(&p);
+	p.b0_count = 0;
+	expect_rejected(&p, dir, -EINVAL, "phantom.b0s");
+	p.b0_count = 101;
+	expect_rejected(&p, dir, -EINVAL, "phantom.b0s");
+	phantom_default_params(&p);
+	p.directions = 5;
+	expect_rejected(&p, dir, -EINVAL, "phantom.directions");
+	p.directions = 1001;
+	expect_rejected(&p, dir, -EINVAL, "phantom.directions");
+	phantom_default_params(&p);
+	p.bvalue = 50.0;
+	expect_rejected(&p, dir, -EINVAL, "phantom.bvalue");
+	p.bvalue = 20000.5;
+	expect_rejected(&p, dir, -EINVAL, "phantom.bvalue");
+	p.bvalue = NAN;
+	expect_rejected(&p, dir, -EINVAL, "phantom.bvalue");
+	p.bvalue = INFINITY;
+	expect_rejected(&p, dir, -EINVAL, "phantom.bvalue");
+	phantom_default_params(&p);
 	expect_rejected(&p, NULL, -EINVAL, "phantom.outdir");
 
 	/* Unknown sphere: sphere_builtin's code and message, our field. */
@@ -957,6 +1079,9 @@ int main(void)
 	};
 	const struct CMUnitTest standalone[] = {
 		cmocka_unit_test(test_dwi_noise_free_two_shells),
+		cmocka_unit_test(test_dwi_stanford_scheme),
+		cmocka_unit_test(test_dwi_custom_two_shells),
+		cmocka_unit_test(test_dwi_largest_scheme),
 		cmocka_unit_test(test_uncompressed_tiled),
 		cmocka_unit_test(test_bad_params),
 	};
