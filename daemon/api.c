@@ -390,24 +390,13 @@ static enum api_error resolve_input(struct api *api, char **path, const char *fi
 
 static enum api_error resolve_inputs(struct api *api, struct jobspec *spec, struct errbuf *err)
 {
-	struct {
-		char **path;
-		const char *field;
-	} inputs[] = {
-		{ &spec->odf_path, "inputs.odf" },
-		{ &spec->sh_path, "inputs.sh" },
-		{ &spec->dwi_path, "inputs.dwi" },
-		{ &spec->bvals_path, "inputs.bvals" },
-		{ &spec->bvecs_path, "inputs.bvecs" },
-		{ &spec->mask_path, "inputs.mask" },
-		{ &spec->stop_map_path, "inputs.stop_map" },
-		{ &spec->seed_roi_path, "seeds.roi" },
-	};
 	enum api_error e = 0;
 
-	for (size_t i = 0; !e && i < sizeof(inputs) / sizeof(inputs[0]); i++)
-		e = resolve_input(api, inputs[i].path, inputs[i].field, err);
-	return e;
+	for (size_t i = 0; !e && i < JOBSPEC_INPUT_FILES; i++) {
+		const struct jobspec_input_file *f = &jobspec_input_files[i];
+		e = resolve_input(api, jobspec_input_slot(spec, f), f->field, err);
+	}
+	return e ? e : resolve_input(api, &spec->seed_roi_path, "seeds.roi", err);
 }
 
 static bool wants_stream(struct MHD_Connection *conn)

@@ -181,10 +181,7 @@ static void append_model_key(char *key, size_t len, const struct jobspec *spec)
  * uploaded ones: a second job on one subject fits nothing. */
 static char *cache_key(const struct jobspec *spec)
 {
-	const char *const files[] = { spec->odf_path, spec->sh_path, spec->dwi_path,
-				      spec->bvals_path, spec->bvecs_path, spec->mask_path,
-				      spec->stop_map_path };
-	size_t len = 8 * 4200 + 512;
+	size_t len = (JOBSPEC_INPUT_FILES + 1) * 4200 + 512;
 	char *key;
 
 	/* Vertex lists: the job goes uncached rather than hashing them. */
@@ -193,8 +190,9 @@ static char *cache_key(const struct jobspec *spec)
 	key = calloc(1, len);
 	if (!key)
 		return NULL;
-	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
-		if (append_optional_file_key(key, len, files[i]) < 0) {
+	for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++)
+		if (append_optional_file_key(key, len,
+					     jobspec_input_path(spec, &jobspec_input_files[i])) < 0) {
 			free(key);
 			return NULL;
 		}
@@ -312,6 +310,14 @@ struct run_ctx {
 	FILE *out;
 };
 
+/* With the lock held, after the job's progress changed: wakes its
+ * followers and says whether the job should go on. */
+static bool progress_published(struct run_ctx *ctx)
+{
+	pthread_cond_broadcast(&ctx->jobs->progress);
+	return !ctx->job->cancel_requested && !ctx->jobs->stopping;
+}
+
 static bool on_progress(void *userdata, uint64_t done, uint64_t total, uint64_t streamlines)
 {
 	struct run_ctx *ctx = userdata;
@@ -329,38 +335,31 @@ static bool on_progress(void *userdata, uint64_t done, uint64_t total, uint64_t 
 		jobs->status.spool_bytes += (uint64_t)pos - ctx->job->info.bytes;
 		ctx->job->info.bytes = (uint64_t)pos;
 	}
-	go_on = !ctx->job->cancel_requested && !jobs->stopping;
-	pthread_cond_broadcast(&jobs->progress);
+	go_on = progress_published(ctx);
 	pthread_mutex_unlock(&jobs->lock);
 	return go_on;
 }
 
-/* Stage names are string literals from fit.c and this file, so the job
- * may keep the pointer. */
-static bool set_stage(struct run_ctx *ctx, const char *stage, double fraction)
+/* A fit_progress_fn, also called for "load". Stage names are string
+ * literals from fit.c and this file, so the job may keep the pointer. */
+static bool on_stage(void *userdata, const char *stage, double fraction)
 {
-	struct jobs *jobs = ctx->jobs;
+	struct run_ctx *ctx = userdata;
 	bool go_on;
 
-	pthread_mutex_lock(&jobs->lock);
+	pthread_mutex_lock(&ctx->jobs->lock);
 	ctx->job->info.stage = stage;
 	ctx->job->info.stage_fraction = fraction;
-	go_on = !ctx->job->cancel_requested && !jobs->stopping;
-	pthread_cond_broadcast(&jobs->progress);
-	pthread_mutex_unlock(&jobs->lock);
+	go_on = progress_published(ctx);
+	pthread_mutex_unlock(&ctx->jobs->lock);
 	return go_on;
-}
-
-static bool on_fit_progress(void *userdata, const char *stage, double fraction)
-{
-	return set_stage(userdata, stage, fraction);
 }
 
 static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engine_stats *stats,
 		     struct errbuf *err)
 {
 	struct run_ctx ctx = { jobs, job, out };
-	struct fit_options fit = { .threads = jobs->cfg.fit_threads, .progress = on_fit_progress,
+	struct fit_options fit = { .threads = jobs->cfg.fit_threads, .progress = on_stage,
 				   .userdata = &ctx };
 	struct engine_options opts = {
 		.memory_budget = jobs->cfg.gpu_memory_budget,
@@ -374,7 +373,7 @@ static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engin
 	bool owned = false;
 	int r;
 
-	set_stage(&ctx, "load", 0.0);
+	on_stage(&ctx, "load", 0.0);
 	r = acquire_volumes(jobs, &job->spec, &fit, &volumes, &owned, &timing, err);
 	if (r < 0)
 		return r;

@@ -540,6 +540,19 @@ static const struct member inputs_members[] = {
 	PATH("stop_map", stop_map_path),
 };
 
+#define INPUT_FILE(k, member) { "inputs." k, offsetof(struct jobspec, member) }
+
+/* The PATH rows of inputs_members. */
+const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES] = {
+	INPUT_FILE("odf", odf_path),
+	INPUT_FILE("sh", sh_path),
+	INPUT_FILE("dwi", dwi_path),
+	INPUT_FILE("bvals", bvals_path),
+	INPUT_FILE("bvecs", bvecs_path),
+	INPUT_FILE("mask", mask_path),
+	INPUT_FILE("stop_map", stop_map_path),
+};
+
 static const struct member seeds_members[] = {
 	PATH("roi", seed_roi_path),
 	INTEGER("count", seed_count, K_U64, 1, (double)JOBSPEC_MAX_SEEDS),

@@ -114,6 +114,27 @@ struct jobspec {
 	char *output_path;          /* output.path, resolved; NULL when not given */
 };
 
+/* The members of inputs that name files, for code that handles every input
+ * file alike (resolving volume ids, keying the volume cache). */
+struct jobspec_input_file {
+	const char *field;          /* "inputs.dwi" */
+	size_t offset;              /* of its char * path in struct jobspec */
+};
+#define JOBSPEC_INPUT_FILES 7
+extern const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES];
+
+/* The path of f in js (NULL when not given), and the slot holding it. */
+static inline const char *jobspec_input_path(const struct jobspec *js,
+					     const struct jobspec_input_file *f)
+{
+	return *(char *const *)((const char *)js + f->offset);
+}
+
+static inline char **jobspec_input_slot(struct jobspec *js, const struct jobspec_input_file *f)
+{
+	return (char **)((char *)js + f->offset);
+}
+
 #define JOBSPEC_MAX_SEEDS 100000000ull   /* 1e8: an explicit, documented limit */
 #define JOBSPEC_MAX_POINTS 1000000ull    /* explicit seed points per job (fits the document limit) */
 #define JOBSPEC_MAX_BYTES (64u << 20)    /* largest accepted job document */

@@ -1087,6 +1087,44 @@ static void test_load_fifo(void **state)
 	free(buf);
 }
 
+/* jobspec_input_files names every file member of inputs, each at the slot
+ * the parser fills: every input is given, named after its own key, by one
+ * of three documents. */
+static void test_input_file_table(void **state)
+{
+	static const char *const docs[] = {
+		"{\"inputs\": {\"odf\": \"odf\", \"stop_map\": \"stop_map\"}, " ROI_SEEDS "}",
+		"{\"inputs\": {\"sh\": \"sh\", \"sh_basis\": \"tournier07\", "
+		"\"stop_map\": \"stop_map\"}, " ROI_SEEDS "}",
+		"{\"inputs\": {\"dwi\": \"dwi\", \"bvals\": \"bvals\", \"bvecs\": \"bvecs\", "
+		"\"mask\": \"mask\", \"stop_map\": \"stop_map\"}, " ROI_SEEDS "}",
+	};
+	bool seen[JOBSPEC_INPUT_FILES] = { false };
+
+	(void)state;
+	for (size_t d = 0; d < ARRAY_SIZE(docs); d++) {
+		struct jobspec js;
+		struct errbuf err;
+
+		if (parse(docs[d], NULL, &js, &err))
+			fail_msg("%s: field \"%s\": %s", docs[d], err.field, err.message);
+		for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++) {
+			const char *path = jobspec_input_path(&js, &jobspec_input_files[i]);
+			const char *key = jobspec_input_files[i].field + strlen("inputs.");
+
+			assert_int_equal(strncmp(jobspec_input_files[i].field, "inputs.", 7), 0);
+			if (!path)
+				continue;
+			assert_string_equal(path, key);
+			seen[i] = true;
+		}
+		jobspec_free(&js);
+	}
+	for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++)
+		if (!seen[i])
+			fail_msg("%s was never filled", jobspec_input_files[i].field);
+}
+
 /* ---- proto/examples ---- */
 
 static void test_example_valid(void **state)
@@ -1202,6 +1240,7 @@ int main(void)
 		cmocka_unit_test(test_load_file_bare_name),
 		cmocka_unit_test(test_load_file_size_limit),
 		cmocka_unit_test(test_load_fifo),
+		cmocka_unit_test(test_input_file_table),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
 	};
