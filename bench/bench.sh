@@ -190,7 +190,6 @@ bench_fit() { # CASE
 	awk -v dti="$(log_seconds "$log" 'fit stage dti: \([0-9.]*\) s')" \
 	    -v resp="$(log_seconds "$log" 'fit stage response: \([0-9.]*\) s')" \
 	    -v csd="$(log_seconds "$log" 'fit stage csd: \([0-9.]*\) s')" \
-	    -v odf="$(log_seconds "$log" 'fit stage odf: \([0-9.]*\) s')" \
 	    -v inputs="$(log_seconds "$log" 'loaded and fitted in \([0-9.]*\) s')" \
 	    -v written="$(log_seconds "$log" 'results written in \([0-9.]*\) s')" \
 	    -v total="$(log_seconds "$log" 'fit written to .* in \([0-9.]*\) s')" \
@@ -209,7 +208,7 @@ bench_fit() { # CASE
 	}
 	BEGIN {
 		# What the inputs took beyond the fit stages is reading the files.
-		load = inputs - dti - resp - csd - odf
+		load = inputs - dti - resp - csd
 		d_model = d_load == "" ? "" : d_dti + d_resp + d_csd
 		printf "  %-20s %9s %9s %9s\n", "stage (seconds)", "tractd", "dipy", "speedup"
 		row("load", load, d_load)
@@ -217,7 +216,6 @@ bench_fit() { # CASE
 		row("response", resp, d_resp)
 		row("csd", csd, d_csd)
 		row("dti+response+csd", dti + resp + csd, d_model)
-		row("odf (tractd only)", odf, "")
 		row("write (tractd only)", written, "")
 		row("total", total, d_load == "" ? "" : d_load + d_model)
 		printf "  tractd: dti %d voxels (%.0f/s), csd %d voxels (%.0f/s)\n",

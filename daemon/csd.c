@@ -126,9 +126,7 @@ static int response_rh(const struct csd_model *m, const struct csd_selection *se
 		       const struct csd_response *r, const double *b_dwi, double *rh, int order)
 {
 	const struct gradients *g = sel->g;
-	size_t table_pos = 0;
-
-	size_t n = m->n_dwi;
+	size_t n = m->n_dwi, row = 0;
 	double *a = malloc(sizeof(double) * n * (size_t)m->ncoef);
 	double *s = malloc(sizeof(double) * n);
 	lapack_int info = -1;
@@ -136,9 +134,8 @@ static int response_rh(const struct csd_model *m, const struct csd_selection *se
 	if (a && s) {
 		memcpy(a, b_dwi, sizeof(double) * n * (size_t)m->ncoef);
 		for (size_t i = 0; i < g->n; i++)
-			if (!g->is_b0[i]) {
-				s[table_pos++] = response_signal(r, g->bvals[i], &g->bvecs[3 * i]);
-			}
+			if (!g->is_b0[i])
+				s[row++] = response_signal(r, g->bvals[i], &g->bvecs[3 * i]);
 		info = LAPACKE_dgels(LAPACK_ROW_MAJOR, 'N', (lapack_int)n, m->ncoef, 1, a,
 				     m->ncoef, s, 1);
 		for (int l = 0; info == 0 && l <= order; l += 2)

@@ -264,8 +264,8 @@ static int load_dwi_volumes(const struct jobspec *job, struct volume *dwi, struc
 	return r;
 }
 
-static int load_dwi(const struct jobspec *job, const struct fit_options *o,
-		    struct engine_inputs *in, struct errbuf *err)
+int engine_fit_dwi(const struct jobspec *job, const struct fit_options *o,
+		   struct fit_result *ret, struct errbuf *err)
 {
 	struct volume dwi = { 0 }, mask = { 0 };
 	struct gradients g = { 0 };
@@ -274,11 +274,19 @@ static int load_dwi(const struct jobspec *job, const struct fit_options *o,
 
 	fit_params_from_job(job, &p);
 	if (r == 0)
-		r = fit_dwi(&dwi, &g, job->mask_path ? &mask : NULL, &p, o, &in->fit, err);
-	in->fitted = r == 0;
+		r = fit_dwi(&dwi, &g, job->mask_path ? &mask : NULL, &p, o, ret, err);
 	volume_free(&dwi);
 	volume_free(&mask);
 	gradients_free(&g);
+	return r;
+}
+
+static int load_dwi(const struct jobspec *job, const struct fit_options *o,
+		    struct engine_inputs *in, struct errbuf *err)
+{
+	int r = engine_fit_dwi(job, o, &in->fit, err);
+
+	in->fitted = r == 0;
 	if (r == 0)
 		r = fit_sample_sh(&in->fit.sh, SH_DESCOTEAUX07_LEGACY, NULL, &in->sphere, o,
 				  "inputs.dwi", &in->odf, err);
@@ -291,11 +299,9 @@ static int load_stop_map(const struct jobspec *job, struct engine_inputs *in, st
 
 	if (!job->stop_map_path) {
 		/* A dwi job stops on its own FA. */
-		int64_t shape[4] = { in->fit.fa.dim[0], in->fit.fa.dim[1], in->fit.fa.dim[2], 1 };
-		r = volume_alloc(&in->stop, shape, 1.0);
+		r = volume_alloc_on_grid(&in->stop, &in->fit.fa, 1);
 		if (r < 0)
 			return errbuf_set(err, r, "", "out of memory");
-		memcpy(in->stop.affine, in->fit.fa.affine, sizeof(in->stop.affine));
 		memcpy(in->stop.data, in->fit.fa.data, sizeof(float) * volume_voxels(&in->stop));
 		return 0;
 	}

@@ -68,6 +68,13 @@ struct engine_resident;
 int engine_inputs_load(const struct jobspec *job, const struct fit_options *fit,
 		       struct engine_inputs **ret, struct errbuf *err);
 
+/* The fit alone of a dwi job (what engine_inputs_load does for it before
+ * sampling the ODF on the sphere): loads and validates inputs.dwi, the
+ * tables and the mask, and fits them. Errors as engine_inputs_load; free
+ * *ret with fit_result_free. */
+int engine_fit_dwi(const struct jobspec *job, const struct fit_options *fit,
+		   struct fit_result *ret, struct errbuf *err);
+
 /* The ODF the tracker samples, on the sphere's vertices, clipped at zero. */
 const struct volume *engine_inputs_odf(const struct engine_inputs *in);
 /* The DTI and CSD fit of a dwi job; NULL for other inputs. */

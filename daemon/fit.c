@@ -148,6 +148,7 @@ struct dti_ctx {
 	const struct dti_model *model;
 	struct fit_result *out;
 	double **scratch;
+	atomic_size_t fitted;
 };
 
 static bool in_mask(const struct volume *mask, size_t voxel)
@@ -155,29 +156,23 @@ static bool in_mask(const struct volume *mask, size_t voxel)
 	return !mask || mask->data[voxel] > 0.0f;
 }
 
-static size_t voxels_in_mask(const struct volume *mask, size_t voxels)
-{
-	size_t n = 0;
-
-	for (size_t v = 0; v < voxels; v++)
-		n += in_mask(mask, v);
-	return n;
-}
-
 static void dti_block(struct voxel_loop *loop, int worker, size_t begin, size_t end)
 {
 	struct dti_ctx *c = loop->ctx;
-	size_t nt = (size_t)c->dwi->dim[3];
+	size_t nt = (size_t)c->dwi->dim[3], fitted = 0;
 
 	for (size_t v = begin; v < end; v++) {
 		struct dti_tensor t;
 
-		if (!in_mask(c->mask, v) ||
-		    dti_fit(c->model, c->dwi->data + v * nt, 1, c->scratch[worker], &t) < 0)
+		if (!in_mask(c->mask, v))
+			continue;
+		fitted++;
+		if (dti_fit(c->model, c->dwi->data + v * nt, 1, c->scratch[worker], &t) < 0)
 			continue;
 		c->out->fa.data[v] = (float)dti_fa(t.evals);
 		c->out->md.data[v] = (float)dti_md(t.evals);
 	}
+	atomic_fetch_add(&c->fitted, fitted);
 }
 
 static int fit_dti(const struct volume *dwi, const struct gradients *g, const struct volume *mask,
@@ -185,13 +180,14 @@ static int fit_dti(const struct volume *dwi, const struct gradients *g, const st
 {
 	struct dti_model model;
 	int threads = thread_count(o);
-	struct dti_ctx ctx = { dwi, mask, &model, out, NULL };
+	struct dti_ctx ctx = { .dwi = dwi, .mask = mask, .model = &model, .out = out };
 	struct voxel_loop loop = { .voxels = volume_voxels(dwi), .block = dti_block, .ctx = &ctx };
 	double start = timing_now();
 	int r = dti_model_init(&model, g, err);
 
 	if (r < 0)
 		return r;
+	atomic_init(&ctx.fitted, 0);
 	ctx.scratch = alloc_scratch(threads, dti_scratch_size(&model));
 	r = ctx.scratch ? run_loop(&loop, threads, o, "dti") : -ENOMEM;
 	free_scratch(ctx.scratch, threads);
@@ -199,7 +195,7 @@ static int fit_dti(const struct volume *dwi, const struct gradients *g, const st
 	if (r < 0)
 		return loop_error(r, "dti", err);
 	log_debug("fit stage dti: %.3f s (%zu voxels on %d thread%s)", timing_now() - start,
-		  voxels_in_mask(mask, loop.voxels), threads, threads == 1 ? "" : "s");
+		  atomic_load(&ctx.fitted), threads, threads == 1 ? "" : "s");
 	return 0;
 }
 
@@ -304,7 +300,6 @@ static int fit_csd(const struct volume *dwi, const struct csd_table *t, const st
 	struct csd_ctx ctx = { .dwi = dwi, .mask = mask, .model = &model,
 			       .fa_threshold = p->fa_threshold, .out = out };
 	struct voxel_loop loop = { .voxels = volume_voxels(dwi), .block = csd_block, .ctx = &ctx };
-	int64_t shape[4] = { dwi->dim[0], dwi->dim[1], dwi->dim[2], sh_ncoef(p->csd.sh_order) };
 	double start = timing_now();
 	int r = csd_model_init(&model, &t->sel, &out->response, &p->csd, err);
 
@@ -312,9 +307,8 @@ static int fit_csd(const struct volume *dwi, const struct csd_table *t, const st
 		return r;
 	atomic_init(&ctx.fitted, 0);
 	atomic_init(&ctx.failed, 0);
-	r = volume_alloc(&out->sh, shape, 1.0);
+	r = volume_alloc_on_grid(&out->sh, dwi, model.ncoef);
 	if (r == 0) {
-		memcpy(out->sh.affine, dwi->affine, sizeof(dwi->affine));
 		ctx.scratch = alloc_scratch(threads, csd_scratch_size(&model));
 		ctx.coef = alloc_scratch(threads, (size_t)model.ncoef);
 		r = ctx.scratch && ctx.coef ? run_loop(&loop, threads, o, "csd") : -ENOMEM;
@@ -345,12 +339,8 @@ void fit_default_params(struct fit_params *p)
 
 static int alloc_scalar_maps(const struct volume *dwi, struct fit_result *out, struct errbuf *err)
 {
-	int64_t shape[4] = { dwi->dim[0], dwi->dim[1], dwi->dim[2], 1 };
-
-	if (volume_alloc(&out->fa, shape, 1.0) < 0 || volume_alloc(&out->md, shape, 1.0) < 0)
+	if (volume_alloc_on_grid(&out->fa, dwi, 1) < 0 || volume_alloc_on_grid(&out->md, dwi, 1) < 0)
 		return errbuf_set(err, -ENOMEM, "", "out of memory for the DTI maps");
-	memcpy(out->fa.affine, dwi->affine, sizeof(dwi->affine));
-	memcpy(out->md.affine, dwi->affine, sizeof(dwi->affine));
 	return 0;
 }
 
@@ -456,7 +446,6 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 		  struct volume *odf, struct errbuf *err)
 {
 	int order = sh_order_from_ncoef(sh->dim[3]);
-	int64_t shape[4] = { sh->dim[0], sh->dim[1], sh->dim[2], s->nv };
 	struct sample_ctx ctx = { .sh = sh, .odf = odf };
 	struct voxel_loop loop = { .voxels = volume_voxels(sh), .block = sample_block, .ctx = &ctx };
 	double start = timing_now();
@@ -469,12 +458,11 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 				  "coefficient count of an even SH order up to %d (1, 6, 15, 28, "
 				  "45, ...)", (long long)sh->dim[3], SH_MAX_ORDER);
 	bt = transposed_basis(basis, order, to_sh_frame, s);
-	if (!bt || volume_alloc(odf, shape, 1.0) < 0) {
+	if (!bt || volume_alloc_on_grid(odf, sh, s->nv) < 0) {
 		free(bt);
 		return errbuf_set(err, -ENOMEM, field, "out of memory for the ODF on %d vertices",
 				  s->nv);
 	}
-	memcpy(odf->affine, sh->affine, sizeof(sh->affine));
 	ctx.basis_t = bt;
 	r = run_loop(&loop, threads, o, "odf");
 	free(bt);

@@ -321,9 +321,9 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 		return -1;
 	case OPT_UNCOMPRESSED: cli->phantom.compress = 0; return -1;
 	case OPT_THREADS:
-		if (parse_size(arg, &n) < 0 || n < 1 || n > 256)
+		if (parse_int(arg, &cli->fit.threads) < 0 || cli->fit.threads < 1 ||
+		    cli->fit.threads > 256)
 			return usage_error("invalid --threads '%s' (1 to 256)", arg);
-		cli->fit.threads = (int)n;
 		return -1;
 	case OPT_ODF: cli->write_odf = true; return -1;
 	/* Numbers out of range are phantom_generate's to reject, naming the field. */
@@ -580,10 +580,10 @@ static int save_response(const char *dir, const struct fit_result *f, struct err
 	return r_dump == 0 ? 0 : errbuf_set(err, -EIO, "output", "cannot write %s", path);
 }
 
-static int save_fit(const char *dir, const struct engine_inputs *in, bool write_odf,
+/* Writes the maps of f (NULL: none) and odf (NULL: none) into dir. */
+static int save_fit(const char *dir, const struct fit_result *f, const struct volume *odf,
 		    struct errbuf *err)
 {
-	const struct fit_result *f = engine_inputs_fit(in);
 	int r = 0;
 
 	if (f) {
@@ -600,17 +600,41 @@ static int save_fit(const char *dir, const struct engine_inputs *in, bool write_
 				 f->response.evals[2], f->response.s0, f->response.voxels,
 				 f->fitted_voxels);
 	}
-	if (r == 0 && write_odf)
-		r = save_map(dir, "odf.nii.gz", engine_inputs_odf(in), err);
+	if (r == 0 && odf)
+		r = save_map(dir, "odf.nii.gz", odf, err);
+	return r;
+}
+
+/* Only what will be written is computed: without --odf, a dwi job is
+ * fitted but its ODF not sampled on the sphere. */
+static int fit_and_save(const struct cli *cli, const struct jobspec *spec, double *fitted_at,
+			struct errbuf *err)
+{
+	struct engine_inputs *in = NULL;
+	struct fit_result fit = { 0 };
+	int r;
+
+	if (cli->write_odf) {
+		r = engine_inputs_load(spec, &cli->fit, &in, err);
+		*fitted_at = timing_now();
+		if (r == 0)
+			r = save_fit(cli->output, engine_inputs_fit(in), engine_inputs_odf(in), err);
+		engine_inputs_free(in);
+		return r;
+	}
+	r = engine_fit_dwi(spec, &cli->fit, &fit, err);
+	*fitted_at = timing_now();
+	if (r == 0)
+		r = save_fit(cli->output, &fit, NULL, err);
+	fit_result_free(&fit);
 	return r;
 }
 
 static int run_fit(struct cli *cli, const char *job_path)
 {
 	struct jobspec spec;
-	struct engine_inputs *in = NULL;
 	struct errbuf err = { 0 };
-	double t0 = timing_now(), t_fitted;
+	double t0 = timing_now(), t_fitted = t0;
 	int r;
 
 	if (!cli->output)
@@ -624,15 +648,11 @@ static int run_fit(struct cli *cli, const char *job_path)
 			       strerror(errno));
 	enable_progress(cli);
 	if (r == 0)
-		r = engine_inputs_load(&spec, &cli->fit, &in, &err);
-	t_fitted = timing_now();
-	if (r == 0)
-		r = save_fit(cli->output, in, cli->write_odf, &err);
+		r = fit_and_save(cli, &spec, &t_fitted, &err);
 	/* The fit stages log their own times; what the load took is the rest. */
 	if (r == 0)
 		log_debug("fit inputs: loaded and fitted in %.3f s; results written in %.3f s",
 			  t_fitted - t0, timing_now() - t_fitted);
-	engine_inputs_free(in);
 	jobspec_free(&spec);
 	if (r < 0) {
 		report(&err);

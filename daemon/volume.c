@@ -139,6 +139,16 @@ int volume_alloc(struct volume *v, const int64_t dim[4], double voxel_mm)
 	return 0;
 }
 
+int volume_alloc_on_grid(struct volume *v, const struct volume *grid, int64_t nt)
+{
+	int64_t shape[4] = { grid->dim[0], grid->dim[1], grid->dim[2], nt };
+	int r = volume_alloc(v, shape, 1.0);
+
+	if (r == 0)
+		memcpy(v->affine, grid->affine, sizeof(v->affine));
+	return r;
+}
+
 int volume_same_grid(const struct volume *a, const struct volume *b)
 {
 	double va[3], vb[3], tol;

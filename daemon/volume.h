@@ -41,6 +41,10 @@ int volume_save(const char *path, const struct volume *v, struct errbuf *err);
  * voxel_mm (isotropic). Returns 0 or -ENOMEM / -EINVAL (non-positive dims or overflow). */
 int volume_alloc(struct volume *v, const int64_t dim[4], double voxel_mm);
 
+/* Allocates zeroed data for nt volumes on grid's voxel grid and affine.
+ * Returns 0 or -ENOMEM / -EINVAL. */
+int volume_alloc_on_grid(struct volume *v, const struct volume *grid, int64_t nt);
+
 /* Frees data and zeroes *v; accepts a zeroed or already-freed volume. */
 void volume_free(struct volume *v);
 

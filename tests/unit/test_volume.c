@@ -336,6 +336,29 @@ static void test_save_errors(void **state)
 	assert_int_equal(volume_save("/tmp/never-written.nii", &v, &err), -EINVAL);
 }
 
+/* A zeroed volume of another's grid and affine, with its own 4th axis. */
+static void test_alloc_on_grid(void **state)
+{
+	const int64_t dim[4] = { 3, 4, 5, 7 };
+	struct volume grid, v;
+
+	(void)state;
+	assert_int_equal(volume_alloc(&grid, dim, 2.0), 0);
+	grid.affine[0][3] = -10.5;
+	grid.affine[1][0] = 0.25;
+	assert_int_equal(volume_alloc_on_grid(&v, &grid, 45), 0);
+	assert_int_equal(v.dim[0], 3);
+	assert_int_equal(v.dim[1], 4);
+	assert_int_equal(v.dim[2], 5);
+	assert_int_equal(v.dim[3], 45);
+	assert_memory_equal(v.affine, grid.affine, sizeof(grid.affine));
+	for (size_t n = 0; n < 60 * 45; n++)
+		assert_near(v.data[n], 0.0, 0.0);
+	volume_free(&v);
+	assert_int_equal(volume_alloc_on_grid(&v, &grid, 0), -EINVAL);
+	volume_free(&grid);
+}
+
 static void test_alloc(void **state)
 {
 	const int64_t good[4] = { 3, 4, 5, 2 };
@@ -399,6 +422,7 @@ int main(void)
 		cmocka_unit_test(test_save_load_round_trip),
 		cmocka_unit_test(test_save_errors),
 		cmocka_unit_test(test_alloc),
+		cmocka_unit_test(test_alloc_on_grid),
 		cmocka_unit_test(test_same_grid),
 	};
 
