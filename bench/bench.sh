@@ -13,6 +13,8 @@
 # by DIPY as a reference when BENCH_PYTHON (default /usr/bin/python3) imports
 # dipy: DIPY's time is measured once and kept in the phantom's directory
 # (BENCH_DIPY=0 skips it, BENCH_DIPY=fresh measures it again).
+# Boot: BENCH_BOOT_CASE (default stanford; small; none) and BENCH_BOOT_SEEDS
+# (default 100000) track the fit phantom's DWI with the bootstrap getter.
 set -eu
 tractd=${1:-build/tractd}
 dir=${BENCH_DIR:-build/bench}
@@ -230,4 +232,55 @@ fit_case=${BENCH_FIT_CASE:-stanford}
 # Not "|| bench_fit": set -e would not apply inside it.
 if [ "$fit_case" != none ]; then
 	bench_fit "$fit_case"
+fi
+
+# The bootstrap getter (OPDT, sh_order 4, repulsion724: GPUStreamlines' default
+# --dg boot job) on the raw DWI of the fit phantom: BENCH_BOOT_CASE (default
+# stanford; small; none) with BENCH_BOOT_SEEDS seeds (default 100000; lavapipe
+# needs minutes for that many). Cold run, then warm (pipeline cache on disk);
+# a daemon with the inputs cached skips load, upload and compile, so its job
+# takes the warm run's track + write.
+bench_boot() { # CASE
+	case $1 in
+	small)    grid=48,48,24;  b0s=6;  directions=64;  bvalue=1000 ;;
+	stanford) grid=81,106,76; b0s=10; directions=150; bvalue=2000 ;;
+	*) echo "unknown boot case $1" >&2; exit 2 ;;
+	esac
+	ph="$dir/fit_$1"
+	[ -f "$ph/job_dwi.json" ] || "$tractd" -q phantom --dim "$grid" --b0s "$b0s" \
+		--directions "$directions" --bvalue "$bvalue" --sphere repulsion724 --uncompressed "$ph"
+	seeds=${BENCH_BOOT_SEEDS:-100000}
+	abs=$(cd "$ph" && pwd)
+	cat >"$ph/job_boot.json" <<JOB
+{"inputs": {"dwi": "$abs/dwi.nii", "bvals": "$abs/dwi.bval", "bvecs": "$abs/dwi.bvec",
+            "mask": "$abs/mask.nii"},
+ "direction_getter": "boot", "model": {"name": "opdt", "sh_order": 4},
+ "seeds": {"roi": "$abs/seed_roi.nii", "count": $seeds, "rng_seed": 0},
+ "tracking": {"sphere": "repulsion724", "pmf_threshold": 0.1}}
+JOB
+	echo
+	echo "boot (OPDT, order 4), $1 phantom: $(echo "$grid" | tr , x), $((b0s + directions))" \
+		"volumes, repulsion724, $seeds seeds"
+	printf '  %-5s %11s %8s %8s %8s %8s %8s %8s %10s\n' run streamlines load upload compile \
+		track write total seeds/s
+	for run in cold warm; do
+		stats="$ph/boot_$run.json"
+		# shellcheck disable=SC2086
+		if ! "$tractd" -q run "$ph/job_boot.json" -o "$ph/boot.trk" --stats-json "$stats" \
+			$device_opt 2>"$ph/boot_err.txt"; then
+			echo "  skipped: $(tail -n 1 "$ph/boot_err.txt")"
+			return 0
+		fi
+		awk -v r="$run" -v sl="$(json_number "$stats" streamlines)" \
+		    -v n="$(json_number "$stats" seeds)" -v l="$(json_number "$stats" load)" \
+		    -v u="$(json_number "$stats" upload)" -v co="$(json_number "$stats" compile)" \
+		    -v t="$(json_number "$stats" track)" -v w="$(json_number "$stats" write)" 'BEGIN {
+			printf "  %-5s %11d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %10.0f\n",
+			       r, sl, l, u, co, t, w, l + u + co + t + w, n / t }'
+	done
+	echo "  device: $(json_string "$stats" device); warm daemon job = track + write"
+}
+boot_case=${BENCH_BOOT_CASE:-stanford}
+if [ "$boot_case" != none ]; then
+	bench_boot "$boot_case"
 fi

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "affine.h"
+#include "boot.h"
 #include "fit.h"
 #include "gradients.h"
 #include "kernel_params.h"
@@ -33,9 +34,17 @@
 #define TARGET_WORKGROUP_LANES 64
 #define FIRST_TIMED_CHUNK_SEEDS 256
 #define ODF_SYMMETRY_TOLERANCE 1e-3
+/* Buffers the boot kernels can spread the DWI over: the GPU context's 16
+ * bindings less the 9 that boot_track binds besides. */
+#define MAX_DWI_PARTS 7
 
 struct engine_inputs {
-	struct volume odf;
+	struct volume odf;        /* prob: the ODF on the sphere's vertices */
+	struct volume dwi;        /* boot: the b0 volumes first, then one shell's */
+	int n_b0;
+	struct boot_matrices boot;
+	enum boot_model boot_model;
+	bool boot_getter;
 	struct volume stop;
 	struct sphere sphere;
 	bool symmetric;       /* compare directions by |cos| */
@@ -46,6 +55,10 @@ struct engine_inputs {
 
 struct engine_resident {
 	struct gpu_buffer *odf, *fa, *vertices, *nbr_offset, *nbr;
+	struct gpu_buffer *matrices;                  /* boot: boot.glsl's layout */
+	struct gpu_buffer *dwi_parts[MAX_DWI_PARTS];  /* boot: x-slabs of the DWI */
+	uint32_t n_dwi_parts;
+	uint32_t part_planes;     /* x-planes per part, one more shared with the next */
 	uint64_t bytes;
 };
 
@@ -293,6 +306,95 @@ static int load_dwi(const struct jobspec *job, const struct fit_options *o,
 	return r;
 }
 
+/* Copies the b0s and the shell's volumes, in that order, so that the boot
+ * kernels find the b0s at 0..n_b0-1 and the diffusion-weighted volumes after. */
+static int gather_volumes(const struct volume *dwi, const size_t *volumes, size_t n,
+			  struct volume *out, struct errbuf *err)
+{
+	size_t nvox = volume_voxels(dwi), nt = (size_t)dwi->dim[3];
+
+	if (volume_alloc_on_grid(out, dwi, (int64_t)n) < 0)
+		return errbuf_set(err, -ENOMEM, "inputs.dwi", "out of memory for the DWI");
+	for (size_t v = 0; v < nvox; v++)
+		for (size_t i = 0; i < n; i++)
+			out->data[v * n + i] = dwi->data[v * nt + volumes[i]];
+	return 0;
+}
+
+/* Reorders volumes[0..n) (ascending) to put the b0s first, each group staying
+ * ascending, using scratch (n entries); writes the directions of the others
+ * to dirs. Returns the number of b0s. */
+static size_t b0s_first(const struct gradients *g, size_t *volumes, size_t n, size_t *scratch,
+			double *dirs)
+{
+	size_t n_b0 = 0, n_dw = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t v = volumes[i];
+		if (g->is_b0[v]) {
+			volumes[n_b0++] = v;
+			continue;
+		}
+		memcpy(&dirs[3 * n_dw], &g->bvecs[3 * v], sizeof(double) * 3);
+		scratch[n_dw++] = v;
+	}
+	memcpy(volumes + n_b0, scratch, sizeof(*volumes) * n_dw);
+	return n_b0;
+}
+
+static void boot_params_from_job(const struct jobspec *job, struct boot_params *p)
+{
+	p->model = job->model.name == JOBSPEC_MODEL_CSA ? BOOT_MODEL_CSA : BOOT_MODEL_OPDT;
+	p->sh_order = job->model.sh_order;
+	p->sh_lambda = job->model.sh_lambda;
+}
+
+/* The boot getter's inputs: the b0s and the lowest shell of the DWI (the SH
+ * model of the residual bootstrap is single-shell; GPUStreamlines and the
+ * CSD fit take the same shell), the model's matrices, and the DTI FA of the
+ * whole series when no stop map is given. */
+static int load_boot(const struct jobspec *job, const struct fit_options *o,
+		     struct engine_inputs *in, struct errbuf *err)
+{
+	struct volume dwi = { 0 }, mask = { 0 };
+	struct gradients g = { 0 };
+	struct boot_params params;
+	size_t *volumes = NULL, n = 0;
+	double *dirs = NULL;
+	int r = load_dwi_volumes(job, &dwi, &mask, &g, err);
+
+	if (r == 0 && !job->stop_map_path)
+		r = fit_tensor(&dwi, &g, job->mask_path ? &mask : NULL, o, &in->fit, err);
+	if (r == 0) {
+		volumes = malloc(sizeof(*volumes) * 2 * g.n);
+		dirs = malloc(sizeof(*dirs) * 3 * g.n);
+		if (!volumes || !dirs)
+			r = errbuf_set(err, -ENOMEM, "inputs.dwi", "out of memory");
+	}
+	if (r == 0) {
+		n = gradients_lowest_shell(&g, volumes);
+		in->n_b0 = (int)b0s_first(&g, volumes, n, volumes + g.n, dirs);
+	}
+	boot_params_from_job(job, &params);
+	in->boot_model = params.model;
+	if (r == 0)
+		r = boot_matrices_build(dirs, n - (size_t)in->n_b0, &in->sphere, &params, &in->boot, err);
+	if (r == 0)
+		r = gather_volumes(&dwi, volumes, n, &in->dwi, err);
+	in->symmetric = true;   /* even-order SH */
+	free(volumes);
+	free(dirs);
+	volume_free(&dwi);
+	volume_free(&mask);
+	gradients_free(&g);
+	return r;
+}
+
+static const struct volume *grid_of(const struct engine_inputs *in)
+{
+	return in->boot_getter ? &in->dwi : &in->odf;
+}
+
 static int load_stop_map(const struct jobspec *job, struct engine_inputs *in, struct errbuf *err)
 {
 	int r;
@@ -307,7 +409,7 @@ static int load_stop_map(const struct jobspec *job, struct engine_inputs *in, st
 	}
 	r = volume_load(job->stop_map_path, "inputs.stop_map", &in->stop, err);
 	if (r == 0)
-		r = require_3d_on_grid(&in->stop, &in->odf, in->grid_field, "inputs.stop_map",
+		r = require_3d_on_grid(&in->stop, grid_of(in), in->grid_field, "inputs.stop_map",
 				       job->stop_map_path, err);
 	return r;
 }
@@ -333,12 +435,13 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 		r = load_sh(job, o, in, err);
 		break;
 	case JOBSPEC_INPUT_DWI:
-		r = load_dwi(job, o, in, err);
+		in->boot_getter = job->direction_getter == JOBSPEC_DG_BOOT;
+		r = in->boot_getter ? load_boot(job, o, in, err) : load_dwi(job, o, in, err);
 		break;
 	}
 	if (r == 0)
 		r = load_stop_map(job, in, err);
-	if (r < 0)
+	if (r < 0 || in->boot_getter)
 		return r;
 	clip_negative(&in->odf);
 	return odf_symmetry(&in->odf, &in->sphere, &in->symmetric, err);
@@ -349,6 +452,8 @@ void engine_inputs_free(struct engine_inputs *in)
 	if (!in)
 		return;
 	volume_free(&in->odf);
+	volume_free(&in->dwi);
+	boot_matrices_free(&in->boot);
 	volume_free(&in->stop);
 	sphere_free(&in->sphere);
 	fit_result_free(&in->fit);
@@ -375,7 +480,7 @@ int engine_inputs_load(const struct jobspec *job, const struct fit_options *fit,
 int engine_seeds_load(const struct jobspec *job, const struct engine_inputs *in,
 		      struct seeds **ret, struct errbuf *err)
 {
-	return load_seeds(job, &in->odf, in->grid_field, ret, err);
+	return load_seeds(job, grid_of(in), in->grid_field, ret, err);
 }
 
 const struct volume *engine_inputs_odf(const struct engine_inputs *in)
@@ -406,12 +511,24 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-static uint64_t input_bytes(const struct engine_inputs *in)
+/* Floats of the boot matrices buffer (boot.glsl's layout). */
+static uint64_t boot_matrix_floats(const struct boot_matrices *m)
 {
-	size_t nvox = volume_voxels(&in->odf);
-	return 4ull * nvox * (uint64_t)in->sphere.nv + 4ull * nvox +
-	       12ull * (uint64_t)in->sphere.nv + 4ull * (uint64_t)(in->sphere.nv + 1) +
-	       8ull * (uint64_t)in->sphere.n_edges;
+	return (uint64_t)m->n_coef * (3ull * (uint64_t)m->n_dwi + (uint64_t)m->nv) +
+	       (uint64_t)m->n_dwi;
+}
+
+static uint64_t input_bytes(const struct engine_inputs *in, const struct engine_resident *res)
+{
+	size_t nvox = volume_voxels(grid_of(in));
+	uint64_t sphere = 12ull * (uint64_t)in->sphere.nv + 4ull * (uint64_t)(in->sphere.nv + 1) +
+			  8ull * (uint64_t)in->sphere.n_edges;
+	uint64_t plane = 4ull * (uint64_t)(in->dwi.dim[1] * in->dwi.dim[2] * in->dwi.dim[3]);
+
+	if (in->boot_getter)
+		return 4ull * nvox + sphere + 4ull * boot_matrix_floats(&in->boot) +
+		       plane * ((uint64_t)in->dwi.dim[0] + res->n_dwi_parts - 1);
+	return 4ull * nvox * (uint64_t)in->sphere.nv + 4ull * nvox + sphere;
 }
 
 static int check_input_fits(const struct gpu_limits *lim, const struct engine_inputs *in,
@@ -420,7 +537,7 @@ static int check_input_fits(const struct gpu_limits *lim, const struct engine_in
 	uint64_t odf_bytes = 4ull * volume_voxels(&in->odf) * (uint64_t)in->sphere.nv;
 	uint64_t limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
 
-	if (odf_bytes > limit)
+	if (!in->boot_getter && odf_bytes > limit)
 		return errbuf_set(err, -E2BIG, "inputs.odf", "the ODF needs %llu MiB on the GPU, over "
 				  "this device's %llu MiB per storage buffer; use a smaller sphere "
 				  "(e.g. repulsion100) or crop the volume",
@@ -428,23 +545,77 @@ static int check_input_fits(const struct gpu_limits *lim, const struct engine_in
 	return 0;
 }
 
-/* Subgroups per workgroup: as many as fill TARGET_WORKGROUP_LANES while the
- * shared memory of both kernels fits (prob_init: two floats per vertex per
- * subgroup; prob_track: one vec3, 16 bytes, per vertex per workgroup). */
-static int choose_items(const struct gpu_limits *lim, int nv, uint32_t *ret, struct errbuf *err)
+/* Splits the DWI into x-slabs that each fit one binding, neighbours sharing
+ * one plane so that every trilinear lookup stays within one slab. */
+static int plan_dwi_parts(const struct gpu_limits *lim, const struct volume *dwi,
+			  struct engine_resident *res, struct errbuf *err)
 {
-	uint32_t init_per_item = 2u * 4u * (uint32_t)nv;
-	uint32_t track_bytes = 16u * (uint32_t)nv;
+	uint64_t limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
+	uint64_t nx = (uint64_t)dwi->dim[0];
+	uint64_t plane = 4ull * (uint64_t)(dwi->dim[1] * dwi->dim[2] * dwi->dim[3]);
+	uint64_t planes;
+
+	if (nx * plane <= limit) {
+		res->n_dwi_parts = 1;
+		res->part_planes = (uint32_t)nx;
+		return 0;
+	}
+	planes = limit / plane > 1 ? limit / plane - 1 : 0;
+	if (planes == 0 || (nx - 1 + planes - 1) / planes > MAX_DWI_PARTS)
+		return errbuf_set(err, -E2BIG, "inputs.dwi", "the DWI needs %llu MiB on the GPU in "
+				  "slabs of at most %llu MiB (this device's storage-buffer limit), "
+				  "more than the %d slabs the boot kernels bind; crop the volume",
+				  (unsigned long long)((nx * plane) >> 20),
+				  (unsigned long long)(limit >> 20), MAX_DWI_PARTS);
+	res->part_planes = (uint32_t)planes;
+	res->n_dwi_parts = (uint32_t)((nx - 1 + planes - 1) / planes);
+	return 0;
+}
+
+/* Shared memory of a kernel: per item (subgroup) and per workgroup. */
+struct shared_use {
+	uint32_t per_item, per_workgroup;
+};
+
+static uint32_t shared_bytes(struct shared_use u, uint32_t items)
+{
+	return items * u.per_item + u.per_workgroup;
+}
+
+/* The shared memory of the pass-1 and pass-2 kernels. prob_init: two floats
+ * per vertex per subgroup; prob_track: one vec3, 16 bytes, per vertex per
+ * workgroup; boot: two floats per vertex and one per residual per subgroup. */
+static void kernel_shared_use(const struct engine_inputs *in, struct shared_use use[2])
+{
+	uint32_t nv = (uint32_t)in->sphere.nv;
+
+	if (in->boot_getter) {
+		use[0] = (struct shared_use){ 4u * (2u * nv + (uint32_t)in->boot.n_dwi), 0 };
+		use[1] = use[0];
+		return;
+	}
+	use[0] = (struct shared_use){ 8u * nv, 0 };
+	use[1] = (struct shared_use){ 0, 16u * nv };
+}
+
+/* Subgroups per workgroup: as many as fill TARGET_WORKGROUP_LANES while the
+ * shared memory of both kernels fits. */
+static int choose_items(const struct gpu_limits *lim, const struct engine_inputs *in,
+			uint32_t *ret, struct errbuf *err)
+{
+	struct shared_use use[2];
 	uint32_t items = TARGET_WORKGROUP_LANES / lim->subgroup_size;
 
-	if (init_per_item > lim->max_shared_bytes || track_bytes > lim->max_shared_bytes)
-		return errbuf_set(err, -E2BIG, "tracking.sphere", "a sphere of %d vertices needs %u "
-				  "bytes of shared memory, over this device's %u", nv,
-				  init_per_item > track_bytes ? init_per_item : track_bytes,
-				  lim->max_shared_bytes);
+	kernel_shared_use(in, use);
+	for (int k = 0; k < 2; k++)
+		if (shared_bytes(use[k], 1) > lim->max_shared_bytes)
+			return errbuf_set(err, -E2BIG, "tracking.sphere", "a sphere of %d vertices "
+					  "needs %u bytes of shared memory, over this device's %u",
+					  in->sphere.nv, shared_bytes(use[k], 1), lim->max_shared_bytes);
 	if (items == 0)
 		items = 1;
-	while (items > 1 && (items * init_per_item > lim->max_shared_bytes ||
+	while (items > 1 && (shared_bytes(use[0], items) > lim->max_shared_bytes ||
+			     shared_bytes(use[1], items) > lim->max_shared_bytes ||
 			     items * lim->subgroup_size > lim->max_workgroup_invocations))
 		items--;
 	*ret = items;
@@ -452,12 +623,13 @@ static int choose_items(const struct gpu_limits *lim, int nv, uint32_t *ret, str
 }
 
 static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
-		     const struct engine_inputs *in, struct seeds *seeds,
-		     const struct engine_options *opts, struct job_plan *plan, struct errbuf *err)
+		     const struct engine_inputs *in, const struct engine_resident *res,
+		     struct seeds *seeds, const struct engine_options *opts, struct job_plan *plan,
+		     struct errbuf *err)
 {
 	uint64_t budget = opts->memory_budget ? opts->memory_budget : lim->device_local_bytes / 2;
 	uint64_t buffer_limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
-	uint64_t inputs = input_bytes(in);
+	uint64_t inputs = input_bytes(in, res);
 	uint64_t work, line_slot_bytes, per_line, per_seed;
 	int r;
 
@@ -466,7 +638,7 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 				  "over the job's budget of %.1f MiB", (double)inputs / (1 << 20),
 				  (double)budget / (1 << 20));
 	work = budget - inputs > MIN_WORK_BUDGET ? budget - inputs : MIN_WORK_BUDGET;
-	r = choose_items(lim, in->sphere.nv, &plan->items, err);
+	r = choose_items(lim, in, &plan->items, err);
 	if (r < 0)
 		return r;
 	plan->subgroup = lim->subgroup_size;
@@ -498,26 +670,74 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 
 /* ---- GPU resources ------------------------------------------------------ */
 
+/* Bindings of the kernels besides the DWI parts (see their .comp headers). */
+#define PROB_INIT_BINDINGS 7
+#define PROB_TRACK_BINDINGS 7
+#define BOOT_INIT_BINDINGS 7
+#define BOOT_TRACK_BINDINGS 9
+#define COMPACT_BINDINGS 4
+
+#define MAX_DEFINES 16
+#define DEFINE_LEN 48
+
+struct defines {
+	char text[MAX_DEFINES][DEFINE_LEN];
+	const char *list[MAX_DEFINES + 1];
+	int n;
+};
+
+static void define(struct defines *d, const char *name, long long value)
+{
+	snprintf(d->text[d->n], DEFINE_LEN, "%s=%lld", name, value);
+	d->list[d->n] = d->text[d->n];
+	d->list[++d->n] = NULL;
+}
+
+static void boot_defines(const struct engine_inputs *in, const struct engine_resident *res,
+			 struct defines *d)
+{
+	define(d, "T", in->dwi.dim[3]);
+	define(d, "NB0", in->n_b0);
+	define(d, "HR", in->boot.n_dwi);
+	define(d, "NC", in->boot.n_coef);
+	define(d, "MODEL_CSA", in->boot_model == BOOT_MODEL_CSA);
+	define(d, "DWI_PARTS", res->n_dwi_parts);
+	define(d, "PART_PLANES", res->part_planes);
+}
+
 static int get_pipelines(struct gpu_ctx *gpu, const struct job_plan *plan,
 			 const struct engine_inputs *in, struct job_gpu *g, struct errbuf *err)
 {
-	char sg[32], items[32], nv[32], peaks[32], sym[32];
-	const char *defines[] = { sg, items, nv, peaks, sym, NULL };
+	struct defines d = { .n = 0 };
+	const struct engine_resident *res = g->res;
+	uint32_t parts = res->n_dwi_parts;
 	int r;
 
-	snprintf(sg, sizeof(sg), "SG=%u", plan->subgroup);
-	snprintf(items, sizeof(items), "ITEMS=%u", plan->items);
-	snprintf(nv, sizeof(nv), "NV=%d", in->sphere.nv);
-	snprintf(peaks, sizeof(peaks), "MAX_PEAKS=%u", plan->max_peaks);
-	snprintf(sym, sizeof(sym), "SYMMETRIC=%d", in->symmetric ? 1 : 0);
-	r = gpu_pipeline_get(gpu, "prob_init.comp", defines, 7, sizeof(struct kernel_params),
-			     &g->init, err);
+	define(&d, "SG", plan->subgroup);
+	define(&d, "ITEMS", plan->items);
+	define(&d, "NV", in->sphere.nv);
+	define(&d, "MAX_PEAKS", plan->max_peaks);
+	define(&d, "SYMMETRIC", in->symmetric);
+	r = gpu_pipeline_get(gpu, "compact.comp", d.list, COMPACT_BINDINGS,
+			     sizeof(struct kernel_params), &g->compact, err);
+	if (r < 0 || !in->boot_getter) {
+		if (r == 0)
+			r = gpu_pipeline_get(gpu, "prob_init.comp", d.list, PROB_INIT_BINDINGS,
+					     sizeof(struct kernel_params), &g->init, err);
+		if (r == 0)
+			r = gpu_pipeline_get(gpu, "prob_track.comp", d.list, PROB_TRACK_BINDINGS,
+					     sizeof(struct kernel_params), &g->track, err);
+		return r;
+	}
+	boot_defines(in, res, &d);
+	define(&d, "DWI_BINDING", BOOT_INIT_BINDINGS);
+	r = gpu_pipeline_get(gpu, "boot_init.comp", d.list, BOOT_INIT_BINDINGS + parts,
+			     sizeof(struct kernel_params), &g->init, err);
+	d.n--;
+	define(&d, "DWI_BINDING", BOOT_TRACK_BINDINGS);
 	if (r == 0)
-		r = gpu_pipeline_get(gpu, "prob_track.comp", defines, 7, sizeof(struct kernel_params),
-				     &g->track, err);
-	if (r == 0)
-		r = gpu_pipeline_get(gpu, "compact.comp", defines, 4, sizeof(struct kernel_params),
-				     &g->compact, err);
+		r = gpu_pipeline_get(gpu, "boot_track.comp", d.list, BOOT_TRACK_BINDINGS + parts,
+				     sizeof(struct kernel_params), &g->track, err);
 	return r;
 }
 
@@ -537,12 +757,63 @@ static int upload_new(struct gpu_ctx *gpu, const void *data, uint64_t bytes,
 	return gpu_upload(gpu, *ret, 0, data, bytes, err);
 }
 
+/* boot.glsl's matrices[]: U^T, 1/leverage, Q, B, S^T, as floats. */
+static float *pack_boot_matrices(const struct boot_matrices *m)
+{
+	size_t hr = (size_t)m->n_dwi, nc = (size_t)m->n_coef, nv = (size_t)m->nv;
+	float *out = malloc(sizeof(float) * boot_matrix_floats(m));
+	float *ut, *lev, *q, *b, *st;
+
+	if (!out)
+		return NULL;
+	ut = out;
+	lev = ut + nc * hr;
+	q = lev + hr;
+	b = q + nc * hr;
+	st = b + nc * hr;
+	for (size_t j = 0; j < hr; j++) {
+		lev[j] = (float)m->inv_leverage[j];
+		for (size_t c = 0; c < nc; c++) {
+			ut[c * hr + j] = (float)m->hat_u[j * nc + c];
+			q[c * hr + j] = (float)m->fit_q[c * hr + j];
+			b[c * hr + j] = (float)m->fit_b[c * hr + j];
+		}
+	}
+	for (size_t v = 0; v < nv; v++)
+		for (size_t c = 0; c < nc; c++)
+			st[c * nv + v] = (float)m->sampling[v * nc + c];
+	return out;
+}
+
+static int upload_boot(struct gpu_ctx *gpu, const struct engine_inputs *in,
+		       struct engine_resident *res, struct errbuf *err)
+{
+	const struct volume *dwi = &in->dwi;
+	uint64_t plane = (uint64_t)(dwi->dim[1] * dwi->dim[2] * dwi->dim[3]);
+	uint64_t nx = (uint64_t)dwi->dim[0];
+	float *packed = pack_boot_matrices(&in->boot);
+	int r;
+
+	if (!packed)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	r = upload_new(gpu, packed, 4ull * boot_matrix_floats(&in->boot), &res->matrices, err);
+	free(packed);
+	for (uint32_t k = 0; r == 0 && k < res->n_dwi_parts; k++) {
+		uint64_t first = (uint64_t)k * res->part_planes;
+		uint64_t planes = min_u64(res->part_planes + 1ull, nx - first);
+		r = upload_new(gpu, dwi->data + first * plane, 4ull * planes * plane,
+			       &res->dwi_parts[k], err);
+	}
+	return r;
+}
+
 static int upload_resident(struct gpu_ctx *gpu, const struct engine_inputs *in,
 			   struct engine_resident *res, struct errbuf *err)
 {
 	const struct sphere *s = &in->sphere;
-	size_t nvox = volume_voxels(&in->odf);
-	int r = upload_new(gpu, in->odf.data, 4ull * nvox * (uint64_t)s->nv, &res->odf, err);
+	size_t nvox = volume_voxels(grid_of(in));
+	int r = in->boot_getter ? upload_boot(gpu, in, res, err) :
+		upload_new(gpu, in->odf.data, 4ull * nvox * (uint64_t)s->nv, &res->odf, err);
 
 	if (r == 0)
 		r = upload_new(gpu, in->stop.data, 4ull * nvox, &res->fa, err);
@@ -566,12 +837,15 @@ int engine_resident_new(struct gpu_ctx *gpu, const struct engine_inputs *in,
 	res = calloc(1, sizeof(*res));
 	if (!res)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	r = upload_resident(gpu, in, res, err);
+	if (in->boot_getter)
+		r = plan_dwi_parts(gpu_get_limits(gpu), &in->dwi, res, err);
+	if (r == 0)
+		r = upload_resident(gpu, in, res, err);
 	if (r < 0) {
 		engine_resident_free(gpu, res);
 		return r;
 	}
-	res->bytes = input_bytes(in);
+	res->bytes = input_bytes(in, res);
 	*ret = res;
 	return 0;
 }
@@ -590,6 +864,9 @@ void engine_resident_free(struct gpu_ctx *gpu, struct engine_resident *res)
 	gpu_buffer_free(gpu, res->vertices);
 	gpu_buffer_free(gpu, res->nbr_offset);
 	gpu_buffer_free(gpu, res->nbr);
+	gpu_buffer_free(gpu, res->matrices);
+	for (uint32_t k = 0; k < res->n_dwi_parts; k++)
+		gpu_buffer_free(gpu, res->dwi_parts[k]);
 	free(res);
 }
 
@@ -682,18 +959,21 @@ static void fill_params(struct job_run *run)
 	uint32_t key[2];
 
 	memset(&run->params, 0, sizeof(run->params));
+	const struct volume *grid = grid_of(run->in);
+
 	for (int i = 0; i < 3; i++)
-		run->params.dim[i] = (int32_t)run->in->odf.dim[i];
+		run->params.dim[i] = (int32_t)grid->dim[i];
 	run->params.track[0] = (float)job->step_size;
 	run->params.track[1] = (float)cos(job->max_angle * M_PI / 180.0);
 	run->params.track[2] = (float)job->pmf_threshold;
 	run->params.track[3] = (float)job->fa_threshold;
 	run->params.peak[0] = (float)job->relative_peak_threshold;
 	run->params.peak[1] = (float)cos(job->min_separation_angle * M_PI / 180.0);
+	run->params.peak[2] = (float)job->model.min_signal;
 	/* Lengths in mm of voxel-space steps: |A d|^2 = d^T (A^T A) d. */
 	for (int r = 0, k = 0; r < 3; r++)
 		for (int c = r; c < 3; c++, k++) {
-			const double (*A)[4] = run->in->odf.affine;
+			const double (*A)[4] = grid->affine;
 			run->params.metric[k] = (float)(A[0][r] * A[0][c] + A[1][r] * A[1][c] +
 							A[2][r] * A[2][c]);
 		}
@@ -701,6 +981,7 @@ static void fill_params(struct job_run *run)
 	run->params.rng[0] = key[0];
 	run->params.rng[1] = key[1];
 	run->params.work[2] = (uint32_t)job->max_steps;
+	run->params.work[3] = (uint32_t)job->max_attempts;
 }
 
 /* Dispatches items [0, n) of a kernel, split where the workgroup count limit
@@ -755,7 +1036,7 @@ static void seed_ras(const struct job_run *run, uint64_t line, float out[3])
 
 	for (int a = 0; a < 3; a++)
 		vox[a] = run->h->line_start[6 * line + (uint64_t)a];
-	affine_apply(run->in->odf.affine, vox, ras);
+	affine_apply(grid_of(run->in)->affine, vox, ras);
 	for (int a = 0; a < 3; a++)
 		out[a] = (float)ras[a];
 }
@@ -790,19 +1071,65 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 	return 0;
 }
 
+/* Appends the DWI parts to a boot kernel's bindings. */
+static size_t with_dwi_parts(const struct engine_resident *res, struct gpu_buffer **b, size_t n)
+{
+	for (uint32_t k = 0; k < res->n_dwi_parts; k++)
+		b[n++] = res->dwi_parts[k];
+	return n;
+}
+
+static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
+{
+	const struct job_gpu *g = run->g;
+	const struct engine_resident *res = g->res;
+
+	if (!run->in->boot_getter) {
+		struct gpu_buffer *const prob[PROB_TRACK_BINDINGS] = {
+			res->odf, res->fa, res->vertices, g->line_start, g->line_id, g->points,
+			g->ranges };
+		memcpy(b, prob, sizeof(prob));
+		return;
+	}
+	struct gpu_buffer *const boot[BOOT_TRACK_BINDINGS] = {
+		res->fa, res->vertices, res->nbr_offset, res->nbr, res->matrices, g->line_start,
+		g->line_id, g->points, g->ranges };
+	memcpy(b, boot, sizeof(boot));
+	with_dwi_parts(res, b, BOOT_TRACK_BINDINGS);
+}
+
+static void init_bindings(const struct job_run *run, struct gpu_buffer **b)
+{
+	const struct job_gpu *g = run->g;
+	const struct engine_resident *res = g->res;
+
+	if (!run->in->boot_getter) {
+		struct gpu_buffer *const prob[PROB_INIT_BINDINGS] = {
+			res->odf, res->vertices, res->nbr_offset, res->nbr, g->seeds, g->ndirs,
+			g->dirs };
+		memcpy(b, prob, sizeof(prob));
+		return;
+	}
+	struct gpu_buffer *const boot[BOOT_INIT_BINDINGS] = {
+		res->vertices, res->nbr_offset, res->nbr, res->matrices, g->seeds, g->ndirs,
+		g->dirs };
+	memcpy(b, boot, sizeof(boot));
+	with_dwi_parts(res, b, BOOT_INIT_BINDINGS);
+}
+
 static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines, struct errbuf *err)
 {
 	struct job_gpu *g = run->g;
-	struct gpu_buffer *const buffers[] = { g->res->odf, g->res->fa, g->res->vertices,
-					       g->line_start, g->line_id, g->points, g->ranges };
+	struct gpu_buffer *buffers[BOOT_TRACK_BINDINGS + MAX_DWI_PARTS];
 	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, g->readback };
 	int r = gpu_upload(run->gpu, g->line_start, 0, run->h->line_start + 6 * first_line,
 			   24 * n_lines, err);
 
 	if (r == 0)
 		r = gpu_upload(run->gpu, g->line_id, 0, run->h->line_id + 2 * first_line, 8 * n_lines, err);
+	track_bindings(run, buffers);
 	if (r == 0)
-		r = dispatch_items(run, "prob_track", g->track, buffers, n_lines, err);
+		r = dispatch_items(run, "track", g->track, buffers, n_lines, err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ranges, 0, run->h->ranges, 12 * n_lines, err);
 	if (r < 0)
@@ -840,18 +1167,20 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 {
 	struct job_gpu *g = run->g;
 	struct job_host *h = run->h;
-	struct gpu_buffer *const buffers[] = { g->res->odf, g->res->vertices, g->res->nbr_offset,
-					       g->res->nbr, g->seeds, g->ndirs, g->dirs };
+	struct gpu_buffer *buffers[BOOT_INIT_BINDINGS + MAX_DWI_PARTS];
 	uint64_t n_lines;
 	int r = seeds_fill(run->seeds, first_seed, n_seeds, h->seed_xyz);
 
+	init_bindings(run, buffers);
+	/* Seed indices are 32-bit in the kernels' random streams (JOBSPEC_MAX_SEEDS). */
+	run->params.rng[2] = (uint32_t)first_seed;
 	if (r < 0)
 		return errbuf_set(err, r, "seeds", "cannot generate seeds %llu..%llu",
 				  (unsigned long long)first_seed,
 				  (unsigned long long)(first_seed + n_seeds));
 	r = gpu_upload(run->gpu, g->seeds, 0, h->seed_xyz, 12 * n_seeds, err);
 	if (r == 0)
-		r = dispatch_items(run, "prob_init", g->init, buffers, n_seeds, err);
+		r = dispatch_items(run, "init", g->init, buffers, n_seeds, err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
 	if (r == 0)
@@ -937,13 +1266,13 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 		stats = &local_stats;
 	memset(stats, 0, sizeof(*stats));
 	run.stats = stats;
-	r = plan_work(gpu_get_limits(gpu), job, in, seeds, opts, &plan, err);
+	r = plan_work(gpu_get_limits(gpu), job, in, res, seeds, opts, &plan, err);
 	if (r == 0)
 		r = prepare_gpu(gpu, &plan, in, &g, stats, err);
 	if (r == 0)
 		r = alloc_host(&plan, &h, err);
 	if (r == 0)
-		r = output_writer_new(job->output_format, out, in->odf.dim, in->odf.affine,
+		r = output_writer_new(job->output_format, out, grid_of(in)->dim, grid_of(in)->affine,
 				      job->save_seeds, &run.out, err);
 	if (r == 0)
 		r = track_all(&run, err);

@@ -344,6 +344,22 @@ static int alloc_scalar_maps(const struct volume *dwi, struct fit_result *out, s
 	return 0;
 }
 
+int fit_tensor(const struct volume *dwi, const struct gradients *g, const struct volume *mask,
+	       const struct fit_options *o, struct fit_result *ret, struct errbuf *err)
+{
+	struct fit_result out = { 0 };
+	int r = alloc_scalar_maps(dwi, &out, err);
+
+	if (r == 0)
+		r = fit_dti(dwi, g, mask, o, &out, err);
+	if (r < 0) {
+		fit_result_free(&out);
+		return r;
+	}
+	*ret = out;
+	return 0;
+}
+
 int fit_dwi(const struct volume *dwi, const struct gradients *g, const struct volume *mask,
 	    const struct fit_params *p, const struct fit_options *o, struct fit_result *ret,
 	    struct errbuf *err)

@@ -62,6 +62,10 @@ void fit_default_params(struct fit_params *p);
 int fit_dwi(const struct volume *dwi, const struct gradients *g, const struct volume *mask,
 	    const struct fit_params *p, const struct fit_options *o, struct fit_result *ret,
 	    struct errbuf *err);
+/* The DTI stage of fit_dwi alone: fills ret's fa and md (sh stays empty). */
+int fit_tensor(const struct volume *dwi, const struct gradients *g, const struct volume *mask,
+	       const struct fit_options *o, struct fit_result *ret, struct errbuf *err);
+
 void fit_result_free(struct fit_result *r);
 
 /* Samples the SH volume sh (basis, even order from its 4th dimension) at the

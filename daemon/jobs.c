@@ -167,6 +167,10 @@ static void append_model_key(char *key, size_t len, const struct jobspec *spec)
 
 	if (spec->input_kind == JOBSPEC_INPUT_SH)
 		snprintf(key + used, len - used, "sh %d %d\n", (int)spec->sh_basis, (int)spec->sh_frame);
+	else if (spec->input_kind == JOBSPEC_INPUT_DWI && spec->direction_getter == JOBSPEC_DG_BOOT)
+		/* The FA of the stop map is fitted regardless of the threshold. */
+		snprintf(key + used, len - used, "boot %d %d %.17g\n", (int)m->name, m->sh_order,
+			 m->sh_lambda);
 	else if (spec->input_kind == JOBSPEC_INPUT_DWI)
 		snprintf(key + used, len - used, "csd %d %.17g %.17g %d %.17g %.17g %d %.17g %.17g "
 			 "%.17g %.17g\n", m->sh_order, m->lambda, m->tau, m->roi_radius,

@@ -66,7 +66,7 @@ struct ctx {
 	struct jobspec *js;
 	const char *base_dir;
 	struct errbuf *err;
-	bool sh_basis_given, sh_frame_given, model_given;
+	bool sh_basis_given, sh_frame_given, model_given, model_name_given;
 };
 
 struct member {
@@ -92,7 +92,8 @@ struct member {
 #define OBJECT(k, table) { .key = k, .kind = K_OBJECT, .sub = table, .n_sub = ARRAY_SIZE(table) }
 #define CUSTOM(k, fn) { .key = k, .kind = K_CUSTOM, .parse = fn }
 
-static const char *const direction_getters[] = { "prob", NULL };
+/* In enum jobspec_direction_getter order. */
+static const char *const direction_getters[] = { "prob", "boot", NULL };
 static const char *const seed_spaces[] = { "voxel", "ras", NULL };
 /* In enum output_format order. */
 static const char *const output_formats[] = { "trk", "tck", NULL };
@@ -101,7 +102,8 @@ static const char *const sh_bases[] = { "descoteaux07_legacy", "descoteaux07", "
 					"tournier07_legacy", NULL };
 /* In enum jobspec_sh_frame order. */
 static const char *const sh_frames[] = { "voxel", "world", NULL };
-static const char *const models[] = { "csd", NULL };
+/* In enum jobspec_model_name order. */
+static const char *const models[] = { "csd", "opdt", "csa", NULL };
 
 static int walk_object(json_t *obj, const char *field, const struct member *members, size_t n,
 		       struct ctx *c);
@@ -335,9 +337,11 @@ static int parse_vec3_list(json_t *v, const char *field, size_t min_n, size_t ma
 static int parse_direction_getter(json_t *v, const char *field, struct ctx *c)
 {
 	int idx;
+	int rc = parse_choice(v, field, direction_getters, &idx, c->err);
 
-	/* Only one getter exists so far; the choice is validated, not stored. */
-	return parse_choice(v, field, direction_getters, &idx, c->err);
+	if (!rc)
+		c->js->direction_getter = (enum jobspec_direction_getter)idx;
+	return rc;
 }
 
 static int parse_seed_points(json_t *v, const char *field, struct ctx *c)
@@ -398,9 +402,13 @@ static int parse_sh_frame(json_t *v, const char *field, struct ctx *c)
 static int parse_model_name(json_t *v, const char *field, struct ctx *c)
 {
 	int idx;
+	int rc = parse_choice(v, field, models, &idx, c->err);
 
-	/* Only CSD exists so far; the choice is validated, not stored. */
-	return parse_choice(v, field, models, &idx, c->err);
+	if (!rc) {
+		c->js->model.name = (enum jobspec_model_name)idx;
+		c->model_name_given = true;
+	}
+	return rc;
 }
 
 static int parse_sh_order(json_t *v, const char *field, struct ctx *c)
@@ -473,6 +481,10 @@ static const struct member model_members[] = {
 	  .offset = offsetof(struct jobspec, model.response_fa),
 	  .b = { .min = 0, .max = 1, .min_open = OPEN, .max_open = OPEN } },
 	CUSTOM("response", parse_response),
+	{ .key = "sh_lambda", .kind = K_REAL, .offset = offsetof(struct jobspec, model.sh_lambda),
+	  .b = { .min = 0, .max = 10 } },
+	{ .key = "min_signal", .kind = K_REAL, .offset = offsetof(struct jobspec, model.min_signal),
+	  .b = { .min = 0, .max = 1e6, .min_open = OPEN } },
 };
 
 static int parse_model(json_t *v, const char *field, struct ctx *c)
@@ -481,7 +493,8 @@ static int parse_model(json_t *v, const char *field, struct ctx *c)
 	if (json_is_string(v))
 		return parse_model_name(v, field, c);
 	if (!json_is_object(v))
-		return type_error(c->err, field, "a model name (\"csd\") or an object");
+		return type_error(c->err, field, "a model name (\"csd\", \"opdt\", \"csa\") or "
+				  "an object");
 	return walk_object(v, field, model_members, ARRAY_SIZE(model_members), c);
 }
 
@@ -575,6 +588,7 @@ static const struct member tracking_members[] = {
 	REAL(min_length, 0, CLOSED, INFINITY, CLOSED, "mm"),
 	{ .key = "max_length", .kind = K_REAL, .offset = offsetof(struct jobspec, max_length),
 	  .b = { .min = 0, .max = INFINITY, .min_open = OPEN, .nullable = true, .unit = "mm" } },
+	INTEGER("max_attempts", max_attempts, K_INT, 1, 100),
 };
 
 static const struct member output_members[] = {
@@ -744,6 +758,65 @@ static int check_inputs(json_t *root, const struct ctx *c)
 	return 0;
 }
 
+/* Model members that belong to one family of models only. */
+static const struct {
+	const char *key;
+	bool csd;                 /* csd's, else opdt's and csa's */
+} model_family_keys[] = {
+	{ "lambda", true }, { "tau", true }, { "roi_radius", true }, { "response_fa", true },
+	{ "response", true }, { "sh_lambda", false }, { "min_signal", false },
+};
+
+static int check_model_members(json_t *model, const struct jobspec *js, struct errbuf *err)
+{
+	bool csd = js->model.name == JOBSPEC_MODEL_CSD;
+
+	for (size_t i = 0; json_is_object(model) && i < ARRAY_SIZE(model_family_keys); i++) {
+		char field[FIELD_MAX];
+
+		if (model_family_keys[i].csd == csd || !json_object_get(model, model_family_keys[i].key))
+			continue;
+		snprintf(field, sizeof(field), "model.%s", model_family_keys[i].key);
+		return errbuf_set(err, -EINVAL, field, "applies to model %s, not \"%s\"",
+				  model_family_keys[i].csd ? "\"csd\"" : "\"opdt\" or \"csa\"",
+				  models[js->model.name]);
+	}
+	return 0;
+}
+
+/* Each direction getter has its models: prob tracks a CSD fit of the whole
+ * volume, boot refits OPDT or CSA at every step from the raw signal. */
+static int check_model(json_t *root, struct ctx *c)
+{
+	struct jobspec *js = c->js;
+	json_t *model = json_object_get(root, "model");
+	bool boot = js->direction_getter == JOBSPEC_DG_BOOT;
+	bool csd;
+
+	if (boot && js->input_kind != JOBSPEC_INPUT_DWI)
+		return errbuf_set(c->err, -EINVAL, "direction_getter", "\"boot\" needs inputs.dwi "
+				  "with bvals and bvecs: it resamples the raw signal at every step");
+	if (!boot && json_object_get(json_object_get(root, "tracking"), "max_attempts"))
+		return errbuf_set(c->err, -EINVAL, "tracking.max_attempts",
+				  "applies to direction_getter \"boot\" only");
+	if (!c->model_name_given)
+		js->model.name = boot ? JOBSPEC_MODEL_OPDT : JOBSPEC_MODEL_CSD;
+	csd = js->model.name == JOBSPEC_MODEL_CSD;
+	if (csd == boot)
+		return errbuf_set(c->err, -EINVAL, json_is_object(model) ? "model.name" : "model",
+				  boot ? "must be \"opdt\" or \"csa\" with direction_getter \"boot\", "
+				  "got \"csd\"" : "must be \"csd\" with direction_getter \"prob\" "
+				  "(\"opdt\" and \"csa\" are for \"boot\"), got \"%s\"",
+				  models[js->model.name]);
+	if (!json_object_get(model, "sh_order"))
+		js->model.sh_order = csd ? 8 : 4;
+	else if (!csd && js->model.sh_order > JOBSPEC_BOOT_MAX_SH_ORDER)
+		return errbuf_set(c->err, -EINVAL, "model.sh_order", "must be at most %d for "
+				  "model \"%s\", got %d", JOBSPEC_BOOT_MAX_SH_ORDER,
+				  models[js->model.name], js->model.sh_order);
+	return check_model_members(model, js, c->err);
+}
+
 static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 {
 	bool roi = js->seed_roi_path != NULL, points = js->seed_points != NULL;
@@ -808,6 +881,9 @@ static void set_defaults(struct jobspec *js)
 	js->model.tau = 0.1;
 	js->model.roi_radius = 10;
 	js->model.response_fa = 0.7;
+	js->model.sh_lambda = 0.006;
+	js->model.min_signal = 1.0;
+	js->max_attempts = 5;
 }
 
 static int validate(json_t *root, struct ctx *c)
@@ -816,6 +892,8 @@ static int validate(json_t *root, struct ctx *c)
 
 	if (!rc)
 		rc = check_inputs(root, c);
+	if (!rc)
+		rc = check_model(root, c);
 	if (!rc)
 		rc = check_seeds(json_object_get(root, "seeds"), c->js, c->err);
 	if (!rc)

@@ -13,17 +13,19 @@
  *                "stop_map": PATH}
  *               {"dwi": PATH, "bvals": PATH, "bvecs": PATH, "mask": PATH,
  *                "stop_map": PATH}       (mask and stop_map optional)
- *   "model":    "csd" or {"name": "csd", "sh_order": 8, "lambda": 1, "tau": 0.1,
- *                "response": "auto" | {"evals": [l1, l2, l3], "s0": S0},
- *                "roi_radius": 10, "response_fa": 0.7}      (dwi inputs only)
- *   "direction_getter": "prob",
+ *   "model":    (dwi inputs only) for prob: "csd" or {"name": "csd", "sh_order": 8,
+ *                "lambda": 1, "tau": 0.1, "response": "auto" | {"evals": [l1, l2, l3],
+ *                "s0": S0}, "roi_radius": 10, "response_fa": 0.7};
+ *               for boot: "opdt" | "csa" or {"name": "opdt", "sh_order": 4,
+ *                "sh_lambda": 0.006, "min_signal": 1}
+ *   "direction_getter": "prob" | "boot" (boot needs a dwi input),
  *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0}
  *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras"},
  *   "tracking": {"sphere": "repulsion724" | {"vertices": [[x,y,z], ...]},
  *                "step_size": 0.5, "max_angle": 60, "fa_threshold": 0.1,
  *                "relative_peak_threshold": 0.25, "min_separation_angle": 45,
  *                "pmf_threshold": 0.05, "max_steps": 500,
- *                "min_length": 0, "max_length": null},
+ *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only)},
  *   "output":   {"format": "trk" | "tck", "path": PATH, "save_seeds": false}
  * }
  * Unknown keys anywhere are errors. Relative paths are resolved against
@@ -58,10 +60,24 @@ enum jobspec_sh_frame {
 	JOBSPEC_SH_FRAME_WORLD,   /* directions in RAS+ scanner space (MRtrix3) */
 };
 
-/* model: CSD parameters, defaults as DIPY's ConstrainedSphericalDeconvModel
- * and auto_response_ssst. */
+enum jobspec_direction_getter {
+	JOBSPEC_DG_PROB,          /* samples the ODF within the cone */
+	JOBSPEC_DG_BOOT,          /* closest peak of a residual-bootstrap ODF of the DWI */
+};
+
+enum jobspec_model_name {
+	JOBSPEC_MODEL_CSD,        /* prob's model */
+	JOBSPEC_MODEL_OPDT,       /* boot's models */
+	JOBSPEC_MODEL_CSA,
+};
+
+#define JOBSPEC_BOOT_MAX_SH_ORDER 12
+
+/* model: CSD parameters with defaults as DIPY's ConstrainedSphericalDeconvModel
+ * and auto_response_ssst; OPDT/CSA parameters with GPUStreamlines' defaults. */
 struct jobspec_model {
-	int sh_order;               /* even, 2..16, default 8 */
+	enum jobspec_model_name name; /* csd for prob, opdt for boot by default */
+	int sh_order;               /* even; csd 2..16, default 8; opdt/csa 2..12, default 4 */
 	double lambda;              /* (0, 1e6], default 1 */
 	double tau;                 /* [0, 1], default 0.1 */
 	int roi_radius;             /* voxels, 1..128, default 10 */
@@ -69,6 +85,8 @@ struct jobspec_model {
 	bool response_given;        /* model.response is an object */
 	double response_evals[3];   /* mm^2/s, > 0 */
 	double response_s0;         /* > 0 */
+	double sh_lambda;           /* opdt/csa regularisation, [0, 10], default 0.006 */
+	double min_signal;          /* opdt/csa signal floor, > 0, default 1 */
 };
 
 struct jobspec {
@@ -84,6 +102,7 @@ struct jobspec {
 	char *mask_path;            /* inputs.mask: where to fit (optional) */
 	char *stop_map_path;        /* inputs.stop_map; optional with dwi (FA is used) */
 	struct jobspec_model model;
+	enum jobspec_direction_getter direction_getter; /* default prob */
 
 	enum jobspec_seed_kind seed_kind;
 	char *seed_roi_path;        /* seeds.roi (ROI kind) */
@@ -107,6 +126,8 @@ struct jobspec {
 	int max_steps;                  /* steps per direction, [1, 10000], default 500 */
 	double min_length;              /* mm, >= 0, default 0 */
 	double max_length;              /* mm, > 0, default INFINITY (JSON null) */
+	int max_attempts;               /* boot: bootstrap samples tried per step while
+					 * none has a peak, [1, 100], default 5 */
 
 	enum output_format output_format; /* output.format: "trk" (default) or "tck" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)

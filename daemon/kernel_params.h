@@ -12,9 +12,11 @@
 struct kernel_params {
 	int32_t dim[4];         /* nx, ny, nz, unused */
 	float track[4];         /* step_size, cos(max_angle), pmf_threshold, fa_threshold */
-	float peak[4];          /* relative_peak_threshold, cos(min_separation_angle), 0, 0 */
-	uint32_t rng[4];        /* Philox key (2 words), 0, 0 */
-	uint32_t work[4];       /* first item, item count, max_steps, 0 */
+	float peak[4];          /* relative_peak_threshold, cos(min_separation_angle),
+				 * min_signal (boot), 0 */
+	uint32_t rng[4];        /* Philox key (2 words), global index of the chunk's
+				 * first seed, 0 */
+	uint32_t work[4];       /* first item, item count, max_steps, max_attempts (boot) */
 	float metric[8];        /* A^T A of the affine's 3x3 part (mm^2 per voxel^2):
 				 * 00 01 02 11 12 22, 0, 0 */
 };

@@ -643,6 +643,10 @@ static int run_fit(struct cli *cli, const char *job_path)
 	if (r == 0 && spec.input_kind != JOBSPEC_INPUT_DWI && !cli->write_odf)
 		r = errbuf_set(&err, -EINVAL, "inputs", "has no dwi to fit; with an odf or sh "
 			       "input only --odf has something to write");
+	if (r == 0 && spec.direction_getter == JOBSPEC_DG_BOOT)
+		r = errbuf_set(&err, -EINVAL, "direction_getter", "\"boot\" fits its model anew "
+			       "at every step of tracking: there is no volume to write (fit a "
+			       "prob job for CSD maps)");
 	if (r == 0 && mkdir(cli->output, 0777) < 0 && errno != EEXIST)
 		r = errbuf_set(&err, -errno, "output", "cannot create %s: %s", cli->output,
 			       strerror(errno));

@@ -19,6 +19,8 @@ enum philox_stream {
 	PHILOX_STREAM_SEED_JITTER = 2,  /* position of a seed inside its voxel */
 	PHILOX_STREAM_PROB = 3,         /* prob getter: one uniform per step */
 	PHILOX_STREAM_PHANTOM_NOISE = 4, /* phantom DWI noise (host only): one block per sample */
+	PHILOX_STREAM_BOOT = 5,         /* boot getter: c3 = 5 | attempt << 8 | block << 16, one
+					 * word per residual drawn (c0 = 0 at the seed) */
 };
 
 /* out = Philox4x32-10(counter, key). */

@@ -22,9 +22,9 @@ layout(local_size_x = SG * ITEMS) in;
 layout(push_constant, std430) uniform Params {
 	ivec4 dim;    // nx, ny, nz, unused
 	vec4 track;   // step_size, cos(max_angle), pmf_threshold, fa_threshold
-	vec4 peak;    // relative_peak_threshold, cos(min_separation_angle), 0, 0
-	uvec4 rng;    // Philox key (x, y)
-	uvec4 work;   // first item, item count, max_steps, unused
+	vec4 peak;    // relative_peak_threshold, cos(min_separation_angle), min_signal (boot), 0
+	uvec4 rng;    // Philox key (x, y), global index of the chunk's first seed, unused
+	uvec4 work;   // first item, item count, max_steps, max_attempts (boot)
 	vec4 metric0; // A^T A of the affine: 00 01 02 11
 	vec4 metric1; // 12 22, unused
 } pc;
@@ -54,4 +54,11 @@ float axis_cos(vec3 a, vec3 b)
 #else
 	return dot(a, b);
 #endif
+}
+
+// The value below which PMF entries are ignored (pmf_threshold of the
+// maximum, DIPY's absolute_pmf_threshold), given this lane's maximum.
+float pmf_floor(float lane_max)
+{
+	return pc.track.z * subgroupMax(lane_max);
 }

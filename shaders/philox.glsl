@@ -2,6 +2,7 @@
 // Philox4x32-10, bit-identical to daemon/philox.c (counter layout in philox.h).
 
 const uint PHILOX_STREAM_PROB = 3u;
+const uint PHILOX_STREAM_BOOT = 5u;
 
 uvec4 philox4x32_10(uvec4 c, uvec2 k)
 {

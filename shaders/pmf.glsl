@@ -22,9 +22,3 @@ void interpolate_odf(Corners c, out float values[VERTS_PER_LANE])
 		}
 	}
 }
-
-// The value below which PMF entries are ignored, given this lane's maximum.
-float pmf_floor(float lane_max)
-{
-	return pc.track.z * subgroupMax(lane_max);
-}

@@ -403,7 +403,7 @@ static const struct {
 	{ ROI_JOB(", \"tracking\": []"), "tracking", "must be an object" },
 	{ ROI_JOB(", \"direction_getter\": 1"), "direction_getter", "must be a string" },
 	{ ROI_JOB(", \"direction_getter\": \"det\""), "direction_getter",
-	  "must be one of \"prob\", got \"det\"" },
+	  "must be one of \"prob\", \"boot\", got \"det\"" },
 	{ ROI_JOB(", \"output\": \"out.trk\""), "output", "must be an object" },
 	{ ROI_JOB(", \"output\": {\"format\": \"trx\"}"), "output.format",
 	  "must be one of \"trk\", \"tck\", got \"trx\"" },
@@ -633,10 +633,13 @@ static const struct {
 	{ "{\"inputs\": {\"sh\": \"s\", \"sh_basis\": \"tournier07\", \"stop_map\": \"f\"}, "
 	  ROI_SEEDS ", \"model\": \"csd\"}", "model", "applies to inputs.dwi only" },
 	/* the model itself */
-	{ DWI_JOB(", \"model\": \"dti\""), "model", "must be one of \"csd\", got \"dti\"" },
-	{ DWI_JOB(", \"model\": 8"), "model", "must be a model name (\"csd\") or an object" },
+	{ DWI_JOB(", \"model\": \"dti\""), "model",
+	  "must be one of \"csd\", \"opdt\", \"csa\", got \"dti\"" },
+	{ DWI_JOB(", \"model\": 8"), "model",
+	  "must be a model name (\"csd\", \"opdt\", \"csa\") or an object" },
 	{ DWI_JOB(", \"model\": null"), "model", "must be a model name" },
-	{ MODEL_JOB("\"name\": \"msmt\""), "model.name", "must be one of \"csd\", got \"msmt\"" },
+	{ MODEL_JOB("\"name\": \"msmt\""), "model.name",
+	  "must be one of \"csd\", \"opdt\", \"csa\", got \"msmt\"" },
 	{ MODEL_JOB("\"order\": 8"), "model.order", "unknown field (known: name, sh_order," },
 	{ MODEL_JOB("\"sh_order\": 7"), "model.sh_order",
 	  "must be even (symmetric harmonics), got 7" },
@@ -682,6 +685,88 @@ static const struct {
 	{ MODEL_JOB("\"response\": {\"evals\": [0.0017, 0.0003, 0.0003], \"s0\": 100, "
 		    "\"ratio\": 0.2}"), "model.response.ratio", "unknown field (known: evals, s0)" },
 };
+
+/* The boot getter and its models. */
+#define BOOT_JOB(extra) DWI_JOB(", \"direction_getter\": \"boot\"" extra)
+#define BOOT_MODEL_JOB(members) BOOT_JOB(", \"model\": {" members "}")
+
+static const struct {
+	const char *json;
+	const char *field;
+	const char *message;
+} bad_boot[] = {
+	/* boot resamples the raw signal */
+	{ ROI_JOB(", \"direction_getter\": \"boot\""), "direction_getter",
+	  "\"boot\" needs inputs.dwi with bvals and bvecs" },
+	{ "{\"inputs\": {\"sh\": \"s\", \"sh_basis\": \"tournier07\", \"stop_map\": \"f\"}, "
+	  ROI_SEEDS ", \"direction_getter\": \"boot\"}", "direction_getter",
+	  "\"boot\" needs inputs.dwi" },
+	/* each getter has its models */
+	{ BOOT_JOB(", \"model\": \"csd\""), "model",
+	  "must be \"opdt\" or \"csa\" with direction_getter \"boot\", got \"csd\"" },
+	{ BOOT_MODEL_JOB("\"name\": \"csd\""), "model.name",
+	  "must be \"opdt\" or \"csa\" with direction_getter \"boot\"" },
+	{ DWI_JOB(", \"model\": \"opdt\""), "model",
+	  "must be \"csd\" with direction_getter \"prob\" (\"opdt\" and \"csa\" are for "
+	  "\"boot\"), got \"opdt\"" },
+	{ MODEL_JOB("\"name\": \"csa\""), "model.name", "got \"csa\"" },
+	/* members of the other family */
+	{ BOOT_MODEL_JOB("\"tau\": 0.1"), "model.tau",
+	  "applies to model \"csd\", not \"opdt\"" },
+	{ BOOT_MODEL_JOB("\"name\": \"csa\", \"response\": \"auto\""), "model.response",
+	  "applies to model \"csd\", not \"csa\"" },
+	{ MODEL_JOB("\"sh_lambda\": 0.006"), "model.sh_lambda",
+	  "applies to model \"opdt\" or \"csa\", not \"csd\"" },
+	{ MODEL_JOB("\"min_signal\": 1"), "model.min_signal", "applies to model \"opdt\"" },
+	/* values */
+	{ BOOT_MODEL_JOB("\"sh_order\": 14"), "model.sh_order",
+	  "must be at most 12 for model \"opdt\", got 14" },
+	{ BOOT_MODEL_JOB("\"sh_order\": 5"), "model.sh_order", "must be even" },
+	{ BOOT_MODEL_JOB("\"sh_lambda\": -0.1"), "model.sh_lambda", "must be in [0, 10]" },
+	{ BOOT_MODEL_JOB("\"min_signal\": 0"), "model.min_signal", "must be in (0, 1000000]" },
+	{ BOOT_JOB(", \"tracking\": {\"max_attempts\": 0}"), "tracking.max_attempts",
+	  "must be in [1, 100], got 0" },
+	{ BOOT_JOB(", \"tracking\": {\"max_attempts\": 1.5}"), "tracking.max_attempts",
+	  "must be an integer" },
+	{ DWI_JOB(", \"tracking\": {\"max_attempts\": 5}"), "tracking.max_attempts",
+	  "applies to direction_getter \"boot\" only" },
+};
+
+static void test_boot(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	/* defaults: OPDT at order 4 (GPUStreamlines), DIPY's smoothing */
+	expect_ok(BOOT_JOB(""), NULL, &js);
+	assert_int_equal(js.direction_getter, JOBSPEC_DG_BOOT);
+	assert_int_equal(js.model.name, JOBSPEC_MODEL_OPDT);
+	assert_int_equal(js.model.sh_order, 4);
+	assert_true(js.model.sh_lambda == 0.006);
+	assert_true(js.model.min_signal == 1.0);
+	assert_int_equal(js.max_attempts, 5);
+	jobspec_free(&js);
+	expect_ok(BOOT_JOB(", \"model\": \"csa\", \"tracking\": {\"max_attempts\": 1}"), NULL,
+		  &js);
+	assert_int_equal(js.model.name, JOBSPEC_MODEL_CSA);
+	assert_int_equal(js.model.sh_order, 4);
+	assert_int_equal(js.max_attempts, 1);
+	jobspec_free(&js);
+	expect_ok(BOOT_MODEL_JOB("\"name\": \"opdt\", \"sh_order\": 8, \"sh_lambda\": 0, "
+				 "\"min_signal\": 0.5"), NULL, &js);
+	assert_int_equal(js.model.sh_order, 8);
+	assert_true(js.model.sh_lambda == 0.0);
+	assert_true(js.model.min_signal == 0.5);
+	jobspec_free(&js);
+	/* prob keeps CSD at order 8 */
+	expect_ok(DWI_JOB(""), NULL, &js);
+	assert_int_equal(js.direction_getter, JOBSPEC_DG_PROB);
+	assert_int_equal(js.model.name, JOBSPEC_MODEL_CSD);
+	assert_int_equal(js.model.sh_order, 8);
+	jobspec_free(&js);
+	for (size_t i = 0; i < ARRAY_SIZE(bad_boot); i++)
+		expect_error(bad_boot[i].json, bad_boot[i].field, bad_boot[i].message);
+}
 
 static void test_bad_inputs_and_models(void **state)
 {
@@ -1158,6 +1243,14 @@ static void test_example_valid(void **state)
 	assert_int_equal(js.model.sh_order, 8);
 	jobspec_free(&js);
 
+	example_path(path, sizeof(path), "boot-phantom.json");
+	if (jobspec_load_file(path, &js, &err))
+		fail_msg("%s: field \"%s\": %s", path, err.field, err.message);
+	assert_int_equal(js.direction_getter, JOBSPEC_DG_BOOT);
+	assert_int_equal(js.model.name, JOBSPEC_MODEL_OPDT);
+	assert_int_equal(js.max_attempts, 5);
+	jobspec_free(&js);
+
 	example_path(path, sizeof(path), "mrtrix-fod.json");
 	if (jobspec_load_file(path, &js, &err))
 		fail_msg("%s: field \"%s\": %s", path, err.field, err.message);
@@ -1173,6 +1266,7 @@ static const struct {
 	const char *field;
 } invalid_examples[] = {
 	{ "invalid-both-seed-kinds.json", "seeds" },
+	{ "invalid-boot-on-odf.json", "direction_getter" },
 	{ "invalid-count-with-points.json", "seeds.count" },
 	{ "invalid-direction-getter.json", "direction_getter" },
 	{ "invalid-duplicate-key.json", "" },
@@ -1241,6 +1335,7 @@ int main(void)
 		cmocka_unit_test(test_load_file_size_limit),
 		cmocka_unit_test(test_load_fifo),
 		cmocka_unit_test(test_input_file_table),
+		cmocka_unit_test(test_boot),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
 	};

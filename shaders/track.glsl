@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: MIT
+// Pass 2 of tracking, common to the direction getters: one streamline per
+// subgroup, both halves. From the seed, each half asks the getter for a
+// direction, steps step_size voxels, and stops when the getter fails, when
+// the new point is outside the image or where the stop map <= fa_threshold
+// (that point is not kept), or after max_steps steps. The backward half
+// (along -first) is stored below the seed's slot and the forward half above
+// it, so the streamline is contiguous without reversing.
+//
+// The including kernel declares the buffers fa, line_start, line_id, points
+// and ranges (layout in prob_track.comp's header), and defines
+//   bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
+//   void prepare_workgroup()   (runs once per workgroup before tracking)
+// counter = (step, global seed index, 2 * direction index + half, 0).
+
+// DIPY ThresholdStoppingCriterion: TRACKPOINT only inside and above threshold.
+bool still_tracking(vec3 p)
+{
+	Corners c;
+	if (!corners_at(p, pc.dim.xyz, c))
+		return false;
+	float v = 0.0;
+	for (int q = 0; q < 8; q++)
+		v += c.weight[q] * fa[c.voxel[q]];
+	return v > pc.track.w;
+}
+
+// Tracks one half; returns its number of points including the seed and adds
+// its length in mm to length_mm.
+uint track_half(vec3 p, vec3 dir, uint seed_slot, int sign, uvec4 counter, inout float length_mm)
+{
+	uint lane = gl_SubgroupInvocationID;
+	uint i;
+	for (i = 1; i <= pc.work.z; i++) {
+		counter.x = i;
+		if (!next_direction(p, dir, counter))
+			break;
+		p += pc.track.x * dir;
+		if (!still_tracking(p))
+			break;
+		length_mm += step_mm(pc.track.x * dir);
+		if (lane < 3)
+			points[uint(int(seed_slot) + sign * int(i)) * 3 + lane] = p[lane];
+	}
+	return i;
+}
+
+void main()
+{
+	prepare_workgroup();
+	uint item = item_index();
+	if (item >= pc.work.x + pc.work.y)
+		return;
+	uint lane = gl_SubgroupInvocationID;
+	uint max_steps = pc.work.z;
+	vec3 seed = vec3(line_start[6 * item], line_start[6 * item + 1], line_start[6 * item + 2]);
+	vec3 first = vec3(line_start[6 * item + 3], line_start[6 * item + 4], line_start[6 * item + 5]);
+	uint seed_slot = item * (2 * max_steps + 1) + max_steps;
+	uvec4 counter = uvec4(0, line_id[2 * item], 2 * line_id[2 * item + 1], 0);
+
+	if (lane < 3)
+		points[seed_slot * 3 + lane] = seed[lane];
+	float length_mm = 0.0;
+	uint n_back = track_half(seed, -first, seed_slot, -1, counter, length_mm);
+	counter.z += 1;
+	uint n_fwd = track_half(seed, first, seed_slot, 1, counter, length_mm);
+	if (lane == 0) {
+		ranges[3 * item] = seed_slot - (n_back - 1);
+		ranges[3 * item + 1] = n_back - 1 + n_fwd;
+		ranges[3 * item + 2] = floatBitsToUint(length_mm);
+	}
+}
