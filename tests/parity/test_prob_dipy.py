@@ -9,7 +9,7 @@ seeds.points in voxel space) with matched semantics (reference §2.1, §2.3, §3
         min_separation_angle=45), ThresholdStoppingCriterion(fa, 0.1),
         LocalTracking(step_size=0.5, maxlen=500, return_all=True), identity
         affine (voxel space, as the engine tracks), with the backward half
-        started from -first (see LocalTrackingMinusFirst: DIPY 1.6 mutates it).
+        started from -first (conftest's LocalTrackingMinusFirst: DIPY 1.6 mutates it).
 
 The random walks differ (numpy's generator vs Philox), so the comparison is
 statistical: streamlines per seed, mean and median length in points, and the
@@ -22,11 +22,10 @@ import time
 import numpy as np
 import pytest
 
-from conftest import format_table, load_trk, run_job, summarize
+from conftest import LocalTrackingMinusFirst, format_table, load_trk, run_job, summarize
 
 from dipy.data import get_sphere
 from dipy.direction import ProbabilisticDirectionGetter
-from dipy.tracking.local_tracking import LocalTracking
 from dipy.tracking.stopping_criterion import ThresholdStoppingCriterion
 from dipy.tracking.utils import random_seeds_from_mask
 
@@ -61,22 +60,6 @@ TOL_MEAN_LEN_REL = 0.05
 TOL_MEDIAN_LEN_REL = 0.05
 # Valid-connection fraction, absolute, in percentage points / 100.
 TOL_VALID_FRACTION_ABS = 0.05
-
-
-class LocalTrackingMinusFirst(LocalTracking):
-    """LocalTracking whose backward half starts from -first, as tractd's does.
-
-    DIPY 1.6's local_tracker writes each new direction into the first_step
-    array it is given, so LocalTracking's `first_step = -first_step` is the
-    opposite of the LAST forward direction, not of the seed's peak (checked:
-    after a forward half the array holds the direction of the final, rejected
-    step). On the default phantom that raises the mean length by ~6 %, lowers
-    the valid-connection fraction by ~7 pp and lets lines fold back at the
-    seed. Passing a copy restores -first (reference §2.1).
-    """
-
-    def _tracker(self, seed, first_step, streamline):
-        return super()._tracker(seed, first_step.copy(), streamline)
 
 
 def dipy_track(phantom, seeds, random_seed):
