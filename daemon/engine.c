@@ -441,6 +441,8 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 	}
 	if (r == 0)
 		r = load_stop_map(job, in, err);
+	if (in->boot_getter)
+		fit_result_free(&in->fit);   /* its FA is now the stop map */
 	if (r < 0 || in->boot_getter)
 		return r;
 	clip_negative(&in->odf);

@@ -129,3 +129,33 @@ def test_tractctl_uploads_tables_not_settings(tractctl, daemon, phantom, tmp_pat
     assert p.returncode != 0
     assert "no-such-sh.nii.gz" in p.stderr, p.stderr
     assert "tournier07" not in p.stderr, p.stderr
+
+
+def test_boot_job_matches_cli_and_is_cached_apart(daemon, phantom, tractd, tmp_path):
+    """A boot job over HTTP gives the bytes of `tractd run`; its inputs (the
+    DWI and the OPDT matrices) are cached apart from a CSD fit of the same
+    files, and a second boot job reuses them."""
+    ids = _upload_dwi(daemon.api, phantom)
+    roi = ids.pop("roi")
+    job = _dwi_job(phantom, ids, roi, count=200, rng_seed=3)
+    job["direction_getter"] = "boot"
+    job["model"] = {"name": "opdt", "sh_order": 4}
+    job["tracking"]["pmf_threshold"] = 0.1
+    before = daemon.api.get_json("/v1/device")["cache"]
+    doc, trk = run_to_completion(daemon.api, job)
+    after = daemon.api.get_json("/v1/device")["cache"]
+    assert doc["status"] == "done", doc
+    assert after["misses"] == before["misses"] + 1, (before, after)
+
+    local = json.loads(json.dumps(job))
+    local["inputs"] = {k: str(phantom.path(v)) for k, v in DWI_INPUTS.items()}
+    local["seeds"]["roi"] = str(phantom.path("seed_roi.nii.gz"))
+    (tmp_path / "boot.json").write_text(json.dumps(local))
+    subprocess.run([tractd, "run", str(tmp_path / "boot.json"), "-o", str(tmp_path / "boot.trk"),
+                    "-q"], check=True, timeout=300)
+    assert_same_trk(trk, (tmp_path / "boot.trk").read_bytes(), "boot job over HTTP")
+
+    again, trk_again = run_to_completion(daemon.api, job)
+    assert daemon.api.get_json("/v1/device")["cache"]["hits"] == after["hits"] + 1
+    assert again["seconds"]["load"] < 1e-3, again["seconds"]
+    assert_same_trk(trk_again, trk, "second boot job")
