@@ -87,7 +87,7 @@ static const char usage_text[] =
 "                            --bvalue 2000\n"
 "      --bvalue B            DWI b-value of the first shell in s/mm^2 (over 50, at\n"
 "                            most 20000; default 1000)\n"
-"      --no-dwi              skip the DWI series (dwi.*, mask, job_dwi.json)\n"
+"      --no-dwi              skip the DWI series (dwi.*, mask, job_dwi/job_boot.json)\n"
 "\n"
 "Common options:\n"
 "  -q, --quiet               errors only\n"

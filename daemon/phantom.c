@@ -958,6 +958,26 @@ static int write_dwi_job(const char *outdir, const struct phantom_params *p,
 	return save_job(outdir, "job_dwi.json", job, err);
 }
 
+/* The bootstrap getter on the raw DWI, with GPUStreamlines' default model
+ * (OPDT, order 4) and DIPY's pmf threshold. */
+static int write_boot_job(const char *outdir, const struct phantom_params *p,
+			  const struct phantom_names *n, struct errbuf *err)
+{
+	json_t *inputs = json_pack("{s:s, s:s, s:s, s:s}", "dwi", n->dwi, "bvals", DWI_BVAL_NAME,
+				   "bvecs", DWI_BVEC_NAME, "mask", n->mask);
+	json_t *job = tracking_job(inputs, p, n, "tracks_boot.trk");
+
+	if (job && (json_object_set_new(job, "direction_getter", json_string("boot")) != 0 ||
+		    json_object_set_new(job, "model", json_pack("{s:s, s:i}", "name", "opdt",
+								"sh_order", 4)) != 0 ||
+		    json_object_set_new(json_object_get(job, "tracking"), "pmf_threshold",
+					json_real(0.1)) != 0)) {
+		json_decref(job);
+		job = NULL;
+	}
+	return save_job(outdir, "job_boot.json", job, err);
+}
+
 /* One row of space-separated values; %.17g round-trips every double. */
 static int write_row(FILE *fp, const double *values, int count)
 {
@@ -1046,6 +1066,8 @@ int phantom_generate(const struct phantom_params *p, const char *outdir, struct 
 		rc = write_gradients(outdir, &dwi.gradients, err);
 	if (!rc && p->write_dwi)
 		rc = write_dwi_job(outdir, p, &names, err);
+	if (!rc && p->write_dwi)
+		rc = write_boot_job(outdir, p, &names, err);
 	free_volumes(&volumes);
 	sphere_free(&sphere);
 	free_gradients(&dwi.gradients);

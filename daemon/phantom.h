@@ -29,6 +29,7 @@
  *                    the first row before giving the file to them
  *   mask.nii.gz      brain mask: 1 except a one-voxel border of 0
  *   job_dwi.json     job.json's tracking on the raw DWI (DTI FA stop map, CSD ODF)
+ *   job_boot.json    the same with the bootstrap getter (OPDT, order 4)
  * Owns nothing after it returns. Does not log.
  */
 #ifndef TRACTD_PHANTOM_H

@@ -25,7 +25,8 @@ RUN_TIMEOUT_S = 300
 PHANTOM_ODF_FILES = ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz", "labels.nii.gz",
                      "bundles.json", "job.json")
 # Written too unless `tractd phantom --no-dwi`.
-PHANTOM_DWI_FILES = ("dwi.nii.gz", "dwi.bval", "dwi.bvec", "mask.nii.gz", "job_dwi.json")
+PHANTOM_DWI_FILES = ("dwi.nii.gz", "dwi.bval", "dwi.bvec", "mask.nii.gz", "job_dwi.json",
+                     "job_boot.json")
 PHANTOM_FILES = PHANTOM_ODF_FILES + PHANTOM_DWI_FILES
 
 

@@ -320,8 +320,8 @@ def test_usage_errors(tractd, args, pattern):
 
 
 def test_phantom_writes_all_files(tractd, tmp_path):
-    """`tractd phantom DIR` writes the eleven files; the volumes share the
-    default grid and both jobs name files that exist. With --no-dwi only the
+    """`tractd phantom DIR` writes the twelve files; the volumes share the
+    default grid and the three jobs name files that exist. With --no-dwi only the
     six of the ODF job."""
     outdir = tmp_path / "ph"
     run_cli(tractd, ["phantom", outdir, "-q"], check=True)
@@ -332,9 +332,11 @@ def test_phantom_writes_all_files(tractd, tmp_path):
     job = json.loads((outdir / "job.json").read_text())
     for path in (job["inputs"]["odf"], job["inputs"]["stop_map"], job["seeds"]["roi"]):
         assert (outdir / path).is_file(), f"job.json names missing {path}"
-    job_dwi = json.loads((outdir / "job_dwi.json").read_text())
-    for path in (*job_dwi["inputs"].values(), job_dwi["seeds"]["roi"]):
-        assert (outdir / path).is_file(), f"job_dwi.json names missing {path}"
+    for name in ("job_dwi.json", "job_boot.json"):
+        job_dwi = json.loads((outdir / name).read_text())
+        for path in (*job_dwi["inputs"].values(), job_dwi["seeds"]["roi"]):
+            assert (outdir / path).is_file(), f"{name} names missing {path}"
+    assert json.loads((outdir / "job_boot.json").read_text())["direction_getter"] == "boot"
 
     no_dwi = tmp_path / "no_dwi"
     run_cli(tractd, ["phantom", "--no-dwi", no_dwi, "-q"], check=True)
