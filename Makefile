@@ -21,7 +21,7 @@ SANFLAGS =
 OPT = -O2
 endif
 
-PKGS = vulkan jansson zlib lapacke libmicrohttpd libsystemd libcrypto
+PKGS = vulkan jansson zlib lapacke libmicrohttpd libsystemd libcrypto libzip
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 NIFTI_CFLAGS = -I/usr/include/nifti
