@@ -243,6 +243,12 @@ static zip_source_t *file_source(zip_t *za, FILE *f)
 			close(fd);
 		return NULL;
 	}
+	/* The descriptors share the offset, left at the end by the writes, and
+	 * libzip reads a source starting at 0 from wherever the FILE stands. */
+	if (fseek(copy, 0, SEEK_SET) != 0) {
+		fclose(copy);
+		return NULL;
+	}
 	src = zip_source_filep(za, copy, 0, -1);
 	if (!src)
 		fclose(copy);
