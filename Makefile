@@ -3,12 +3,18 @@
 #   make CC=clang            build with clang
 #   make SANITIZE=1          ASan+UBSan build in build-asan/
 #   make install PREFIX=/usr/local DESTDIR=...
+#   make venv                the tests' Python environment (VENV, default build/venv)
 
 CC ?= cc
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
-PYTHON ?= /usr/bin/python3
+# The tests run in a virtual environment over Debian's Python and its
+# packages (numpy, nibabel, dipy, pytest), adding the pinned PyPI packages of
+# tests/requirements.txt that Debian lacks (trx-python).
+SYSTEM_PYTHON ?= /usr/bin/python3
+VENV ?= build/venv
+PYTHON ?= $(VENV)/bin/python
 SANITIZE ?= 0
 
 ifeq ($(SANITIZE),1)
@@ -21,7 +27,7 @@ SANFLAGS =
 OPT = -O2
 endif
 
-PKGS = vulkan jansson zlib lapacke libmicrohttpd libsystemd libcrypto
+PKGS = vulkan jansson zlib lapacke libmicrohttpd libsystemd libcrypto libzip
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 NIFTI_CFLAGS = -I/usr/include/nifti
@@ -52,7 +58,7 @@ CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-p
 	-Wmissing-prototypes $(shell pkg-config --cflags $(CLIENT_PKGS) 2>/dev/null) $(SANFLAGS) $(CFLAGS)
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
-.PHONY: all check check-unit check-asan check-python demo bench install clean
+.PHONY: all check check-unit check-asan check-python venv demo bench install clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
 $(BUILD)/daemon/%.o: daemon/%.c $(wildcard daemon/*.h) proto/errors.def | $(BUILD)/daemon
@@ -98,7 +104,16 @@ check: all check-unit
 
 check-asan: $(BUILD)/tractd $(BUILD)/tractctl check-unit
 
-check-python: all
+# The stamp makes the venv once per change of the requirements; pip then
+# finds every pin installed and exits at once.
+$(VENV)/.stamp: tests/requirements.txt
+	$(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
+	touch $@
+
+venv: $(VENV)/.stamp
+
+check-python: all $(VENV)/.stamp
 	TRACTD=$(abspath build/tractd) TRACTD_ASAN=$(abspath build-asan/tractd) \
 		TRACTCTL=$(abspath build/tractctl) \
 		$(PYTHON) -m pytest -q tests/parity tests/engine tests/daemon

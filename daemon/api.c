@@ -269,19 +269,24 @@ struct follower {
 	struct jobs *jobs;
 	char id[JOB_ID_LEN + 1];
 	int fd;
+	bool streams;           /* the format is readable while it grows (not TRX) */
 };
 
 /* MHD's content reader: hands out what the spool holds and, while the job
- * runs, waits for more. Blocks only this connection's thread. */
+ * runs, waits for more. A format that is useless until complete (TRX, whose
+ * zip directory comes last) is handed out only once the job is done: until
+ * then it waits for the job to end, not for bytes. Blocks only this
+ * connection's thread. */
 static ssize_t follow_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct follower *f = cls;
 	struct job_info info;
 
 	for (;;) {
-		if (jobs_wait(f->jobs, f->id, pos, FOLLOW_WAIT_MS, &info) < 0)
+		if (jobs_wait(f->jobs, f->id, f->streams ? pos : UINT64_MAX, FOLLOW_WAIT_MS,
+			      &info) < 0)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
-		if (info.bytes > pos) {
+		if (info.bytes > pos && (f->streams || info.state == JOB_DONE)) {
 			size_t n = info.bytes - pos < max ? (size_t)(info.bytes - pos) : max;
 			ssize_t got;
 			if (f->fd < 0) {
@@ -330,6 +335,7 @@ static enum MHD_Result answer_tractogram(struct api *api, struct MHD_Connection 
 		return MHD_NO;
 	f->jobs = api->cfg.jobs;
 	f->fd = -1;
+	f->streams = output_format_streams(info.format);
 	snprintf(f->id, sizeof(f->id), "%s", id);
 	resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK_BYTES, follow_read,
 						 f, follow_free);
@@ -407,14 +413,18 @@ static bool wants_stream(struct MHD_Connection *conn)
 }
 
 /* ?wait=stream: the answer is the tractogram, or the job's error when it
- * fails before writing anything. */
+ * fails before writing anything; for a format written whole at the end
+ * (TRX), the finished file or the job's error. */
 static enum MHD_Result answer_stream(struct api *api, struct MHD_Connection *conn,
 				     const struct job_info *queued)
 {
 	struct job_info info = *queued;
+	bool streams = output_format_streams(queued->format);
 
-	while (info.bytes == 0 && (info.state == JOB_QUEUED || info.state == JOB_RUNNING))
-		if (jobs_wait(api->cfg.jobs, queued->id, 0, FOLLOW_WAIT_MS, &info) < 0)
+	while ((info.bytes == 0 || !streams) &&
+	       (info.state == JOB_QUEUED || info.state == JOB_RUNNING))
+		if (jobs_wait(api->cfg.jobs, queued->id, streams ? 0 : UINT64_MAX, FOLLOW_WAIT_MS,
+			      &info) < 0)
 			return answer_error(api, conn, ERR_GONE, "", "job %s was deleted", queued->id);
 	if (info.state == JOB_FAILED) {
 		enum api_error e = job_error_kind(&info);

@@ -1273,9 +1273,13 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 		r = prepare_gpu(gpu, &plan, in, &g, stats, err);
 	if (r == 0)
 		r = alloc_host(&plan, &h, err);
-	if (r == 0)
+	if (r == 0) {
+		struct output_options oo = { .with_seeds = job->save_seeds,
+					     .positions = job->output_positions,
+					     .compression = job->output_compression };
 		r = output_writer_new(job->output_format, out, grid_of(in)->dim, grid_of(in)->affine,
-				      job->save_seeds, &run.out, err);
+				      &oo, &run.out, err);
+	}
 	if (r == 0)
 		r = track_all(&run, err);
 	if (run.out) {

@@ -96,7 +96,11 @@ struct member {
 static const char *const direction_getters[] = { "prob", "boot", NULL };
 static const char *const seed_spaces[] = { "voxel", "ras", NULL };
 /* In enum output_format order. */
-static const char *const output_formats[] = { "trk", "tck", NULL };
+static const char *const output_formats[] = { "trk", "tck", "trx", NULL };
+/* In enum trx_positions order. */
+static const char *const output_positions[] = { "float32", "float16", NULL };
+/* In enum trx_compression order. */
+static const char *const output_compressions[] = { "store", "deflate", NULL };
 /* In enum sh_basis order. */
 static const char *const sh_bases[] = { "descoteaux07_legacy", "descoteaux07", "tournier07",
 					"tournier07_legacy", NULL };
@@ -375,6 +379,26 @@ static int parse_output_format(json_t *v, const char *field, struct ctx *c)
 	return rc;
 }
 
+static int parse_output_positions(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, output_positions, &idx, c->err);
+
+	if (!rc)
+		c->js->output_positions = (enum trx_positions)idx;
+	return rc;
+}
+
+static int parse_output_compression(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, output_compressions, &idx, c->err);
+
+	if (!rc)
+		c->js->output_compression = (enum trx_compression)idx;
+	return rc;
+}
+
 static int parse_sh_basis(json_t *v, const char *field, struct ctx *c)
 {
 	int idx;
@@ -595,6 +619,8 @@ static const struct member output_members[] = {
 	CUSTOM("format", parse_output_format),
 	PATH("path", output_path),
 	{ .key = "save_seeds", .kind = K_BOOL, .offset = offsetof(struct jobspec, save_seeds) },
+	CUSTOM("positions", parse_output_positions),
+	CUSTOM("compression", parse_output_compression),
 };
 
 static const struct member root_members[] = {
@@ -853,12 +879,26 @@ static int check_lengths(const struct jobspec *js, struct errbuf *err)
 			  "must be less than tracking.max_length (%s mm), got %s", hi, lo);
 }
 
-/* TCK has no place for per-streamline values. */
-static int check_output(const struct jobspec *js, struct errbuf *err)
+/* TCK has no place for per-streamline values; positions and compression
+ * name TRX's arrays and zip entries, which the other formats do not have, so
+ * giving them elsewhere is a mistake worth reporting rather than ignoring. */
+static int check_output(json_t *output, const struct jobspec *js, struct errbuf *err)
 {
-	if (js->save_seeds && js->output_format != OUTPUT_TRK)
+	static const char *const trx_only[] = { "positions", "compression" };
+
+	if (js->save_seeds && js->output_format == OUTPUT_TCK)
 		return errbuf_set(err, -EINVAL, "output.save_seeds",
-				  "needs output.format \"trk\" (TCK keeps no per-streamline data)");
+				  "needs output.format \"trk\" or \"trx\" (TCK keeps no "
+				  "per-streamline data)");
+	for (size_t i = 0; i < ARRAY_SIZE(trx_only); i++) {
+		char field[32];
+
+		if (js->output_format == OUTPUT_TRX || !json_object_get(output, trx_only[i]))
+			continue;
+		snprintf(field, sizeof(field), "output.%s", trx_only[i]);
+		return errbuf_set(err, -EINVAL, field, "needs output.format \"trx\", got \"%s\"",
+				  output_format_name(js->output_format));
+	}
 	return 0;
 }
 
@@ -899,7 +939,7 @@ static int validate(json_t *root, struct ctx *c)
 	if (!rc)
 		rc = check_lengths(c->js, c->err);
 	if (!rc)
-		rc = check_output(c->js, c->err);
+		rc = check_output(json_object_get(root, "output"), c->js, c->err);
 	if (!rc && !c->js->sphere_name && !c->js->sphere_vertices) {
 		c->js->sphere_name = strdup(DEFAULT_SPHERE);
 		if (!c->js->sphere_name)

@@ -26,7 +26,9 @@
  *                "relative_peak_threshold": 0.25, "min_separation_angle": 45,
  *                "pmf_threshold": 0.05, "max_steps": 500,
  *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only)},
- *   "output":   {"format": "trk" | "tck", "path": PATH, "save_seeds": false}
+ *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
+ *                "positions": "float32" | "float16" (trx only),
+ *                "compression": "store" | "deflate" (trx only)}
  * }
  * Unknown keys anywhere are errors. Relative paths are resolved against
  * base_dir (the job file's directory for the CLI).
@@ -129,9 +131,12 @@ struct jobspec {
 	int max_attempts;               /* boot: bootstrap samples tried per step while
 					 * none has a peak, [1, 100], default 5 */
 
-	enum output_format output_format; /* output.format: "trk" (default) or "tck" */
+	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)
-				     * as TRK data_per_streamline "seeds"; trk only */
+				     * as TRK data_per_streamline "seeds" or TRX
+				     * dps/seeds; not tck */
+	enum trx_positions output_positions;     /* output.positions (trx): float32 default */
+	enum trx_compression output_compression; /* output.compression (trx): store default */
 	char *output_path;          /* output.path, resolved; NULL when not given */
 };
 

@@ -179,11 +179,13 @@ static void report(const struct errbuf *err)
 }
 
 /* Input problems, unreadable or truncated files included, are the user's to
- * fix (3); device limits, memory and output problems are runtime failures (1). */
+ * fix (3); device limits, memory and problems writing the output file are
+ * runtime failures (1). The output's options (format, save_seeds, positions,
+ * compression) are part of the job: invalid ones are the user's too. */
 static int exit_code_for(int r, const struct errbuf *err)
 {
 	if (r == -ENOMEM || r == -E2BIG || strcmp(err->field, "device") == 0 ||
-	    strncmp(err->field, "output", 6) == 0)
+	    strcmp(err->field, "output") == 0 || strcmp(err->field, "output.path") == 0)
 		return EXIT_RUNTIME;
 	return EXIT_INVALID;
 }

@@ -2,8 +2,8 @@
 /*
  * output: the tractogram formats behind one writer interface, so the engine
  * streams records without knowing the format. TRK (TrackVis, voxel-mm,
- * trk.h) and TCK (MRtrix3, RAS+ mm, tck.h). Owns the chosen writer, not the
- * FILE. Does not log.
+ * trk.h), TCK (MRtrix3, RAS+ mm, tck.h) and TRX (zip of RAS+ mm arrays,
+ * trx.h). Owns the chosen writer, not the FILE. Does not log.
  */
 #ifndef TRACTD_OUTPUT_H
 #define TRACTD_OUTPUT_H
@@ -14,24 +14,40 @@
 
 #include "errbuf.h"
 
-enum output_format { OUTPUT_TRK, OUTPUT_TCK };
+#include "trx.h"
+
+enum output_format { OUTPUT_TRK, OUTPUT_TCK, OUTPUT_TRX };
+
+/* What a job may choose beyond the format. positions and compression are
+ * TRX's (jobspec refuses them with other formats; the others ignore them). */
+struct output_options {
+	bool with_seeds;        /* each record carries its seed: TRK "seeds"
+				 * data_per_streamline, TRX dps/seeds; -EINVAL for TCK */
+	enum trx_positions positions;
+	enum trx_compression compression;
+};
 
 struct output_writer;
 
-/* "trk" / "tck". */
+/* "trk" / "tck" / "trx". */
 const char *output_format_name(enum output_format format);
 
-/* Writes the format's header for the reference grid (dims and voxel-to-RAS).
- * with_seeds: each record carries its seed (TRK "seeds" data_per_streamline;
- * -EINVAL for formats without per-streamline data). */
+/* Whether the file is a readable tractogram while it grows (TRK, TCK: whole
+ * records are pushed at each flush). TRX is written whole at finish, so a
+ * reader must wait for the end of the job. */
+bool output_format_streams(enum output_format format);
+
+/* Writes the format's header for the reference grid (dims and voxel-to-RAS);
+ * opts NULL means the defaults (no seeds, float32, stored). */
 int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3],
-		      const double affine[4][4], bool with_seeds, struct output_writer **ret,
-		      struct errbuf *err);
+		      const double affine[4][4], const struct output_options *opts,
+		      struct output_writer **ret, struct errbuf *err);
 /* seed_ras: the streamline's seed in RAS+ mm when the writer has seeds, else NULL. */
 int output_write_streamline(struct output_writer *w, const float *points_vox, uint32_t n,
 			    const float seed_ras[3]);
 int output_flush(struct output_writer *w);
-/* Ends the file (count patched when seekable) and frees the writer. Accepts NULL. */
+/* Ends the file (count patched when seekable; TRX: the whole archive written)
+ * and frees the writer. Accepts NULL. */
 int output_writer_finish(struct output_writer *w);
 
 #endif

@@ -361,6 +361,25 @@ static void test_lengths(void **state)
 	jobspec_free(&js);
 }
 
+/* TRX's own options: defaults, and each value landing in the spec. */
+static void test_trx_output(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(ROI_JOB(", \"output\": {\"format\": \"trx\"}"), NULL, &js);
+	assert_int_equal(js.output_format, OUTPUT_TRX);
+	assert_int_equal(js.output_positions, TRX_POSITIONS_FLOAT32);
+	assert_int_equal(js.output_compression, TRX_COMPRESSION_STORE);
+	jobspec_free(&js);
+	expect_ok(ROI_JOB(", \"output\": {\"format\": \"trx\", \"positions\": \"float16\", "
+			  "\"compression\": \"deflate\", \"save_seeds\": true}"), NULL, &js);
+	assert_int_equal(js.output_positions, TRX_POSITIONS_FLOAT16);
+	assert_int_equal(js.output_compression, TRX_COMPRESSION_DEFLATE);
+	assert_true(js.save_seeds);
+	jobspec_free(&js);
+}
+
 /* ---- unknown fields and types ---- */
 
 static const struct {
@@ -405,12 +424,24 @@ static const struct {
 	{ ROI_JOB(", \"direction_getter\": \"det\""), "direction_getter",
 	  "must be one of \"prob\", \"boot\", got \"det\"" },
 	{ ROI_JOB(", \"output\": \"out.trk\""), "output", "must be an object" },
-	{ ROI_JOB(", \"output\": {\"format\": \"trx\"}"), "output.format",
-	  "must be one of \"trk\", \"tck\", got \"trx\"" },
+	{ ROI_JOB(", \"output\": {\"format\": \"vtk\"}"), "output.format",
+	  "must be one of \"trk\", \"tck\", \"trx\", got \"vtk\"" },
+	{ ROI_JOB(", \"output\": {\"format\": \"tck\", \"positions\": \"float16\"}"),
+	  "output.positions", "needs output.format \"trx\", got \"tck\"" },
+	{ ROI_JOB(", \"output\": {\"positions\": \"float32\"}"), "output.positions",
+	  "needs output.format \"trx\", got \"trk\"" },
+	{ ROI_JOB(", \"output\": {\"format\": \"trk\", \"compression\": \"store\"}"),
+	  "output.compression", "needs output.format \"trx\", got \"trk\"" },
+	{ ROI_JOB(", \"output\": {\"format\": \"trx\", \"positions\": \"float64\"}"),
+	  "output.positions", "must be one of \"float32\", \"float16\", got \"float64\"" },
+	{ ROI_JOB(", \"output\": {\"format\": \"trx\", \"compression\": \"zstd\"}"),
+	  "output.compression", "must be one of \"store\", \"deflate\", got \"zstd\"" },
+	{ ROI_JOB(", \"output\": {\"format\": \"trx\", \"positions\": 16}"),
+	  "output.positions", "must be a string" },
 	{ ROI_JOB(", \"output\": {\"format\": null}"), "output.format", "must be a string" },
 	{ ROI_JOB(", \"output\": {\"save_seeds\": 1}"), "output.save_seeds", "must be a boolean" },
 	{ ROI_JOB(", \"output\": {\"format\": \"tck\", \"save_seeds\": true}"), "output.save_seeds",
-	  "needs output.format \"trk\" (TCK keeps no per-streamline data)" },
+	  "needs output.format \"trk\" or \"trx\" (TCK keeps no per-streamline data)" },
 	{ ROI_JOB(", \"output\": {\"path\": 1}"), "output.path", "must be a string" },
 	{ SEEDS_JOB("\"points\": [[1, 2, 3]], \"space\": 2"), "seeds.space", "must be a string" },
 	{ SEEDS_JOB("\"points\": [[1, 2, 3]], \"space\": \"mm\""), "seeds.space",
@@ -1316,6 +1347,7 @@ int main(void)
 		cmocka_unit_test(test_ranges),
 		cmocka_unit_test(test_range_messages),
 		cmocka_unit_test(test_lengths),
+		cmocka_unit_test(test_trx_output),
 		cmocka_unit_test(test_bad_documents),
 		cmocka_unit_test(test_defaults_dwi),
 		cmocka_unit_test(test_model_members),
