@@ -19,6 +19,7 @@
 
 #include "affine.h"
 #include "boot.h"
+#include "compress.h"
 #include "fit.h"
 #include "gradients.h"
 #include "kernel_params.h"
@@ -87,6 +88,8 @@ struct job_host {
 	uint32_t *line_id;        /* 2 * chunk lines */
 	uint32_t *ranges;         /* 3 * batch_lines: first slot, points, length (float bits) */
 	uint32_t *dest;           /* batch_lines: first packed point, or DROP_LINE */
+	float *compressed;        /* 3 * slot_points when output.compress, else NULL */
+	struct compress_params compress;
 };
 
 #define DROP_LINE 0xffffffffu
@@ -927,6 +930,22 @@ static int alloc_host(const struct job_plan *plan, struct job_host *h, struct er
 	return 0;
 }
 
+/* output.compress: a scratch streamline for compress_streamline. One
+ * streamline is compressed at a time, so the longest one bounds it. */
+static int alloc_compress(const struct job_plan *plan, const struct jobspec *job,
+			  const double affine[4][4], struct job_host *h, struct errbuf *err)
+{
+	if (!job->compress)
+		return 0;
+	compress_params_init(&h->compress, job->compress_tolerance_mm,
+			     job->compress_max_segment_mm, affine);
+	h->compressed = malloc(12ull * plan->slot_points);
+	if (!h->compressed)
+		return errbuf_set(err, -ENOMEM, "", "out of host memory for a streamline of %u "
+				  "points", plan->slot_points);
+	return 0;
+}
+
 static void free_host(struct job_host *h)
 {
 	free(h->seed_xyz);
@@ -936,6 +955,7 @@ static void free_host(struct job_host *h)
 	free(h->line_id);
 	free(h->ranges);
 	free(h->dest);
+	free(h->compressed);
 	memset(h, 0, sizeof(*h));
 }
 
@@ -1054,14 +1074,21 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 
 	for (uint64_t i = 0; i < n_lines; i++) {
 		uint32_t count = h->ranges[3 * i + 1];
+		const float *points;
 		float seed[3];
 		int r;
 
 		if (h->dest[i] == DROP_LINE)
 			continue;
+		points = packed + 3ull * h->dest[i];
+		/* After the length filter: min/max length judge the whole line. */
+		if (h->compressed) {
+			count = compress_streamline(&h->compress, points, count, NULL, h->compressed);
+			points = h->compressed;
+		}
 		if (run->job->save_seeds)
 			seed_ras(run, first_line + i, seed);
-		r = output_write_streamline(run->out, packed + 3ull * h->dest[i], count,
+		r = output_write_streamline(run->out, points, count,
 					    run->job->save_seeds ? seed : NULL);
 		if (r < 0)
 			return errbuf_set(err, r, "output.path", "cannot write the tractogram: %s",
@@ -1273,6 +1300,8 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 		r = prepare_gpu(gpu, &plan, in, &g, stats, err);
 	if (r == 0)
 		r = alloc_host(&plan, &h, err);
+	if (r == 0)
+		r = alloc_compress(&plan, job, grid_of(in)->affine, &h, err);
 	if (r == 0) {
 		struct output_options oo = { .with_seeds = job->save_seeds,
 					     .positions = job->output_positions,

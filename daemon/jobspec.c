@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "compress.h"
 #include "sphere.h"
 
 #define FIELD_MAX sizeof(((struct errbuf *)NULL)->field)
@@ -615,12 +616,37 @@ static const struct member tracking_members[] = {
 	INTEGER("max_attempts", max_attempts, K_INT, 1, 100),
 };
 
+static const struct member compress_members[] = {
+	{ .key = "tolerance_mm", .kind = K_REAL,
+	  .offset = offsetof(struct jobspec, compress_tolerance_mm),
+	  .b = { .min = 0, .max = 10, .min_open = OPEN, .unit = "mm" } },
+	{ .key = "max_segment_mm", .kind = K_REAL,
+	  .offset = offsetof(struct jobspec, compress_max_segment_mm),
+	  .b = { .min = 0, .max = 1000, .min_open = OPEN, .unit = "mm" } },
+};
+
+/* null (or false) leaves compression off; true turns it on with DIPY's
+ * defaults, an object with its own tolerances. */
+static int parse_output_compress(json_t *v, const char *field, struct ctx *c)
+{
+	if (json_is_null(v) || json_is_boolean(v)) {
+		c->js->compress = json_is_true(v);
+		return 0;
+	}
+	if (!json_is_object(v))
+		return type_error(c->err, field, "null, true or an object {\"tolerance_mm\": ..., "
+				  "\"max_segment_mm\": ...}");
+	c->js->compress = true;
+	return walk_object(v, field, compress_members, ARRAY_SIZE(compress_members), c);
+}
+
 static const struct member output_members[] = {
 	CUSTOM("format", parse_output_format),
 	PATH("path", output_path),
 	{ .key = "save_seeds", .kind = K_BOOL, .offset = offsetof(struct jobspec, save_seeds) },
 	CUSTOM("positions", parse_output_positions),
 	CUSTOM("compression", parse_output_compression),
+	CUSTOM("compress", parse_output_compress),
 };
 
 static const struct member root_members[] = {
@@ -924,6 +950,8 @@ static void set_defaults(struct jobspec *js)
 	js->model.sh_lambda = 0.006;
 	js->model.min_signal = 1.0;
 	js->max_attempts = 5;
+	js->compress_tolerance_mm = COMPRESS_DEFAULT_TOLERANCE_MM;
+	js->compress_max_segment_mm = COMPRESS_DEFAULT_MAX_SEGMENT_MM;
 }
 
 static int validate(json_t *root, struct ctx *c)

@@ -28,7 +28,8 @@
  *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only)},
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
  *                "positions": "float32" | "float16" (trx only),
- *                "compression": "store" | "deflate" (trx only)}
+ *                "compression": "store" | "deflate" (trx only),
+ *                "compress": null | true | {"tolerance_mm": 0.01, "max_segment_mm": 10}}
  * }
  * Unknown keys anywhere are errors. Relative paths are resolved against
  * base_dir (the job file's directory for the CLI).
@@ -137,6 +138,10 @@ struct jobspec {
 				     * dps/seeds; not tck */
 	enum trx_positions output_positions;     /* output.positions (trx): float32 default */
 	enum trx_compression output_compression; /* output.compression (trx): store default */
+	bool compress;              /* output.compress: true or an object drops points as
+				     * DIPY's compress_streamlines; null/absent/false: off */
+	double compress_tolerance_mm;   /* output.compress.tolerance_mm, (0, 10], default 0.01 */
+	double compress_max_segment_mm; /* output.compress.max_segment_mm, (0, 1000], default 10 */
 	char *output_path;          /* output.path, resolved; NULL when not given */
 };
 

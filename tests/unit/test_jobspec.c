@@ -380,6 +380,42 @@ static void test_trx_output(void **state)
 	jobspec_free(&js);
 }
 
+/* output.compress: off unless given, true for the defaults, an object for
+ * tolerances of its own; any format. */
+static void test_compress_output(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(ROI_JOB(""), NULL, &js);
+	assert_false(js.compress);
+	assert_true(js.compress_tolerance_mm == 0.01);
+	assert_true(js.compress_max_segment_mm == 10);
+	jobspec_free(&js);
+	expect_ok(ROI_JOB(", \"output\": {\"compress\": null}"), NULL, &js);
+	assert_false(js.compress);
+	jobspec_free(&js);
+	expect_ok(ROI_JOB(", \"output\": {\"format\": \"tck\", \"compress\": true}"), NULL, &js);
+	assert_true(js.compress);
+	assert_true(js.compress_tolerance_mm == 0.01);
+	assert_true(js.compress_max_segment_mm == 10);
+	jobspec_free(&js);
+	expect_ok(ROI_JOB(", \"output\": {\"format\": \"trx\", \"compress\": "
+			  "{\"tolerance_mm\": 0.1}}"), NULL, &js);
+	assert_true(js.compress);
+	assert_true(js.compress_tolerance_mm == 0.1);
+	assert_true(js.compress_max_segment_mm == 10);
+	jobspec_free(&js);
+	expect_ok(ROI_JOB(", \"output\": {\"compress\": {\"tolerance_mm\": 10, "
+			  "\"max_segment_mm\": 1000}}"), NULL, &js);
+	assert_true(js.compress_tolerance_mm == 10);
+	assert_true(js.compress_max_segment_mm == 1000);
+	jobspec_free(&js);
+	expect_ok(ROI_JOB(", \"output\": {\"compress\": {}}"), NULL, &js);
+	assert_true(js.compress);
+	jobspec_free(&js);
+}
+
 /* ---- unknown fields and types ---- */
 
 static const struct {
@@ -393,7 +429,7 @@ static const struct {
 	  "inputs.fa", "unknown field (known: odf, sh, sh_basis, sh_frame, dwi, bvals, bvecs, mask, stop_map)" },
 	{ "{" INPUTS ", \"seeds\": {\"roi\": \"r\", \"cnt\": 5}}", "seeds.cnt", "unknown field" },
 	{ TRACKING_JOB("\"stepsize\": 0.5"), "tracking.stepsize", "unknown field (known: sphere," },
-	{ ROI_JOB(", \"output\": {\"compress\": true}"), "output.compress", "unknown field" },
+	{ ROI_JOB(", \"output\": {\"gzip\": true}"), "output.gzip", "unknown field" },
 	{ TRACKING_JOB("\"sphere\": {\"faces\": []}"), "tracking.sphere.faces", "unknown field" },
 	/* wrong JSON types */
 	{ "{\"inputs\": \"odf.nii.gz\", " ROI_SEEDS "}", "inputs", "must be an object" },
@@ -443,6 +479,20 @@ static const struct {
 	{ ROI_JOB(", \"output\": {\"format\": \"tck\", \"save_seeds\": true}"), "output.save_seeds",
 	  "needs output.format \"trk\" or \"trx\" (TCK keeps no per-streamline data)" },
 	{ ROI_JOB(", \"output\": {\"path\": 1}"), "output.path", "must be a string" },
+	{ ROI_JOB(", \"output\": {\"compress\": 0.01}"), "output.compress",
+	  "must be null, true or an object" },
+	{ ROI_JOB(", \"output\": {\"compress\": {\"tolerance_mm\": 0}}"),
+	  "output.compress.tolerance_mm", "must be in (0, 10] mm, got 0" },
+	{ ROI_JOB(", \"output\": {\"compress\": {\"tolerance_mm\": 10.5}}"),
+	  "output.compress.tolerance_mm", "must be in (0, 10] mm, got 10.5" },
+	{ ROI_JOB(", \"output\": {\"compress\": {\"tolerance_mm\": \"0.1\"}}"),
+	  "output.compress.tolerance_mm", "must be a number" },
+	{ ROI_JOB(", \"output\": {\"compress\": {\"max_segment_mm\": -1}}"),
+	  "output.compress.max_segment_mm", "must be in (0, 1000] mm, got -1" },
+	{ ROI_JOB(", \"output\": {\"compress\": {\"max_segment_mm\": 1001}}"),
+	  "output.compress.max_segment_mm", "must be in (0, 1000] mm, got 1001" },
+	{ ROI_JOB(", \"output\": {\"compress\": {\"tol_error\": 0.1}}"),
+	  "output.compress.tol_error", "unknown field (known: tolerance_mm, max_segment_mm)" },
 	{ SEEDS_JOB("\"points\": [[1, 2, 3]], \"space\": 2"), "seeds.space", "must be a string" },
 	{ SEEDS_JOB("\"points\": [[1, 2, 3]], \"space\": \"mm\""), "seeds.space",
 	  "must be one of \"voxel\", \"ras\", got \"mm\"" },
@@ -1348,6 +1398,7 @@ int main(void)
 		cmocka_unit_test(test_range_messages),
 		cmocka_unit_test(test_lengths),
 		cmocka_unit_test(test_trx_output),
+		cmocka_unit_test(test_compress_output),
 		cmocka_unit_test(test_bad_documents),
 		cmocka_unit_test(test_defaults_dwi),
 		cmocka_unit_test(test_model_members),
