@@ -165,7 +165,7 @@ static const char wait_help[] =
 "  tractctl wait j-5c2f9a0d1e7b4c36 && tractctl fetch j-5c2f9a0d1e7b4c36\n";
 
 static const char fetch_help[] =
-"Usage: tractctl fetch ID [-o FILE]\n"
+"Usage: tractctl fetch ID [-o FILE] [--format trk|tck|trx]\n"
 "\n"
 "Downloads the tractogram of job ID. While the job runs, the daemon streams\n"
 "what exists and follows the job until it ends, so fetch may be started right\n"
@@ -177,6 +177,10 @@ static const char fetch_help[] =
 "Options:\n"
 "  -o, --output FILE   write to FILE ('-': standard output); default: ID.trk,\n"
 "                      ID.tck or ID.trx, after the job's output format\n"
+"                      (or --format)\n"
+"      --format FMT    trk, tck or trx: the daemon converts the finished\n"
+"                      result (only a done job converts; its own format\n"
+"                      streams while it runs)\n"
 "      --json          print the finished job's document; not with -o -\n"
 "and the options of every command (tractctl --help).\n"
 "\n"
@@ -222,13 +226,14 @@ static const struct command_spec commands[CMD_COUNT] = {
 	[CMD_DEVICE] = { "device", NULL, false, device_help },
 };
 
-enum option_id { OPT_SOCKET = 256, OPT_SERVER, OPT_TIMEOUT, OPT_JSON };
+enum option_id { OPT_SOCKET = 256, OPT_SERVER, OPT_TIMEOUT, OPT_JSON, OPT_FORMAT };
 
 static const struct option long_options[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "server", required_argument, NULL, OPT_SERVER },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "json", no_argument, NULL, OPT_JSON },
+	{ "format", required_argument, NULL, OPT_FORMAT },
 	{ "output", required_argument, NULL, 'o' },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
@@ -310,6 +315,15 @@ static int check_server_url(const char *url)
 	return ARGS_RUN;
 }
 
+/* The formats the daemon writes and converts to (API.md). */
+static int parse_format(const char *arg, const char **ret)
+{
+	if (strcmp(arg, "trk") != 0 && strcmp(arg, "tck") != 0 && strcmp(arg, "trx") != 0)
+		return bad_argument("invalid --format (trk, tck or trx)", arg);
+	*ret = arg;
+	return ARGS_RUN;
+}
+
 static int parse_option(struct tctl_args *args, struct seen *seen, int opt, const char *arg,
 			const char *arg_text)
 {
@@ -318,6 +332,7 @@ static int parse_option(struct tctl_args *args, struct seen *seen, int opt, cons
 	case OPT_SERVER: args->server_url = arg; return check_server_url(arg);
 	case OPT_TIMEOUT: return parse_timeout(arg, &args->connect_timeout_ms);
 	case OPT_JSON: args->json = true; return ARGS_RUN;
+	case OPT_FORMAT: return parse_format(arg, &args->format);
 	case 'o': args->output = arg; return ARGS_RUN;
 	case 'q': args->quiet = true; return ARGS_RUN;
 	case 'h': seen->help = true; return ARGS_RUN;
@@ -394,6 +409,10 @@ static int check_command_arguments(const struct tctl_args *args, int operands)
 	}
 	if (args->output && !*args->output)
 		return args_usage_error(args->command, "empty -o/--output");
+	if (args->format && args->command != CMD_FETCH) {
+		snprintf(message, sizeof(message), "'%s' has no --format", spec->name);
+		return args_usage_error(args->command, message);
+	}
 	if (args->output && args->json && strcmp(args->output, "-") == 0)
 		return args_usage_error(args->command,
 					"--json and -o - would both write to standard output");

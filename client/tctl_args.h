@@ -29,6 +29,7 @@ struct tctl_args {
 	enum tctl_command command;
 	const char *operand;       /* JOB.json or ID; NULL for commands without one */
 	const char *output;        /* -o FILE, "-" for standard output; NULL when not given */
+	const char *format;        /* fetch --format: trk, tck or trx; NULL: the job's own */
 	const char *server_url;    /* --server; NULL to use socket_path */
 	const char *socket_path;   /* the daemon's Unix socket, when server_url is NULL */
 	long connect_timeout_ms;

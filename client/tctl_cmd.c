@@ -107,15 +107,21 @@ static int job_outcome(const char *id, const json_t *job)
 	return TCTL_EXIT_JOB_FAILED;
 }
 
-static int download_tractogram(struct http_client *c, const char *id, struct output *out,
-			       uint64_t *bytes)
+/* format: another format than the job's, converted by the daemon; NULL for
+ * the job's own. */
+static int download_tractogram(struct http_client *c, const char *id, const char *format,
+			       struct output *out, uint64_t *bytes)
 {
-	char *path = job_path(c, id, "/tractogram");
+	char suffix[40];
+	char *path;
 	char meter[256];
 	const struct http_file sink = { .stream = out->stream, .name = output_name(out),
 					.meter = meter };
 	int code;
 
+	snprintf(suffix, sizeof(suffix), "/tractogram%s%s", format ? "?format=" : "",
+		 format ? format : "");
+	path = job_path(c, id, suffix);
 	if (!path)
 		return TCTL_EXIT_LOCAL;
 	snprintf(meter, sizeof(meter), "downloading %s", id);
@@ -167,7 +173,7 @@ static int follow_into(struct http_client *c, const char *id, struct output *out
 	if (code == TCTL_EXIT_OK)
 		code = job_outcome(id, *final);
 	if (code == TCTL_EXIT_OK)
-		code = download_tractogram(c, id, out, &bytes);
+		code = download_tractogram(c, id, NULL, out, &bytes);
 	return code;
 }
 
@@ -335,7 +341,8 @@ static int explain_failed_download(struct http_client *c, const char *id, int do
 	return code;
 }
 
-static int fetch_to(struct http_client *c, const struct tctl_args *args, const char *out_path)
+static int fetch_to(struct http_client *c, const struct tctl_args *args, const char *format,
+		    const char *out_path)
 {
 	const char *id = args->operand;
 	json_t *final = NULL;
@@ -346,7 +353,7 @@ static int fetch_to(struct http_client *c, const struct tctl_args *args, const c
 
 	if (code != TCTL_EXIT_OK)
 		return code;
-	code = download_tractogram(c, id, &out, &bytes);
+	code = download_tractogram(c, id, format, &out, &bytes);
 	if (code == TCTL_EXIT_OK)
 		code = check_fetched_job(c, id, &final);
 	else
@@ -381,15 +388,21 @@ int cmd_fetch(struct http_client *c, const struct tctl_args *args)
 		json_decref(job);
 		return code;
 	}
-	/* The default name takes the job's format as its extension (trk, tck). */
+	/* The default name takes the format as its extension (trk, tck, trx). */
 	format = json_string_value(json_object_get(job, "format"));
-	if (!args->output && asprintf(&default_path, "%s.%s", id, format ? format : "trk") < 0) {
+	if (!format)
+		format = "trk";
+	if (!args->output && asprintf(&default_path, "%s.%s", id,
+				      args->format ? args->format : format) < 0) {
 		json_decref(job);
 		msg_error("out of memory");
 		return TCTL_EXIT_LOCAL;
 	}
+	/* The job's own format is asked for plainly, so that it streams while
+	 * the job runs; another one is converted by the daemon once it is done. */
+	code = fetch_to(c, args, args->format && strcmp(args->format, format) != 0 ?
+			args->format : NULL, args->output ? args->output : default_path);
 	json_decref(job);
-	code = fetch_to(c, args, args->output ? args->output : default_path);
 	free(default_path);
 	return code;
 }

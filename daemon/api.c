@@ -20,10 +20,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
+#include "tractogram_read.h"
 
 #define STREAM_BLOCK_BYTES (256u << 10)
 #define FOLLOW_WAIT_MS 1000
@@ -349,6 +351,119 @@ static enum MHD_Result answer_tractogram(struct api *api, struct MHD_Connection 
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disposition);
 	MHD_add_response_header(resp, "X-Tractd-Job", id);
 	return queue(api, conn, status, resp);
+}
+
+/* ---- converted tractograms ---------------------------------------------- */
+
+/* A finished result is converted on each request into an unlinked temporary
+ * file in the spool, not cached: nothing to expire, account or clean up after
+ * a crash, and a job deleted or expired meanwhile cannot leave a stale copy.
+ * Conversion reads and writes the file once (about as much as serving it),
+ * so repeated fetches cost I/O, never the GPU. */
+static int convert_to_temp(struct api *api, const struct job_info *info, enum output_format to,
+			   int *ret_fd, struct errbuf *err)
+{
+	char path[1200], tmp[1300];
+	const struct tractogram_grid *grid = NULL;
+	struct tractogram_grid g;
+	FILE *in = NULL, *out = NULL;
+	int fd = -1, r;
+
+	jobs_result_path(api->cfg.jobs, info->id, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%.*s/.convert-XXXXXX", (int)(strrchr(path, '/') - path), path);
+	if (info->stats.grid_dim[0] > 0) {
+		/* The job's own grid, in double: TCK files carry none. */
+		memcpy(g.dim, info->stats.grid_dim, sizeof(g.dim));
+		memcpy(g.affine, info->stats.grid_affine, sizeof(g.affine));
+		grid = &g;
+	}
+	in = fopen(path, "rb");
+	if (!in) {
+		r = errbuf_set(err, errno == ENOENT ? -ENOENT : -EIO, "", "cannot open the result "
+			       "of job %s: %s", info->id, strerror(errno));
+		goto out;
+	}
+	fd = mkstemp(tmp);
+	if (fd < 0 || unlink(tmp) != 0 || !(out = fdopen(fd, "w+b"))) {
+		r = errbuf_set(err, -EIO, "", "cannot create a temporary file in the spool: %s",
+			       strerror(errno));
+		goto out;
+	}
+	r = tractogram_convert(in, info->format, grid, out, to, NULL, err);
+	if (!r && fflush(out) != 0)
+		r = errbuf_set(err, -EIO, "", "cannot write the converted tractogram");
+	if (!r && (*ret_fd = dup(fd)) < 0)
+		r = errbuf_set(err, -EIO, "", "cannot keep the converted tractogram: %s",
+			       strerror(errno));
+out:
+	if (out)
+		fclose(out);
+	else if (fd >= 0)
+		close(fd);
+	if (in)
+		fclose(in);
+	return r;
+}
+
+static enum MHD_Result answer_converted(struct api *api, struct MHD_Connection *conn,
+					const struct job_info *info, enum output_format to)
+{
+	struct errbuf err = { 0 };
+	struct MHD_Response *resp;
+	char disposition[80];
+	struct stat st;
+	int fd = -1, r = convert_to_temp(api, info, to, &fd, &err);
+
+	if (r == -ENOENT)
+		return answer_error(api, conn, ERR_GONE, "", "the result of job %s has expired",
+				    info->id);
+	if (r < 0) {
+		log_warn("job=%s cannot convert to %s: %s", info->id, output_format_name(to),
+			 err.message);
+		return answer_error(api, conn, ERR_INTERNAL, "", "cannot convert the result of job "
+				    "%s to %s: %s", info->id, output_format_name(to), err.message);
+	}
+	if (fstat(fd, &st) != 0) {
+		close(fd);
+		return answer_error(api, conn, ERR_INTERNAL, "", "cannot size the converted file");
+	}
+	resp = MHD_create_response_from_fd((uint64_t)st.st_size, fd);   /* takes fd */
+	if (!resp) {
+		close(fd);
+		return MHD_NO;
+	}
+	snprintf(disposition, sizeof(disposition), "attachment; filename=\"%s.%s\"", info->id,
+		 output_format_name(to));
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disposition);
+	MHD_add_response_header(resp, "X-Tractd-Job", info->id);
+	return queue(api, conn, MHD_HTTP_OK, resp);
+}
+
+/* GET /v1/jobs/ID/tractogram[?format=F]: the job's own format streams as it
+ * always did; another one is converted from the finished file, so it waits
+ * for nothing and refuses a job still queued or running. */
+static enum MHD_Result fetch_tractogram(struct api *api, struct MHD_Connection *conn,
+					const char *id)
+{
+	const char *name = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "format");
+	enum output_format want;
+	struct job_info info;
+
+	if (name && output_format_parse(name, &want) < 0)
+		return answer_error(api, conn, ERR_INVALID_PARAMETER, "format", "unknown format "
+				    "'%.40s': expected trk, tck or trx", name);
+	if (jobs_get(api->cfg.jobs, id, &info) < 0)
+		return answer_error(api, conn, ERR_NOT_FOUND, "", "no job %s", id);
+	if (!name || want == info.format || info.state == JOB_FAILED ||
+	    info.state == JOB_CANCELLED || info.expired)
+		return answer_tractogram(api, conn, id, MHD_HTTP_OK);
+	if (info.state != JOB_DONE)
+		return answer_error(api, conn, ERR_CONFLICT, "format", "job %s is %s: only a finished "
+				    "result converts to %s; fetch it as %s now, or as %s once it is "
+				    "done", id, jobs_state_name(info.state), output_format_name(want),
+				    output_format_name(info.format), output_format_name(want));
+	return answer_converted(api, conn, &info, want);
 }
 
 /* ---- submitting jobs ------------------------------------------------------- */
@@ -748,7 +863,7 @@ static enum MHD_Result dispatch(struct api *api, struct MHD_Connection *conn, en
 			return answer_error(api, conn, ERR_NOT_FOUND, "", "no job %s", id);
 		return answer_job(api, conn, MHD_HTTP_OK, &info);
 	case ROUTE_TRACTOGRAM:
-		return answer_tractogram(api, conn, id, MHD_HTTP_OK);
+		return fetch_tractogram(api, conn, id);
 	}
 	return answer_error(api, conn, ERR_NOT_FOUND, "", "no such resource");
 }

@@ -1308,6 +1308,10 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 					     .compression = job->output_compression };
 		r = output_writer_new(job->output_format, out, grid_of(in)->dim, grid_of(in)->affine,
 				      &oo, &run.out, err);
+		if (r == 0) {
+			memcpy(stats->grid_dim, grid_of(in)->dim, sizeof(stats->grid_dim));
+			memcpy(stats->grid_affine, grid_of(in)->affine, sizeof(stats->grid_affine));
+		}
 	}
 	if (r == 0)
 		r = track_all(&run, err);

@@ -52,6 +52,11 @@ struct engine_stats {
 	double track_seconds;       /* GPU work and transfers */
 	double kernel_seconds;      /* of which: waiting for the tracking kernels */
 	double write_seconds;       /* TRK encoding and writing */
+	/* The reference grid the tractogram was written on (dims, voxel-to-RAS+
+	 * mm; zero until the writer starts). Kept because a TCK file does not
+	 * carry it and the API converts finished results between formats. */
+	int64_t grid_dim[3];
+	double grid_affine[4][4];
 };
 
 /* What a job reads and a cache can share between jobs: the ODF, the stop

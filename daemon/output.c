@@ -30,6 +30,16 @@ const char *output_format_name(enum output_format format)
 	return format_names[format];
 }
 
+int output_format_parse(const char *name, enum output_format *ret)
+{
+	for (size_t i = 0; i < sizeof(format_names) / sizeof(format_names[0]); i++)
+		if (strcmp(name, format_names[i]) == 0) {
+			*ret = (enum output_format)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
 bool output_format_streams(enum output_format format)
 {
 	return format != OUTPUT_TRX;

@@ -32,6 +32,9 @@ struct output_writer;
 /* "trk" / "tck" / "trx". */
 const char *output_format_name(enum output_format format);
 
+/* The format named name ("trk" / "tck" / "trx"); -EINVAL for any other. */
+int output_format_parse(const char *name, enum output_format *ret);
+
 /* Whether the file is a readable tractogram while it grows (TRK, TCK: whole
  * records are pushed at each flush). TRX is written whole at finish, so a
  * reader must wait for the end of the job. */

@@ -208,3 +208,24 @@ def test_fetch_names_tck_results(ctl, tractctl, daemon, phantom, tmp_path):
                        capture_output=True, text=True, cwd=workdir, env=env, timeout=60)
     _ok(p)
     assert (workdir / f"{job_id}.tck").read_bytes().startswith(b"mrtrix tracks\n")
+
+
+def test_fetch_format_converts(ctl, tractctl, daemon, phantom, tmp_path):
+    """`tractctl fetch ID --format tck` has the daemon convert a done TRK
+    result; without -o the file is ID.tck. A bad --format is a usage error."""
+    job = local_job(phantom, count=100, rng_seed=44)
+    job_id = _ok(ctl("submit", _job_file(tmp_path, "trk", job))).stdout.strip()
+    assert wait_job(daemon.api, job_id, timeout=60)["status"] == "done"
+    workdir = tmp_path / "converted"
+    workdir.mkdir()
+    env = daemon_env()
+    env.pop("TRACTD_SOCKET", None)
+    p = subprocess.run([str(tractctl), "--socket", str(daemon.sock), "fetch", job_id,
+                        "--format", "tck"],
+                       capture_output=True, text=True, cwd=workdir, env=env, timeout=60)
+    _ok(p)
+    assert (workdir / f"{job_id}.tck").read_bytes().startswith(b"mrtrix tracks\n")
+    p = ctl("fetch", job_id, "--format", "vtk")
+    assert p.returncode == 2 and "--format" in p.stderr, p
+    p = ctl("status", job_id, "--format", "tck")
+    assert p.returncode == 2 and "--format" in p.stderr, p
