@@ -70,23 +70,37 @@ for c in $cases; do
 done
 echo "device: $device (times in seconds, second run of each case; steps = points written)"
 
-# Encoding per output format: streamlines/s of the write phase and file size.
+# Encoding per output format: streamlines/s of the write phase, the whole
+# run's wall time (TRX assembles its zip after tracking) and the file size.
+# Variants: TRK, TCK, TRX (float32, stored), TRX float16 deflated, and TRK
+# linearised within 0.1 mm (output.compress).
 format_case=${BENCH_FORMAT_CASE:-small}
 ph="$dir/$format_case"
+now() { date +%s.%N; }
 if [ -f "$ph/job.json" ]; then
 	echo
 	echo "output formats, $format_case phantom:"
-	for fmt in trk tck; do
-		sed "s/\"format\": \"trk\"/\"format\": \"$fmt\"/" "$ph/job.json" > "$ph/job-$fmt.json"
+	for variant in trk tck trx trx-f16 trk-compress; do
+		case $variant in
+		trk)          fmt=trk; extra="" ;;
+		tck)          fmt=tck; extra="" ;;
+		trx)          fmt=trx; extra="" ;;
+		trx-f16)      fmt=trx; extra=', "positions": "float16", "compression": "deflate"' ;;
+		trk-compress) fmt=trk; extra=', "compress": {"tolerance_mm": 0.1}' ;;
+		esac
+		sed "s/\"format\": \"trk\"/\"format\": \"$fmt\"$extra/" "$ph/job.json" \
+			> "$ph/job-$variant.json"
+		t0=$(now)
 		# shellcheck disable=SC2086
-		"$tractd" -q run "$ph/job-$fmt.json" -o "$ph/tracks.$fmt" --stats-json "$ph/stats-$fmt.json" \
-			$device_opt || continue
-		awk -v f="$fmt" -v n="$(json_number "$ph/stats-$fmt.json" streamlines)" \
-		    -v w="$(json_number "$ph/stats-$fmt.json" write)" \
-		    -v t="$(json_number "$ph/stats-$fmt.json" track)" \
-		    -v b="$(wc -c < "$ph/tracks.$fmt")" 'BEGIN {
-			printf "  %s: %d streamlines, write %.3f s (%.0f streamlines/s; track %.3f s), %.1f MB\n",
-			       f, n, w, (w > 0 ? n / w : 0), t, b / 1e6 }'
+		"$tractd" -q run "$ph/job-$variant.json" -o "$ph/tracks-$variant.$fmt" \
+			--stats-json "$ph/stats-$variant.json" $device_opt || continue
+		t1=$(now)
+		awk -v f="$variant" -v n="$(json_number "$ph/stats-$variant.json" streamlines)" \
+		    -v w="$(json_number "$ph/stats-$variant.json" write)" \
+		    -v t="$(json_number "$ph/stats-$variant.json" track)" -v r0="$t0" -v r1="$t1" \
+		    -v b="$(wc -c < "$ph/tracks-$variant.$fmt")" 'BEGIN {
+			printf "  %-12s %d streamlines, write %.3f s (%.0f streamlines/s; track %.3f s),"\
+			       " run %.2f s, %.1f MB\n", f, n, w, (w > 0 ? n / w : 0), t, r1 - r0, b / 1e6 }'
 	done
 fi
 
