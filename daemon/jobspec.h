@@ -27,6 +27,7 @@
  *                "pmf_threshold": 0.05, "max_steps": 500,
  *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only)},
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
+ *                "save_seed_index": false, "save_direction_getter": false,
  *                "positions": "float32" | "float16" (trx only),
  *                "compression": "store" | "deflate" (trx only),
  *                "compress": null | true | {"tolerance_mm": 0.01, "max_segment_mm": 10}}
