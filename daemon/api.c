@@ -574,6 +574,13 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 		return answer_error(api, conn, ERR_INVALID_PARAMETER, "output.path", "is not allowed "
 				    "in server jobs: fetch the result from /v1/jobs/ID/tractogram");
 	}
+	/* TCK seeds would be a second result file, which jobs do not have. */
+	if (spec.save_seeds && spec.output_format == OUTPUT_TCK) {
+		jobspec_free(&spec);
+		return answer_error(api, conn, ERR_INVALID_PARAMETER, "output.save_seeds", "is not "
+				    "available for tck in server jobs: use \"trk\" or \"trx\", or "
+				    "fetch ?format=tck from one of those");
+	}
 	e = resolve_inputs(api, &spec, &err);
 	if (e) {
 		jobspec_free(&spec);

@@ -89,6 +89,7 @@ struct job_host {
 	uint32_t *ranges;         /* 3 * batch_lines: first slot, points, length (float bits) */
 	uint32_t *dest;           /* batch_lines: first packed point, or DROP_LINE */
 	float *compressed;        /* 3 * slot_points when output.compress, else NULL */
+	uint32_t *kept;           /* slot_points: indices compression kept, with it */
 	struct compress_params compress;
 };
 
@@ -940,7 +941,8 @@ static int alloc_compress(const struct job_plan *plan, const struct jobspec *job
 	compress_params_init(&h->compress, job->compress_tolerance_mm,
 			     job->compress_max_segment_mm, affine);
 	h->compressed = malloc(12ull * plan->slot_points);
-	if (!h->compressed)
+	h->kept = malloc(4ull * plan->slot_points);
+	if (!h->compressed || !h->kept)
 		return errbuf_set(err, -ENOMEM, "", "out of host memory for a streamline of %u "
 				  "points", plan->slot_points);
 	return 0;
@@ -956,6 +958,7 @@ static void free_host(struct job_host *h)
 	free(h->ranges);
 	free(h->dest);
 	free(h->compressed);
+	free(h->kept);
 	memset(h, 0, sizeof(*h));
 }
 
@@ -1063,6 +1066,24 @@ static void seed_ras(const struct job_run *run, uint64_t line, float out[3])
 		out[a] = (float)ras[a];
 }
 
+/* The index of the batch's line i's seed among the points written. The
+ * kernel stores a line's backward half below its seed's slot, and slots are
+ * 2 * max_steps + 1 apart with the seed at max_steps, so the first point's
+ * slot gives the backward count. Compression may drop the seed: then the
+ * first kept point past it is named (tckgen's seeds never meet that case). */
+static uint32_t seed_vertex(const struct job_run *run, uint64_t i, uint32_t count)
+{
+	uint32_t max_steps = (uint32_t)run->job->max_steps;
+	uint32_t v = max_steps - run->h->ranges[3 * i] % (2 * max_steps + 1);
+
+	if (!run->h->compressed)
+		return v;
+	for (uint32_t k = 0; k < count; k++)
+		if (run->h->kept[k] >= v)
+			return k;
+	return count - 1;
+}
+
 /* Appends the packed streamlines of the batch starting at the chunk's line
  * first_line to the output. */
 static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
@@ -1076,6 +1097,11 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 		uint32_t count = h->ranges[3 * i + 1];
 		const float *points;
 		float seed[3];
+		struct output_dps dps = {
+			.seed_ras = run->job->save_seeds ? seed : NULL,
+			.direction_getter = run->job->direction_getter == JOBSPEC_DG_BOOT
+						    ? OUTPUT_DG_BOOT : OUTPUT_DG_PROB,
+		};
 		int r;
 
 		if (h->dest[i] == DROP_LINE)
@@ -1083,13 +1109,15 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 		points = packed + 3ull * h->dest[i];
 		/* After the length filter: min/max length judge the whole line. */
 		if (h->compressed) {
-			count = compress_streamline(&h->compress, points, count, NULL, h->compressed);
+			count = compress_streamline(&h->compress, points, count, h->kept,
+						    h->compressed);
 			points = h->compressed;
 		}
+		dps.seed_index = h->line_id[2 * (first_line + i)];
+		dps.seed_vertex = seed_vertex(run, i, count);
 		if (run->job->save_seeds)
 			seed_ras(run, first_line + i, seed);
-		r = output_write_streamline(run->out, points, count,
-					    run->job->save_seeds ? seed : NULL);
+		r = output_write_streamline_dps(run->out, points, count, &dps);
 		if (r < 0)
 			return errbuf_set(err, r, "output.path", "cannot write the tractogram: %s",
 					  strerror(-r));
@@ -1278,6 +1306,20 @@ static int prepare_gpu(struct gpu_ctx *gpu, const struct job_plan *plan,
 	return r;
 }
 
+/* TRK stores properties as float32, exact for integers up to 2^24: a larger
+ * job's seed indices would silently collide, so it is refused instead. */
+static int check_seed_index(const struct jobspec *job, struct seeds *seeds, struct errbuf *err)
+{
+	const uint64_t exact = 1ull << 24;
+
+	if (!job->save_seed_index || job->output_format != OUTPUT_TRK || seeds_count(seeds) <= exact)
+		return 0;
+	return errbuf_set(err, -EINVAL, "output.save_seed_index", "TRK keeps seed indices as "
+			  "float32, exact up to %llu seeds; this job has %llu: use output.format "
+			  "\"trx\"", (unsigned long long)exact,
+			  (unsigned long long)seeds_count(seeds));
+}
+
 int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_inputs *in,
 	       const struct engine_resident *res, struct seeds *seeds,
 	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
@@ -1295,7 +1337,9 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 		stats = &local_stats;
 	memset(stats, 0, sizeof(*stats));
 	run.stats = stats;
-	r = plan_work(gpu_get_limits(gpu), job, in, res, seeds, opts, &plan, err);
+	r = check_seed_index(job, seeds, err);
+	if (r == 0)
+			r = plan_work(gpu_get_limits(gpu), job, in, res, seeds, opts, &plan, err);
 	if (r == 0)
 		r = prepare_gpu(gpu, &plan, in, &g, stats, err);
 	if (r == 0)
@@ -1304,6 +1348,9 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 		r = alloc_compress(&plan, job, grid_of(in)->affine, &h, err);
 	if (r == 0) {
 		struct output_options oo = { .with_seeds = job->save_seeds,
+					     .with_seed_index = job->save_seed_index,
+					     .with_direction_getter = job->save_direction_getter,
+					     .seeds_file = opts->seeds_file,
 					     .positions = job->output_positions,
 					     .compression = job->output_compression };
 		r = output_writer_new(job->output_format, out, grid_of(in)->dim, grid_of(in)->affine,

@@ -38,6 +38,8 @@ struct engine_options {
 				     * progress, streaming and cancellation stay responsive */
 	engine_progress_fn *progress;   /* may be NULL */
 	void *progress_userdata;
+	FILE *seeds_file;           /* TCK jobs with output.save_seeds: where the seeds
+				     * text (tckgen -output_seeds) goes; NULL refuses them */
 };
 
 struct engine_stats {

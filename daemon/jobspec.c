@@ -644,6 +644,10 @@ static const struct member output_members[] = {
 	CUSTOM("format", parse_output_format),
 	PATH("path", output_path),
 	{ .key = "save_seeds", .kind = K_BOOL, .offset = offsetof(struct jobspec, save_seeds) },
+	{ .key = "save_seed_index", .kind = K_BOOL,
+	  .offset = offsetof(struct jobspec, save_seed_index) },
+	{ .key = "save_direction_getter", .kind = K_BOOL,
+	  .offset = offsetof(struct jobspec, save_direction_getter) },
 	CUSTOM("positions", parse_output_positions),
 	CUSTOM("compression", parse_output_compression),
 	CUSTOM("compress", parse_output_compress),
@@ -905,15 +909,20 @@ static int check_lengths(const struct jobspec *js, struct errbuf *err)
 			  "must be less than tracking.max_length (%s mm), got %s", hi, lo);
 }
 
-/* TCK has no place for per-streamline values; positions and compression
+/* TCK has no place for per-streamline values (its seeds go to tckgen's
+ * separate seeds file, which only the CLI writes); positions and compression
  * name TRX's arrays and zip entries, which the other formats do not have, so
  * giving them elsewhere is a mistake worth reporting rather than ignoring. */
 static int check_output(json_t *output, const struct jobspec *js, struct errbuf *err)
 {
 	static const char *const trx_only[] = { "positions", "compression" };
 
-	if (js->save_seeds && js->output_format == OUTPUT_TCK)
-		return errbuf_set(err, -EINVAL, "output.save_seeds",
+	if (js->save_seed_index && js->output_format == OUTPUT_TCK)
+		return errbuf_set(err, -EINVAL, "output.save_seed_index",
+				  "needs output.format \"trk\" or \"trx\" (TCK keeps no "
+				  "per-streamline data)");
+	if (js->save_direction_getter && js->output_format == OUTPUT_TCK)
+		return errbuf_set(err, -EINVAL, "output.save_direction_getter",
 				  "needs output.format \"trk\" or \"trx\" (TCK keeps no "
 				  "per-streamline data)");
 	for (size_t i = 0; i < ARRAY_SIZE(trx_only); i++) {

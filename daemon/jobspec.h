@@ -27,6 +27,7 @@
  *                "pmf_threshold": 0.05, "max_steps": 500,
  *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only)},
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
+ *                "save_seed_index": false, "save_direction_getter": false,
  *                "positions": "float32" | "float16" (trx only),
  *                "compression": "store" | "deflate" (trx only),
  *                "compress": null | true | {"tolerance_mm": 0.01, "max_segment_mm": 10}}
@@ -135,7 +136,11 @@ struct jobspec {
 	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)
 				     * as TRK data_per_streamline "seeds" or TRX
-				     * dps/seeds; not tck */
+				     * dps/seeds; tck: the CLI's seeds file */
+	bool save_seed_index;       /* output.save_seed_index: each streamline's global
+				     * seed index (TRK property, TRX dps); not tck */
+	bool save_direction_getter; /* output.save_direction_getter: the getter's code
+				     * (0 prob, 1 boot) per streamline; not tck */
 	enum trx_positions output_positions;     /* output.positions (trx): float32 default */
 	enum trx_compression output_compression; /* output.compression (trx): store default */
 	bool compress;              /* output.compress: true or an object drops points as

@@ -377,11 +377,17 @@ static int write_stats_json(const char *path, const struct engine_stats *s, cons
 }
 
 /* Output goes to FILE.tmp and is renamed into place only when the job
- * succeeded, so a failed job never leaves a truncated tractogram behind. */
+ * succeeded, so a failed job never leaves a truncated tractogram behind.
+ * A TCK job's seeds (output.save_seeds) go the same way to FILE.seeds.txt:
+ * a name derived from the output, so -o and output.path both place it
+ * without another option, and it sits next to the tractogram it indexes. */
 struct output_file {
 	FILE *f;
 	char tmp[PATH_MAX];
 	const char *path;
+	FILE *seeds;            /* NULL unless a TCK job saves seeds */
+	char seeds_tmp[PATH_MAX];
+	char seeds_path[PATH_MAX];
 };
 
 static int output_open(struct output_file *o, const char *path)
@@ -397,6 +403,45 @@ static int output_open(struct output_file *o, const char *path)
 	return o->f ? 0 : -errno;
 }
 
+/* Opens FILE.seeds.txt.tmp when the job writes TCK seeds; stdout has no
+ * name to put the seeds file beside, so that job is refused as invalid. */
+static int seeds_open(struct output_file *o, const struct jobspec *spec, struct errbuf *err)
+{
+	if (!spec->save_seeds || spec->output_format != OUTPUT_TCK)
+		return 0;
+	if (o->f == stdout)
+		return errbuf_set(err, -EINVAL, "output.save_seeds", "a TCK job writes its seeds to "
+				  "OUTPUT.seeds.txt, which needs an output file, not stdout");
+	if (snprintf(o->seeds_path, sizeof(o->seeds_path), "%s.seeds.txt", o->path) >=
+		    (int)sizeof(o->seeds_path) ||
+	    snprintf(o->seeds_tmp, sizeof(o->seeds_tmp), "%s.tmp", o->seeds_path) >=
+		    (int)sizeof(o->seeds_tmp))
+		return errbuf_set(err, -ENAMETOOLONG, "output.path", "%s: name too long", o->path);
+	o->seeds = fopen(o->seeds_tmp, "w");
+	if (!o->seeds)
+		return errbuf_set(err, -errno, "output.path", "cannot create %s: %s", o->seeds_tmp,
+				  strerror(errno));
+	return 0;
+}
+
+/* Closes the seeds file and, on success, moves it into place; r is the
+ * tractogram's result so far, so that a failure keeps neither file. */
+static int seeds_close(struct output_file *o, bool success)
+{
+	int r = 0;
+
+	if (!o->seeds)
+		return 0;
+	if (fclose(o->seeds) != 0)
+		r = -EIO;
+	o->seeds = NULL;
+	if (success && r == 0 && rename(o->seeds_tmp, o->seeds_path) < 0)
+		r = -errno;
+	if (!success || r < 0)
+		unlink(o->seeds_tmp);
+	return r;
+}
+
 static int output_close(struct output_file *o, bool success)
 {
 	int r = 0;
@@ -405,6 +450,13 @@ static int output_close(struct output_file *o, bool success)
 		return fflush(stdout) == 0 ? 0 : -EIO;
 	if (fclose(o->f) != 0)
 		r = -EIO;
+	/* The seeds first: a tractogram in place without its seeds would look whole. */
+	if (r == 0) {
+		int sr = seeds_close(o, success);
+		r = sr < 0 ? sr : r;
+	} else {
+		(void)seeds_close(o, false);
+	}
 	if (success && r == 0 && rename(o->tmp, o->path) < 0)
 		r = -errno;
 	if (!success || r < 0)
@@ -526,8 +578,11 @@ static int run_job(struct cli *cli, const char *job_path)
 		code = EXIT_RUNTIME;
 		goto done;
 	}
-	r = engine_run(j.gpu, &j.spec, j.inputs, j.resident, j.seeds, &cli->engine, out.f, &stats,
-		       &err);
+	r = seeds_open(&out, &j.spec, &err);
+	cli->engine.seeds_file = out.seeds;
+	if (r == 0)
+		r = engine_run(j.gpu, &j.spec, j.inputs, j.resident, j.seeds, &cli->engine, out.f,
+			       &stats, &err);
 	if (r < 0) {
 		report(&err);
 		code = exit_code_for(r, &err);

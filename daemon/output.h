@@ -22,9 +22,30 @@ enum output_format { OUTPUT_TRK, OUTPUT_TCK, OUTPUT_TRX };
  * TRX's (jobspec refuses them with other formats; the others ignore them). */
 struct output_options {
 	bool with_seeds;        /* each record carries its seed: TRK "seeds"
-				 * data_per_streamline, TRX dps/seeds; -EINVAL for TCK */
+				 * data_per_streamline, TRX dps/seeds; TCK: a line of
+				 * seeds_file (-EINVAL without one) */
+	bool with_seed_index;   /* TRK "seed_index" (float, exact below 2^24),
+				 * TRX dps/seed_index.uint32; -EINVAL for TCK */
+	bool with_direction_getter; /* TRK "direction_getter" (float), TRX
+				 * dps/direction_getter.uint8, the OUTPUT_DG_* code;
+				 * -EINVAL for TCK */
+	FILE *seeds_file;       /* TCK with seeds: the text tckgen -output_seeds
+				 * writes (not owned) */
 	enum trx_positions positions;
 	enum trx_compression compression;
+};
+
+/* Direction getter codes stored per streamline (jobspec's order). */
+enum { OUTPUT_DG_PROB = 0, OUTPUT_DG_BOOT = 1 };
+
+/* A streamline's data beyond its points; the writer stores what its options
+ * asked for. seed_vertex is the index of the seed among the points written
+ * (TCK's seeds file, MRtrix3's Seed_index column). */
+struct output_dps {
+	const float *seed_ras;  /* RAS+ mm; NULL when the writer has no seeds */
+	uint32_t seed_index;    /* the seed's global index in the job */
+	uint32_t seed_vertex;
+	uint8_t direction_getter;
 };
 
 struct output_writer;
@@ -48,6 +69,9 @@ int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3]
 /* seed_ras: the streamline's seed in RAS+ mm when the writer has seeds, else NULL. */
 int output_write_streamline(struct output_writer *w, const float *points_vox, uint32_t n,
 			    const float seed_ras[3]);
+/* As output_write_streamline with all of a streamline's data (NULL: none). */
+int output_write_streamline_dps(struct output_writer *w, const float *points_vox, uint32_t n,
+				const struct output_dps *dps);
 int output_flush(struct output_writer *w);
 /* Ends the file (count patched when seekable; TRX: the whole archive written)
  * and frees the writer. Accepts NULL. */

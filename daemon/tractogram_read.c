@@ -135,11 +135,13 @@ static void ras_to_voxel(const struct tractogram_reader *r, const float ras[3], 
 
 /* ---- TRK ------------------------------------------------------------------- */
 
-/* The "seeds" property as trk.c declares it: n_properties 3 and the name
- * "seeds", NUL, "3" (nibabel's encoding of a 3-valued property). */
+/* The "seeds" property as trk.c declares it: first, named "seeds", NUL,
+ * "3" (nibabel's encoding of a 3-valued property). Properties after it
+ * (seed_index, direction_getter) are skipped: conversion keeps the seeds
+ * only. */
 static bool trk_has_seeds(const unsigned char *h, uint16_t n_properties)
 {
-	return n_properties == SEED_VALUES &&
+	return n_properties >= SEED_VALUES &&
 	       memcmp(h + TRK_OFF_PROPERTY_NAME, "seeds\0" "3", 8) == 0;
 }
 

@@ -102,26 +102,50 @@ int trk_header_fill(unsigned char buf[TRK_HEADER_SIZE], const int64_t dim[3],
 	return 0;
 }
 
-/* One property of n values, named as nibabel encodes multi-valued
- * data_per_streamline: "name", a NUL and the count when n > 1. */
-static int encode_property(unsigned char buf[TRK_HEADER_SIZE], const char *name, uint16_t n,
-			   struct errbuf *err)
+/* One property of n values in name slot slot, named as nibabel encodes
+ * multi-valued data_per_streamline: "name", a NUL and the count when n > 1.
+ * nibabel reads the slots in order, each taking the next n floats. */
+static int encode_property(unsigned char buf[TRK_HEADER_SIZE], size_t slot,
+			   const struct trk_property *p, struct errbuf *err)
 {
 	char encoded[TRK_PROPERTY_NAME_LEN + 8];
-	int len = n > 1 ? snprintf(encoded, sizeof(encoded), "%s%c%u", name, '\0', (unsigned)n)
-			: snprintf(encoded, sizeof(encoded), "%s", name);
+	int len = p->n_values > 1
+			  ? snprintf(encoded, sizeof(encoded), "%s%c%u", p->name, '\0',
+				     (unsigned)p->n_values)
+			  : snprintf(encoded, sizeof(encoded), "%s", p->name);
 
-	if (len < 0 || len > TRK_PROPERTY_NAME_LEN)
+	if (len < 0 || len > TRK_PROPERTY_NAME_LEN || p->n_values == 0)
 		return errbuf_set(err, -EINVAL, NULL, "property name '%s' is too long for TrackVis",
-				  name);
-	binio_put_i16(buf + TRK_OFF_N_PROPERTIES, (int16_t)n);
-	memcpy(buf + TRK_OFF_PROPERTY_NAME, encoded, (size_t)len);
+				  p->name);
+	memcpy(buf + TRK_OFF_PROPERTY_NAME + TRK_PROPERTY_NAME_LEN * slot, encoded, (size_t)len);
 	return 0;
 }
 
-int trk_writer_new_with_property(FILE *out, const int64_t dim[3], const double affine[4][4],
-				 const char *property, uint16_t n_values, struct trk_writer **ret,
-				 struct errbuf *err)
+/* Declares the properties; n_properties counts floats, not names. */
+static int encode_properties(unsigned char buf[TRK_HEADER_SIZE], const struct trk_property *props,
+			     size_t n, uint16_t *n_floats, struct errbuf *err)
+{
+	unsigned total = 0;
+
+	if (n > TRK_MAX_PROPERTIES)
+		return errbuf_set(err, -EINVAL, NULL, "TrackVis keeps at most %d properties",
+				  TRK_MAX_PROPERTIES);
+	for (size_t i = 0; i < n; i++) {
+		int rc = encode_property(buf, i, &props[i], err);
+		if (rc < 0)
+			return rc;
+		total += props[i].n_values;
+	}
+	if (total > INT16_MAX)
+		return errbuf_set(err, -EINVAL, NULL, "too many property values for TrackVis");
+	binio_put_i16(buf + TRK_OFF_N_PROPERTIES, (int16_t)total);
+	*n_floats = (uint16_t)total;
+	return 0;
+}
+
+int trk_writer_new_with_properties(FILE *out, const int64_t dim[3], const double affine[4][4],
+				   const struct trk_property *props, size_t n_props,
+				   struct trk_writer **ret, struct errbuf *err)
 {
 	unsigned char header[TRK_HEADER_SIZE];
 	struct trk_writer *w;
@@ -135,8 +159,9 @@ int trk_writer_new_with_property(FILE *out, const int64_t dim[3], const double a
 	if (rc)
 		goto fail;
 	encode_header(header, dim, affine, w->voxel_size, axcodes, 0);
-	w->n_properties = property ? n_values : 0;
-	if (w->n_properties && (rc = encode_property(header, property, n_values, err)) < 0)
+	w->n_properties = 0;
+	rc = encode_properties(header, props, n_props, &w->n_properties, err);
+	if (rc)
 		goto fail;
 	w->out = out;
 	w->header_pos = binio_patch_position(out);
@@ -152,6 +177,15 @@ int trk_writer_new_with_property(FILE *out, const int64_t dim[3], const double a
 fail:
 	free(w);
 	return rc;
+}
+
+int trk_writer_new_with_property(FILE *out, const int64_t dim[3], const double affine[4][4],
+				 const char *property, uint16_t n_values, struct trk_writer **ret,
+				 struct errbuf *err)
+{
+	struct trk_property p = { .name = property, .n_values = n_values };
+
+	return trk_writer_new_with_properties(out, dim, affine, &p, property ? 1 : 0, ret, err);
 }
 
 int trk_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],

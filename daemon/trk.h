@@ -15,6 +15,7 @@
 #ifndef TRACTD_TRK_H
 #define TRACTD_TRK_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -22,6 +23,14 @@
 
 #define TRK_HEADER_SIZE 1000
 #define TRK_PROPERTY_NAME_LEN 20
+#define TRK_MAX_PROPERTIES 10   /* name slots in the header */
+
+/* One per-streamline property: n_values floats named name (nibabel's
+ * data_per_streamline[name], an (N, n_values) array). */
+struct trk_property {
+	const char *name;
+	uint16_t n_values;
+};
 
 struct trk_writer;
 
@@ -36,6 +45,12 @@ int trk_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
 int trk_writer_new_with_property(FILE *out, const int64_t dim[3], const double affine[4][4],
 				 const char *property, uint16_t n_values, struct trk_writer **ret,
 				 struct errbuf *err);
+
+/* As trk_writer_new_with_property for n_props properties, stored in this
+ * order after each record's points. -EINVAL over TRK_MAX_PROPERTIES names. */
+int trk_writer_new_with_properties(FILE *out, const int64_t dim[3], const double affine[4][4],
+				   const struct trk_property *props, size_t n_props,
+				   struct trk_writer **ret, struct errbuf *err);
 
 /* Appends one streamline of n points (xyz interleaved, voxel coordinates).
  * Returns 0, -EIO, or -EINVAL (n over INT32_MAX; the writer has properties). */

@@ -27,6 +27,8 @@ struct trx_writer {
 	FILE *positions;        /* encoded points, RAS+ mm */
 	FILE *offsets;          /* uint64 first vertex per streamline */
 	FILE *seeds;            /* float32 RAS+ seed per streamline; NULL without seeds */
+	FILE *seed_index;       /* uint32 per streamline; NULL unless with_seed_index */
+	FILE *dg;               /* uint8 per streamline; NULL unless with_direction_getter */
 	double affine[4][4];
 	int64_t dim[3];
 	struct trx_options opts;
@@ -56,6 +58,8 @@ static void free_writer(struct trx_writer *w)
 	close_file(&w->positions);
 	close_file(&w->offsets);
 	close_file(&w->seeds);
+	close_file(&w->seed_index);
+	close_file(&w->dg);
 	free(w);
 }
 
@@ -81,7 +85,10 @@ int trx_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
 	w->positions = tmpfile();
 	w->offsets = tmpfile();
 	w->seeds = opts->with_seeds ? tmpfile() : NULL;
-	if (!w->positions || !w->offsets || (opts->with_seeds && !w->seeds)) {
+	w->seed_index = opts->with_seed_index ? tmpfile() : NULL;
+	w->dg = opts->with_direction_getter ? tmpfile() : NULL;
+	if (!w->positions || !w->offsets || (opts->with_seeds && !w->seeds) ||
+	    (opts->with_seed_index && !w->seed_index) || (opts->with_direction_getter && !w->dg)) {
 		int e = errno;
 		free_writer(w);
 		return errbuf_set(err, -EIO, NULL, "cannot create a temporary file for TRX: %s",
@@ -151,21 +158,46 @@ static int append_seed(FILE *f, const float seed[3])
 	return fwrite(b, 1, sizeof(b), f) == sizeof(b) ? 0 : -EIO;
 }
 
-int trx_write_streamline(struct trx_writer *w, const float *points_vox, uint32_t n,
-			 const float seed_ras[3])
+static int append_dps(struct trx_writer *w, const struct trx_dps *dps)
+{
+	static const struct trx_dps none = { 0 };
+	unsigned char b[4];
+
+	if (!dps)
+		dps = &none;
+	if (w->seeds && append_seed(w->seeds, dps->seed_ras))
+		return -EIO;
+	binio_put_u32(b, dps->seed_index);
+	if (w->seed_index && fwrite(b, 1, 4, w->seed_index) != 4)
+		return -EIO;
+	if (w->dg && fputc(dps->direction_getter, w->dg) == EOF)
+		return -EIO;
+	return 0;
+}
+
+int trx_write_streamline_dps(struct trx_writer *w, const float *points_vox, uint32_t n,
+			     const struct trx_dps *dps)
 {
 	if (w->failed)
 		return -EIO;
 	if (n == 0)
 		return 0;
 	if (append_u64(w->offsets, w->nb_vertices) || append_points(w, points_vox, n) ||
-	    (w->seeds && append_seed(w->seeds, seed_ras))) {
+	    append_dps(w, dps)) {
 		w->failed = 1;
 		return -EIO;
 	}
 	w->nb_streamlines++;
 	w->nb_vertices += n;
 	return 0;
+}
+
+int trx_write_streamline(struct trx_writer *w, const float *points_vox, uint32_t n,
+			 const float seed_ras[3])
+{
+	struct trx_dps dps = { .seed_ras = seed_ras };
+
+	return trx_write_streamline_dps(w, points_vox, n, &dps);
 }
 
 static int flush_file(FILE *f)
@@ -176,7 +208,7 @@ static int flush_file(FILE *f)
 int trx_flush(struct trx_writer *w)
 {
 	if (w->failed || flush_file(w->positions) || flush_file(w->offsets) ||
-	    flush_file(w->seeds))
+	    flush_file(w->seeds) || flush_file(w->seed_index) || flush_file(w->dg))
 		w->failed = 1;
 	return w->failed ? -EIO : 0;
 }
@@ -269,6 +301,10 @@ static int add_entries(zip_t *za, const struct trx_writer *w, const char *header
 		r = add_entry(za, "offsets.uint64", file_source(za, w->offsets), c);
 	if (!r && w->seeds)
 		r = add_entry(za, "dps/seeds.3.float32", file_source(za, w->seeds), c);
+	if (!r && w->seed_index)
+		r = add_entry(za, "dps/seed_index.uint32", file_source(za, w->seed_index), c);
+	if (!r && w->dg)
+		r = add_entry(za, "dps/direction_getter.uint8", file_source(za, w->dg), c);
 	return r;
 }
 

@@ -6,6 +6,10 @@
  *   offsets.uint64        first vertex of each streamline, then NB_VERTICES
  *                         (the closing entry trx-python 0.6 requires)
  *   dps/seeds.3.float32   each streamline's seed in RAS+ mm (with_seeds only)
+ *   dps/seed_index.uint32 each streamline's global seed index (with_seed_index)
+ *   dps/direction_getter.uint8  the getter that tracked it, 0 prob, 1 boot
+ *                         (with_direction_getter; one value per job, a column
+ *                         so that merged tractograms keep it per streamline)
  *
  * The counts belong in the header and the zip's directory ends the file, so
  * nothing useful can reach the FILE before the last record: records go to
@@ -31,6 +35,15 @@ struct trx_options {
 	enum trx_positions positions;
 	enum trx_compression compression;
 	bool with_seeds;
+	bool with_seed_index;
+	bool with_direction_getter;
+};
+
+/* A streamline's data_per_streamline; seed_ras is NULL without seeds. */
+struct trx_dps {
+	const float *seed_ras;
+	uint32_t seed_index;
+	uint8_t direction_getter;
 };
 
 struct trx_writer;
@@ -46,6 +59,11 @@ int trx_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
  * that every format of a job holds the same streamlines. Returns 0 or -EIO. */
 int trx_write_streamline(struct trx_writer *w, const float *points_vox, uint32_t n,
 			 const float seed_ras[3]);
+
+/* As trx_write_streamline with every dps column the options asked for (dps
+ * NULL: a NaN seed, zero index and getter). */
+int trx_write_streamline_dps(struct trx_writer *w, const float *points_vox, uint32_t n,
+			     const struct trx_dps *dps);
 
 /* Flushes the temporary files (the FILE gets nothing before finish).
  * Returns 0 or -EIO. */

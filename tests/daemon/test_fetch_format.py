@@ -142,3 +142,29 @@ def test_running_job_409(daemon, volumes, phantom):
     own = daemon.api.get(f"/v1/jobs/{job_id}/tractogram?format=trk")
     assert own.status == 200, str(own)
     assert wait_job(daemon.api, job_id)["status"] == "done"
+
+
+def test_tck_seeds_refused_in_server_jobs(daemon, volumes, phantom):
+    """A TCK job's seeds would be a second result file, which server jobs do
+    not have: refused up front, naming output.save_seeds."""
+    job = server_job(phantom, volumes, **JOB)
+    job["output"] = {"format": "tck", "save_seeds": True}
+    r = daemon.api.post_json("/v1/jobs", job)
+    assert r.status == 400, str(r)
+    doc = json.loads(r.body)
+    assert doc["error"]["code"] == "invalid_parameter", doc
+    assert doc["error"]["field"] == "output.save_seeds", doc
+
+
+def test_trk_with_seed_index_converts(daemon, volumes, phantom, tmp_path):
+    """A TRK with seeds, seed_index and direction_getter converts to TRX
+    keeping the seeds (the other properties are dropped by conversion)."""
+    job_id = _done_job(daemon, phantom, volumes, {"format": "trk", "save_seeds": True,
+                                                  "save_seed_index": True,
+                                                  "save_direction_getter": True})
+    path = tmp_path / "job.trk"
+    path.write_bytes(_fetch(daemon, job_id, "trk"))
+    trk = nib.streamlines.load(str(path))
+    _, pos, _, seeds = _trx_arrays(_fetch(daemon, job_id, "trx"))
+    assert seeds is not None and len(pos) > 0
+    assert np.allclose(seeds, trk.tractogram.data_per_streamline["seeds"])
