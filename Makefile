@@ -2,6 +2,8 @@
 # `make demo` tracks the built-in phantom; `make bench` runs the benchmark.
 #   make CC=clang            build with clang
 #   make SANITIZE=1          ASan+UBSan build in build-asan/
+#   make fuzz                libFuzzer harnesses (clang) in build-fuzz/fuzz/
+#   make check-fuzz          runs each harness briefly over its seed corpus
 #   make install PREFIX=/usr/local DESTDIR=...
 #   make venv                the tests' Python environment (VENV, default build/venv)
 
@@ -16,8 +18,18 @@ SYSTEM_PYTHON ?= /usr/bin/python3
 VENV ?= build/venv
 PYTHON ?= $(VENV)/bin/python
 SANITIZE ?= 0
+FUZZ ?= 0
 
-ifeq ($(SANITIZE),1)
+ifeq ($(FUZZ),1)
+# libFuzzer build (`make fuzz` sets FUZZ=1): the daemon objects carry the
+# fuzzer's coverage instrumentation and ASan+UBSan; the harnesses add
+# -fsanitize=fuzzer, which links libFuzzer's main (clang's libclang-rt-14-dev).
+CC = clang
+BUILD ?= build-fuzz
+SANFLAGS = -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
+	-fno-omit-frame-pointer
+OPT = -O1
+else ifeq ($(SANITIZE),1)
 BUILD ?= build-asan
 SANFLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 OPT = -O1
@@ -49,6 +61,12 @@ DAEMON_LIB_OBJ = $(patsubst daemon/%.c,$(BUILD)/daemon/%.o,$(DAEMON_LIB_SRC)) $(
 SHADER_SRC = $(sort $(wildcard shaders/*.comp shaders/*.glsl))
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+FUZZ_SRC = $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_NAMES = $(patsubst tests/fuzz/fuzz_%.c,%,$(FUZZ_SRC))
+FUZZ_BIN = $(patsubst %,build-fuzz/fuzz/fuzz_%,$(FUZZ_NAMES))
+# check-fuzz: runs per harness over its corpus (FUZZ_RUNS inputs or FUZZ_TIME s).
+FUZZ_RUNS ?= 20000
+FUZZ_TIME ?= 10
 
 # tractctl shares nothing with the daemon but proto/ (no -Idaemon).
 CLIENT_PKGS = libcurl jansson libcrypto
@@ -58,7 +76,8 @@ CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-p
 	-Wmissing-prototypes $(shell pkg-config --cflags $(CLIENT_PKGS) 2>/dev/null) $(SANFLAGS) $(CFLAGS)
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
-.PHONY: all check check-unit check-asan check-python venv demo bench install clean
+.PHONY: all check check-unit check-asan check-python check-fuzz fuzz fuzz-bins venv demo bench install \
+	clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
 $(BUILD)/daemon/%.o: daemon/%.c $(wildcard daemon/*.h) proto/errors.def | $(BUILD)/daemon
@@ -88,7 +107,10 @@ $(BUILD)/client/%.o: client/%.c $(wildcard client/*.h) | $(BUILD)/client
 $(BUILD)/tractctl: $(CLIENT_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
 
-$(BUILD) $(BUILD)/daemon $(BUILD)/tests $(BUILD)/client:
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/libtractd.a | $(BUILD)/fuzz
+	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libtractd.a $(LIBS)
+
+$(BUILD) $(BUILD)/daemon $(BUILD)/tests $(BUILD)/client $(BUILD)/fuzz:
 	mkdir -p $@
 
 # Unit tests (no GPU). Each binary is a cmocka suite.
@@ -103,6 +125,26 @@ check: all check-unit
 	$(MAKE) --no-print-directory check-python
 
 check-asan: $(BUILD)/tractd $(BUILD)/tractctl check-unit
+
+# libFuzzer harnesses (tests/fuzz/, clang only) in build-fuzz/fuzz/. Fuzz one
+# longer with e.g. `build-fuzz/fuzz/fuzz_jobspec -max_total_time=300
+# tests/fuzz/corpus/jobspec` (new inputs go to the first corpus directory).
+fuzz:
+	$(MAKE) --no-print-directory FUZZ=1 fuzz-bins
+
+fuzz-bins: $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_NAMES))
+
+# Each harness over its seed corpus, then briefly mutating it (not into the
+# corpus: a scratch copy). Not part of `make check`: see tests/fuzz/README.md.
+check-fuzz: fuzz
+	@set -e; for n in $(FUZZ_NAMES); do echo "== fuzz_$$n"; \
+		rm -rf build-fuzz/corpus-$$n; mkdir -p build-fuzz/corpus-$$n; \
+		build-fuzz/fuzz/fuzz_$$n -runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_TIME) \
+			-rss_limit_mb=2048 -print_final_stats=1 \
+			$$(test -f tests/fuzz/$$n.dict && echo -dict=tests/fuzz/$$n.dict) build-fuzz/corpus-$$n \
+			tests/fuzz/corpus/$$n > build-fuzz/fuzz_$$n.log 2>&1 || \
+			{ tail -n 60 build-fuzz/fuzz_$$n.log; exit 1; }; \
+		grep -E '^(Done|stat::number_of_executed_units)' build-fuzz/fuzz_$$n.log; done
 
 # The stamp makes the venv once per change of the requirements; pip then
 # finds every pin installed and exits at once.
@@ -137,4 +179,4 @@ install: all
 		install -Dm644 etc/tractd.conf $(DESTDIR)$(SYSCONFDIR)/tractd/tractd.conf
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

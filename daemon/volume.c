@@ -468,20 +468,15 @@ static int check_readable(const char *path, const char *field, struct errbuf *er
 	return 0;
 }
 
+/* v->dim already holds the shape of raw (shape_from_header). */
 static int load_image(const char *path, const char *field, const nifti_image *nim,
-		      struct volume *v, struct errbuf *err)
+		      const struct raw_header *raw, struct volume *v, struct errbuf *err)
 {
-	struct raw_header raw;
 	struct conversion cv;
-	int rc;
+	int rc = conversion_for(path, field, nim, raw, &cv, err);
 
-	if (read_raw_header(path, &raw))
-		return errbuf_set(err, -EINVAL, field, "%s: cannot read the NIfTI header", path);
-	rc = shape_from_header(path, field, &raw, v->dim, err);
 	if (!rc)
-		rc = conversion_for(path, field, nim, &raw, &cv, err);
-	if (!rc)
-		rc = best_affine(path, field, nim, &raw, v->affine, err);
+		rc = best_affine(path, field, nim, raw, v->affine, err);
 	if (!rc)
 		rc = read_voxels(path, field, nim, &cv, v, err);
 	return rc;
@@ -489,6 +484,7 @@ static int load_image(const char *path, const char *field, const nifti_image *ni
 
 int volume_load(const char *path, const char *field, struct volume *ret, struct errbuf *err)
 {
+	struct raw_header raw;
 	struct volume v;
 	nifti_image *nim;
 	int rc = check_readable(path, field, err);
@@ -498,11 +494,20 @@ int volume_load(const char *path, const char *field, struct volume *ret, struct 
 	memset(&v, 0, sizeof(v));
 	/* libnifti reports problems on stderr unless quiet; ours go to err. */
 	nifti_set_debug_level(0);
+	/* The shape is checked before nifti_image_read(): Debian 12's libnifti
+	 * does not bound a NIfTI-2 dim[0] and writes past its stack (and ours)
+	 * for dim[0] > 7 (found by tests/fuzz/fuzz_nifti). */
+	if (read_raw_header(path, &raw))
+		return errbuf_set(err, -EINVAL, field,
+				  "%s: not a readable NIfTI-1/-2 image (.nii, .nii.gz or .hdr/.img)", path);
+	rc = shape_from_header(path, field, &raw, v.dim, err);
+	if (rc)
+		return rc;
 	nim = nifti_image_read(path, 0);
 	if (!nim)
 		return errbuf_set(err, -EINVAL, field,
 				  "%s: not a readable NIfTI-1/-2 image (.nii, .nii.gz or .hdr/.img)", path);
-	rc = load_image(path, field, nim, &v, err);
+	rc = load_image(path, field, nim, &raw, &v, err);
 	nifti_image_free(nim);
 	if (rc) {
 		volume_free(&v);
