@@ -308,17 +308,29 @@ static int conversion_for(const char *path, const char *field, const nifti_image
 	return 0;
 }
 
-/* Fails early, before allocating, when an uncompressed file is too short. */
+/* Deflate expands at most 1032:1 (258-byte matches in 2-bit codes), so a
+ * gzip file of n bytes holds at most this many times n bytes of data. */
+#define DEFLATE_MAX_RATIO 1032u
+
+/* Fails early, before allocating, when a file cannot hold the voxel data its
+ * header announces: an uncompressed file that is too short, or a gzip file
+ * too small to inflate to that much (a few bytes of header must not make
+ * the reader allocate whatever count they claim). */
 static int check_data_size(const char *path, const char *field, const nifti_image *nim,
 			   size_t data_bytes, struct errbuf *err)
 {
-	int64_t file_bytes;
+	int64_t file_bytes = nifti_get_filesize(nim->iname);
 
-	if (nifti_is_gzfile(nim->iname))
-		return 0;
-	file_bytes = nifti_get_filesize(nim->iname);
 	if (file_bytes < 0)
 		return errbuf_set(err, -EIO, field, "%s: cannot determine the size of %s", path, nim->iname);
+	if (nifti_is_gzfile(nim->iname)) {
+		if ((uint64_t)file_bytes < UINT64_MAX / DEFLATE_MAX_RATIO &&
+		    data_bytes / DEFLATE_MAX_RATIO > (uint64_t)file_bytes)
+			return errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: voxel "
+					  "data need %zu bytes, more than a gzip file of %lld bytes "
+					  "can hold", path, data_bytes, (long long)file_bytes);
+		return 0;
+	}
 	if (file_bytes < nim->iname_offset || (uint64_t)(file_bytes - nim->iname_offset) < data_bytes)
 		return errbuf_set(err, -EIO, field,
 				  "%s: file is truncated: voxel data need %zu bytes from offset %lld but the file has %lld bytes",

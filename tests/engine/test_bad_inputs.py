@@ -58,6 +58,12 @@ class Inputs:
     def _make_odf_tiny_gz(self, path):             # not even a full header
         path.write_bytes(self.phantom.path("odf.nii.gz").read_bytes()[:100])
 
+    def _make_odf_huge_claim(self, path):          # a 4 KB gzip whose header claims 6 PB
+        head = bytearray(gzip.decompress(self.phantom.path("odf.nii.gz").read_bytes())[:352])
+        dims = np.array([4, 16000, 16000, 16000, 362, 1, 1, 1], dtype="<i2")
+        head[40:56] = dims.tobytes()                 # NIfTI-1 dim[0..7] at byte 40
+        path.write_bytes(gzip.compress(bytes(head) + bytes(4096)))
+
     def _make_odf_wrong_nv(self, path):            # 100 volumes, sphere has 362
         odf, aff = self._odf()
         nib.save(nib.Nifti1Image(np.ascontiguousarray(odf[..., :100]), aff), str(path))
@@ -157,6 +163,7 @@ JOB_CASES = [
     ("odf_truncated_gz", "inputs.odf", _input("odf", "odf_trunc_gz.nii.gz")),
     ("odf_truncated_nii", "inputs.odf", _input("odf", "odf_trunc_nii.nii")),
     ("odf_truncated_header", "inputs.odf", _input("odf", "odf_tiny_gz.nii.gz")),
+    ("odf_gz_claims_petabytes", "inputs.odf", _input("odf", "odf_huge_claim.nii.gz")),
     ("odf_4th_dim_not_sphere", "inputs.odf", _input("odf", "odf_wrong_nv.nii.gz")),
     ("odf_3d", "inputs.odf", _input("odf", "odf_3d.nii.gz")),
     ("odf_nan", "inputs.odf", _input("odf", "odf_nan.nii.gz")),
