@@ -468,8 +468,86 @@ static enum MHD_Result fetch_tractogram(struct api *api, struct MHD_Connection *
 
 /* ---- submitting jobs ------------------------------------------------------- */
 
+/* Whether path is dir or lies below it. Both are canonical (realpath), so
+ * no "..", "." or symlink is left to fool a prefix test; the '/' boundary
+ * keeps /data/ab from passing as under /data/a. */
+static bool path_under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	if (n == 1)   /* "/": everything is under it */
+		return true;
+	return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
+}
+
+/* Whether canonical path lies under one of the configured roots. A root that
+ * cannot be resolved (missing for now) admits nothing rather than failing
+ * the job, so one unmounted root does not take the others down. */
+static bool under_data_roots(const char *roots, const char *path)
+{
+	const char *p = roots;
+
+	for (;;) {
+		size_t n = strcspn(p, ":");
+		char root[sizeof(((struct api_config *)0)->data_roots)];
+		char *real;
+		bool under;
+
+		/* conf checked every entry is non-empty and fits the field. */
+		snprintf(root, sizeof(root), "%.*s", (int)n, p);
+		real = realpath(root, NULL);
+		if (real) {
+			under = path_under(path, real);
+			free(real);
+			if (under)
+				return true;
+		}
+		if (!p[n])
+			return false;
+		p += n + 1;
+	}
+}
+
+/* A server-side path: allowed only under the data roots. It is replaced by
+ * its canonical form, so that a symlink swapped after this check cannot
+ * redirect the engine to a file outside the roots. */
+static enum api_error resolve_server_path(struct api *api, char **path, const char *field,
+					  struct errbuf *err)
+{
+	const char *roots = api->cfg.data_roots;
+	char *real;
+
+	if (!roots[0]) {
+		errbuf_set(err, -EINVAL, field, "server-side paths are disabled (no data_roots): "
+			   "upload the file (POST /v1/volumes) and use its id");
+		return ERR_SERVER_PATHS_DISABLED;
+	}
+	if ((*path)[0] != '/') {
+		errbuf_set(err, -EINVAL, field, "server-side paths must be absolute, got '%.200s'",
+			   *path);
+		return ERR_SERVER_PATHS_DISABLED;
+	}
+	real = realpath(*path, NULL);
+	if (!real) {
+		int e = errno;
+
+		errbuf_set(err, -e, field, "'%.200s' does not exist on the server (%s)", *path,
+			   strerror(e));
+		return ERR_SERVER_PATHS_DISABLED;
+	}
+	if (!under_data_roots(roots, real)) {
+		errbuf_set(err, -EACCES, field, "'%.200s' is outside the data roots (%.200s)",
+			   *path, roots);
+		free(real);
+		return ERR_SERVER_PATHS_DISABLED;
+	}
+	free(*path);
+	*path = real;
+	return 0;
+}
+
 /* Turns a volume id into the store's path; any other string is a server-side
- * path, allowed only by configuration. */
+ * path, allowed only under the configured data roots. */
 static enum api_error resolve_input(struct api *api, char **path, const char *field,
 				    struct errbuf *err)
 {
@@ -480,15 +558,8 @@ static enum api_error resolve_input(struct api *api, char **path, const char *fi
 
 	if (!*path)
 		return 0;
-	if (strncmp(*path, "sha256:", 7) != 0) {
-		if (api->cfg.allow_server_paths && (*path)[0] == '/')
-			return 0;
-		errbuf_set(err, -EINVAL, field, api->cfg.allow_server_paths ?
-			   "server-side paths must be absolute, got '%.200s'" :
-			   "server-side paths are disabled: upload the file (POST /v1/volumes) and "
-			   "use its id", *path);
-		return ERR_SERVER_PATHS_DISABLED;
-	}
+	if (strncmp(*path, "sha256:", 7) != 0)
+		return resolve_server_path(api, path, field, err);
 	r = store_lookup(api->cfg.store, *path, &entry, resolved, sizeof(resolved), err);
 	if (r == -ENOENT) {
 		errbuf_set(err, r, field, "no volume %s on this server: upload it first", *path);

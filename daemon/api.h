@@ -28,7 +28,9 @@ struct api_config {
 	struct store *store;
 	uint64_t max_request_bytes;
 	uint64_t max_upload_bytes;
-	bool allow_server_paths;
+	/* ':'-separated absolute directories (checked by conf) whose files jobs
+	 * may name; "" = none, uploads only. Copied, so the caller's may go. */
+	char data_roots[1024];
 };
 
 /* Starts serving on the listening sockets (-1 = none); does not take them. */

@@ -68,6 +68,26 @@ static const char *check_path_or_empty(const char *v)
 	return !*v || *v == '/' ? NULL : "must be an absolute path, or empty for none";
 }
 
+/* Each ':'-separated entry is checked here, once, so that api.c can trust
+ * that every root it resolves is absolute; "" means server paths are off. */
+static const char *check_path_list(const char *v)
+{
+	if (!*v)
+		return NULL;
+	for (;;) {
+		size_t n = strcspn(v, ":");
+
+		if (n == 0)
+			return "must be ':'-separated absolute directories with no empty entry, "
+			       "or empty for none";
+		if (*v != '/')
+			return "must be ':'-separated absolute directories, or empty for none";
+		if (!v[n])
+			return NULL;
+		v += n + 1;
+	}
+}
+
 static bool is_port(const char *s)
 {
 	size_t n = strspn(s, "0123456789");
@@ -135,8 +155,9 @@ static const struct conf_key keys[] = {
 	       "no authentication"),
 	STRING(state_dir, check_path, NULL,
 	       "where uploaded volumes (volumes/) and results (spool/) are kept"),
-	BOOL(allow_server_paths, "false",
-	     "whether jobs may name files on the server instead of uploaded volumes"),
+	STRING(data_roots, check_path_list, "",
+	       "':'-separated absolute directories whose files jobs may name instead of "
+	       "uploaded volumes; empty for none (uploads only)"),
 	U64(max_request_bytes, CONF_SIZE, KiB, JOBSPEC_MAX_BYTES, "16M",
 	    "largest JSON request body"),
 	U64(max_upload_bytes, CONF_SIZE, MiB, 16 * TiB, "16G",

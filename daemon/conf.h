@@ -20,7 +20,7 @@ struct conf {
 	char listen_unix[256];      /* Unix socket path; "" = none */
 	char listen_tcp[128];       /* "off", "PORT", "HOST:PORT" or "[V6]:PORT"; default "off" */
 	char state_dir[1024];       /* volumes/ and spool/ live here */
-	bool allow_server_paths;    /* jobs may name files on the server (default false) */
+	char data_roots[1024];      /* ':'-separated absolute dirs jobs may read from; "" = none */
 	uint64_t max_request_bytes; /* JSON bodies (default 16M) */
 	uint64_t max_upload_bytes;  /* volume uploads (default 16G) */
 	uint64_t max_queued_jobs;   /* default 256 */

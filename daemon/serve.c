@@ -181,7 +181,6 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 	struct api_config ac = {
 		.max_request_bytes = d->conf.max_request_bytes,
 		.max_upload_bytes = d->conf.max_upload_bytes,
-		.allow_server_paths = d->conf.allow_server_paths,
 	};
 	int r;
 
@@ -196,6 +195,9 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		r = jobs_start(&jc, &d->jobs, err);
 	if (r < 0)
 		return r;
+	_Static_assert(sizeof(ac.data_roots) == sizeof(d->conf.data_roots),
+		       "data_roots is copied whole");
+	memcpy(ac.data_roots, d->conf.data_roots, sizeof(ac.data_roots));
 	ac.jobs = d->jobs;
 	ac.store = d->store;
 	return api_start(&ac, d->sockets.unix_fd, d->sockets.tcp_fd, &d->api, err);

@@ -96,12 +96,14 @@ def test_malformed_volume_id(daemon, phantom, volumes):
 
 
 def test_server_paths_disabled(daemon, phantom, volumes):
-    """A server-side path while allow_server_paths is off (the default): 422
-    server_paths_disabled naming the input, absolute or relative."""
+    """A server-side path while data_roots is empty (the default): 422
+    server_paths_disabled naming the input, absolute or relative, and saying
+    to upload instead."""
     for path in (str(phantom.path(PHANTOM_INPUTS["odf"])), PHANTOM_INPUTS["odf"]):
         job = server_job(phantom, dict(volumes, odf=path), count=100)
-        assert_error(daemon.api.post_json("/v1/jobs", job), 422, "server_paths_disabled",
-                     "inputs.odf")
+        r = daemon.api.post_json("/v1/jobs", job)
+        assert_error(r, 422, "server_paths_disabled", "inputs.odf")
+        assert "disabled" in r.error["message"] and "upload" in r.error["message"], str(r)
     job = server_job(phantom, dict(volumes, roi=str(phantom.path(PHANTOM_INPUTS["roi"]))),
                      count=100)
     assert_error(daemon.api.post_json("/v1/jobs", job), 422, "server_paths_disabled", "seeds.roi")

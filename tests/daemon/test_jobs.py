@@ -10,9 +10,9 @@ from datetime import datetime
 
 import nibabel as nib
 
-from .support import (assert_same_trk, fetch_tractogram, get_metrics, job_status, local_job,
-                      run_to_completion, server_job, submit, trk_n_count, upload_phantom,
-                      wait_job, wait_running)
+from .support import (PHANTOM_INPUTS, assert_same_trk, fetch_tractogram, get_metrics,
+                      job_status, local_job, make_job, run_to_completion, server_job, submit,
+                      trk_n_count, upload_phantom, wait_job, wait_running)
 
 # The phantom's own job: 2000 seeds, rng_seed 1234 (about 1.5 s on lavapipe).
 PARITY = dict(count=2000, rng_seed=1234)
@@ -165,10 +165,10 @@ def test_delete_finished_job(daemon, volumes, phantom):
 
 
 def test_server_paths_when_allowed(daemon_factory, phantom, references):
-    """With allow_server_paths=true a job may name absolute files on the
-    server: its result is byte-identical to `tractd run` of the same job; a
-    relative path is still refused (422 server_paths_disabled, the field)."""
-    d = daemon_factory(sets=["allow_server_paths=true"])
+    """With data_roots naming the phantom's directory a job may name absolute
+    files in it: its result is byte-identical to `tractd run` of the same job;
+    a relative path is still refused (422 server_paths_disabled, the field)."""
+    d = daemon_factory(sets=[f"data_roots={phantom.dir}"])
     job = local_job(phantom, **PARITY)
     _, got = run_to_completion(d.api, job)
     assert_same_trk(got, references.trk(job), "tractogram of a server-path job")
@@ -176,6 +176,56 @@ def test_server_paths_when_allowed(daemon_factory, phantom, references):
     r = d.api.post_json("/v1/jobs", rel)
     assert r.status == 422, str(r)
     assert r.error["code"] == "server_paths_disabled" and r.error["field"] == "inputs.odf", str(r)
+    assert "absolute" in r.error["message"], str(r)
+
+
+def _job_in(phantom, data, odf=None, roi=None):
+    """A small job on the copies in data, with odf or roi replaced."""
+    return make_job(phantom, odf or data / PHANTOM_INPUTS["odf"],
+                    data / PHANTOM_INPUTS["stop_map"], roi or data / PHANTOM_INPUTS["roi"],
+                    count=100, rng_seed=1)
+
+
+def test_server_paths_confined_to_data_roots(daemon_factory, phantom, tmp_path):
+    """Server paths must resolve under a data root: a file elsewhere, a `..`
+    escape, a symlink in the root pointing out, a missing file and a sibling
+    directory sharing the root's prefix (/x/da vs /x/dab) are refused with 422
+    server_paths_disabled naming the field and why; a symlink in the root
+    pointing inside it is accepted and the job runs."""
+    odf = phantom.path("odf.nii.gz")
+    data, prefixed = tmp_path / "da", tmp_path / "dab"
+    data.mkdir()
+    prefixed.mkdir()
+    for name in PHANTOM_INPUTS.values():
+        (data / name).write_bytes(phantom.path(name).read_bytes())
+    (tmp_path / "outside.nii.gz").write_bytes(odf.read_bytes())
+    (prefixed / "odf.nii.gz").write_bytes(odf.read_bytes())
+    (data / "escape.nii.gz").symlink_to(odf)
+    (data / "inside.nii.gz").symlink_to(data / "odf.nii.gz")
+    d = daemon_factory(sets=[f"data_roots={data}"])
+
+    refused = {
+        odf: "outside the data roots",
+        data / ".." / "outside.nii.gz": "outside the data roots",
+        data / "escape.nii.gz": "outside the data roots",
+        prefixed / "odf.nii.gz": "outside the data roots",
+        data / "missing.nii.gz": "does not exist",
+    }
+    for path, why in refused.items():
+        r = d.api.post_json("/v1/jobs", _job_in(phantom, data, odf=path))
+        assert r.status == 422, f"{path}: {r}"
+        assert r.error["code"] == "server_paths_disabled", f"{path}: {r}"
+        assert r.error["field"] == "inputs.odf", f"{path}: {r}"
+        assert why in r.error["message"], f"{path}: {r}"
+        if why.startswith("outside"):
+            assert str(data) in r.error["message"], f"{path}: {r}"
+
+    # The ROI is checked the same way as the inputs.
+    r = d.api.post_json("/v1/jobs", _job_in(phantom, data, roi=data / "escape.nii.gz"))
+    assert r.status == 422 and r.error["field"] == "seeds.roi", str(r)
+
+    job_id = submit(d.api, _job_in(phantom, data, odf=data / "inside.nii.gz"))
+    assert wait_job(d.api, job_id)["status"] == "done"
 
 
 def test_queue_full(daemon_factory, phantom):

@@ -88,7 +88,9 @@ static size_t keys_of(const char *text, char keys[][64], size_t max)
 	for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
 		size_t klen = strspn(line, "abcdefghijklmnopqrstuvwxyz_");
 
-		if (klen && !strncmp(line + klen, " = ", 3)) {
+		/* "key =" alone is an empty value (data_roots's default). */
+		if (klen && !strncmp(line + klen, " =", 2) &&
+		    (line[klen + 2] == ' ' || line[klen + 2] == '\n' || !line[klen + 2])) {
 			assert_true(n < max);
 			snprintf(keys[n++], 64, "%.*s", (int)klen, line);
 		}
@@ -121,7 +123,7 @@ static void test_defaults(void **state)
 	assert_string_equal(c.listen_unix, "/run/tractd/tractd.sock");
 	assert_string_equal(c.listen_tcp, "off");
 	assert_string_equal(c.state_dir, "/var/lib/tractd");
-	assert_false(c.allow_server_paths);
+	assert_string_equal(c.data_roots, "");   /* server paths off */
 	assert_int_equal(c.max_request_bytes, 16ull << 20);
 	assert_int_equal(c.max_upload_bytes, 16ull << 30);
 	assert_int_equal(c.max_queued_jobs, 256);
@@ -201,14 +203,10 @@ static void test_good_values(void **state)
 		{ "log_level", "debug", "debug" },
 		{ "log_level", "warning", "warning" },
 		{ "log_level", "error", "error" },
-		{ "allow_server_paths", "true", "true" },
-		{ "allow_server_paths", "YES", "true" },
-		{ "allow_server_paths", "on", "true" },
-		{ "allow_server_paths", "1", "true" },
-		{ "allow_server_paths", "false", "false" },
-		{ "allow_server_paths", "no", "false" },
-		{ "allow_server_paths", "Off", "false" },
-		{ "allow_server_paths", "0", "false" },
+		{ "data_roots", "", "" },
+		{ "data_roots", "/srv/mri", "/srv/mri" },
+		{ "data_roots", "/srv/mri:/data/shared", "/srv/mri:/data/shared" },
+		{ "data_roots", "/", "/" },
 		{ "max_request_bytes", "1024", "1K" },
 		{ "max_request_bytes", "1536", "1536" },
 		{ "max_request_bytes", "64M", "64M" },
@@ -295,9 +293,12 @@ static void test_bad_values(void **state)
 		{ "log_level", "verbose", "error, warning, info or debug" },
 		{ "log_level", "", "error, warning, info or debug" },
 		{ "log_level", "INFO", "error, warning, info or debug" },
-		{ "allow_server_paths", "", "must be true or false" },
-		{ "allow_server_paths", "2", "must be true or false" },
-		{ "allow_server_paths", "maybe", "must be true or false" },
+		{ "data_roots", "srv/mri", "absolute directories" },
+		{ "data_roots", "/srv/mri:data", "absolute directories" },
+		{ "data_roots", "/srv/mri:", "no empty entry" },
+		{ "data_roots", ":/srv/mri", "no empty entry" },
+		{ "data_roots", "/a::/b", "no empty entry" },
+		{ "data_roots", ":", "no empty entry" },
 		{ "max_request_bytes", "", "must be a size" },
 		{ "max_request_bytes", "-1", "must be a size" },
 		{ "max_request_bytes", "+1", "must be a size" },
@@ -372,7 +373,7 @@ static void test_file_format(void **state)
 		"max_queued_jobs = 13\n"      /* the last of a duplicate wins */
 		"pipeline_cache =\n"
 		"listen_unix = /run/a=b.sock\n"   /* '=' after the first is the value's */
-		"allow_server_paths = yes";       /* no newline at the end */
+		"data_roots = /srv/a:/srv/b";     /* no newline at the end */
 	struct conf c;
 
 	(void)state;
@@ -384,7 +385,7 @@ static void test_file_format(void **state)
 	assert_string_equal(c.state_dir, "/srv/state");
 	assert_string_equal(c.pipeline_cache, "");
 	assert_string_equal(c.listen_unix, "/run/a=b.sock");
-	assert_true(c.allow_server_paths);
+	assert_string_equal(c.data_roots, "/srv/a:/srv/b");
 	assert_int_equal(c.max_request_bytes, 16ull << 20);   /* untouched */
 }
 
@@ -448,7 +449,7 @@ static void test_print_reparses(void **state)
 {
 	static const char *const set[][2] = {
 		{ "listen_unix", "/tmp/t.sock" }, { "listen_tcp", "[::1]:9000" },
-		{ "state_dir", "/srv/st" }, { "allow_server_paths", "on" },
+		{ "state_dir", "/srv/st" }, { "data_roots", "/srv/a:/b" },
 		{ "max_request_bytes", "1025" }, { "max_upload_bytes", "5T" },
 		{ "max_queued_jobs", "9" }, { "spool_max_bytes", "18446744073709551615" },
 		{ "result_ttl_seconds", "3601" }, { "device", "2" },
