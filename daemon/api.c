@@ -527,17 +527,12 @@ static enum api_error resolve_server_path(struct api *api, char **path, const ch
 			   *path);
 		return ERR_SERVER_PATHS_DISABLED;
 	}
+	/* A missing file and one outside the roots get the same answer, so that
+	 * a client cannot probe which files exist elsewhere on the server. */
 	real = realpath(*path, NULL);
-	if (!real) {
-		int e = errno;
-
-		errbuf_set(err, -e, field, "'%.200s' does not exist on the server (%s)", *path,
-			   strerror(e));
-		return ERR_SERVER_PATHS_DISABLED;
-	}
-	if (!under_data_roots(roots, real)) {
-		errbuf_set(err, -EACCES, field, "'%.200s' is outside the data roots (%.200s)",
-			   *path, roots);
+	if (!real || !under_data_roots(roots, real)) {
+		errbuf_set(err, -EACCES, field, "'%.200s' is not an existing file inside the data "
+			   "roots (%.200s)", *path, roots);
 		free(real);
 		return ERR_SERVER_PATHS_DISABLED;
 	}
