@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * binio: what the streaming tractogram writers (trk, tck) share: explicit
- * little-endian encoding, which keeps the file formats independent of the
- * host (compilers turn the shifts into plain stores on little-endian CPUs),
- * and the test for whether a header field can be patched in place at the end.
+ * binio: what the tractogram writers (trk, tck, trx) and their reader
+ * (tractogram_read) share: explicit little-endian encoding and decoding,
+ * which keeps the file formats independent of the host (compilers turn the
+ * shifts into plain loads and stores on little-endian CPUs), and the test for
+ * whether a header field can be patched in place at the end.
  */
 #ifndef TRACTD_BINIO_H
 #define TRACTD_BINIO_H
@@ -39,6 +40,36 @@ static inline void binio_put_f32(unsigned char *p, float v)
 
 	memcpy(&u, &v, sizeof(u));
 	binio_put_u32(p, u);
+}
+
+static inline void binio_put_u64(unsigned char *p, uint64_t v)
+{
+	binio_put_u32(p, (uint32_t)v);
+	binio_put_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static inline uint32_t binio_get_u32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline int16_t binio_get_i16(const unsigned char *p)
+{
+	return (int16_t)(uint16_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
+}
+
+static inline float binio_get_f32(const unsigned char *p)
+{
+	uint32_t u = binio_get_u32(p);
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+static inline uint64_t binio_get_u64(const unsigned char *p)
+{
+	return (uint64_t)binio_get_u32(p) | (uint64_t)binio_get_u32(p + 4) << 32;
 }
 
 /* The position of out when a field written there can later be patched in

@@ -14,20 +14,9 @@
 #include <zip.h>
 
 #include "affine.h"
+#include "binio.h"
 #include "half.h"
 #include "trk.h"
-
-/* Byte offsets of the TrackVis v2 header fields read back (as trk.c writes them). */
-enum {
-	TRK_OFF_DIM = 6,
-	TRK_OFF_VOXEL_SIZE = 12,
-	TRK_OFF_N_SCALARS = 36,
-	TRK_OFF_N_PROPERTIES = 238,
-	TRK_OFF_PROPERTY_NAME = 240,
-	TRK_OFF_VOX_TO_RAS = 440,
-	TRK_OFF_N_COUNT = 988,
-	TRK_OFF_HDR_SIZE = 996,
-};
 
 /* A record longer than this is taken for a corrupt length, not allocated. */
 #define MAX_RECORD_POINTS (UINT32_C(1) << 26)
@@ -63,32 +52,6 @@ struct tractogram_reader {
 	size_t raw_cap;
 	float seed[SEED_VALUES];
 };
-
-/* ---- little-endian decoding ---------------------------------------------- */
-
-static uint32_t get_u32(const unsigned char *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static int16_t get_i16(const unsigned char *p)
-{
-	return (int16_t)(uint16_t)((uint32_t)p[0] | (uint32_t)p[1] << 8);
-}
-
-static float get_f32(const unsigned char *p)
-{
-	uint32_t u = get_u32(p);
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
-static uint64_t get_u64(const unsigned char *p)
-{
-	return (uint64_t)get_u32(p) | (uint64_t)get_u32(p + 4) << 32;
-}
 
 /* ---- buffers --------------------------------------------------------------- */
 
@@ -154,11 +117,11 @@ static int trk_open(struct tractogram_reader *r, const struct tractogram_grid *g
 
 	if (fread(h, 1, sizeof(h), r->in) != sizeof(h))
 		return errbuf_set(err, -EINVAL, "", "not a TrackVis file: the header is short");
-	if (memcmp(h, "TRACK", 5) != 0 || get_u32(h + TRK_OFF_HDR_SIZE) != TRK_HEADER_SIZE)
+	if (memcmp(h, "TRACK", 5) != 0 || binio_get_u32(h + TRK_OFF_HDR_SIZE) != TRK_HEADER_SIZE)
 		return errbuf_set(err, -EINVAL, "", "not a little-endian TrackVis v2 file");
-	ns = get_i16(h + TRK_OFF_N_SCALARS);
-	np = get_i16(h + TRK_OFF_N_PROPERTIES);
-	count = (int32_t)get_u32(h + TRK_OFF_N_COUNT);
+	ns = binio_get_i16(h + TRK_OFF_N_SCALARS);
+	np = binio_get_i16(h + TRK_OFF_N_PROPERTIES);
+	count = (int32_t)binio_get_u32(h + TRK_OFF_N_COUNT);
 	if (ns < 0 || np < 0 || count < 0)
 		return errbuf_set(err, -EINVAL, "", "malformed TrackVis header");
 	r->n_scalars = (uint16_t)ns;
@@ -166,14 +129,14 @@ static int trk_open(struct tractogram_reader *r, const struct tractogram_grid *g
 	r->count = (uint64_t)count;
 	r->has_seeds = trk_has_seeds(h, r->n_properties);
 	for (int i = 0; i < 3; i++) {
-		r->grid.dim[i] = get_i16(h + TRK_OFF_DIM + 2 * i);
-		r->voxel_size[i] = get_f32(h + TRK_OFF_VOXEL_SIZE + 4 * i);
+		r->grid.dim[i] = binio_get_i16(h + TRK_OFF_DIM + 2 * i);
+		r->voxel_size[i] = binio_get_f32(h + TRK_OFF_VOXEL_SIZE + 4 * i);
 		if (!(r->voxel_size[i] > 0.0f) || !isfinite(r->voxel_size[i]))
 			return errbuf_set(err, -EINVAL, "", "TrackVis voxel size %d is not positive", i);
 	}
 	for (int row = 0; row < 4; row++)
 		for (int c = 0; c < 4; c++)
-			r->grid.affine[row][c] = get_f32(h + TRK_OFF_VOX_TO_RAS + 4 * (4 * row + c));
+			r->grid.affine[row][c] = binio_get_f32(h + TRK_OFF_VOX_TO_RAS + 4 * (4 * row + c));
 	if (grid)
 		r->grid = *grid;
 	return 0;
@@ -205,7 +168,7 @@ static int trk_next(struct tractogram_reader *r, uint32_t *n)
 	rc = read_exact(r->in, len_field, sizeof(len_field), &at_end);
 	if (rc)
 		return at_end && !r->count ? 0 : rc;
-	np = (int32_t)get_u32(len_field);
+	np = (int32_t)binio_get_u32(len_field);
 	if (np <= 0 || (uint32_t)np > MAX_RECORD_POINTS)
 		return -EINVAL;
 	bytes = 4u * ((size_t)np * per_point + r->n_properties);
@@ -215,11 +178,11 @@ static int trk_next(struct tractogram_reader *r, uint32_t *n)
 		return rc;
 	for (size_t i = 0; i < (size_t)np; i++)
 		for (int c = 0; c < 3; c++)
-			r->points[3 * i + c] = get_f32(r->raw + 4 * (i * per_point + c)) /
+			r->points[3 * i + c] = binio_get_f32(r->raw + 4 * (i * per_point + c)) /
 					       r->voxel_size[c] - 0.5f;
 	if (r->has_seeds)
 		for (int c = 0; c < SEED_VALUES; c++)
-			r->seed[c] = get_f32(r->raw + 4 * ((size_t)np * per_point + c));
+			r->seed[c] = binio_get_f32(r->raw + 4 * ((size_t)np * per_point + c));
 	*n = (uint32_t)np;
 	return 1;
 }
@@ -272,7 +235,7 @@ static int tck_next(struct tractogram_reader *r, uint32_t *n)
 		if (rc)
 			return rc;   /* tractd always ends the data with the Inf triplet */
 		for (int c = 0; c < 3; c++)
-			ras[c] = get_f32(t + 4 * c);
+			ras[c] = binio_get_f32(t + 4 * c);
 		if (isinf(ras[0]))
 			return k ? -EINVAL : 0;
 		if (isnan(ras[0])) {
@@ -358,7 +321,7 @@ static int trx_offsets(struct tractogram_reader *r, struct errbuf *err)
 		return errbuf_set(err, -EINVAL, "", "offsets.uint64 does not match NB_STREAMLINES");
 	}
 	for (size_t i = 0; i < t->nb_streamlines; i++)
-		t->offsets[i] = get_u64(raw + 8 * i);
+		t->offsets[i] = binio_get_u64(raw + 8 * i);
 	t->offsets[t->nb_streamlines] = t->nb_vertices;
 	free(raw);
 	for (size_t i = 0; i < t->nb_streamlines; i++)
@@ -384,7 +347,7 @@ static int trx_seeds(struct tractogram_reader *r, struct errbuf *err)
 		return errbuf_set(err, -EINVAL, "", "dps/seeds does not match NB_STREAMLINES");
 	}
 	for (size_t i = 0; i < len / 4; i++)
-		t->seeds[i] = get_f32(raw + 4 * i);
+		t->seeds[i] = binio_get_f32(raw + 4 * i);
 	free(raw);
 	r->has_seeds = true;
 	return 0;
@@ -447,7 +410,7 @@ static int trx_next(struct tractogram_reader *r, uint32_t *n)
 		float ras[3];
 		for (int c = 0; c < 3; c++) {
 			const unsigned char *p = r->raw + width * (3 * i + (size_t)c);
-			ras[c] = t->half ? half_to_float((uint16_t)(p[0] | p[1] << 8)) : get_f32(p);
+			ras[c] = t->half ? half_to_float((uint16_t)(p[0] | p[1] << 8)) : binio_get_f32(p);
 		}
 		ras_to_voxel(r, ras, r->points + 3 * i);
 	}

@@ -9,20 +9,6 @@
 #include "affine.h"
 #include "binio.h"
 
-/* Byte offsets of the TrackVis v2 header fields that are not left zero. */
-enum {
-	TRK_OFF_ID_STRING = 0,
-	TRK_OFF_DIM = 6,
-	TRK_OFF_VOXEL_SIZE = 12,
-	TRK_OFF_N_PROPERTIES = 238,
-	TRK_OFF_PROPERTY_NAME = 240,
-	TRK_OFF_VOX_TO_RAS = 440,
-	TRK_OFF_VOXEL_ORDER = 948,
-	TRK_OFF_N_COUNT = 988,
-	TRK_OFF_VERSION = 992,
-	TRK_OFF_HDR_SIZE = 996,
-};
-
 #define TRK_VERSION 2
 #define TRK_POINT_BYTES 12
 #define TRK_BUFFER_BYTES ((size_t)1 << 18)

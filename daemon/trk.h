@@ -22,6 +22,21 @@
 #include "errbuf.h"
 
 #define TRK_HEADER_SIZE 1000
+
+/* Byte offsets of the TrackVis v2 header fields tractd writes or reads back. */
+enum {
+	TRK_OFF_ID_STRING = 0,
+	TRK_OFF_DIM = 6,
+	TRK_OFF_VOXEL_SIZE = 12,
+	TRK_OFF_N_SCALARS = 36,
+	TRK_OFF_N_PROPERTIES = 238,
+	TRK_OFF_PROPERTY_NAME = 240,
+	TRK_OFF_VOX_TO_RAS = 440,
+	TRK_OFF_VOXEL_ORDER = 948,
+	TRK_OFF_N_COUNT = 988,
+	TRK_OFF_VERSION = 992,
+	TRK_OFF_HDR_SIZE = 996,
+};
 #define TRK_PROPERTY_NAME_LEN 20
 #define TRK_MAX_PROPERTIES 10   /* name slots in the header */
 

@@ -144,8 +144,7 @@ static int append_u64(FILE *f, uint64_t v)
 {
 	unsigned char b[8];
 
-	binio_put_u32(b, (uint32_t)v);
-	binio_put_u32(b + 4, (uint32_t)(v >> 32));
+	binio_put_u64(b, v);
 	return fwrite(b, 1, sizeof(b), f) == sizeof(b) ? 0 : -EIO;
 }
 
