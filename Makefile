@@ -107,7 +107,7 @@ $(BUILD)/client/%.o: client/%.c $(wildcard client/*.h) | $(BUILD)/client
 $(BUILD)/tractctl: $(CLIENT_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/libtractd.a | $(BUILD)/fuzz
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_files.h $(BUILD)/libtractd.a | $(BUILD)/fuzz
 	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libtractd.a $(LIBS)
 
 $(BUILD) $(BUILD)/daemon $(BUILD)/tests $(BUILD)/client $(BUILD)/fuzz:

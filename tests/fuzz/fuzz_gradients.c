@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz_files.h"
 #include "gradients.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -26,17 +27,6 @@ static void remove_files(void)
 	unlink(bvals_path);
 	unlink(bvecs_path);
 	rmdir(dir);
-}
-
-static int write_file(const char *path, const uint8_t *data, size_t size)
-{
-	FILE *f = fopen(path, "wb");
-	int ok;
-
-	if (!f)
-		return -1;
-	ok = fwrite(data, 1, size, f) == size;
-	return (fclose(f) == 0 && ok) ? 0 : -1;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -63,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size--;
 	sep = memchr(data, '\0', size);
 	n_bvals = sep ? (size_t)(sep - data) : size;
-	if (write_file(bvals_path, data, n_bvals))
+	if (fuzz_write_file(bvals_path, data, n_bvals))
 		abort();
 	if (sep) {
 		data += n_bvals + 1;
@@ -71,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		size = 0;
 	}
-	if (write_file(bvecs_path, data, size))
+	if (fuzz_write_file(bvecs_path, data, size))
 		abort();
 	memset(&err, 0, sizeof(err));
 	memset(&g, 0, sizeof(g));

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz_files.h"
 #include "volume.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -38,17 +39,6 @@ static int setup(void)
 	return 0;
 }
 
-static int write_file(const char *path, const uint8_t *data, size_t size)
-{
-	FILE *f = fopen(path, "wb");
-	int ok;
-
-	if (!f)
-		return -1;
-	ok = fwrite(data, 1, size, f) == size;
-	return (fclose(f) == 0 && ok) ? 0 : -1;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static int ready;
@@ -62,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		ready = 1;
 	}
 	path = (size >= 2 && data[0] == 0x1f && data[1] == 0x8b) ? gz_path : nii_path;
-	if (write_file(path, data, size))
+	if (fuzz_write_file(path, data, size))
 		abort();
 	memset(&err, 0, sizeof(err));
 	if (volume_load(path, "job.inputs.dwi", &vol, &err) == 0)
