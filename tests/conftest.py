@@ -371,3 +371,32 @@ __all__ = ["RUN_TIMEOUT_S", "PHANTOM_FILES", "PHANTOM_ODF_FILES", "PHANTOM_DWI_F
            "tractd_asan_path", "LocalTrackingMinusFirst", "drop_single_points", "lengths_points", "lengths_mm",
            "voxel_of", "endpoint_labels", "connection_stats", "summarize", "trilinear",
            "format_table"]
+
+
+# --------------------------------------------------------------------------- parity comparisons
+
+def parity_figures(res, key):
+    """'tractd X, DIPY Y (DIPY run-to-run: Z)' for a failure message."""
+    return f"tractd {res['tractd'][key]:.4f}, DIPY {res['dipy'][key]:.4f} " \
+           f"(DIPY run-to-run: {res['dipy_alt'][key]:.4f})"
+
+
+def rel_diff(a, b):
+    return abs(a - b) / abs(b) if b else float("inf")
+
+
+def bundle_fractions(res, bundles, tolerance):
+    """Valid connections per bundle as a fraction of all streamlines, for the
+    dipy, tractd and dipy_alt summaries in res. Returns the printed table and
+    the bundles where tractd and DIPY differ by more than tolerance."""
+    rows, failures = {}, []
+    for entry in bundles:
+        name = entry["name"]
+        row = {}
+        for side in ("dipy", "tractd", "dipy_alt"):
+            s = res[side]
+            row[side] = s["per_bundle"][name] / s["streamlines"] if s["streamlines"] else 0.0
+        rows[name] = row
+        if abs(row["tractd"] - row["dipy"]) > tolerance:
+            failures.append(f"{name}: tractd {row['tractd']:.4f} vs DIPY {row['dipy']:.4f}")
+    return format_table(rows, ["dipy", "tractd", "dipy_alt"]), failures

@@ -42,7 +42,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import LocalTrackingMinusFirst, format_table, load_trk, run_job, summarize
+from conftest import (LocalTrackingMinusFirst, bundle_fractions, format_table, load_trk,
+                      parity_figures, rel_diff, run_job, summarize)
 
 from dipy.core.gradients import gradient_table
 from dipy.data import get_sphere
@@ -215,15 +216,6 @@ COLUMNS = ["streamlines", "per_seed", "mean_len_pts", "median_len_pts", "mean_le
            "valid_fraction", "seconds"]
 
 
-def _figures(res, key):
-    return f"tractd {res['tractd'][key]:.4f}, DIPY {res['dipy'][key]:.4f} " \
-           f"(DIPY run-to-run: {res['dipy_alt'][key]:.4f})"
-
-
-def _rel_diff(a, b):
-    return abs(a - b) / abs(b) if b else float("inf")
-
-
 # test_dipy_reference comes first, for both models, so `pytest -x -s` prints
 # DIPY's figures for OPDT and CSA even while tractd rejects the job.
 
@@ -235,9 +227,9 @@ def test_dipy_reference(parity, model):
     print(format_table(res, COLUMNS))
     d, alt = res["dipy"], res["dipy_alt"]
     assert d["per_seed"] > 0.9, f"DIPY tracked few seeds: {d['per_seed']:.4f} lines per seed"
-    assert _rel_diff(alt["per_seed"], d["per_seed"]) <= TOL_PER_SEED_REL / 2
-    assert _rel_diff(alt["mean_len_pts"], d["mean_len_pts"]) <= TOL_MEAN_LEN_REL / 2
-    assert _rel_diff(alt["median_len_pts"], d["median_len_pts"]) <= TOL_MEDIAN_LEN_REL / 2
+    assert rel_diff(alt["per_seed"], d["per_seed"]) <= TOL_PER_SEED_REL / 2
+    assert rel_diff(alt["mean_len_pts"], d["mean_len_pts"]) <= TOL_MEAN_LEN_REL / 2
+    assert rel_diff(alt["median_len_pts"], d["median_len_pts"]) <= TOL_MEDIAN_LEN_REL / 2
     assert abs(alt["valid_fraction"] - d["valid_fraction"]) <= TOL_VALID_FRACTION_ABS / 2
 
 
@@ -256,25 +248,25 @@ def test_tractd_runs_boot_job(parity, model):
 def test_streamlines_per_seed(parity, model):
     res = parity.all(model)
     got, want = res["tractd"]["per_seed"], res["dipy"]["per_seed"]
-    assert _rel_diff(got, want) <= TOL_PER_SEED_REL, (
-        f"{model}: streamlines per seed differ by {100 * _rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_PER_SEED_REL:.0f} %): {_figures(res, 'per_seed')}")
+    assert rel_diff(got, want) <= TOL_PER_SEED_REL, (
+        f"{model}: streamlines per seed differ by {100 * rel_diff(got, want):.2f} % "
+        f"(> {100 * TOL_PER_SEED_REL:.0f} %): {parity_figures(res, 'per_seed')}")
 
 
 def test_mean_length_points(parity, model):
     res = parity.all(model)
     got, want = res["tractd"]["mean_len_pts"], res["dipy"]["mean_len_pts"]
-    assert _rel_diff(got, want) <= TOL_MEAN_LEN_REL, (
-        f"{model}: mean length (points) differs by {100 * _rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_MEAN_LEN_REL:.0f} %): {_figures(res, 'mean_len_pts')}")
+    assert rel_diff(got, want) <= TOL_MEAN_LEN_REL, (
+        f"{model}: mean length (points) differs by {100 * rel_diff(got, want):.2f} % "
+        f"(> {100 * TOL_MEAN_LEN_REL:.0f} %): {parity_figures(res, 'mean_len_pts')}")
 
 
 def test_median_length_points(parity, model):
     res = parity.all(model)
     got, want = res["tractd"]["median_len_pts"], res["dipy"]["median_len_pts"]
-    assert _rel_diff(got, want) <= TOL_MEDIAN_LEN_REL, (
-        f"{model}: median length (points) differs by {100 * _rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_MEDIAN_LEN_REL:.0f} %): {_figures(res, 'median_len_pts')}")
+    assert rel_diff(got, want) <= TOL_MEDIAN_LEN_REL, (
+        f"{model}: median length (points) differs by {100 * rel_diff(got, want):.2f} % "
+        f"(> {100 * TOL_MEDIAN_LEN_REL:.0f} %): {parity_figures(res, 'median_len_pts')}")
 
 
 def test_valid_connection_fraction(parity, model):
@@ -282,25 +274,14 @@ def test_valid_connection_fraction(parity, model):
     got, want = res["tractd"]["valid_fraction"], res["dipy"]["valid_fraction"]
     assert abs(got - want) <= TOL_VALID_FRACTION_ABS, (
         f"{model}: valid-connection fraction differs by {100 * abs(got - want):.2f} pp "
-        f"(> {100 * TOL_VALID_FRACTION_ABS:.0f} pp): {_figures(res, 'valid_fraction')}")
+        f"(> {100 * TOL_VALID_FRACTION_ABS:.0f} pp): {parity_figures(res, 'valid_fraction')}")
 
 
 def test_per_bundle_breakdown(parity, phantom, model):
     """Prints valid connections per bundle (as a fraction of all streamlines);
     asserts per bundle with the same absolute tolerance as the total."""
     res = parity.all(model)
-    rows = {}
-    failures = []
-    for entry in phantom.bundles:
-        name = entry["name"]
-        row = {}
-        for side in ("dipy", "tractd", "dipy_alt"):
-            s = res[side]
-            row[side] = s["per_bundle"][name] / s["streamlines"] if s["streamlines"] else 0.0
-        rows[name] = row
-        if abs(row["tractd"] - row["dipy"]) > TOL_VALID_FRACTION_ABS:
-            failures.append(f"{name}: tractd {row['tractd']:.4f} vs DIPY {row['dipy']:.4f}")
-    table = format_table(rows, ["dipy", "tractd", "dipy_alt"])
+    table, failures = bundle_fractions(res, phantom.bundles, TOL_VALID_FRACTION_ABS)
     print(f"\n== boot ({model}): valid connections per bundle (fraction of all streamlines)\n"
           + table)
     assert not failures, (f"{model}: per-bundle valid-connection fractions differ by more "

@@ -22,7 +22,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import LocalTrackingMinusFirst, format_table, load_trk, run_job, summarize
+from conftest import (LocalTrackingMinusFirst, bundle_fractions, format_table, load_trk,
+                      parity_figures, rel_diff, run_job, summarize)
 
 from dipy.data import get_sphere
 from dipy.direction import ProbabilisticDirectionGetter
@@ -114,58 +115,38 @@ def parity(tractd, phantom, tmp_path_factory):
     return res
 
 
-def _figures(res, key):
-    return f"tractd {res['tractd'][key]:.4f}, DIPY {res['dipy'][key]:.4f} " \
-           f"(DIPY run-to-run: {res['dipy_alt'][key]:.4f})"
-
-
-def _rel_diff(a, b):
-    return abs(a - b) / abs(b) if b else float("inf")
-
-
 def test_streamlines_per_seed(parity):
     got, want = parity["tractd"]["per_seed"], parity["dipy"]["per_seed"]
-    assert _rel_diff(got, want) <= TOL_PER_SEED_REL, (
-        f"streamlines per seed differ by {100 * _rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_PER_SEED_REL:.0f} %): {_figures(parity, 'per_seed')}")
+    assert rel_diff(got, want) <= TOL_PER_SEED_REL, (
+        f"streamlines per seed differ by {100 * rel_diff(got, want):.2f} % "
+        f"(> {100 * TOL_PER_SEED_REL:.0f} %): {parity_figures(parity, 'per_seed')}")
 
 
 def test_mean_length_points(parity):
     got, want = parity["tractd"]["mean_len_pts"], parity["dipy"]["mean_len_pts"]
-    assert _rel_diff(got, want) <= TOL_MEAN_LEN_REL, (
-        f"mean length (points) differs by {100 * _rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_MEAN_LEN_REL:.0f} %): {_figures(parity, 'mean_len_pts')}")
+    assert rel_diff(got, want) <= TOL_MEAN_LEN_REL, (
+        f"mean length (points) differs by {100 * rel_diff(got, want):.2f} % "
+        f"(> {100 * TOL_MEAN_LEN_REL:.0f} %): {parity_figures(parity, 'mean_len_pts')}")
 
 
 def test_median_length_points(parity):
     got, want = parity["tractd"]["median_len_pts"], parity["dipy"]["median_len_pts"]
-    assert _rel_diff(got, want) <= TOL_MEDIAN_LEN_REL, (
-        f"median length (points) differs by {100 * _rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_MEDIAN_LEN_REL:.0f} %): {_figures(parity, 'median_len_pts')}")
+    assert rel_diff(got, want) <= TOL_MEDIAN_LEN_REL, (
+        f"median length (points) differs by {100 * rel_diff(got, want):.2f} % "
+        f"(> {100 * TOL_MEDIAN_LEN_REL:.0f} %): {parity_figures(parity, 'median_len_pts')}")
 
 
 def test_valid_connection_fraction(parity):
     got, want = parity["tractd"]["valid_fraction"], parity["dipy"]["valid_fraction"]
     assert abs(got - want) <= TOL_VALID_FRACTION_ABS, (
         f"valid-connection fraction differs by {100 * abs(got - want):.2f} pp "
-        f"(> {100 * TOL_VALID_FRACTION_ABS:.0f} pp): {_figures(parity, 'valid_fraction')}")
+        f"(> {100 * TOL_VALID_FRACTION_ABS:.0f} pp): {parity_figures(parity, 'valid_fraction')}")
 
 
 def test_per_bundle_breakdown(parity, phantom):
     """Prints valid connections per bundle (as a fraction of all streamlines);
     asserts per bundle with the same absolute tolerance as the total."""
-    rows = {}
-    failures = []
-    for entry in phantom.bundles:
-        name = entry["name"]
-        row = {}
-        for side in ("dipy", "tractd", "dipy_alt"):
-            s = parity[side]
-            row[side] = s["per_bundle"][name] / s["streamlines"] if s["streamlines"] else 0.0
-        rows[name] = row
-        if abs(row["tractd"] - row["dipy"]) > TOL_VALID_FRACTION_ABS:
-            failures.append(f"{name}: tractd {row['tractd']:.4f} vs DIPY {row['dipy']:.4f}")
-    table = format_table(rows, ["dipy", "tractd", "dipy_alt"])
+    table, failures = bundle_fractions(parity, phantom.bundles, TOL_VALID_FRACTION_ABS)
     print("\n== valid connections per bundle (fraction of all streamlines)\n" + table)
     assert not failures, ("per-bundle valid-connection fractions differ by more than "
                           f"{100 * TOL_VALID_FRACTION_ABS:.0f} pp: " + "; ".join(failures)
