@@ -662,12 +662,26 @@ static const struct member root_members[] = {
 	OBJECT("output", output_members),
 };
 
+/* A member of an object (inputs, seeds, model, output) that belongs to one
+ * kind of it only: an input kind, a seed kind, a model family, a format. */
+struct kind_key {
+	const char *key;
+	int kind;
+};
+
+/* The first of the n keys present in obj whose kind is not kind, or NULL. */
+static const struct kind_key *foreign_key(json_t *obj, const struct kind_key *keys, size_t n,
+					  int kind)
+{
+	for (size_t i = 0; json_is_object(obj) && i < n; i++)
+		if (keys[i].kind != kind && json_object_get(obj, keys[i].key))
+			return &keys[i];
+	return NULL;
+}
+
 /* Options that belong to one seed kind only. rng_seed is in neither list:
  * the tracker draws from it whichever way the seeds were given. */
-static const struct {
-	const char *key;
-	enum jobspec_seed_kind kind;
-} seed_kind_keys[] = {
+static const struct kind_key seed_kind_keys[] = {
 	{ "count", JOBSPEC_SEEDS_ROI },
 	{ "per_voxel", JOBSPEC_SEEDS_ROI },
 	{ "space", JOBSPEC_SEEDS_POINTS },
@@ -746,10 +760,7 @@ static int walk_object(json_t *obj, const char *field, const struct member *memb
 }
 
 /* Inputs that belong to one input kind only. */
-static const struct {
-	const char *key;
-	enum jobspec_input_kind kind;
-} input_kind_keys[] = {
+static const struct kind_key input_kind_keys[] = {
 	{ "sh_basis", JOBSPEC_INPUT_SH },
 	{ "sh_frame", JOBSPEC_INPUT_SH },
 	{ "bvals", JOBSPEC_INPUT_DWI },
@@ -762,6 +773,8 @@ static const char *const input_kind_names[] = { "odf", "sh", "dwi" };
 static int check_input_kind(json_t *inputs, struct jobspec *js, struct errbuf *err)
 {
 	int given = !!js->odf_path + !!js->sh_path + !!js->dwi_path;
+	const struct kind_key *k;
+	char field[FIELD_MAX];
 
 	if (given != 1)
 		return errbuf_set(err, -EINVAL, "inputs", "needs exactly one of \"odf\" (an ODF "
@@ -769,17 +782,12 @@ static int check_input_kind(json_t *inputs, struct jobspec *js, struct errbuf *e
 				  "(raw DWI with bvals and bvecs), got %d", given);
 	js->input_kind = js->odf_path ? JOBSPEC_INPUT_ODF :
 			 js->sh_path ? JOBSPEC_INPUT_SH : JOBSPEC_INPUT_DWI;
-	for (size_t i = 0; i < ARRAY_SIZE(input_kind_keys); i++) {
-		char field[FIELD_MAX];
-
-		if (input_kind_keys[i].kind == js->input_kind ||
-		    !json_object_get(inputs, input_kind_keys[i].key))
-			continue;
-		snprintf(field, sizeof(field), "inputs.%s", input_kind_keys[i].key);
-		return errbuf_set(err, -EINVAL, field, "is only allowed with inputs.%s",
-				  input_kind_names[input_kind_keys[i].kind]);
-	}
-	return 0;
+	k = foreign_key(inputs, input_kind_keys, ARRAY_SIZE(input_kind_keys), js->input_kind);
+	if (!k)
+		return 0;
+	snprintf(field, sizeof(field), "inputs.%s", k->key);
+	return errbuf_set(err, -EINVAL, field, "is only allowed with inputs.%s",
+			  input_kind_names[k->kind]);
 }
 
 static int check_inputs(json_t *root, const struct ctx *c)
@@ -814,30 +822,25 @@ static int check_inputs(json_t *root, const struct ctx *c)
 	return 0;
 }
 
-/* Model members that belong to one family of models only. */
-static const struct {
-	const char *key;
-	bool csd;                 /* csd's, else opdt's and csa's */
-} model_family_keys[] = {
-	{ "lambda", true }, { "tau", true }, { "roi_radius", true }, { "response_fa", true },
-	{ "response", true }, { "sh_lambda", false }, { "min_signal", false },
+/* Model members that belong to one family of models only: kind 1 for
+ * csd's, 0 for opdt's and csa's. */
+static const struct kind_key model_family_keys[] = {
+	{ "lambda", 1 }, { "tau", 1 }, { "roi_radius", 1 }, { "response_fa", 1 },
+	{ "response", 1 }, { "sh_lambda", 0 }, { "min_signal", 0 },
 };
 
 static int check_model_members(json_t *model, const struct jobspec *js, struct errbuf *err)
 {
-	bool csd = js->model.name == JOBSPEC_MODEL_CSD;
+	const struct kind_key *k = foreign_key(model, model_family_keys,
+					       ARRAY_SIZE(model_family_keys),
+					       js->model.name == JOBSPEC_MODEL_CSD);
+	char field[FIELD_MAX];
 
-	for (size_t i = 0; json_is_object(model) && i < ARRAY_SIZE(model_family_keys); i++) {
-		char field[FIELD_MAX];
-
-		if (model_family_keys[i].csd == csd || !json_object_get(model, model_family_keys[i].key))
-			continue;
-		snprintf(field, sizeof(field), "model.%s", model_family_keys[i].key);
-		return errbuf_set(err, -EINVAL, field, "applies to model %s, not \"%s\"",
-				  model_family_keys[i].csd ? "\"csd\"" : "\"opdt\" or \"csa\"",
-				  models[js->model.name]);
-	}
-	return 0;
+	if (!k)
+		return 0;
+	snprintf(field, sizeof(field), "model.%s", k->key);
+	return errbuf_set(err, -EINVAL, field, "applies to model %s, not \"%s\"",
+			  k->kind ? "\"csd\"" : "\"opdt\" or \"csa\"", models[js->model.name]);
 }
 
 /* Each direction getter has its models: prob tracks a CSD fit of the whole
@@ -876,6 +879,8 @@ static int check_model(json_t *root, struct ctx *c)
 static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 {
 	bool roi = js->seed_roi_path != NULL, points = js->seed_points != NULL;
+	const struct kind_key *k;
+	char field[FIELD_MAX];
 
 	if (roi && points)
 		return errbuf_set(err, -EINVAL, "seeds",
@@ -884,17 +889,12 @@ static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 		return errbuf_set(err, -EINVAL, "seeds",
 				  "is required, with either \"roi\" or \"points\"");
 	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : JOBSPEC_SEEDS_POINTS;
-	for (size_t i = 0; i < ARRAY_SIZE(seed_kind_keys); i++) {
-		char field[FIELD_MAX];
-
-		if (seed_kind_keys[i].kind == js->seed_kind ||
-		    !json_object_get(seeds, seed_kind_keys[i].key))
-			continue;
-		snprintf(field, sizeof(field), "seeds.%s", seed_kind_keys[i].key);
-		return errbuf_set(err, -EINVAL, field, "is only allowed with seeds.%s",
-				  seed_kind_keys[i].kind == JOBSPEC_SEEDS_ROI ? "roi" : "points");
-	}
-	return 0;
+	k = foreign_key(seeds, seed_kind_keys, ARRAY_SIZE(seed_kind_keys), (int)js->seed_kind);
+	if (!k)
+		return 0;
+	snprintf(field, sizeof(field), "seeds.%s", k->key);
+	return errbuf_set(err, -EINVAL, field, "is only allowed with seeds.%s",
+			  k->kind == JOBSPEC_SEEDS_ROI ? "roi" : "points");
 }
 
 static int check_lengths(const struct jobspec *js, struct errbuf *err)
@@ -915,7 +915,11 @@ static int check_lengths(const struct jobspec *js, struct errbuf *err)
  * giving them elsewhere is a mistake worth reporting rather than ignoring. */
 static int check_output(json_t *output, const struct jobspec *js, struct errbuf *err)
 {
-	static const char *const trx_only[] = { "positions", "compression" };
+	static const struct kind_key trx_only[] = {
+		{ "positions", OUTPUT_TRX }, { "compression", OUTPUT_TRX },
+	};
+	const struct kind_key *k;
+	char field[FIELD_MAX];
 
 	if (js->save_seed_index && js->output_format == OUTPUT_TCK)
 		return errbuf_set(err, -EINVAL, "output.save_seed_index",
@@ -925,16 +929,12 @@ static int check_output(json_t *output, const struct jobspec *js, struct errbuf 
 		return errbuf_set(err, -EINVAL, "output.save_direction_getter",
 				  "needs output.format \"trk\" or \"trx\" (TCK keeps no "
 				  "per-streamline data)");
-	for (size_t i = 0; i < ARRAY_SIZE(trx_only); i++) {
-		char field[32];
-
-		if (js->output_format == OUTPUT_TRX || !json_object_get(output, trx_only[i]))
-			continue;
-		snprintf(field, sizeof(field), "output.%s", trx_only[i]);
-		return errbuf_set(err, -EINVAL, field, "needs output.format \"trx\", got \"%s\"",
-				  output_format_name(js->output_format));
-	}
-	return 0;
+	k = foreign_key(output, trx_only, ARRAY_SIZE(trx_only), (int)js->output_format);
+	if (!k)
+		return 0;
+	snprintf(field, sizeof(field), "output.%s", k->key);
+	return errbuf_set(err, -EINVAL, field, "needs output.format \"trx\", got \"%s\"",
+			  output_format_name(js->output_format));
 }
 
 static void set_defaults(struct jobspec *js)
