@@ -367,10 +367,8 @@ int fit_dwi(const struct volume *dwi, const struct gradients *g, const struct vo
 	struct fit_result out = { 0 };
 	struct csd_table table = { 0 };
 	double response_start;
-	int r = alloc_scalar_maps(dwi, &out, err);
+	int r = fit_tensor(dwi, g, mask, o, &out, err);
 
-	if (r == 0)
-		r = fit_dti(dwi, g, mask, o, &out, err);
 	response_start = timing_now();
 	if (r == 0)
 		r = csd_table_init(&table, g, err);
