@@ -147,9 +147,9 @@ def test_boot_job_matches_cli_and_is_cached_apart(daemon, phantom, tractd, tmp_p
     assert doc["status"] == "done", doc
     assert after["misses"] == before["misses"] + 1, (before, after)
 
-    local = json.loads(json.dumps(job))
-    local["inputs"] = {k: str(phantom.path(v)) for k, v in DWI_INPUTS.items()}
-    local["seeds"]["roi"] = str(phantom.path("seed_roi.nii.gz"))
+    local = phantom.dwi_job_with(direction_getter="boot", model=job["model"],
+                                 seeds={**job["seeds"], "roi": str(phantom.path("seed_roi.nii.gz"))},
+                                 tracking=job["tracking"])
     (tmp_path / "boot.json").write_text(json.dumps(local))
     subprocess.run([tractd, "run", str(tmp_path / "boot.json"), "-o", str(tmp_path / "boot.trk"),
                     "-q"], check=True, timeout=300)

@@ -24,15 +24,11 @@ SMALL_CHUNK_SEEDS = 37
 
 
 def boot_job(phantom, model="opdt", rng_seed=0, **tracking):
-    d = phantom.dir
-    return {
-        "inputs": {"dwi": str(d / "dwi.nii.gz"), "bvals": str(d / "dwi.bval"),
-                   "bvecs": str(d / "dwi.bvec"), "mask": str(d / "mask.nii.gz")},
-        "direction_getter": "boot",
-        "model": model,
-        "seeds": {"roi": str(d / "seed_roi.nii.gz"), "count": RUN_SEEDS, "rng_seed": rng_seed},
-        "tracking": {"sphere": "symmetric362", "pmf_threshold": 0.1, **tracking},
-    }
+    return phantom.dwi_job_with(
+        direction_getter="boot", model=model,
+        seeds={"roi": str(phantom.path("seed_roi.nii.gz")), "count": RUN_SEEDS,
+               "rng_seed": rng_seed},
+        tracking={"sphere": "symmetric362", "pmf_threshold": 0.1, **tracking})
 
 
 @pytest.fixture(scope="module")
