@@ -29,18 +29,19 @@
 #include "sphere.h"
 #include "timing.h"
 #include "output.h"
+#include "paged_volume.h"
 #include "volume.h"
 
 #define MIN_WORK_BUDGET (8ull << 20)
 #define TARGET_WORKGROUP_LANES 64
 #define FIRST_TIMED_CHUNK_SEEDS 256
 #define ODF_SYMMETRY_TOLERANCE 1e-3
-/* Buffers the boot kernels can spread the DWI over: the GPU context's 16
- * bindings less the 9 that boot_track binds besides. */
-#define MAX_DWI_PARTS 7
-
 struct engine_inputs {
-	struct volume odf;        /* prob: the ODF on the sphere's vertices */
+	struct volume odf;        /* inputs.odf: the ODF on the sphere's vertices, clipped */
+	struct volume sh;         /* inputs.sh: its coefficients (a dwi job's are fit.sh) */
+	enum sh_basis sh_basis;
+	bool sh_world;            /* inputs.sh_frame world: directions map through to_sh */
+	double to_sh[3][3];
 	struct volume dwi;        /* boot: the b0 volumes first, then one shell's */
 	int n_b0;
 	struct boot_matrices boot;
@@ -55,11 +56,14 @@ struct engine_inputs {
 };
 
 struct engine_resident {
-	struct gpu_buffer *odf, *fa, *vertices, *nbr_offset, *nbr;
-	struct gpu_buffer *matrices;                  /* boot: boot.glsl's layout */
-	struct gpu_buffer *dwi_parts[MAX_DWI_PARTS];  /* boot: x-slabs of the DWI */
-	uint32_t n_dwi_parts;
-	uint32_t part_planes;     /* x-planes per part, one more shared with the next */
+	struct paged_volume odf;  /* prob: ODF values or SH coefficients (storage) */
+	enum jobspec_odf_storage storage;   /* never auto */
+	uint32_t sh_coefs;        /* SH storage: coefficients per voxel */
+	struct gpu_buffer *odf_basis;       /* SH storage: the sampling matrix */
+	struct paged_volume dwi;  /* boot */
+	struct paged_volume stop; /* the stop map */
+	struct gpu_buffer *vertices, *nbr_offset, *nbr;
+	struct gpu_buffer *matrices;        /* boot: boot.glsl's layout */
 	uint64_t bytes;
 };
 
@@ -229,21 +233,24 @@ static void voxel_to_world_directions(const struct volume *v, double m[3][3])
 			m[r][c] = v->affine[r][c];
 }
 
-static int load_sh(const struct jobspec *job, const struct fit_options *o,
-		   struct engine_inputs *in, struct errbuf *err)
+/* The coefficients stay as read: the ODF is sampled from them when it is
+ * uploaded (sample_odf), or on the GPU at every step (SH storage). */
+static int load_sh(const struct jobspec *job, struct engine_inputs *in, struct errbuf *err)
 {
-	struct volume sh = { 0 };
-	double to_world[3][3];
-	int r = volume_load(job->sh_path, "inputs.sh", &sh, err);
+	int r = volume_load(job->sh_path, "inputs.sh", &in->sh, err);
+	int order;
 
-	if (r == 0) {
-		voxel_to_world_directions(&sh, to_world);
-		r = fit_sample_sh(&sh, job->sh_basis,
-				  job->sh_frame == JOBSPEC_SH_FRAME_WORLD ? to_world : NULL,
-				  &in->sphere, o, "inputs.sh", &in->odf, err);
-	}
-	volume_free(&sh);
-	return r;
+	if (r < 0)
+		return r;
+	order = sh_order_from_ncoef(in->sh.dim[3]);
+	if (order < 0 || order > SH_MAX_ORDER)
+		return errbuf_set(err, -EINVAL, "inputs.sh", "has %lld volumes, which is not the "
+				  "coefficient count of an even SH order up to %d (1, 6, 15, 28, "
+				  "45, ...)", (long long)in->sh.dim[3], SH_MAX_ORDER);
+	in->sh_basis = job->sh_basis;
+	in->sh_world = job->sh_frame == JOBSPEC_SH_FRAME_WORLD;
+	voxel_to_world_directions(&in->sh, in->to_sh);
+	return 0;
 }
 
 static void fit_params_from_job(const struct jobspec *job, struct fit_params *p)
@@ -304,9 +311,7 @@ static int load_dwi(const struct jobspec *job, const struct fit_options *o,
 	int r = engine_fit_dwi(job, o, &in->fit, err);
 
 	in->fitted = r == 0;
-	if (r == 0)
-		r = fit_sample_sh(&in->fit.sh, SH_DESCOTEAUX07_LEGACY, NULL, &in->sphere, o,
-				  "inputs.dwi", &in->odf, err);
+	in->sh_basis = SH_DESCOTEAUX07_LEGACY;
 	return r;
 }
 
@@ -394,9 +399,27 @@ static int load_boot(const struct jobspec *job, const struct fit_options *o,
 	return r;
 }
 
+/* The SH coefficients behind a prob job's ODF, or NULL for an ODF input. */
+static const struct volume *sh_of(const struct engine_inputs *in)
+{
+	if (in->fitted)
+		return &in->fit.sh;
+	return in->sh.data ? &in->sh : NULL;
+}
+
 static const struct volume *grid_of(const struct engine_inputs *in)
 {
-	return in->boot_getter ? &in->dwi : &in->odf;
+	if (in->boot_getter)
+		return &in->dwi;
+	return sh_of(in) ? sh_of(in) : &in->odf;
+}
+
+/* The ODF on the sphere's vertices, clipped at zero, from SH coefficients. */
+static int sample_odf(const struct engine_inputs *in, const struct fit_options *o,
+		      struct volume *odf, struct errbuf *err)
+{
+	return fit_sample_sh(sh_of(in), in->sh_basis, in->sh_world ? in->to_sh : NULL, &in->sphere,
+			     o, in->grid_field, odf, err);
 }
 
 static int load_stop_map(const struct jobspec *job, struct engine_inputs *in, struct errbuf *err)
@@ -436,7 +459,7 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 		r = load_odf(job, in, err);
 		break;
 	case JOBSPEC_INPUT_SH:
-		r = load_sh(job, o, in, err);
+		r = load_sh(job, in, err);
 		break;
 	case JOBSPEC_INPUT_DWI:
 		in->boot_getter = job->direction_getter == JOBSPEC_DG_BOOT;
@@ -449,6 +472,10 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 		fit_result_free(&in->fit);   /* its FA is now the stop map */
 	if (r < 0 || in->boot_getter)
 		return r;
+	if (sh_of(in)) {
+		in->symmetric = true;   /* even-order SH */
+		return 0;
+	}
 	clip_negative(&in->odf);
 	return odf_symmetry(&in->odf, &in->sphere, &in->symmetric, err);
 }
@@ -458,6 +485,7 @@ void engine_inputs_free(struct engine_inputs *in)
 	if (!in)
 		return;
 	volume_free(&in->odf);
+	volume_free(&in->sh);
 	volume_free(&in->dwi);
 	boot_matrices_free(&in->boot);
 	volume_free(&in->stop);
@@ -489,9 +517,17 @@ int engine_seeds_load(const struct jobspec *job, const struct engine_inputs *in,
 	return load_seeds(job, grid_of(in), in->grid_field, ret, err);
 }
 
-const struct volume *engine_inputs_odf(const struct engine_inputs *in)
+int engine_inputs_odf(const struct engine_inputs *in, const struct fit_options *o,
+		      struct volume *ret, struct errbuf *err)
 {
-	return &in->odf;
+	if (in->boot_getter)
+		return errbuf_set(err, -EINVAL, "direction_getter", "a boot job has no ODF volume");
+	if (sh_of(in))
+		return sample_odf(in, o, ret, err);
+	if (volume_alloc_on_grid(ret, &in->odf, in->odf.dim[3]) < 0)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	memcpy(ret->data, in->odf.data, sizeof(float) * volume_voxels(ret) * (size_t)ret->dim[3]);
+	return 0;
 }
 
 const struct fit_result *engine_inputs_fit(const struct engine_inputs *in)
@@ -524,58 +560,122 @@ static uint64_t boot_matrix_floats(const struct boot_matrices *m)
 	       (uint64_t)m->n_dwi;
 }
 
-static uint64_t input_bytes(const struct engine_inputs *in, const struct engine_resident *res)
+static uint64_t job_budget(const struct gpu_limits *lim, uint64_t requested)
 {
-	size_t nvox = volume_voxels(grid_of(in));
-	uint64_t sphere = 12ull * (uint64_t)in->sphere.nv + 4ull * (uint64_t)(in->sphere.nv + 1) +
-			  8ull * (uint64_t)in->sphere.n_edges;
-	uint64_t plane = 4ull * (uint64_t)(in->dwi.dim[1] * in->dwi.dim[2] * in->dwi.dim[3]);
-
-	if (in->boot_getter)
-		return 4ull * nvox + sphere + 4ull * boot_matrix_floats(&in->boot) +
-		       plane * ((uint64_t)in->dwi.dim[0] + res->n_dwi_parts - 1);
-	return 4ull * nvox * (uint64_t)in->sphere.nv + 4ull * nvox + sphere;
+	return requested ? requested : lim->device_local_bytes / 2;
 }
 
-static int check_input_fits(const struct gpu_limits *lim, const struct engine_inputs *in,
-			    struct errbuf *err)
+/* What every job binds besides its ODF or DWI: the stop map and the sphere. */
+static uint64_t common_bytes(const struct engine_inputs *in)
 {
-	uint64_t odf_bytes = 4ull * volume_voxels(&in->odf) * (uint64_t)in->sphere.nv;
-	uint64_t limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
+	uint64_t nv = (uint64_t)in->sphere.nv;
 
-	if (!in->boot_getter && odf_bytes > limit)
-		return errbuf_set(err, -E2BIG, "inputs.odf", "the ODF needs %llu MiB on the GPU, over "
-				  "this device's %llu MiB per storage buffer; use a smaller sphere "
-				  "(e.g. repulsion100) or crop the volume",
-				  (unsigned long long)(odf_bytes >> 20), (unsigned long long)(limit >> 20));
-	return 0;
+	return 4ull * volume_voxels(grid_of(in)) + 12ull * nv + 4ull * (nv + 1) +
+	       8ull * (uint64_t)in->sphere.n_edges;
 }
 
-/* Splits the DWI into x-slabs that each fit one binding, neighbours sharing
- * one plane so that every trilinear lookup stays within one slab. */
-static int plan_dwi_parts(const struct gpu_limits *lim, const struct volume *dwi,
-			  struct engine_resident *res, struct errbuf *err)
-{
-	uint64_t limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
-	uint64_t nx = (uint64_t)dwi->dim[0];
-	uint64_t plane = 4ull * (uint64_t)(dwi->dim[1] * dwi->dim[2] * dwi->dim[3]);
-	uint64_t planes;
+static const char *const storage_names[] = {
+	[JOBSPEC_ODF_AUTO] = "auto", [JOBSPEC_ODF_FLOAT32] = "float32",
+	[JOBSPEC_ODF_FLOAT16] = "float16", [JOBSPEC_ODF_SH] = "sh",
+};
 
-	if (nx * plane <= limit) {
-		res->n_dwi_parts = 1;
-		res->part_planes = (uint32_t)nx;
-		return 0;
+/* The pages of the ODF in a storage, and its GPU bytes with the SH
+ * sampling matrix. */
+static int plan_odf(const struct gpu_limits *lim, const struct engine_inputs *in,
+		    enum jobspec_odf_storage storage, struct paged_layout *ret, uint64_t *bytes,
+		    struct errbuf *err)
+{
+	uint64_t voxels = volume_voxels(grid_of(in));
+	uint32_t nv = (uint32_t)in->sphere.nv;
+	uint64_t basis = 0;
+	int r;
+
+	if (storage == JOBSPEC_ODF_SH) {
+		uint32_t nc = (uint32_t)sh_of(in)->dim[3];
+		basis = 4ull * nc * nv;
+		r = paged_plan(voxels, nc, PAGED_FLOAT32, lim->max_alloc_bytes, ret, err);
+	} else {
+		r = paged_plan(voxels, nv, storage == JOBSPEC_ODF_FLOAT16 ? PAGED_FLOAT16 : PAGED_FLOAT32,
+			       lim->max_alloc_bytes, ret, err);
 	}
-	planes = limit / plane > 1 ? limit / plane - 1 : 0;
-	if (planes == 0 || (nx - 1 + planes - 1) / planes > MAX_DWI_PARTS)
-		return errbuf_set(err, -E2BIG, "inputs.dwi", "the DWI needs %llu MiB on the GPU in "
-				  "slabs of at most %llu MiB (this device's storage-buffer limit), "
-				  "more than the %d slabs the boot kernels bind; crop the volume",
-				  (unsigned long long)((nx * plane) >> 20),
-				  (unsigned long long)(limit >> 20), MAX_DWI_PARTS);
-	res->part_planes = (uint32_t)planes;
-	res->n_dwi_parts = (uint32_t)((nx - 1 + planes - 1) / planes);
-	return 0;
+	*bytes = r == 0 ? paged_bytes(ret) + basis : 0;
+	return r;
+}
+
+static int odf_too_big(const struct engine_inputs *in, enum jobspec_odf_storage requested,
+		       const uint64_t need[4], uint64_t budget, struct errbuf *err)
+{
+	char sizes[256];
+	int n = snprintf(sizes, sizeof(sizes), "%.1f MiB as float32, %.1f MiB as float16",
+			 (double)need[JOBSPEC_ODF_FLOAT32] / (1 << 20),
+			 (double)need[JOBSPEC_ODF_FLOAT16] / (1 << 20));
+
+	if (sh_of(in))
+		snprintf(sizes + n, sizeof(sizes) - (size_t)n, ", %.1f MiB as SH coefficients",
+			 (double)need[JOBSPEC_ODF_SH] / (1 << 20));
+	return errbuf_set(err, -E2BIG, requested == JOBSPEC_ODF_AUTO ? in->grid_field
+				  : "tracking.odf_storage",
+			  "the ODF on %d vertices needs %s of GPU memory; with %.1f MiB for the "
+			  "stop map, sphere and tracking, %s fits the job's budget of %.1f MiB: "
+			  "%suse a smaller sphere, crop the volume or raise the budget "
+			  "(gpu_memory_budget)", in->sphere.nv, sizes,
+			  (double)(common_bytes(in) + MIN_WORK_BUDGET) / (1 << 20),
+			  requested == JOBSPEC_ODF_AUTO ? "none" : storage_names[requested],
+			  (double)budget / (1 << 20),
+			  sh_of(in) ? "track from SH input (tracking.odf_storage \"sh\"), "
+				    : "give SH coefficients (inputs.sh) instead, ");
+}
+
+/* The requested storage, or with auto the first of float32, float16 and SH
+ * that fits the budget: float32 is exact, float16 halves the memory, SH
+ * takes the least but samples the sphere at every step. */
+static int choose_odf_storage(const struct gpu_limits *lim, const struct engine_inputs *in,
+			      enum jobspec_odf_storage requested, uint64_t budget,
+			      struct engine_resident *res, struct paged_layout *ret,
+			      struct errbuf *err)
+{
+	static const enum jobspec_odf_storage order[] = {
+		JOBSPEC_ODF_FLOAT32, JOBSPEC_ODF_FLOAT16, JOBSPEC_ODF_SH };
+	uint64_t fixed = common_bytes(in) + MIN_WORK_BUDGET;
+	uint64_t need[4] = { 0 };
+
+	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
+		enum jobspec_odf_storage storage = order[k];
+		struct paged_layout layout;
+		int r;
+
+		if (storage == JOBSPEC_ODF_SH && !sh_of(in))
+			continue;
+		r = plan_odf(lim, in, storage, &layout, &need[storage], err);
+		if (r < 0)
+			return r;
+		if ((requested == JOBSPEC_ODF_AUTO || requested == storage) &&
+		    fixed + need[storage] <= budget) {
+			res->storage = storage;
+			if (storage == JOBSPEC_ODF_SH)
+				res->sh_coefs = layout.channels;
+			*ret = layout;
+			return 0;
+		}
+	}
+	return odf_too_big(in, requested, need, budget, err);
+}
+
+static int plan_dwi(const struct gpu_limits *lim, const struct engine_inputs *in,
+		    uint64_t budget, struct paged_layout *ret, struct errbuf *err)
+{
+	uint64_t fixed = common_bytes(in) + MIN_WORK_BUDGET + 4ull * boot_matrix_floats(&in->boot);
+	int r = paged_plan(volume_voxels(&in->dwi), (uint32_t)in->dwi.dim[3], PAGED_FLOAT32,
+			   lim->max_alloc_bytes, ret, err);
+
+	if (r == 0 && fixed + paged_bytes(ret) > budget)
+		r = errbuf_set(err, -E2BIG, "inputs.dwi", "the DWI (%lld volumes used) needs "
+			       "%.1f MiB of GPU memory, and %.1f MiB more for the stop map, sphere, "
+			       "matrices and tracking, over the job's budget of %.1f MiB: crop the "
+			       "volume or raise the budget (gpu_memory_budget)",
+			       (long long)in->dwi.dim[3], (double)paged_bytes(ret) / (1 << 20),
+			       (double)fixed / (1 << 20), (double)budget / (1 << 20));
+	return r;
 }
 
 /* Shared memory of a kernel: per item (subgroup) and per workgroup. */
@@ -633,16 +733,17 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 		     struct seeds *seeds, const struct engine_options *opts, struct job_plan *plan,
 		     struct errbuf *err)
 {
-	uint64_t budget = opts->memory_budget ? opts->memory_budget : lim->device_local_bytes / 2;
+	uint64_t budget = job_budget(lim, opts->memory_budget);
 	uint64_t buffer_limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
-	uint64_t inputs = input_bytes(in, res);
+	uint64_t inputs = res->bytes;
 	uint64_t work, line_slot_bytes, per_line, per_seed;
 	int r;
 
+	/* A cached upload may come from a job with a larger budget. */
 	if (inputs >= budget)
-		return errbuf_set(err, -E2BIG, "inputs.odf", "the inputs need %.1f MiB of GPU memory, "
-				  "over the job's budget of %.1f MiB", (double)inputs / (1 << 20),
-				  (double)budget / (1 << 20));
+		return errbuf_set(err, -E2BIG, in->grid_field, "the inputs need %.1f MiB of GPU "
+				  "memory, over the job's budget of %.1f MiB",
+				  (double)inputs / (1 << 20), (double)budget / (1 << 20));
 	work = budget - inputs > MIN_WORK_BUDGET ? budget - inputs : MIN_WORK_BUDGET;
 	r = choose_items(lim, in, &plan->items, err);
 	if (r < 0)
@@ -676,12 +777,14 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 
 /* ---- GPU resources ------------------------------------------------------ */
 
-/* Bindings of the kernels besides the DWI parts (see their .comp headers). */
+/* Bindings of the kernels (see their .comp headers); prob binds the SH
+ * sampling matrix after these with SH storage. */
 #define PROB_INIT_BINDINGS 7
 #define PROB_TRACK_BINDINGS 7
-#define BOOT_INIT_BINDINGS 7
-#define BOOT_TRACK_BINDINGS 9
+#define BOOT_INIT_BINDINGS 8
+#define BOOT_TRACK_BINDINGS 10
 #define COMPACT_BINDINGS 4
+#define MAX_BINDINGS BOOT_TRACK_BINDINGS
 
 #define MAX_DEFINES 16
 #define DEFINE_LEN 48
@@ -699,16 +802,24 @@ static void define(struct defines *d, const char *name, long long value)
 	d->list[++d->n] = NULL;
 }
 
-static void boot_defines(const struct engine_inputs *in, const struct engine_resident *res,
-			 struct defines *d)
+static void boot_defines(const struct engine_inputs *in, struct defines *d)
 {
 	define(d, "T", in->dwi.dim[3]);
 	define(d, "NB0", in->n_b0);
 	define(d, "HR", in->boot.n_dwi);
 	define(d, "NC", in->boot.n_coef);
 	define(d, "MODEL_CSA", in->boot_model == BOOT_MODEL_CSA);
-	define(d, "DWI_PARTS", res->n_dwi_parts);
-	define(d, "PART_PLANES", res->part_planes);
+}
+
+/* pmf.glsl's ODF_STORAGE codes. */
+static int odf_storage_code(enum jobspec_odf_storage storage)
+{
+	return storage == JOBSPEC_ODF_SH ? 2 : storage == JOBSPEC_ODF_FLOAT16 ? 1 : 0;
+}
+
+static uint32_t prob_bindings(const struct engine_resident *res, uint32_t base)
+{
+	return base + (res->storage == JOBSPEC_ODF_SH);
 }
 
 static int get_pipelines(struct gpu_ctx *gpu, const struct job_plan *plan,
@@ -716,7 +827,6 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct job_plan *plan,
 {
 	struct defines d = { .n = 0 };
 	const struct engine_resident *res = g->res;
-	uint32_t parts = res->n_dwi_parts;
 	int r;
 
 	define(&d, "SG", plan->subgroup);
@@ -727,22 +837,26 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct job_plan *plan,
 	r = gpu_pipeline_get(gpu, "compact.comp", d.list, COMPACT_BINDINGS,
 			     sizeof(struct kernel_params), &g->compact, err);
 	if (r < 0 || !in->boot_getter) {
+		define(&d, "ODF_STORAGE", odf_storage_code(res->storage));
+		define(&d, "NC", res->sh_coefs);
 		if (r == 0)
-			r = gpu_pipeline_get(gpu, "prob_init.comp", d.list, PROB_INIT_BINDINGS,
+			r = gpu_pipeline_get(gpu, "prob_init.comp", d.list,
+					     prob_bindings(res, PROB_INIT_BINDINGS),
 					     sizeof(struct kernel_params), &g->init, err);
 		if (r == 0)
-			r = gpu_pipeline_get(gpu, "prob_track.comp", d.list, PROB_TRACK_BINDINGS,
+			r = gpu_pipeline_get(gpu, "prob_track.comp", d.list,
+					     prob_bindings(res, PROB_TRACK_BINDINGS),
 					     sizeof(struct kernel_params), &g->track, err);
 		return r;
 	}
-	boot_defines(in, res, &d);
-	define(&d, "DWI_BINDING", BOOT_INIT_BINDINGS);
-	r = gpu_pipeline_get(gpu, "boot_init.comp", d.list, BOOT_INIT_BINDINGS + parts,
+	boot_defines(in, &d);
+	define(&d, "DWI_BINDING", BOOT_INIT_BINDINGS - 1);
+	r = gpu_pipeline_get(gpu, "boot_init.comp", d.list, BOOT_INIT_BINDINGS,
 			     sizeof(struct kernel_params), &g->init, err);
 	d.n--;
-	define(&d, "DWI_BINDING", BOOT_TRACK_BINDINGS);
+	define(&d, "DWI_BINDING", BOOT_TRACK_BINDINGS - 1);
 	if (r == 0)
-		r = gpu_pipeline_get(gpu, "boot_track.comp", d.list, BOOT_TRACK_BINDINGS + parts,
+		r = gpu_pipeline_get(gpu, "boot_track.comp", d.list, BOOT_TRACK_BINDINGS,
 				     sizeof(struct kernel_params), &g->track, err);
 	return r;
 }
@@ -792,11 +906,9 @@ static float *pack_boot_matrices(const struct boot_matrices *m)
 }
 
 static int upload_boot(struct gpu_ctx *gpu, const struct engine_inputs *in,
-		       struct engine_resident *res, struct errbuf *err)
+		       const struct paged_layout *layout, struct engine_resident *res,
+		       struct errbuf *err)
 {
-	const struct volume *dwi = &in->dwi;
-	uint64_t plane = (uint64_t)(dwi->dim[1] * dwi->dim[2] * dwi->dim[3]);
-	uint64_t nx = (uint64_t)dwi->dim[0];
 	float *packed = pack_boot_matrices(&in->boot);
 	int r;
 
@@ -804,25 +916,56 @@ static int upload_boot(struct gpu_ctx *gpu, const struct engine_inputs *in,
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	r = upload_new(gpu, packed, 4ull * boot_matrix_floats(&in->boot), &res->matrices, err);
 	free(packed);
-	for (uint32_t k = 0; r == 0 && k < res->n_dwi_parts; k++) {
-		uint64_t first = (uint64_t)k * res->part_planes;
-		uint64_t planes = min_u64(res->part_planes + 1ull, nx - first);
-		r = upload_new(gpu, dwi->data + first * plane, 4ull * planes * plane,
-			       &res->dwi_parts[k], err);
-	}
+	if (r == 0)
+		r = paged_upload(gpu, layout, in->dwi.data, &res->dwi, err);
 	return r;
 }
 
-static int upload_resident(struct gpu_ctx *gpu, const struct engine_inputs *in,
-			   struct engine_resident *res, struct errbuf *err)
+/* The ODF as its storage wants it: SH coefficients and the matrix that
+ * samples them, or values on the vertices, sampled here from SH inputs
+ * (the host copy lives only for the upload). */
+static int upload_odf(struct gpu_ctx *gpu, const struct engine_inputs *in,
+		      const struct fit_options *fit, const struct paged_layout *layout,
+		      struct engine_resident *res, struct errbuf *err)
+{
+	struct volume sampled = { 0 };
+	const float *values = in->odf.data;
+	int r;
+
+	if (res->storage == JOBSPEC_ODF_SH) {
+		float *basis = fit_sh_sampling_matrix(in->sh_basis, sh_order_from_ncoef(res->sh_coefs),
+						      in->sh_world ? in->to_sh : NULL, &in->sphere);
+		if (!basis)
+			return errbuf_set(err, -ENOMEM, "", "out of memory");
+		r = upload_new(gpu, basis, 4ull * res->sh_coefs * (uint64_t)in->sphere.nv,
+			       &res->odf_basis, err);
+		free(basis);
+		if (r == 0)
+			r = paged_upload(gpu, layout, sh_of(in)->data, &res->odf, err);
+		return r;
+	}
+	if (sh_of(in)) {
+		r = sample_odf(in, fit, &sampled, err);
+		if (r < 0)
+			return r;
+		values = sampled.data;
+	}
+	r = paged_upload(gpu, layout, values, &res->odf, err);
+	volume_free(&sampled);
+	return r;
+}
+
+static int upload_common(struct gpu_ctx *gpu, const struct engine_inputs *in,
+			 struct engine_resident *res, struct errbuf *err)
 {
 	const struct sphere *s = &in->sphere;
-	size_t nvox = volume_voxels(grid_of(in));
-	int r = in->boot_getter ? upload_boot(gpu, in, res, err) :
-		upload_new(gpu, in->odf.data, 4ull * nvox * (uint64_t)s->nv, &res->odf, err);
+	struct paged_layout layout;
+	int r = paged_plan(volume_voxels(&in->stop), 1, PAGED_FLOAT32,
+			   gpu_get_limits(gpu)->max_alloc_bytes, &layout, err);
 
 	if (r == 0)
-		r = upload_new(gpu, in->stop.data, 4ull * nvox, &res->fa, err);
+		r = paged_upload(gpu, &layout, in->stop.data, &res->stop, err);
+
 	if (r == 0)
 		r = upload_new(gpu, s->vertices, 12ull * (uint64_t)s->nv, &res->vertices, err);
 	if (r == 0)
@@ -832,26 +975,56 @@ static int upload_resident(struct gpu_ctx *gpu, const struct engine_inputs *in,
 	return r;
 }
 
-int engine_resident_new(struct gpu_ctx *gpu, const struct engine_inputs *in,
-			struct engine_resident **ret, struct errbuf *err)
+static int upload_resident(struct gpu_ctx *gpu, const struct engine_inputs *in,
+			   const struct engine_upload *up, struct engine_resident *res,
+			   struct errbuf *err)
 {
-	struct engine_resident *res;
-	int r = check_input_fits(gpu_get_limits(gpu), in, err);
+	const struct gpu_limits *lim = gpu_get_limits(gpu);
+	uint64_t budget = job_budget(lim, up->memory_budget);
+	struct paged_layout layout;
+	int r;
 
-	if (r < 0)
-		return r;
-	res = calloc(1, sizeof(*res));
+	if (in->boot_getter) {
+		r = plan_dwi(lim, in, budget, &layout, err);
+		if (r == 0)
+			r = upload_boot(gpu, in, &layout, res, err);
+	} else {
+		r = choose_odf_storage(lim, in, up->odf_storage, budget, res, &layout, err);
+		if (r == 0)
+			r = upload_odf(gpu, in, up->fit, &layout, res, err);
+	}
+	if (r == 0)
+		r = upload_common(gpu, in, res, err);
+	if (r == 0)
+		res->bytes = res->odf.bytes + res->dwi.bytes + res->stop.bytes +
+			     common_bytes(in) - 4ull * volume_voxels(grid_of(in)) +
+			     (in->boot_getter ? 4ull * boot_matrix_floats(&in->boot) : 0) +
+			     (res->odf_basis ? 4ull * res->sh_coefs * (uint64_t)in->sphere.nv : 0);
+	return r;
+}
+
+int engine_resident_new(struct gpu_ctx *gpu, const struct engine_inputs *in,
+			const struct engine_upload *up, struct engine_resident **ret,
+			struct errbuf *err)
+{
+	struct engine_resident *res = calloc(1, sizeof(*res));
+	int r;
+
 	if (!res)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	if (in->boot_getter)
-		r = plan_dwi_parts(gpu_get_limits(gpu), &in->dwi, res, err);
-	if (r == 0)
-		r = upload_resident(gpu, in, res, err);
+	r = upload_resident(gpu, in, up, res, err);
 	if (r < 0) {
 		engine_resident_free(gpu, res);
 		return r;
 	}
-	res->bytes = input_bytes(in, res);
+	{
+		const struct paged_volume *v = in->boot_getter ? &res->dwi : &res->odf;
+		log_debug("%s on the GPU%s%s: %u pages of %llu voxels, %.1f MiB",
+			  in->boot_getter ? "DWI" : "ODF", in->boot_getter ? "" : " as ",
+			  in->boot_getter ? "" : engine_resident_storage(res),
+			  v->layout.n_pages, (unsigned long long)v->layout.voxels_per_page,
+			  (double)v->bytes / (1 << 20));
+	}
 	*ret = res;
 	return 0;
 }
@@ -861,18 +1034,23 @@ uint64_t engine_resident_bytes(const struct engine_resident *res)
 	return res->bytes;
 }
 
+const char *engine_resident_storage(const struct engine_resident *res)
+{
+	return res->odf.pages ? storage_names[res->storage] : "dwi";
+}
+
 void engine_resident_free(struct gpu_ctx *gpu, struct engine_resident *res)
 {
 	if (!res)
 		return;
-	gpu_buffer_free(gpu, res->odf);
-	gpu_buffer_free(gpu, res->fa);
+	paged_free(gpu, &res->odf);
+	paged_free(gpu, &res->dwi);
+	gpu_buffer_free(gpu, res->odf_basis);
+	paged_free(gpu, &res->stop);
 	gpu_buffer_free(gpu, res->vertices);
 	gpu_buffer_free(gpu, res->nbr_offset);
 	gpu_buffer_free(gpu, res->nbr);
 	gpu_buffer_free(gpu, res->matrices);
-	for (uint32_t k = 0; k < res->n_dwi_parts; k++)
-		gpu_buffer_free(gpu, res->dwi_parts[k]);
 	free(res);
 }
 
@@ -1128,31 +1306,22 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 	return 0;
 }
 
-/* Appends the DWI parts to a boot kernel's bindings. */
-static size_t with_dwi_parts(const struct engine_resident *res, struct gpu_buffer **b, size_t n)
-{
-	for (uint32_t k = 0; k < res->n_dwi_parts; k++)
-		b[n++] = res->dwi_parts[k];
-	return n;
-}
-
 static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 {
 	const struct job_gpu *g = run->g;
 	const struct engine_resident *res = g->res;
 
 	if (!run->in->boot_getter) {
-		struct gpu_buffer *const prob[PROB_TRACK_BINDINGS] = {
-			res->odf, res->fa, res->vertices, g->line_start, g->line_id, g->points,
-			g->ranges };
+		struct gpu_buffer *const prob[PROB_TRACK_BINDINGS + 1] = {
+			res->odf.table, res->stop.table, res->vertices, g->line_start, g->line_id, g->points,
+			g->ranges, res->odf_basis };
 		memcpy(b, prob, sizeof(prob));
 		return;
 	}
 	struct gpu_buffer *const boot[BOOT_TRACK_BINDINGS] = {
-		res->fa, res->vertices, res->nbr_offset, res->nbr, res->matrices, g->line_start,
-		g->line_id, g->points, g->ranges };
+		res->stop.table, res->vertices, res->nbr_offset, res->nbr, res->matrices, g->line_start,
+		g->line_id, g->points, g->ranges, res->dwi.table };
 	memcpy(b, boot, sizeof(boot));
-	with_dwi_parts(res, b, BOOT_TRACK_BINDINGS);
 }
 
 static void init_bindings(const struct job_run *run, struct gpu_buffer **b)
@@ -1161,23 +1330,22 @@ static void init_bindings(const struct job_run *run, struct gpu_buffer **b)
 	const struct engine_resident *res = g->res;
 
 	if (!run->in->boot_getter) {
-		struct gpu_buffer *const prob[PROB_INIT_BINDINGS] = {
-			res->odf, res->vertices, res->nbr_offset, res->nbr, g->seeds, g->ndirs,
-			g->dirs };
+		struct gpu_buffer *const prob[PROB_INIT_BINDINGS + 1] = {
+			res->odf.table, res->vertices, res->nbr_offset, res->nbr, g->seeds, g->ndirs,
+			g->dirs, res->odf_basis };
 		memcpy(b, prob, sizeof(prob));
 		return;
 	}
 	struct gpu_buffer *const boot[BOOT_INIT_BINDINGS] = {
 		res->vertices, res->nbr_offset, res->nbr, res->matrices, g->seeds, g->ndirs,
-		g->dirs };
+		g->dirs, res->dwi.table };
 	memcpy(b, boot, sizeof(boot));
-	with_dwi_parts(res, b, BOOT_INIT_BINDINGS);
 }
 
 static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines, struct errbuf *err)
 {
 	struct job_gpu *g = run->g;
-	struct gpu_buffer *buffers[BOOT_TRACK_BINDINGS + MAX_DWI_PARTS];
+	struct gpu_buffer *buffers[MAX_BINDINGS];
 	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, g->readback };
 	int r = gpu_upload(run->gpu, g->line_start, 0, run->h->line_start + 6 * first_line,
 			   24 * n_lines, err);
@@ -1224,7 +1392,7 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 {
 	struct job_gpu *g = run->g;
 	struct job_host *h = run->h;
-	struct gpu_buffer *buffers[BOOT_INIT_BINDINGS + MAX_DWI_PARTS];
+	struct gpu_buffer *buffers[MAX_BINDINGS];
 	uint64_t n_lines;
 	int r = seeds_fill(run->seeds, first_seed, n_seeds, h->seed_xyz);
 
@@ -1336,6 +1504,8 @@ int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engi
 	if (!stats)
 		stats = &local_stats;
 	memset(stats, 0, sizeof(*stats));
+	stats->odf_storage = engine_resident_storage(res);
+	stats->gpu_input_bytes = engine_resident_bytes(res);
 	run.stats = stats;
 	r = check_seed_index(job, seeds, err);
 	if (r == 0)

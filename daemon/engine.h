@@ -54,6 +54,8 @@ struct engine_stats {
 	double track_seconds;       /* GPU work and transfers */
 	double kernel_seconds;      /* of which: waiting for the tracking kernels */
 	double write_seconds;       /* TRK encoding and writing */
+	const char *odf_storage;    /* engine_resident_storage() of the inputs used */
+	uint64_t gpu_input_bytes;   /* engine_resident_bytes() of them */
 	/* The reference grid the tractogram was written on (dims, voxel-to-RAS+
 	 * mm; zero until the writer starts). Kept because a TCK file does not
 	 * carry it and the API converts finished results between formats. */
@@ -61,17 +63,19 @@ struct engine_stats {
 	double grid_affine[4][4];
 };
 
-/* What a job reads and a cache can share between jobs: the ODF, the stop
- * map and the sphere, validated, on the host; for a dwi job also its fit. */
+/* What a job reads and a cache can share between jobs: the ODF or the SH
+ * coefficients behind it, the stop map and the sphere, validated, on the
+ * host; for a dwi job also its fit. */
 struct engine_inputs;
 /* The GPU copies of an engine_inputs, reusable by every job on them. */
 struct engine_resident;
 
 /* Reads and validates the job's volumes and sphere without touching the GPU,
- * so bad input fails before a device is opened. SH inputs are sampled on the
- * sphere and dwi inputs fitted (fit.h) with fit's threads and progress (fit
- * may be NULL). On failure returns a negative errno with err naming the
- * input field (-EINVAL, -ENOENT, -EIO, -ENOMEM, -ECANCELED). */
+ * so bad input fails before a device is opened. dwi inputs are fitted
+ * (fit.h) with fit's threads and progress (fit may be NULL); SH coefficients
+ * are kept as they are, to be sampled on the sphere when uploaded. On
+ * failure returns a negative errno with err naming the input field
+ * (-EINVAL, -ENOENT, -EIO, -ENOMEM, -ECANCELED). */
 int engine_inputs_load(const struct jobspec *job, const struct fit_options *fit,
 		       struct engine_inputs **ret, struct errbuf *err);
 
@@ -82,8 +86,11 @@ int engine_inputs_load(const struct jobspec *job, const struct fit_options *fit,
 int engine_fit_dwi(const struct jobspec *job, const struct fit_options *fit,
 		   struct fit_result *ret, struct errbuf *err);
 
-/* The ODF the tracker samples, on the sphere's vertices, clipped at zero. */
-const struct volume *engine_inputs_odf(const struct engine_inputs *in);
+/* The ODF the tracker samples, on the sphere's vertices, clipped at zero,
+ * into *ret (free with volume_free): sampled from SH coefficients with
+ * fit's threads, or copied. -EINVAL for boot jobs, -ENOMEM. */
+int engine_inputs_odf(const struct engine_inputs *in, const struct fit_options *fit,
+		      struct volume *ret, struct errbuf *err);
 /* The DTI and CSD fit of a dwi job; NULL for other inputs. */
 const struct fit_result *engine_inputs_fit(const struct engine_inputs *in);
 
@@ -95,12 +102,26 @@ void engine_inputs_free(struct engine_inputs *in);
 int engine_seeds_load(const struct jobspec *job, const struct engine_inputs *in,
 		      struct seeds **ret, struct errbuf *err);
 
-/* Uploads in to the device. -E2BIG when it cannot fit one storage buffer
- * (the message says how much it needs); GPU errors with field "device". */
+struct engine_upload {
+	/* tracking.odf_storage; auto takes the first of float32, float16 and
+	 * SH coefficients that fits memory_budget with room to track. */
+	enum jobspec_odf_storage odf_storage;
+	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
+	const struct fit_options *fit;  /* threads and progress for sampling SH
+					 * inputs on the sphere; may be NULL */
+};
+
+/* Uploads in to the device, volumes in pages that only the memory budget
+ * bounds (paged_volume.h). -E2BIG when the inputs do not fit the budget
+ * (the message says how much each storage needs and what would help); GPU
+ * errors with field "device". */
 int engine_resident_new(struct gpu_ctx *gpu, const struct engine_inputs *in,
-			struct engine_resident **ret, struct errbuf *err);
+			const struct engine_upload *up, struct engine_resident **ret,
+			struct errbuf *err);
 /* GPU bytes held. */
 uint64_t engine_resident_bytes(const struct engine_resident *res);
+/* How the ODF is held: "float32", "float16", "sh", or "dwi" for boot. */
+const char *engine_resident_storage(const struct engine_resident *res);
 /* The device must be idle for res (no engine_run using it). Accepts NULL. */
 void engine_resident_free(struct gpu_ctx *gpu, struct engine_resident *res);
 

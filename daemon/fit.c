@@ -439,8 +439,8 @@ static void map_direction(const double m[3][3], const float *v, double out[3])
 		out[r] = m ? m[r][0] * v[0] + m[r][1] * v[1] + m[r][2] * v[2] : v[r];
 }
 
-static float *transposed_basis(enum sh_basis basis, int order, const double to_sh_frame[3][3],
-			       const struct sphere *s)
+float *fit_sh_sampling_matrix(enum sh_basis basis, int order, const double to_sh_frame[3][3],
+			      const struct sphere *s)
 {
 	int nc = sh_ncoef(order);
 	float *bt = malloc(sizeof(float) * (size_t)nc * (size_t)s->nv);
@@ -471,7 +471,7 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 		return errbuf_set(err, -EINVAL, field, "has %lld volumes, which is not the "
 				  "coefficient count of an even SH order up to %d (1, 6, 15, 28, "
 				  "45, ...)", (long long)sh->dim[3], SH_MAX_ORDER);
-	bt = transposed_basis(basis, order, to_sh_frame, s);
+	bt = fit_sh_sampling_matrix(basis, order, to_sh_frame, s);
 	if (!bt || volume_alloc_on_grid(odf, sh, s->nv) < 0) {
 		free(bt);
 		return errbuf_set(err, -ENOMEM, field, "out of memory for the ODF on %d vertices",

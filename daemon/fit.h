@@ -77,4 +77,11 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 		  const struct sphere *s, const struct fit_options *o, const char *field,
 		  struct volume *odf, struct errbuf *err);
 
+/* The matrix that samples coefficients of the basis and even order at the
+ * sphere's vertices (mapped by to_sh_frame as in fit_sample_sh): nc x nv
+ * floats, row c holding basis function c at every vertex. NULL when out of
+ * memory; free() it. */
+float *fit_sh_sampling_matrix(enum sh_basis basis, int order, const double to_sh_frame[3][3],
+			      const struct sphere *s);
+
 #endif

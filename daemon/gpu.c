@@ -337,24 +337,38 @@ static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
 	VkPhysicalDeviceVulkan13Features f13 = {
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
 	};
+	VkPhysicalDeviceVulkan12Features f12 = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+		.pNext = ctx->size_control ? &f13 : NULL,
+	};
 	VkPhysicalDeviceFeatures2 have = {
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-		.pNext = ctx->size_control ? &f13 : NULL,
+		.pNext = &f12,
 	};
 	VkPhysicalDeviceVulkan13Features want13 = {
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
 	};
+	/* Volumes larger than one binding are read through device addresses
+	 * (gpu_buffer_address), which only maxMemoryAllocationSize bounds. */
+	VkPhysicalDeviceVulkan12Features want12 = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+		.bufferDeviceAddress = VK_TRUE,
+	};
 	VkDeviceCreateInfo info = {
 		.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+		.pNext = &want12,
 		.queueCreateInfoCount = 1,
 		.pQueueCreateInfos = &queue,
 	};
 
 	vkGetPhysicalDeviceFeatures2(ctx->physical, &have);
+	if (!f12.bufferDeviceAddress)
+		return errbuf_set(err, -ENOTSUP, "device", "the device lacks bufferDeviceAddress "
+				  "(Vulkan 1.2), which tractd needs to read large volumes");
 	if (ctx->size_control && f13.subgroupSizeControl && f13.computeFullSubgroups) {
 		want13.subgroupSizeControl = VK_TRUE;
 		want13.computeFullSubgroups = VK_TRUE;
-		info.pNext = &want13;
+		want12.pNext = &want13;
 	} else {
 		ctx->size_control = false;
 	}
@@ -687,11 +701,16 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 		.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
 		.size = size,
 		.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-			 VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+			 VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
 		.sharingMode = VK_SHARING_MODE_EXCLUSIVE,
 	};
 	VkMemoryRequirements req;
-	VkMemoryAllocateInfo alloc = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO };
+	VkMemoryAllocateFlagsInfo alloc_flags = {
+		.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+		.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT,
+	};
+	VkMemoryAllocateInfo alloc = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+				       .pNext = &alloc_flags };
 	struct gpu_buffer *b;
 	VkMemoryPropertyFlags flags;
 	VkResult vr;
@@ -756,6 +775,16 @@ void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 void *gpu_buffer_host(const struct gpu_buffer *buf)
 {
 	return buf->host;
+}
+
+uint64_t gpu_buffer_address(struct gpu_ctx *ctx, const struct gpu_buffer *buf)
+{
+	VkBufferDeviceAddressInfo info = {
+		.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO,
+		.buffer = buf->buffer,
+	};
+
+	return vkGetBufferDeviceAddress(ctx->device, &info);
 }
 
 static int sync_host_range(struct gpu_ctx *ctx, struct gpu_buffer *b, bool to_device,

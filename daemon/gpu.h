@@ -77,6 +77,9 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf);
 /* Host pointer for mapped buffers (READBACK always; DEVICE when host-visible), else NULL. */
 void *gpu_buffer_host(const struct gpu_buffer *buf);
+/* The buffer's device address, for shaders that reach it through a buffer
+ * reference rather than a binding (no maxStorageBufferRange limit). */
+uint64_t gpu_buffer_address(struct gpu_ctx *ctx, const struct gpu_buffer *buf);
 
 /* Copies host data into a buffer (directly when mapped, else through the
  * staging buffer, waiting for completion). Returns 0 or a negative errno. */

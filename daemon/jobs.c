@@ -201,6 +201,8 @@ static char *cache_key(const struct jobspec *spec)
 			return NULL;
 		}
 	append_model_key(key, len, spec);
+	/* The same files held another way are another entry. */
+	snprintf(key + strlen(key), len - strlen(key), "odf_storage %d\n", (int)spec->odf_storage);
 	strncat(key, spec->sphere_name, len - strlen(key) - 1);
 	return key;
 }
@@ -263,6 +265,8 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
 	char *key = cache_key(spec);
 	struct cache_entry *hit = cache_find(jobs, key);
 	struct cache_entry fresh = { .key = key };
+	struct engine_upload up = { .odf_storage = spec->odf_storage,
+				    .memory_budget = jobs->cfg.gpu_memory_budget, .fit = fit };
 	double t0, t1;
 	int r;
 
@@ -279,7 +283,7 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
 	t1 = timing_now();
 	stats->load_seconds = t1 - t0;
 	if (r == 0)
-		r = engine_resident_new(jobs->gpu, fresh.inputs, &fresh.resident, err);
+		r = engine_resident_new(jobs->gpu, fresh.inputs, &up, &fresh.resident, err);
 	stats->upload_seconds = timing_now() - t1;
 	if (r < 0) {
 		cache_entry_free(jobs, &fresh);

@@ -98,6 +98,8 @@ static const char *const direction_getters[] = { "prob", "boot", NULL };
 static const char *const seed_spaces[] = { "voxel", "ras", NULL };
 /* In enum output_format order. */
 static const char *const output_formats[] = { "trk", "tck", "trx", NULL };
+/* In enum jobspec_odf_storage order. */
+static const char *const odf_storages[] = { "auto", "float32", "float16", "sh", NULL };
 /* In enum trx_positions order. */
 static const char *const output_positions[] = { "float32", "float16", NULL };
 /* In enum trx_compression order. */
@@ -380,6 +382,16 @@ static int parse_output_format(json_t *v, const char *field, struct ctx *c)
 	return rc;
 }
 
+static int parse_odf_storage(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, odf_storages, &idx, c->err);
+
+	if (!rc)
+		c->js->odf_storage = (enum jobspec_odf_storage)idx;
+	return rc;
+}
+
 static int parse_output_positions(json_t *v, const char *field, struct ctx *c)
 {
 	int idx;
@@ -614,6 +626,7 @@ static const struct member tracking_members[] = {
 	{ .key = "max_length", .kind = K_REAL, .offset = offsetof(struct jobspec, max_length),
 	  .b = { .min = 0, .max = INFINITY, .min_open = OPEN, .nullable = true, .unit = "mm" } },
 	INTEGER("max_attempts", max_attempts, K_INT, 1, 100),
+	CUSTOM("odf_storage", parse_odf_storage),
 };
 
 static const struct member compress_members[] = {
@@ -858,6 +871,12 @@ static int check_model(json_t *root, struct ctx *c)
 	if (!boot && json_object_get(json_object_get(root, "tracking"), "max_attempts"))
 		return errbuf_set(c->err, -EINVAL, "tracking.max_attempts",
 				  "applies to direction_getter \"boot\" only");
+	if (boot && js->odf_storage != JOBSPEC_ODF_AUTO)
+		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "applies to direction "
+				  "getters that sample an ODF, not \"boot\" (which keeps the DWI)");
+	if (js->odf_storage == JOBSPEC_ODF_SH && js->input_kind == JOBSPEC_INPUT_ODF)
+		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "\"sh\" needs SH "
+				  "coefficients: inputs.sh or inputs.dwi, not inputs.odf");
 	if (!c->model_name_given)
 		js->model.name = boot ? JOBSPEC_MODEL_OPDT : JOBSPEC_MODEL_CSD;
 	csd = js->model.name == JOBSPEC_MODEL_CSD;

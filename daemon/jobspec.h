@@ -25,7 +25,8 @@
  *                "step_size": 0.5, "max_angle": 60, "fa_threshold": 0.1,
  *                "relative_peak_threshold": 0.25, "min_separation_angle": 45,
  *                "pmf_threshold": 0.05, "max_steps": 500,
- *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only)},
+ *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only),
+ *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob only)},
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
  *                "save_seed_index": false, "save_direction_getter": false,
  *                "positions": "float32" | "float16" (trx only),
@@ -73,6 +74,14 @@ enum jobspec_model_name {
 	JOBSPEC_MODEL_CSD,        /* prob's model */
 	JOBSPEC_MODEL_OPDT,       /* boot's models */
 	JOBSPEC_MODEL_CSA,
+};
+
+/* How the GPU holds what prob samples (tracking.odf_storage). */
+enum jobspec_odf_storage {
+	JOBSPEC_ODF_AUTO,         /* the first of float32, float16, sh that fits the budget */
+	JOBSPEC_ODF_FLOAT32,      /* the ODF on the sphere's vertices */
+	JOBSPEC_ODF_FLOAT16,      /* the same in half precision: half the memory */
+	JOBSPEC_ODF_SH,           /* SH coefficients, sampled on the sphere at each step */
 };
 
 #define JOBSPEC_BOOT_MAX_SH_ORDER 12
@@ -132,6 +141,8 @@ struct jobspec {
 	double max_length;              /* mm, > 0, default INFINITY (JSON null) */
 	int max_attempts;               /* boot: bootstrap samples tried per step while
 					 * none has a peak, [1, 100], default 5 */
+	enum jobspec_odf_storage odf_storage; /* prob: default auto; sh needs an sh or
+					       * dwi input */
 
 	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)

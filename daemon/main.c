@@ -54,9 +54,11 @@ static const char usage_text[] =
 "                            default: discrete > integrated > virtual > CPU\n"
 "      --stats-json FILE     write counts and phase timings as JSON\n"
 "      --gpu-memory-budget B GPU memory one job may use (bytes; K, M, G suffixes);\n"
-"                            default: half the device memory, at most 4G\n"
+"                            default: half the device memory\n"
 "      --max-chunk-seeds N   seeds per GPU chunk at most (default: from the limits)\n"
 "      --max-binding-bytes B lower the device's storage-buffer range (testing)\n"
+"      --max-alloc-bytes B   lower the device's allocation size limit, which\n"
+"                            bounds volume pages and work buffers (testing)\n"
 "      --pipeline-cache FILE Vulkan pipeline cache ('none' to disable); default:\n"
 "                            $XDG_CACHE_HOME/tractd/pipelines.bin\n"
 "      --threads N           CPU threads for model fitting (default: all CPUs)\n"
@@ -106,6 +108,7 @@ enum option_id {
 	OPT_BUDGET,
 	OPT_MAX_CHUNK_SEEDS,
 	OPT_MAX_BINDING,
+	OPT_MAX_ALLOC,
 	OPT_PIPELINE_CACHE,
 	OPT_DIM,
 	OPT_VOXEL_SIZE,
@@ -129,6 +132,7 @@ static const struct option long_options[] = {
 	{ "gpu-memory-budget", required_argument, NULL, OPT_BUDGET },
 	{ "max-chunk-seeds", required_argument, NULL, OPT_MAX_CHUNK_SEEDS },
 	{ "max-binding-bytes", required_argument, NULL, OPT_MAX_BINDING },
+	{ "max-alloc-bytes", required_argument, NULL, OPT_MAX_ALLOC },
 	{ "pipeline-cache", required_argument, NULL, OPT_PIPELINE_CACHE },
 	{ "dim", required_argument, NULL, OPT_DIM },
 	{ "voxel-size", required_argument, NULL, OPT_VOXEL_SIZE },
@@ -305,6 +309,10 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 		if (parse_size(arg, &cli->gpu.max_binding_bytes) < 0 || cli->gpu.max_binding_bytes < 4096)
 			return usage_error("invalid --max-binding-bytes '%s' (at least 4096)", arg);
 		return -1;
+	case OPT_MAX_ALLOC:
+		if (parse_size(arg, &cli->gpu.max_alloc_bytes) < 0 || cli->gpu.max_alloc_bytes < 4096)
+			return usage_error("invalid --max-alloc-bytes '%s' (at least 4096)", arg);
+		return -1;
 	case OPT_PIPELINE_CACHE:
 		cli->pipeline_cache = strcmp(arg, "none") == 0 ? NULL : arg;
 		return -1;
@@ -360,10 +368,13 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 
 static int write_stats_json(const char *path, const struct engine_stats *s, const char *device)
 {
-	json_t *doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
+	json_t *doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, "
+				"s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
 				"seeds", (json_int_t)s->seeds, "streamlines", (json_int_t)s->streamlines,
 				"points", (json_int_t)s->points, "chunks", (json_int_t)s->chunks,
-				"batches", (json_int_t)s->batches, "device", device, "seconds",
+				"batches", (json_int_t)s->batches, "device", device,
+				"odf_storage", s->odf_storage, "gpu_input_bytes",
+				(json_int_t)s->gpu_input_bytes, "seconds",
 				"load", s->load_seconds, "upload", s->upload_seconds,
 				"compile", s->compile_seconds, "track", s->track_seconds,
 				"kernels", s->kernel_seconds, "write", s->write_seconds);
@@ -540,7 +551,9 @@ static int prepare_job(struct cli *cli, struct cli_job *j, double *load_s, doubl
 	if (r < 0)
 		return r;
 	t0 = timing_now();
-	r = engine_resident_new(j->gpu, j->inputs, &j->resident, err);
+	struct engine_upload up = { .odf_storage = j->spec.odf_storage,
+				    .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
+	r = engine_resident_new(j->gpu, j->inputs, &up, &j->resident, err);
 	*upload_s = timing_now() - t0;
 	return r;
 }
@@ -672,10 +685,14 @@ static int fit_and_save(const struct cli *cli, const struct jobspec *spec, doubl
 	int r;
 
 	if (cli->write_odf) {
+		struct volume odf = { 0 };
 		r = engine_inputs_load(spec, &cli->fit, &in, err);
+		if (r == 0)
+			r = engine_inputs_odf(in, &cli->fit, &odf, err);
 		*fitted_at = timing_now();
 		if (r == 0)
-			r = save_fit(cli->output, engine_inputs_fit(in), engine_inputs_odf(in), err);
+			r = save_fit(cli->output, engine_inputs_fit(in), &odf, err);
+		volume_free(&odf);
 		engine_inputs_free(in);
 		return r;
 	}

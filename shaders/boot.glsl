@@ -11,13 +11,11 @@
 //
 // Build-time defines (engine.c): T volumes per voxel, of which the first NB0
 // are b0s and the next HR diffusion-weighted; NC SH coefficients; MODEL_CSA
-// (0: OPDT); DWI_PARTS buffers holding the DWI, bound from DWI_BINDING on,
-// part k holding the x-planes [k PART_PLANES, (k + 1) PART_PLANES] (one plane
-// shared with the next part, so the 8 corners of a point are in one part).
+// (0: OPDT); DWI_BINDING: the binding of the DWI's page table (volume.glsl).
 //
 // The including kernel declares the matrices[] buffer (layout below, written
 // by engine.c) and s_pmf[ITEMS][NV], s_res[ITEMS][HR] in shared memory, and
-// includes common.glsl, interp.glsl and philox.glsl first.
+// includes common.glsl, interp.glsl, volume.glsl and philox.glsl first.
 
 const uint J_PER_LANE = (HR + SG - 1) / SG;
 const uint B0_PER_LANE = (NB0 + SG - 1) / SG;
@@ -30,61 +28,14 @@ const uint M_Q = M_LEV + HR;
 const uint M_B = M_Q + NC * HR;
 const uint M_ST = M_B + NC * HR;
 
-layout(std430, binding = DWI_BINDING) readonly buffer DwiPart0 { float v[]; } dwi0;
-#if DWI_PARTS > 1
-layout(std430, binding = DWI_BINDING + 1) readonly buffer DwiPart1 { float v[]; } dwi1;
-#endif
-#if DWI_PARTS > 2
-layout(std430, binding = DWI_BINDING + 2) readonly buffer DwiPart2 { float v[]; } dwi2;
-#endif
-#if DWI_PARTS > 3
-layout(std430, binding = DWI_BINDING + 3) readonly buffer DwiPart3 { float v[]; } dwi3;
-#endif
-#if DWI_PARTS > 4
-layout(std430, binding = DWI_BINDING + 4) readonly buffer DwiPart4 { float v[]; } dwi4;
-#endif
-#if DWI_PARTS > 5
-layout(std430, binding = DWI_BINDING + 5) readonly buffer DwiPart5 { float v[]; } dwi5;
-#endif
-#if DWI_PARTS > 6
-layout(std430, binding = DWI_BINDING + 6) readonly buffer DwiPart6 { float v[]; } dwi6;
-#endif
-#if DWI_PARTS > 7
-#error "at most 7 DWI parts"
-#endif
+PAGED_TABLE(dwi, DWI_BINDING);
 
-float dwi_load(uint part, uint i)
-{
-#if DWI_PARTS > 1
-	switch (part) {
-	case 1: return dwi1.v[i];
-#if DWI_PARTS > 2
-	case 2: return dwi2.v[i];
-#endif
-#if DWI_PARTS > 3
-	case 3: return dwi3.v[i];
-#endif
-#if DWI_PARTS > 4
-	case 4: return dwi4.v[i];
-#endif
-#if DWI_PARTS > 5
-	case 5: return dwi5.v[i];
-#endif
-#if DWI_PARTS > 6
-	case 6: return dwi6.v[i];
-#endif
-	default: break;
-	}
-#endif
-	return dwi0.v[i];
-}
-
-// Volume t of the signal at the corners c, within its part.
-float interpolate_volume(Corners c, uint part, uint base, uint t)
+// Volume t of the signal interpolated from the corners' values.
+float interpolate_volume(Corners c, PageSpot spots[8], uint t)
 {
 	float v = 0.0;
 	for (int q = 0; q < 8; q++)
-		v += c.weight[q] * dwi_load(part, (c.voxel[q] - base) * T + t);
+		v += c.weight[q] * page_f32(spots[q], t);
 	return v;
 }
 
@@ -98,20 +49,20 @@ bool interpolate_signal(vec3 p, out float d[J_PER_LANE], out float b0_mean)
 	b0_mean = 1.0;
 	if (!corners_at(p, pc.dim.xyz, c))
 		return false;
-	uint plane = uint(pc.dim.y * pc.dim.z);
-	uint part = min(c.voxel[0] / plane / PART_PLANES, DWI_PARTS - 1);
-	uint base = part * PART_PLANES * plane;
+	PageSpot spots[8];
+	for (int q = 0; q < 8; q++)
+		spots[q] = PAGE_SPOT(dwi, c.voxel[q]);
 	float b0_sum = 0.0;
 	for (uint k = 0; k < B0_PER_LANE; k++) {
 		uint t = gl_SubgroupInvocationID + k * SG;
 		if (t < NB0)
-			b0_sum += max(interpolate_volume(c, part, base, t), pc.peak.z);
+			b0_sum += max(interpolate_volume(c, spots, t), pc.peak.z);
 	}
 	b0_mean = subgroupAdd(b0_sum) / float(NB0);
 	for (uint k = 0; k < J_PER_LANE; k++) {
 		uint j = gl_SubgroupInvocationID + k * SG;
 		if (j < HR)
-			d[k] = interpolate_volume(c, part, base, NB0 + j);
+			d[k] = interpolate_volume(c, spots, NB0 + j);
 	}
 	return true;
 }

@@ -11,11 +11,12 @@
 //   4 seeds      float[3 * n]               voxel coordinates
 //   5 ndirs      uint[n]                    out: number of initial directions
 //   6 dirs       float[3 * MAX_PEAKS * n]   out: the directions
-//   7.. DWI_PARTS buffers of the DWI        float[planes][ny][nz][T]
+//   7 dwi        page table (volume.glsl)   float[x][y][z][T]
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "interp.glsl"
+#include "volume.glsl"
 #include "philox.glsl"
 
 layout(std430, binding = 0) readonly buffer Vertices { float vertices[]; };

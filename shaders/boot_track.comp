@@ -6,7 +6,7 @@
 // not GPUStreamlines' retry on a cone miss: reference §3.2).
 //
 // Bindings:
-//   0 fa         float[nvox]
+//   0 fa         page table (volume.glsl)   stop map
 //   1 vertices   float[3 * NV]
 //   2 nbr_offset int[NV + 1]
 //   3 nbr        int[]
@@ -16,14 +16,15 @@
 //   7 points     float[3 * (2 max_steps + 1) * n]   out
 //   8 ranges     uint[3 * n]      out: first point slot, number of points, length
 //                                 in mm (float bits)
-//   9.. DWI_PARTS buffers of the DWI
+//   9 dwi        page table (volume.glsl)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "interp.glsl"
+#include "volume.glsl"
 #include "philox.glsl"
 
-layout(std430, binding = 0) readonly buffer Fa { float fa[]; };
+PAGED_TABLE(fa, 0);
 layout(std430, binding = 1) readonly buffer Vertices { float vertices[]; };
 layout(std430, binding = 2) readonly buffer NbrOffset { int nbr_offset[]; };
 layout(std430, binding = 3) readonly buffer Nbr { int nbr[]; };

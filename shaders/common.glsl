@@ -38,6 +38,10 @@ float step_mm(vec3 d)
 	return sqrt(dot(d, g));
 }
 
+// Arrays in registers (values[VERTS_PER_LANE] and the like) are indexed by
+// loop counters of loops that unroll: lavapipe gives a private array indexed
+// at run time stack space on every use, so a kernel that calls such code at
+// each step runs out of it after a few dozen steps and computes garbage.
 const uint VERTS_PER_LANE = (NV + SG - 1) / SG;
 
 // Index of the item (seed or streamline) of this subgroup; >= item count

@@ -3,19 +3,20 @@
 // of the PMF at the seed (peaks.glsl).
 //
 // Bindings:
-//   0 odf        float[nvox * NV]           ODF, clipped at 0, [x][y][z][vertex]
+//   0 odf        page table (pmf.glsl)      ODF or SH coefficients, [x][y][z][channel]
 //   1 vertices   float[3 * NV]
 //   2 nbr_offset int[NV + 1]                CSR neighbour lists of the sphere
 //   3 nbr        int[]
 //   4 seeds      float[3 * n]               voxel coordinates
 //   5 ndirs      uint[n]                    out: number of initial directions
 //   6 dirs       float[3 * MAX_PEAKS * n]   out: the directions
+//   7 odf_basis  float[NC * NV]             ODF_SH only (pmf.glsl)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "interp.glsl"
+#include "volume.glsl"
 
-layout(std430, binding = 0) readonly buffer Odf { float odf[]; };
 layout(std430, binding = 1) readonly buffer Vertices { float vertices[]; };
 layout(std430, binding = 2) readonly buffer NbrOffset { int nbr_offset[]; };
 layout(std430, binding = 3) readonly buffer Nbr { int nbr[]; };
@@ -26,6 +27,8 @@ layout(std430, binding = 6) writeonly buffer Dirs { float dirs[]; };
 shared float s_pmf[ITEMS][NV];
 shared float s_cand[ITEMS][NV];   // peak value above the floor, or -1
 
+#define ODF_BINDING 0
+#define ODF_BASIS_BINDING 7
 #include "pmf.glsl"
 #include "peaks.glsl"
 

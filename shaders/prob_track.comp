@@ -4,22 +4,23 @@
 // ProbabilisticDirectionGetter).
 //
 // Bindings:
-//   0 odf        float[nvox * NV]
-//   1 fa         float[nvox]
+//   0 odf        page table (pmf.glsl)
+//   1 fa         page table (volume.glsl)   stop map
 //   2 vertices   float[3 * NV]
 //   3 line_start float[6 * n]     seed xyz, initial direction xyz
 //   4 line_id    uint[2 * n]      global seed index, direction index at the seed
 //   5 points     float[3 * (2 max_steps + 1) * n]   out
 //   6 ranges     uint[3 * n]      out: first point slot, number of points, length
 //                                 in mm (float bits)
+//   7 odf_basis  float[NC * NV]   ODF_SH only (pmf.glsl)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "interp.glsl"
+#include "volume.glsl"
 #include "philox.glsl"
 
-layout(std430, binding = 0) readonly buffer Odf { float odf[]; };
-layout(std430, binding = 1) readonly buffer Fa { float fa[]; };
+PAGED_TABLE(fa, 1);
 layout(std430, binding = 2) readonly buffer Vertices { float vertices[]; };
 layout(std430, binding = 3) readonly buffer LineStart { float line_start[]; };
 layout(std430, binding = 4) readonly buffer LineId { uint line_id[]; };
@@ -29,6 +30,8 @@ layout(std430, binding = 6) writeonly buffer Ranges { uint ranges[]; };
 // Sphere directions for the cone test, loaded once per workgroup.
 shared vec3 s_vertex[NV];
 
+#define ODF_BINDING 0
+#define ODF_BASIS_BINDING 7
 #include "pmf.glsl"
 
 // Samples a vertex from the PMF restricted to the cone around dir, in vertex

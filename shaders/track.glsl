@@ -7,8 +7,9 @@
 // (along -first) is stored below the seed's slot and the forward half above
 // it, so the streamline is contiguous without reversing.
 //
-// The including kernel declares the buffers fa, line_start, line_id, points
-// and ranges (layout in prob_track.comp's header), and defines
+// The including kernel declares the buffers line_start, line_id, points and
+// ranges (layout in prob_track.comp's header), the stop map's page table fa
+// (volume.glsl's PAGED_TABLE), and defines
 //   bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 //   void prepare_workgroup()   (runs once per workgroup before tracking)
 // counter = (step, global seed index, 2 * direction index + half, 0).
@@ -21,7 +22,7 @@ bool still_tracking(vec3 p)
 		return false;
 	float v = 0.0;
 	for (int q = 0; q < 8; q++)
-		v += c.weight[q] * fa[c.voxel[q]];
+		v += c.weight[q] * page_f32(PAGE_SPOT(fa, c.voxel[q]), 0);
 	return v > pc.track.w;
 }
 

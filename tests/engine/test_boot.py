@@ -15,11 +15,11 @@ from conftest import load_trk, run_cli, run_job, write_job
 
 EXIT_INVALID = 3
 RUN_SEEDS = 300
-# The DWI is 48 x-planes of 48*24*70*4 B = 315 KiB: a 4 MiB storage-buffer
-# range holds 12 planes plus the one shared with the next slab, so the DWI is
-# bound as 4 slabs and many seed chunks.
-SPLIT_BINDING = "4M"
-SPLIT_PARTS = 4
+# The DWI is 48*48*24 voxels of 70 volumes (the b0s and the shell), 15 MiB:
+# allocations of at most 4 MiB hold 14979 voxels each, so it is uploaded as 4
+# pages, and the seeds run in many chunks.
+SPLIT_ALLOC = "4M"
+SPLIT_PAGES = 4
 SMALL_CHUNK_SEEDS = 37
 
 
@@ -52,12 +52,12 @@ def test_same_job_twice(tractd, phantom, workdir, reference):
 
 
 def test_split_dwi_and_small_chunks_change_nothing(tractd, phantom, workdir, reference):
-    """The DWI bound as several x-slabs (each trilinear lookup in one slab)
-    and many seed chunks give the same bytes as one buffer and one chunk."""
+    """The DWI in several pages (allocations) and many seed chunks give the
+    same bytes as one page and one chunk."""
     proc, trk, stats = run_job(tractd, boot_job(phantom), workdir, name="split",
-                               extra_args=("--max-binding-bytes", SPLIT_BINDING,
+                               extra_args=("--max-alloc-bytes", SPLIT_ALLOC,
                                            "--max-chunk-seeds", str(SMALL_CHUNK_SEEDS), "-v"))
-    assert f"DWI_PARTS={SPLIT_PARTS}" in proc.stderr, proc.stderr[-2000:]
+    assert f"DWI on the GPU: {SPLIT_PAGES} pages" in proc.stderr, proc.stderr[-2000:]
     assert json.loads(stats.read_text())["chunks"] >= RUN_SEEDS // SMALL_CHUNK_SEEDS
     assert trk.read_bytes() == reference
 

@@ -11,6 +11,9 @@ seeds.points in voxel space) with matched semantics (reference §2.1, §2.3, §3
         affine (voxel space, as the engine tracks), with the backward half
         started from -first (conftest's LocalTrackingMinusFirst: DIPY 1.6 mutates it).
 
+tractd runs twice: with the ODF stored as float32 and as float16
+(tracking.odf_storage), which must meet the same tolerances.
+
 The random walks differ (numpy's generator vs Philox), so the comparison is
 statistical: streamlines per seed, mean and median length in points, and the
 valid-connection fraction (both ends in the two end zones of one bundle).
@@ -80,35 +83,40 @@ def dipy_track(phantom, seeds, random_seed):
 
 
 @pytest.fixture(scope="module")
-def parity(tractd, phantom, tmp_path_factory):
-    """Runs both sides once; returns their summaries and the seeds."""
+def dipy_side(phantom):
+    """DIPY's runs, once for every storage tractd is compared in."""
     seeds = random_seeds_from_mask(phantom.roi, np.eye(4), seeds_count=N_SEEDS,
                                    seed_count_per_voxel=False, random_seed=SEED_PLACEMENT_SEED)
     assert len(seeds) == N_SEEDS
     common = dict(labels=phantom.labels, bundles=phantom.bundles, affine=phantom.affine)
-
     t0 = time.perf_counter()
-    dipy_lines = dipy_track(phantom, seeds, DIPY_RANDOM_SEED)
-    dipy_s = time.perf_counter() - t0
-    dipy_alt_lines = dipy_track(phantom, seeds, DIPY_RANDOM_SEED_ALT)
+    dipy = summarize(dipy_track(phantom, seeds, DIPY_RANDOM_SEED), N_SEEDS, **common)
+    dipy["seconds"] = time.perf_counter() - t0
+    dipy_alt = summarize(dipy_track(phantom, seeds, DIPY_RANDOM_SEED_ALT), N_SEEDS, **common)
+    return seeds, dipy, dipy_alt
 
-    workdir = tmp_path_factory.mktemp("parity")
+
+# tracking.odf_storage: the ODF as given, and rounded to float16 on the GPU
+# (issue "any size": compact storage must pass the same tolerances).
+@pytest.fixture(scope="module", params=["float32", "float16"])
+def parity(request, tractd, phantom, dipy_side, tmp_path_factory):
+    """Runs tractd once per storage; returns both sides' summaries."""
+    seeds, dipy, dipy_alt = dipy_side
+    common = dict(labels=phantom.labels, bundles=phantom.bundles, affine=phantom.affine)
+    workdir = tmp_path_factory.mktemp(f"parity_{request.param}")
     job = phantom.job_with(seeds={"points": seeds.tolist(), "space": "voxel"},
-                           tracking=TRACKING)
+                           tracking={**TRACKING, "odf_storage": request.param})
     t0 = time.perf_counter()
     _, trk_path, _ = run_job(tractd, job, workdir, name="parity")
     tractd_s = time.perf_counter() - t0
     trk = load_trk(trk_path)
     assert all(len(s) >= 2 for s in trk.streamlines), "tractd wrote a streamline of < 2 points"
 
-    res = {
-        "dipy": summarize(dipy_lines, N_SEEDS, **common),
-        "tractd": summarize(trk.streamlines, N_SEEDS, **common),
-        "dipy_alt": summarize(dipy_alt_lines, N_SEEDS, **common),
-    }
-    res["dipy"]["seconds"] = dipy_s
+    res = {"dipy": dipy, "tractd": summarize(trk.streamlines, N_SEEDS, **common),
+           "dipy_alt": dipy_alt}
     res["tractd"]["seconds"] = tractd_s
-    print(f"\n== parity on the phantom, {N_SEEDS} seeds (1-point lines dropped)")
+    print(f"\n== parity on the phantom, {N_SEEDS} seeds (1-point lines dropped), "
+          f"ODF as {request.param}")
     cols = ["streamlines", "per_seed", "mean_len_pts", "median_len_pts", "mean_len_mm",
             "valid_fraction", "seconds"]
     print(format_table({k: res[k] for k in ("dipy", "tractd", "dipy_alt")}, cols))

@@ -819,6 +819,39 @@ static const struct {
 	  "applies to direction_getter \"boot\" only" },
 };
 
+/* tracking.odf_storage: prob only; "sh" needs coefficients to keep. */
+static void test_odf_storage(void **state)
+{
+	static const char *const names[] = { "auto", "float32", "float16", "sh" };
+	struct jobspec js;
+	char json[256];
+
+	(void)state;
+	expect_ok(ROI_JOB(""), NULL, &js);
+	assert_int_equal(js.odf_storage, JOBSPEC_ODF_AUTO);
+	jobspec_free(&js);
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		snprintf(json, sizeof(json), DWI_JOB(", \"tracking\": {\"odf_storage\": \"%s\"}"),
+			 names[i]);
+		expect_ok(json, NULL, &js);
+		assert_int_equal(js.odf_storage, (int)i);
+		jobspec_free(&js);
+	}
+	expect_ok(SH_INPUTS(", \"sh_basis\": \"tournier07\"}, \"tracking\": {\"odf_storage\": "
+			    "\"sh\""), NULL, &js);
+	assert_int_equal(js.odf_storage, JOBSPEC_ODF_SH);
+	jobspec_free(&js);
+	expect_error(TRACKING_JOB("\"odf_storage\": \"sh\""), "tracking.odf_storage",
+		     "\"sh\" needs SH coefficients: inputs.sh or inputs.dwi, not inputs.odf");
+	expect_error(TRACKING_JOB("\"odf_storage\": \"half\""), "tracking.odf_storage",
+		     "must be one of");
+	expect_error(TRACKING_JOB("\"odf_storage\": 16"), "tracking.odf_storage", "must be");
+	expect_error(BOOT_JOB(", \"tracking\": {\"odf_storage\": \"float16\"}"),
+		     "tracking.odf_storage", "not \"boot\"");
+	expect_ok(BOOT_JOB(", \"tracking\": {\"odf_storage\": \"auto\"}"), NULL, &js);
+	jobspec_free(&js);
+}
+
 static void test_boot(void **state)
 {
 	struct jobspec js;
@@ -1425,6 +1458,7 @@ int main(void)
 		cmocka_unit_test(test_load_fifo),
 		cmocka_unit_test(test_input_file_table),
 		cmocka_unit_test(test_boot),
+		cmocka_unit_test(test_odf_storage),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
 	};
