@@ -12,6 +12,7 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -1142,18 +1143,46 @@ static void free_host(struct job_host *h)
 
 /* ---- running ------------------------------------------------------------ */
 
-struct job_run {
-	struct gpu_ctx *gpu;
+/* What the devices of one run share. Chunks are handed out in seed order
+ * and written in that order: a device that has tracked a batch of chunk k
+ * waits until chunk k - 1 is written (its turn), so the output does not
+ * depend on how many devices there are or how fast each is. lock guards
+ * the fields after it; out and stats are the turn holder's. */
+struct run_shared {
 	const struct jobspec *job;
 	const struct engine_inputs *in;
 	struct seeds *seeds;
-	const struct job_plan *plan;
-	struct job_gpu *g;
-	struct job_host *h;
 	const struct engine_options *opts;
 	struct output_writer *out;
-	struct kernel_params params;
 	struct engine_stats *stats;
+	uint64_t total;           /* seeds */
+	uint64_t chunk_limit;     /* the smallest of the devices' chunk sizes */
+	double t0;
+	pthread_mutex_t lock;
+	pthread_cond_t turn_changed;
+	uint64_t next_seed;       /* first seed of the next chunk handed out */
+	uint64_t next_chunk;      /* index of that chunk */
+	uint64_t turn;            /* the chunk being written */
+	int error;                /* the first failure (its errbuf is failed_err) */
+	struct errbuf failed_err;
+};
+
+/* One device's part of a run. */
+struct job_run {
+	struct run_shared *sh;
+	struct gpu_ctx *gpu;
+	const struct engine_resident *res;
+	const struct jobspec *job;
+	const struct engine_inputs *in;
+	struct job_plan plan;
+	struct job_gpu g;
+	struct job_host h;
+	struct kernel_params params;
+	struct engine_stats stats;   /* this device's kernels, chunks, batches */
+	uint64_t chunk;              /* index of the chunk it tracks */
+	struct errbuf err;
+	pthread_t thread;
+	bool started;
 };
 
 static void fill_params(struct job_run *run)
@@ -1193,7 +1222,7 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 			  struct gpu_buffer *const *buffers, uint64_t n, struct errbuf *err)
 {
 	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
-	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan->items;
+	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan.items;
 	double t0 = timing_now();
 	int r = gpu_batch_begin(run->gpu, err);
 
@@ -1202,11 +1231,11 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 		run->params.work[0] = (uint32_t)first;
 		run->params.work[1] = (uint32_t)count;
 		r = gpu_batch_dispatch(run->gpu, pipe, buffers, &run->params,
-				       (uint32_t)((count + run->plan->items - 1) / run->plan->items), err);
+				       (uint32_t)((count + run->plan.items - 1) / run->plan.items), err);
 	}
 	if (r == 0)
 		r = gpu_batch_submit_wait(run->gpu, err);
-	run->stats->kernel_seconds += timing_now() - t0;
+	run->stats.kernel_seconds += timing_now() - t0;
 	log_debug("%s: %llu items in %.4f s", what, (unsigned long long)n, timing_now() - t0);
 	return r;
 }
@@ -1238,7 +1267,7 @@ static void seed_ras(const struct job_run *run, uint64_t line, float out[3])
 	double vox[3], ras[3];
 
 	for (int a = 0; a < 3; a++)
-		vox[a] = run->h->line_start[6 * line + (uint64_t)a];
+		vox[a] = run->h.line_start[6 * line + (uint64_t)a];
 	affine_apply(grid_of(run->in)->affine, vox, ras);
 	for (int a = 0; a < 3; a++)
 		out[a] = (float)ras[a];
@@ -1252,12 +1281,12 @@ static void seed_ras(const struct job_run *run, uint64_t line, float out[3])
 static uint32_t seed_vertex(const struct job_run *run, uint64_t i, uint32_t count)
 {
 	uint32_t max_steps = (uint32_t)run->job->max_steps;
-	uint32_t v = max_steps - run->h->ranges[3 * i] % (2 * max_steps + 1);
+	uint32_t v = max_steps - run->h.ranges[3 * i] % (2 * max_steps + 1);
 
-	if (!run->h->compressed)
+	if (!run->h.compressed)
 		return v;
 	for (uint32_t k = 0; k < count; k++)
-		if (run->h->kept[k] >= v)
+		if (run->h.kept[k] >= v)
 			return k;
 	return count - 1;
 }
@@ -1267,8 +1296,8 @@ static uint32_t seed_vertex(const struct job_run *run, uint64_t i, uint32_t coun
 static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
 		       struct errbuf *err)
 {
-	const float *packed = gpu_buffer_host(run->g->readback);
-	struct job_host *h = run->h;
+	const float *packed = gpu_buffer_host(run->g.readback);
+	struct job_host *h = &run->h;
 	double t0 = timing_now();
 
 	for (uint64_t i = 0; i < n_lines; i++) {
@@ -1295,20 +1324,20 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 		dps.seed_vertex = seed_vertex(run, i, count);
 		if (run->job->save_seeds)
 			seed_ras(run, first_line + i, seed);
-		r = output_write_streamline_dps(run->out, points, count, &dps);
+		r = output_write_streamline_dps(run->sh->out, points, count, &dps);
 		if (r < 0)
 			return errbuf_set(err, r, "output.path", "cannot write the tractogram: %s",
 					  strerror(-r));
-		run->stats->streamlines++;
-		run->stats->points += count;
+		run->sh->stats->streamlines++;
+		run->sh->stats->points += count;
 	}
-	run->stats->write_seconds += timing_now() - t0;
+	run->sh->stats->write_seconds += timing_now() - t0;
 	return 0;
 }
 
 static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 {
-	const struct job_gpu *g = run->g;
+	const struct job_gpu *g = &run->g;
 	const struct engine_resident *res = g->res;
 
 	if (!run->in->boot_getter) {
@@ -1326,7 +1355,7 @@ static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 
 static void init_bindings(const struct job_run *run, struct gpu_buffer **b)
 {
-	const struct job_gpu *g = run->g;
+	const struct job_gpu *g = &run->g;
 	const struct engine_resident *res = g->res;
 
 	if (!run->in->boot_getter) {
@@ -1342,30 +1371,48 @@ static void init_bindings(const struct job_run *run, struct gpu_buffer **b)
 	memcpy(b, boot, sizeof(boot));
 }
 
+/* Waits until the chunk before this device's is written. -ECANCELED when
+ * another device failed or the job was cancelled meanwhile. */
+static int wait_turn(struct job_run *run, struct errbuf *err)
+{
+	struct run_shared *sh = run->sh;
+	int r = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	while (sh->turn != run->chunk && !sh->error)
+		pthread_cond_wait(&sh->turn_changed, &sh->lock);
+	if (sh->turn != run->chunk)
+		r = errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
+	pthread_mutex_unlock(&sh->lock);
+	return r;
+}
+
 static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines, struct errbuf *err)
 {
-	struct job_gpu *g = run->g;
+	struct job_gpu *g = &run->g;
 	struct gpu_buffer *buffers[MAX_BINDINGS];
 	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, g->readback };
-	int r = gpu_upload(run->gpu, g->line_start, 0, run->h->line_start + 6 * first_line,
+	int r = gpu_upload(run->gpu, g->line_start, 0, run->h.line_start + 6 * first_line,
 			   24 * n_lines, err);
 
 	if (r == 0)
-		r = gpu_upload(run->gpu, g->line_id, 0, run->h->line_id + 2 * first_line, 8 * n_lines, err);
+		r = gpu_upload(run->gpu, g->line_id, 0, run->h.line_id + 2 * first_line, 8 * n_lines, err);
 	track_bindings(run, buffers);
 	if (r == 0)
 		r = dispatch_items(run, "track", g->track, buffers, n_lines, err);
 	if (r == 0)
-		r = gpu_download(run->gpu, g->ranges, 0, run->h->ranges, 12 * n_lines, err);
+		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 12 * n_lines, err);
 	if (r < 0)
 		return r;
-	assign_destinations(run->h, n_lines, run->job->min_length, run->job->max_length);
-	r = gpu_upload(run->gpu, g->dest, 0, run->h->dest, 4 * n_lines, err);
+	assign_destinations(&run->h, n_lines, run->job->min_length, run->job->max_length);
+	r = gpu_upload(run->gpu, g->dest, 0, run->h.dest, 4 * n_lines, err);
 	if (r == 0)
 		r = dispatch_items(run, "compact", g->compact, pack_buffers, n_lines, err);
 	if (r == 0)
+		r = wait_turn(run, err);
+	if (r == 0)
 		r = write_batch(run, first_line, n_lines, err);
-	run->stats->batches++;
+	run->stats.batches++;
 	return r;
 }
 
@@ -1373,8 +1420,8 @@ static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
  * (seed, direction) order. */
 static uint64_t build_lines(struct job_run *run, uint64_t first_seed, uint64_t n_seeds)
 {
-	struct job_host *h = run->h;
-	uint32_t max_peaks = run->plan->max_peaks;
+	struct job_host *h = &run->h;
+	uint32_t max_peaks = run->plan.max_peaks;
 	uint64_t n = 0;
 
 	for (uint64_t s = 0; s < n_seeds; s++) {
@@ -1390,11 +1437,11 @@ static uint64_t build_lines(struct job_run *run, uint64_t first_seed, uint64_t n
 
 static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds, struct errbuf *err)
 {
-	struct job_gpu *g = run->g;
-	struct job_host *h = run->h;
+	struct job_gpu *g = &run->g;
+	struct job_host *h = &run->h;
 	struct gpu_buffer *buffers[MAX_BINDINGS];
 	uint64_t n_lines;
-	int r = seeds_fill(run->seeds, first_seed, n_seeds, h->seed_xyz);
+	int r = seeds_fill(run->sh->seeds, first_seed, n_seeds, h->seed_xyz);
 
 	init_bindings(run, buffers);
 	/* Seed indices are 32-bit in the kernels' random streams (JOBSPEC_MAX_SEEDS). */
@@ -1409,69 +1456,126 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
 	if (r == 0)
-		r = gpu_download(run->gpu, g->dirs, 0, h->dirs, 12ull * run->plan->max_peaks * n_seeds,
+		r = gpu_download(run->gpu, g->dirs, 0, h->dirs, 12ull * run->plan.max_peaks * n_seeds,
 				 err);
 	if (r < 0)
 		return r;
 	n_lines = build_lines(run, first_seed, n_seeds);
-	for (uint64_t first = 0; first < n_lines && r == 0; first += run->plan->batch_lines)
-		r = run_batch(run, first, min_u64(run->plan->batch_lines, n_lines - first), err);
-	run->stats->chunks++;
+	for (uint64_t first = 0; first < n_lines && r == 0; first += run->plan.batch_lines)
+		r = run_batch(run, first, min_u64(run->plan.batch_lines, n_lines - first), err);
+	run->stats.chunks++;
 	return r;
 }
 
 /* With a target chunk duration, the first chunk is small and later ones are
- * sized from the rate measured so far (never above the planned maximum). */
-static uint64_t next_chunk_seeds(const struct job_run *run, uint64_t done, double elapsed)
+ * sized from the rate measured so far (never above the devices' limit). */
+static uint64_t next_chunk_seeds(const struct run_shared *sh, uint64_t done, double elapsed)
 {
-	double target = run->opts->chunk_seconds;
+	double target = sh->opts->chunk_seconds;
 	double sized;
 
 	if (target <= 0.0)
-		return run->plan->chunk_seeds;
+		return sh->chunk_limit;
 	if (done == 0 || elapsed <= 0.0)
-		return min_u64(run->plan->chunk_seeds, FIRST_TIMED_CHUNK_SEEDS);
+		return min_u64(sh->chunk_limit, FIRST_TIMED_CHUNK_SEEDS);
 	sized = (double)done / elapsed * target;
 	if (sized < (double)FIRST_TIMED_CHUNK_SEEDS)
-		return min_u64(run->plan->chunk_seeds, FIRST_TIMED_CHUNK_SEEDS);
-	return sized >= (double)run->plan->chunk_seeds ? run->plan->chunk_seeds : (uint64_t)sized;
+		return min_u64(sh->chunk_limit, FIRST_TIMED_CHUNK_SEEDS);
+	return sized >= (double)sh->chunk_limit ? sh->chunk_limit : (uint64_t)sized;
 }
 
-static int track_all(struct job_run *run, struct errbuf *err)
+/* Hands this device the next chunk: false when none is left or the run
+ * stopped. */
+static bool take_chunk(struct job_run *run, uint64_t *first, uint64_t *n)
 {
-	uint64_t total = seeds_count(run->seeds);
-	double t0 = timing_now(), write_before = run->stats->write_seconds;
+	struct run_shared *sh = run->sh;
+	bool got;
+
+	pthread_mutex_lock(&sh->lock);
+	got = !sh->error && sh->next_seed < sh->total;
+	if (got) {
+		*first = sh->next_seed;
+		*n = min_u64(next_chunk_seeds(sh, sh->next_seed, timing_now() - sh->t0),
+			     sh->total - sh->next_seed);
+		run->chunk = sh->next_chunk++;
+		sh->next_seed += *n;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return got;
+}
+
+/* After the chunk is written (this device holds the turn): flushes the
+ * output, reports progress and passes the turn on. */
+static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *err)
+{
+	struct run_shared *sh = run->sh;
+	const struct engine_options *o = sh->opts;
+	int r = wait_turn(run, err);
+
+	if (r == 0 && output_flush(sh->out) < 0)
+		r = errbuf_set(err, -EIO, "output.path", "cannot write the tractogram");
+	if (r == 0 && o->progress &&
+	    !o->progress(o->progress_userdata, end_seed, sh->total, sh->stats->streamlines))
+		r = errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
+			       (unsigned long long)end_seed, (unsigned long long)sh->total);
+	pthread_mutex_lock(&sh->lock);
+	if (r == 0)
+		sh->turn++;
+	pthread_cond_broadcast(&sh->turn_changed);
+	pthread_mutex_unlock(&sh->lock);
+	return r;
+}
+
+/* Records a device's failure; the first one is the run's. */
+static void fail_run(struct job_run *run, int r)
+{
+	struct run_shared *sh = run->sh;
+
+	pthread_mutex_lock(&sh->lock);
+	if (!sh->error) {
+		sh->error = r;
+		sh->failed_err = run->err;
+	}
+	pthread_cond_broadcast(&sh->turn_changed);
+	pthread_mutex_unlock(&sh->lock);
+}
+
+static void *track_chunks(void *arg)
+{
+	struct job_run *run = arg;
+	uint64_t first, n;
 	int r = 0;
 
 	fill_params(run);
-	for (uint64_t first = 0, n; first < total && r == 0; first += n) {
-		n = min_u64(next_chunk_seeds(run, first, timing_now() - t0), total - first);
-		r = run_chunk(run, first, n, err);
-		if (r == 0 && output_flush(run->out) < 0)
-			r = errbuf_set(err, -EIO, "output.path", "cannot write the tractogram");
-		if (r == 0 && run->opts->progress &&
-		    !run->opts->progress(run->opts->progress_userdata, first + n, total,
-					 run->stats->streamlines))
-			r = errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
-				       (unsigned long long)(first + n), (unsigned long long)total);
+	while (r == 0 && take_chunk(run, &first, &n)) {
+		r = run_chunk(run, first, n, &run->err);
+		if (r == 0)
+			r = finish_chunk(run, first + n, &run->err);
 	}
-	run->stats->seeds = total;
-	run->stats->track_seconds += timing_now() - t0 -
-				     (run->stats->write_seconds - write_before);
+	if (r < 0)
+		fail_run(run, r);
+	return NULL;
+}
+
+static int prepare_gpu(struct job_run *run, struct errbuf *err)
+{
+	double compile_before = gpu_compile_seconds(run->gpu);
+	int r = get_pipelines(run->gpu, &run->plan, run->in, &run->g, err);
+
+	run->stats.compile_seconds = gpu_compile_seconds(run->gpu) - compile_before;
+	if (r == 0)
+		r = alloc_work_buffers(run->gpu, &run->plan, &run->g, err);
+	if (r == 0)
+		r = alloc_host(&run->plan, &run->h, err);
+	if (r == 0)
+		r = alloc_compress(&run->plan, run->job, grid_of(run->in)->affine, &run->h, err);
 	return r;
 }
 
-static int prepare_gpu(struct gpu_ctx *gpu, const struct job_plan *plan,
-		       const struct engine_inputs *in, struct job_gpu *g, struct engine_stats *stats,
-		       struct errbuf *err)
+static void free_device_run(struct job_run *run)
 {
-	double compile_before = gpu_compile_seconds(gpu);
-	int r = get_pipelines(gpu, plan, in, g, err);
-
-	stats->compile_seconds = gpu_compile_seconds(gpu) - compile_before;
-	if (r == 0)
-		r = alloc_work_buffers(gpu, plan, g, err);
-	return r;
+	free_host(&run->h);
+	free_job_gpu(run->gpu, &run->g);
 }
 
 /* TRK stores properties as float32, exact for integers up to 2^24: a larger
@@ -1488,57 +1592,137 @@ static int check_seed_index(const struct jobspec *job, struct seeds *seeds, stru
 			  (unsigned long long)seeds_count(seeds));
 }
 
-int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_inputs *in,
-	       const struct engine_resident *res, struct seeds *seeds,
-	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
-	       struct errbuf *err)
+static int open_output(struct run_shared *sh, FILE *out, struct errbuf *err)
+{
+	const struct jobspec *job = sh->job;
+	const struct volume *grid = grid_of(sh->in);
+	struct output_options oo = { .with_seeds = job->save_seeds,
+				     .with_seed_index = job->save_seed_index,
+				     .with_direction_getter = job->save_direction_getter,
+				     .seeds_file = sh->opts->seeds_file,
+				     .positions = job->output_positions,
+				     .compression = job->output_compression };
+	int r = output_writer_new(job->output_format, out, grid->dim, grid->affine, &oo, &sh->out,
+				  err);
+
+	if (r == 0) {
+		memcpy(sh->stats->grid_dim, grid->dim, sizeof(sh->stats->grid_dim));
+		memcpy(sh->stats->grid_affine, grid->affine, sizeof(sh->stats->grid_affine));
+	}
+	return r;
+}
+
+/* Plans and allocates every device's part; the smallest chunk is the run's. */
+static int prepare_devices(struct run_shared *sh, const struct engine_device *devs,
+			   struct job_run *runs, size_t n, struct errbuf *err)
+{
+	int r = 0;
+
+	sh->chunk_limit = UINT64_MAX;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		struct job_run *run = &runs[i];
+		run->sh = sh;
+		run->gpu = devs[i].gpu;
+		run->res = devs[i].resident;
+		run->g.res = devs[i].resident;
+		run->job = sh->job;
+		run->in = sh->in;
+		r = plan_work(gpu_get_limits(run->gpu), sh->job, sh->in, run->res, sh->seeds, sh->opts,
+			      &run->plan, err);
+		if (r == 0)
+			r = prepare_gpu(run, err);
+		if (r == 0)
+			sh->chunk_limit = min_u64(sh->chunk_limit, run->plan.chunk_seeds);
+	}
+	return r;
+}
+
+/* Device 0 runs on the calling thread, the others on threads of their own. */
+static int track_on_devices(struct run_shared *sh, struct job_run *runs, size_t n,
+			    struct errbuf *err)
+{
+	for (size_t i = 1; i < n; i++) {
+		int r = pthread_create(&runs[i].thread, NULL, track_chunks, &runs[i]);
+		if (r != 0) {
+			errbuf_set(&runs[i].err, -r, "device", "cannot start a thread: %s", strerror(r));
+			fail_run(&runs[i], -r);
+			break;
+		}
+		runs[i].started = true;
+	}
+	track_chunks(&runs[0]);
+	for (size_t i = 1; i < n; i++)
+		if (runs[i].started)
+			pthread_join(runs[i].thread, NULL);
+	if (sh->error)
+		*err = sh->failed_err;
+	return sh->error;
+}
+
+static void add_device_stats(struct engine_stats *total, const struct engine_stats *dev)
+{
+	total->chunks += dev->chunks;
+	total->batches += dev->batches;
+	total->kernel_seconds += dev->kernel_seconds;
+	total->compile_seconds += dev->compile_seconds;
+}
+
+int engine_run_devices(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
+		       const struct engine_inputs *in, struct seeds *seeds,
+		       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
+		       struct errbuf *err)
 {
 	struct engine_stats local_stats;
-	struct job_plan plan;
-	struct job_gpu g = { .res = res };
-	struct job_host h = { 0 };
-	struct job_run run = { .gpu = gpu, .job = job, .in = in, .seeds = seeds, .plan = &plan,
-			       .g = &g, .h = &h, .opts = opts };
+	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts,
+				 .total = seeds_count(seeds) };
+	struct job_run *runs = calloc(n_devs ? n_devs : 1, sizeof(*runs));
+	double write_before;
 	int r;
 
 	if (!stats)
 		stats = &local_stats;
 	memset(stats, 0, sizeof(*stats));
-	stats->odf_storage = engine_resident_storage(res);
-	stats->gpu_input_bytes = engine_resident_bytes(res);
-	run.stats = stats;
+	if (!runs)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	sh.stats = stats;
+	stats->odf_storage = engine_resident_storage(devs[0].resident);
+	stats->gpu_input_bytes = engine_resident_bytes(devs[0].resident);
+	pthread_mutex_init(&sh.lock, NULL);
+	pthread_cond_init(&sh.turn_changed, NULL);
 	r = check_seed_index(job, seeds, err);
 	if (r == 0)
-			r = plan_work(gpu_get_limits(gpu), job, in, res, seeds, opts, &plan, err);
+		r = prepare_devices(&sh, devs, runs, n_devs, err);
 	if (r == 0)
-		r = prepare_gpu(gpu, &plan, in, &g, stats, err);
+		r = open_output(&sh, out, err);
+	sh.t0 = timing_now();
+	write_before = stats->write_seconds;
 	if (r == 0)
-		r = alloc_host(&plan, &h, err);
-	if (r == 0)
-		r = alloc_compress(&plan, job, grid_of(in)->affine, &h, err);
-	if (r == 0) {
-		struct output_options oo = { .with_seeds = job->save_seeds,
-					     .with_seed_index = job->save_seed_index,
-					     .with_direction_getter = job->save_direction_getter,
-					     .seeds_file = opts->seeds_file,
-					     .positions = job->output_positions,
-					     .compression = job->output_compression };
-		r = output_writer_new(job->output_format, out, grid_of(in)->dim, grid_of(in)->affine,
-				      &oo, &run.out, err);
-		if (r == 0) {
-			memcpy(stats->grid_dim, grid_of(in)->dim, sizeof(stats->grid_dim));
-			memcpy(stats->grid_affine, grid_of(in)->affine, sizeof(stats->grid_affine));
-		}
-	}
-	if (r == 0)
-		r = track_all(&run, err);
-	if (run.out) {
-		int fr = output_writer_finish(run.out);
+		r = track_on_devices(&sh, runs, n_devs, err);
+	stats->seeds = sh.total;
+	stats->track_seconds = timing_now() - sh.t0 - (stats->write_seconds - write_before);
+	if (sh.out) {
+		int fr = output_writer_finish(sh.out);
 		if (r == 0 && fr < 0)
 			r = errbuf_set(err, fr, "output.path", "cannot finish the tractogram: %s",
 				       strerror(-fr));
 	}
-	free_host(&h);
-	free_job_gpu(gpu, &g);
+	for (size_t i = 0; i < n_devs; i++) {
+		add_device_stats(stats, &runs[i].stats);
+		if (runs[i].gpu)
+			free_device_run(&runs[i]);
+	}
+	pthread_cond_destroy(&sh.turn_changed);
+	pthread_mutex_destroy(&sh.lock);
+	free(runs);
 	return r;
+}
+
+int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_inputs *in,
+	       const struct engine_resident *res, struct seeds *seeds,
+	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
+	       struct errbuf *err)
+{
+	struct engine_device dev = { .gpu = gpu, .resident = res };
+
+	return engine_run_devices(&dev, 1, job, in, seeds, opts, out, stats, err);
 }

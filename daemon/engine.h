@@ -17,6 +17,7 @@
 #define TRACTD_ENGINE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -26,8 +27,9 @@
 #include "jobspec.h"
 #include "seeds.h"
 
-/* Called after each seed chunk, on the calling thread. Returning false
- * cancels the job: engine_run then returns -ECANCELED. */
+/* Called after each seed chunk is written, with the chunks in seed order
+ * (on the calling thread with one device). Returning false cancels the job:
+ * engine_run then returns -ECANCELED. */
 typedef bool engine_progress_fn(void *userdata, uint64_t seeds_done, uint64_t seeds_total,
 				uint64_t streamlines);
 
@@ -124,6 +126,22 @@ uint64_t engine_resident_bytes(const struct engine_resident *res);
 const char *engine_resident_storage(const struct engine_resident *res);
 /* The device must be idle for res (no engine_run using it). Accepts NULL. */
 void engine_resident_free(struct gpu_ctx *gpu, struct engine_resident *res);
+
+/* A device of a run and the inputs uploaded to it. */
+struct engine_device {
+	struct gpu_ctx *gpu;
+	const struct engine_resident *resident;
+};
+
+/* engine_run over several devices at once (each with its own upload of the
+ * same inputs): seed chunks go to whichever device is free, and each chunk's
+ * streamlines are written in seed order, so the output is byte-identical
+ * to a one-device run. The progress callback runs on one thread at a time,
+ * not always the caller's. */
+int engine_run_devices(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
+		       const struct engine_inputs *in, struct seeds *seeds,
+		       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
+		       struct errbuf *err);
 
 /* Runs job on resident inputs and seeds; writes the tractogram to out in
  * job->output_format (seekable: the count is patched). Returns 0 or a negative errno: -E2BIG when the job does

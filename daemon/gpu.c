@@ -7,6 +7,8 @@
  */
 #include "gpu.h"
 
+#include <ctype.h>
+#include <strings.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <shaderc/shaderc.h>
@@ -65,6 +67,7 @@ struct gpu_ctx {
 	bool batch_has_commands;
 	struct gpu_buffer *staging;
 	struct gpu_buffer *buffers;
+	uint64_t buffer_bytes, peak_buffer_bytes;   /* held by buffers, and at most */
 	struct gpu_pipeline *pipelines;
 	shaderc_compiler_t compiler;
 	double compile_seconds;
@@ -188,7 +191,53 @@ static int enumerate_devices(VkInstance instance, VkPhysicalDevice **ret, uint32
 	return 0;
 }
 
-static int pick_device(VkInstance instance, int index, VkPhysicalDevice *ret, struct errbuf *err)
+static void format_uuid(const uint8_t id[VK_UUID_SIZE], char out[GPU_UUID_LEN + 1])
+{
+	char *p = out;
+
+	for (unsigned i = 0; i < VK_UUID_SIZE; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*p++ = '-';
+		p += sprintf(p, "%02x", id[i]);
+	}
+}
+
+static void device_uuid(VkPhysicalDevice dev, char out[GPU_UUID_LEN + 1])
+{
+	VkPhysicalDeviceIDProperties id = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
+	VkPhysicalDeviceProperties2 p = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+					  .pNext = &id };
+
+	vkGetPhysicalDeviceProperties2(dev, &p);
+	format_uuid(id.deviceUUID, out);
+}
+
+bool gpu_is_uuid(const char *text)
+{
+	if (strlen(text) != GPU_UUID_LEN)
+		return false;
+	for (int i = 0; i < GPU_UUID_LEN; i++) {
+		bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+		if (dash ? text[i] != '-' : !isxdigit((unsigned char)text[i]))
+			return false;
+	}
+	return true;
+}
+
+static int index_of_uuid(VkPhysicalDevice *devs, uint32_t n, const char *uuid)
+{
+	char have[GPU_UUID_LEN + 1];
+
+	for (uint32_t i = 0; i < n; i++) {
+		device_uuid(devs[i], have);
+		if (strcasecmp(have, uuid) == 0)
+			return (int)i;
+	}
+	return -1;
+}
+
+static int pick_device(VkInstance instance, int index, const char *uuid, VkPhysicalDevice *ret,
+		       struct errbuf *err)
 {
 	VkPhysicalDevice *devs;
 	uint32_t n;
@@ -197,6 +246,14 @@ static int pick_device(VkInstance instance, int index, VkPhysicalDevice *ret, st
 
 	if (r < 0)
 		return r;
+	if (uuid) {
+		index = index_of_uuid(devs, n, uuid);
+		if (index < 0) {
+			free(devs);
+			return errbuf_set(err, -ENODEV, "device", "no device has UUID %s (see "
+					  "`tractd devices`)", uuid);
+		}
+	}
 	if (index >= 0) {
 		if ((uint32_t)index >= n) {
 			free(devs);
@@ -523,7 +580,7 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 	r = create_instance(&ctx->instance, err);
 	if (r < 0)
 		goto fail;
-	r = pick_device(ctx->instance, opts->device_index, &ctx->physical, err);
+	r = pick_device(ctx->instance, opts->device_index, opts->device_uuid, &ctx->physical, err);
 	if (r < 0)
 		goto fail;
 	r = read_limits(ctx, opts, err);
@@ -648,10 +705,13 @@ int gpu_list_devices(FILE *out, struct errbuf *err)
 			.pNext = &sg,
 		};
 		VkPhysicalDeviceMemoryProperties mem;
+		char uuid[GPU_UUID_LEN + 1];
 		vkGetPhysicalDeviceProperties2(devs[i], &p);
 		vkGetPhysicalDeviceMemoryProperties(devs[i], &mem);
-		fprintf(out, "%u\t%s\t%s\tVulkan %u.%u\tsubgroup %u\tbinding %u MiB\tmemory %llu MiB\n",
-			i, device_type_name(p.properties.deviceType), p.properties.deviceName,
+		device_uuid(devs[i], uuid);
+		fprintf(out, "%u\t%s\t%s\t%s\tVulkan %u.%u\tsubgroup %u\tbinding %u MiB\t"
+			"memory %llu MiB\n",
+			i, device_type_name(p.properties.deviceType), p.properties.deviceName, uuid,
 			VK_API_VERSION_MAJOR(p.properties.apiVersion),
 			VK_API_VERSION_MINOR(p.properties.apiVersion), sg.subgroupSize,
 			p.properties.limits.maxStorageBufferRange >> 20,
@@ -751,6 +811,9 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 	}
 	b->next = ctx->buffers;
 	ctx->buffers = b;
+	ctx->buffer_bytes += size;
+	if (ctx->buffer_bytes > ctx->peak_buffer_bytes)
+		ctx->peak_buffer_bytes = ctx->buffer_bytes;
 	*ret = b;
 	return 0;
 vk_fail:
@@ -769,7 +832,13 @@ void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 			break;
 		}
 	}
+	ctx->buffer_bytes -= buf->size;
 	destroy_buffer(ctx->device, buf);
+}
+
+uint64_t gpu_peak_buffer_bytes(const struct gpu_ctx *ctx)
+{
+	return ctx->peak_buffer_bytes;
 }
 
 void *gpu_buffer_host(const struct gpu_buffer *buf)

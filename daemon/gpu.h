@@ -30,8 +30,11 @@ struct gpu_ctx;
 struct gpu_buffer;
 struct gpu_pipeline;
 
+#define GPU_UUID_LEN 36           /* 8-4-4-4-12 hex digits */
+
 struct gpu_options {
 	int device_index;            /* -1: best by type (discrete > integrated > virtual > cpu) */
+	const char *device_uuid;     /* or the device with this UUID (`tractd devices`); NULL: none */
 	uint64_t max_binding_bytes;  /* 0: device limit; otherwise lowers maxStorageBufferRange */
 	uint64_t max_alloc_bytes;    /* 0: device limit; otherwise lowers maxMemoryAllocationSize */
 	const char *pipeline_cache_path; /* NULL: no on-disk pipeline cache */
@@ -61,13 +64,16 @@ enum gpu_memory {
  * names it), -ENOMEM. */
 int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf *err);
 
+/* Whether text looks like a device UUID as `tractd devices` prints it. */
+bool gpu_is_uuid(const char *text);
+
 /* Waits for the device, saves the pipeline cache, destroys everything the
  * context owns (including buffers not yet freed). Accepts NULL. */
 void gpu_close(struct gpu_ctx *ctx);
 
 const struct gpu_limits *gpu_get_limits(const struct gpu_ctx *ctx);
 
-/* Prints one line per Vulkan device (index, type, name, key limits) to out. */
+/* Prints one line per Vulkan device (index, type, name, UUID, key limits) to out. */
 int gpu_list_devices(FILE *out, struct errbuf *err);
 
 /* A buffer of size bytes (> 0, <= max_alloc_bytes). Returns 0, -EINVAL, -ENOSPC. */
@@ -104,6 +110,9 @@ int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
 		       struct errbuf *err);
 int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
+
+/* The most bytes the context's buffers held at once so far (for statistics). */
+uint64_t gpu_peak_buffer_bytes(const struct gpu_ctx *ctx);
 
 /* Seconds spent in shaderc + vkCreateComputePipelines so far (for statistics). */
 double gpu_compile_seconds(const struct gpu_ctx *ctx);

@@ -9,11 +9,13 @@
  *   0 success, 1 runtime failure (GPU, I/O, memory), 2 usage error,
  *   3 invalid job or input data.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -50,8 +52,11 @@ static const char usage_text[] =
 "Options of run:\n"
 "  -o, --output FILE         write the TRK to FILE ('-': standard output);\n"
 "                            default: the job's output.path\n"
-"  -d, --device N            use Vulkan device N (see `tractd devices`);\n"
-"                            default: discrete > integrated > virtual > CPU\n"
+"  -d, --device LIST         use these Vulkan devices: indices or UUIDs as\n"
+"                            `tractd devices` lists them, comma-separated; the\n"
+"                            seed chunks are shared out between them and the\n"
+"                            output is the same as on one device; default: the\n"
+"                            best one (discrete > integrated > virtual > CPU)\n"
 "      --stats-json FILE     write counts and phase timings as JSON\n"
 "      --gpu-memory-budget B GPU memory one job may use (bytes; K, M, G suffixes);\n"
 "                            default: half the device memory\n"
@@ -154,8 +159,18 @@ static const struct option long_options[] = {
 	{ 0, 0, 0, 0 },
 };
 
+#define MAX_DEVICES 16
+
+/* --device: indices or UUIDs; none means the best device. */
+struct device_choice {
+	int index;
+	char uuid[GPU_UUID_LEN + 1];
+};
+
 struct cli {
 	const char *output;
+	struct device_choice devices[MAX_DEVICES];
+	size_t n_devices;
 	const char *stats_json;
 	const char *pipeline_cache;
 	char default_cache[PATH_MAX];
@@ -284,18 +299,49 @@ static void set_default_cache(struct cli *cli)
 	cli->pipeline_cache = cli->default_cache[0] ? cli->default_cache : NULL;
 }
 
+/* --device LIST: comma-separated indices or UUIDs; one may repeat, which
+ * opens a second logical device on the same GPU. */
+static int parse_devices(struct cli *cli, const char *arg)
+{
+	const char *p = arg;
+
+	cli->n_devices = 0;
+	while (*p) {
+		struct device_choice *d = &cli->devices[cli->n_devices];
+		size_t len = strcspn(p, ",");
+		char item[GPU_UUID_LEN + 2] = "";
+		uint64_t n;
+
+		if (cli->n_devices == MAX_DEVICES)
+			return usage_error("--device lists more than 16 devices: '%s'", arg);
+		if (len < sizeof(item))
+			memcpy(item, p, len);
+		memset(d, 0, sizeof(*d));
+		if (len < sizeof(item) && gpu_is_uuid(item)) {
+			d->index = -1;
+			memcpy(d->uuid, item, GPU_UUID_LEN + 1);
+		} else if (len < sizeof(item) && parse_size(item, &n) == 0 && n <= INT_MAX &&
+			   isdigit((unsigned char)item[len - 1])) {
+			d->index = (int)n;
+		} else {
+			return usage_error("invalid --device '%s' (indices or UUIDs from `tractd "
+					   "devices`, separated by commas)", arg);
+		}
+		cli->n_devices++;
+		p += len;
+		if (*p == ',' && !*++p)
+			return usage_error("invalid --device '%s' (a trailing comma)", arg);
+	}
+	return cli->n_devices ? -1 : usage_error("invalid --device '%s'", arg);
+}
+
 /* Returns -1 to continue, or an exit code. */
 static int parse_option(struct cli *cli, int opt, const char *arg)
 {
-	uint64_t n;
-
 	switch (opt) {
 	case 'o': cli->output = arg; return -1;
 	case 'd':
-		if (parse_size(arg, &n) < 0 || n > INT_MAX)
-			return usage_error("invalid device index '%s'", arg);
-		cli->gpu.device_index = (int)n;
-		return -1;
+		return parse_devices(cli, arg);
 	case OPT_STATS_JSON: cli->stats_json = arg; return -1;
 	case OPT_BUDGET:
 		if (parse_size(arg, &cli->engine.memory_budget) < 0 || !cli->engine.memory_budget)
@@ -366,20 +412,33 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 	}
 }
 
-static int write_stats_json(const char *path, const struct engine_stats *s, const char *device)
+/* Peak memory: the host's from the kernel (ru_maxrss, KiB), the GPU's as
+ * the buffers tractd allocated (driver overhead not included). */
+static int write_stats_json(const char *path, const struct engine_stats *s,
+			    const struct engine_device *devs, size_t n_devs)
 {
-	json_t *doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:s, s:I, "
+	struct rusage usage = { 0 };
+	uint64_t gpu_peak = 0;
+	json_t *doc;
+	int r;
+
+	getrusage(RUSAGE_SELF, &usage);
+	for (size_t i = 0; i < n_devs; i++)
+		if (gpu_peak_buffer_bytes(devs[i].gpu) > gpu_peak)
+			gpu_peak = gpu_peak_buffer_bytes(devs[i].gpu);
+	doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
 				"s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
 				"seeds", (json_int_t)s->seeds, "streamlines", (json_int_t)s->streamlines,
 				"points", (json_int_t)s->points, "chunks", (json_int_t)s->chunks,
-				"batches", (json_int_t)s->batches, "device", device,
+				"batches", (json_int_t)s->batches, "device",
+				gpu_get_limits(devs[0].gpu)->device_name, "devices", (json_int_t)n_devs,
 				"odf_storage", s->odf_storage, "gpu_input_bytes",
-				(json_int_t)s->gpu_input_bytes, "seconds",
+				(json_int_t)s->gpu_input_bytes, "gpu_peak_bytes",
+				(json_int_t)gpu_peak, "host_peak_bytes",
+				(json_int_t)usage.ru_maxrss * 1024, "seconds",
 				"load", s->load_seconds, "upload", s->upload_seconds,
 				"compile", s->compile_seconds, "track", s->track_seconds,
 				"kernels", s->kernel_seconds, "write", s->write_seconds);
-	int r;
-
 	if (!doc)
 		return -ENOMEM;
 	r = json_dump_file(doc, path, JSON_INDENT(2));
@@ -501,14 +560,16 @@ static void enable_progress(struct cli *cli)
 	cli->fit.progress = show_fit_progress;
 }
 
-static void log_summary(const struct engine_stats *s, const char *device, const char *path)
+static void log_summary(const struct engine_stats *s, const char *device, size_t n_devices,
+			const char *path)
 {
 	double total = s->load_seconds + s->upload_seconds + s->compile_seconds + s->track_seconds +
 		       s->write_seconds;
 
-	log_info("%llu streamlines (%llu points) from %llu seeds in %.2f s on %s -> %s",
+	log_info("%llu streamlines (%llu points) from %llu seeds in %.2f s on %s%s -> %s",
 		 (unsigned long long)s->streamlines, (unsigned long long)s->points,
-		 (unsigned long long)s->seeds, total, device, path);
+		 (unsigned long long)s->seeds, total, device,
+		 n_devices > 1 ? " and other devices" : "", path);
 	log_info("phases: load %.3f s, upload %.3f s, compile %.3f s, track %.3f s (kernels %.3f s), "
 		 "write %.3f s; %llu chunk(s), %llu batch(es)", s->load_seconds, s->upload_seconds,
 		 s->compile_seconds, s->track_seconds, s->kernel_seconds, s->write_seconds,
@@ -520,21 +581,45 @@ struct cli_job {
 	struct jobspec spec;
 	struct engine_inputs *inputs;
 	struct seeds *seeds;
-	struct gpu_ctx *gpu;
-	struct engine_resident *resident;
+	struct engine_device devices[MAX_DEVICES];
+	struct engine_resident *residents[MAX_DEVICES];   /* devices[i].resident */
+	size_t n_devices;         /* opened */
 };
 
 static void cli_job_free(struct cli_job *j)
 {
-	engine_resident_free(j->gpu, j->resident);
-	gpu_close(j->gpu);
+	for (size_t i = 0; i < j->n_devices; i++) {
+		engine_resident_free(j->devices[i].gpu, j->residents[i]);
+		gpu_close(j->devices[i].gpu);
+	}
 	seeds_free(j->seeds);
 	engine_inputs_free(j->inputs);
 	jobspec_free(&j->spec);
 }
 
-/* Inputs first, so bad data fails before a device is opened; then the device
- * and the upload. */
+/* Opens device i of --device (or the best one) and uploads the inputs to it. */
+static int open_device(struct cli *cli, size_t i, struct cli_job *j, struct errbuf *err)
+{
+	struct engine_upload up = { .odf_storage = j->spec.odf_storage,
+				    .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
+	struct gpu_options o = cli->gpu;
+	struct engine_device *d = &j->devices[j->n_devices];
+	int r;
+
+	if (cli->n_devices) {
+		o.device_index = cli->devices[i].index;
+		o.device_uuid = cli->devices[i].uuid[0] ? cli->devices[i].uuid : NULL;
+	}
+	r = gpu_open(&o, &d->gpu, err);
+	if (r < 0)
+		return r;
+	r = engine_resident_new(d->gpu, j->inputs, &up, &j->residents[j->n_devices], err);
+	d->resident = j->residents[j->n_devices++];
+	return r;
+}
+
+/* Inputs first, so bad data fails before a device is opened; then the devices
+ * and the uploads. */
 static int prepare_job(struct cli *cli, struct cli_job *j, double *load_s, double *upload_s,
 		       struct errbuf *err)
 {
@@ -547,13 +632,9 @@ static int prepare_job(struct cli *cli, struct cli_job *j, double *load_s, doubl
 	if (r < 0)
 		return r;
 	cli->gpu.pipeline_cache_path = cli->pipeline_cache;
-	r = gpu_open(&cli->gpu, &j->gpu, err);
-	if (r < 0)
-		return r;
 	t0 = timing_now();
-	struct engine_upload up = { .odf_storage = j->spec.odf_storage,
-				    .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
-	r = engine_resident_new(j->gpu, j->inputs, &up, &j->resident, err);
+	for (size_t i = 0; r == 0 && i < (cli->n_devices ? cli->n_devices : 1); i++)
+		r = open_device(cli, i, j, err);
 	*upload_s = timing_now() - t0;
 	return r;
 }
@@ -594,8 +675,8 @@ static int run_job(struct cli *cli, const char *job_path)
 	r = seeds_open(&out, &j.spec, &err);
 	cli->engine.seeds_file = out.seeds;
 	if (r == 0)
-		r = engine_run(j.gpu, &j.spec, j.inputs, j.resident, j.seeds, &cli->engine, out.f,
-			       &stats, &err);
+		r = engine_run_devices(j.devices, j.n_devices, &j.spec, j.inputs, j.seeds,
+				       &cli->engine, out.f, &stats, &err);
 	if (r < 0) {
 		report(&err);
 		code = exit_code_for(r, &err);
@@ -608,9 +689,9 @@ static int run_job(struct cli *cli, const char *job_path)
 	if (code == EXIT_OK) {
 		stats.load_seconds = load_s;
 		stats.upload_seconds = upload_s;
-		log_summary(&stats, gpu_get_limits(j.gpu)->device_name, path);
+		log_summary(&stats, gpu_get_limits(j.devices[0].gpu)->device_name, j.n_devices, path);
 		if (cli->stats_json &&
-		    write_stats_json(cli->stats_json, &stats, gpu_get_limits(j.gpu)->device_name) < 0) {
+		    write_stats_json(cli->stats_json, &stats, j.devices, j.n_devices) < 0) {
 			fprintf(stderr, "tractd: error: cannot write %s\n", cli->stats_json);
 			code = EXIT_RUNTIME;
 		}

@@ -129,3 +129,38 @@ def test_sh_storage_is_small_and_page_independent(tractd, phantom, workdir):
     assert abs(n_sh - n32) <= 0.03 * n32, (n_sh, n32)
     pts_sh, pts32 = sh_stats["points"], f32_stats["points"]
     assert abs(pts_sh - pts32) <= 0.05 * pts32, (pts_sh, pts32)
+
+
+def test_two_devices_give_the_same_bytes(tractd, phantom, workdir, reference):
+    """Two logical devices on the one lavapipe GPU (the same as two GPUs to
+    the engine: a context and an upload each) share the chunks; the output is
+    the one-device run's, byte for byte."""
+    _, trk, stats = run_job(tractd, _odf_job(phantom), workdir, name="two_devices",
+                            extra_args=("--device", "0,0", "--max-chunk-seeds", "50"))
+    stats = json.loads(stats.read_text())
+    assert stats["devices"] == 2 and stats["chunks"] >= N_SEEDS // 50
+    assert trk.read_bytes() == reference[0]
+
+
+def _first_device_uuid(tractd):
+    line = run_cli(tractd, ["devices"], check=True).stdout.splitlines()[0]
+    uuid = line.split("\t")[3]
+    assert len(uuid) == 36 and uuid.count("-") == 4, line
+    return uuid
+
+
+def test_device_by_uuid(tractd, phantom, workdir, reference):
+    uuid = _first_device_uuid(tractd)
+    _, trk, _ = run_job(tractd, _odf_job(phantom), workdir, name="by_uuid",
+                        extra_args=("--device", uuid.upper()))
+    assert trk.read_bytes() == reference[0]
+    proc, trk, _ = run_job(tractd, _odf_job(phantom), workdir, name="no_such_uuid",
+                           check=False, extra_args=("--device", "0" * 8 + "-0000-0000-0000-" + "0" * 12))
+    assert proc.returncode == EXIT_RUNTIME and "no device has UUID" in proc.stderr, proc.stderr
+    assert not trk.exists()
+
+
+@pytest.mark.parametrize("value", ["0,", "x", "0,,1", "1-2", ",".join(["0"] * 17)])
+def test_bad_device_lists_are_usage_errors(tractd, workdir, value):
+    proc = run_cli(tractd, ["run", str(workdir / "none.json"), "--device", value])
+    assert proc.returncode == 2 and "--device" in proc.stderr, proc.stderr
