@@ -34,6 +34,7 @@ struct job {
 	bool cancel_requested;
 	bool in_worker;             /* the worker holds it: only the worker may free it */
 	bool deleted;               /* unlisted while the worker held it; freed when let go */
+	uint64_t start_seq;         /* when the worker took it (jobs->start_clock); 0: not yet */
 };
 
 struct cache_entry {
@@ -60,6 +61,7 @@ struct jobs {
 	struct job **jobs;          /* creation order */
 	size_t n_jobs, cap_jobs;
 	struct jobs_status status;  /* counters (queue depth is recomputed) */
+	uint64_t start_clock;       /* counts jobs started, for fair scheduling */
 
 	struct cache_entry *cache;  /* worker thread only */
 	size_t n_cache;
@@ -382,6 +384,13 @@ static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engin
 	if (r < 0)
 		return r;
 	r = engine_seeds_load(&job->spec, volumes.inputs, &seeds, err);
+	/* seeds.per_voxel multiplies by the ROI's voxels, known only now. */
+	if (r == 0 && jobs->cfg.max_seeds_per_job &&
+	    seeds_count(seeds) > jobs->cfg.max_seeds_per_job)
+		r = errbuf_set(err, -EINVAL, "seeds.count", "%llu seeds exceed the limit of %llu "
+			       "seeds per job (max_seeds_per_job)",
+			       (unsigned long long)seeds_count(seeds),
+			       (unsigned long long)jobs->cfg.max_seeds_per_job);
 	if (r == 0) {
 		pthread_mutex_lock(&jobs->lock);
 		job->info.seeds_total = seeds_count(seeds);
@@ -428,7 +437,7 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 		unlink(path);
 		jobspec_free(&job->spec);
 		pthread_mutex_unlock(&jobs->lock);
-		log_info("job=%s stopped and deleted", job->info.id);
+		log_info("job=%s owner=%s stopped and deleted", job->info.id, job->info.owner);
 		free(job);
 		return;
 	}
@@ -465,25 +474,60 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 	pthread_cond_broadcast(&jobs->progress);
 	pthread_mutex_unlock(&jobs->lock);
 	if (job->cancel_requested)
-		log_info("job=%s cancelled", job->info.id);
+		log_info("job=%s owner=%s cancelled", job->info.id, job->info.owner);
 	else if (r == 0)
-		log_info("job=%s done: %llu streamlines from %llu seeds, track %.3f s", job->info.id,
-			 (unsigned long long)stats->streamlines, (unsigned long long)stats->seeds,
-			 stats->track_seconds);
+		log_info("job=%s owner=%s done: %llu streamlines from %llu seeds, track %.3f s",
+			 job->info.id, job->info.owner, (unsigned long long)stats->streamlines,
+			 (unsigned long long)stats->seeds, stats->track_seconds);
 	else if (r == -ECANCELED)
-		log_info("job=%s cancelled", job->info.id);
+		log_info("job=%s owner=%s cancelled", job->info.id, job->info.owner);
 	else
-		log_info("job=%s failed: %s%s%s", job->info.id, err->field, err->field[0] ? ": " : "",
-			 err->message);
+		log_info("job=%s owner=%s failed: %s%s%s", job->info.id, job->info.owner, err->field,
+			 err->field[0] ? ": " : "", err->message);
 }
 
-/* The oldest queued job, or NULL. Lock held. */
+/* When owner's most recent job started (a start_seq; 0: none has). Jobs
+ * deleted since are forgotten, which can only move an owner forward. */
+static uint64_t owner_last_start(const struct jobs *jobs, const char *owner)
+{
+	uint64_t last = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		if (jobs->jobs[i]->start_seq > last && strcmp(jobs->jobs[i]->info.owner, owner) == 0)
+			last = jobs->jobs[i]->start_seq;
+	return last;
+}
+
+/* The next job to run, or NULL: round robin between owners (the owner
+ * whose last job started longest ago goes first), FIFO within an owner.
+ * Lock held. Quadratic in the registry, which is bounded by the queue and
+ * spool limits and scanned once per job start: cheap next to a GPU job. */
 static struct job *next_queued(struct jobs *jobs)
 {
-	for (size_t i = 0; i < jobs->n_jobs; i++)
-		if (jobs->jobs[i]->info.state == JOB_QUEUED)
-			return jobs->jobs[i];
-	return NULL;
+	struct job *best = NULL;
+	uint64_t best_last = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++) {
+		struct job *job = jobs->jobs[i];
+		uint64_t last;
+		bool seen = false;
+
+		if (job->info.state != JOB_QUEUED)
+			continue;
+		/* Only an owner's oldest queued job competes. */
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = jobs->jobs[k]->info.state == JOB_QUEUED &&
+			       strcmp(jobs->jobs[k]->info.owner, job->info.owner) == 0;
+		if (seen)
+			continue;
+		last = owner_last_start(jobs, job->info.owner);
+		/* Strictly less: among equals the oldest job, in creation order, wins. */
+		if (!best || last < best_last) {
+			best = job;
+			best_last = last;
+		}
+	}
+	return best;
 }
 
 static void *worker_main(void *arg)
@@ -505,10 +549,11 @@ static void *worker_main(void *arg)
 		}
 		job->info.state = JOB_RUNNING;
 		job->info.started = time(NULL);
+		job->start_seq = ++jobs->start_clock;
 		job->in_worker = true;
 		pthread_cond_broadcast(&jobs->progress);
 		pthread_mutex_unlock(&jobs->lock);
-		log_info("job=%s started", job->info.id);
+		log_info("job=%s owner=%s started", job->info.id, job->info.owner);
 		r = run_job(jobs, job, &stats, &err);
 		finish_job(jobs, job, r, &stats, &err);
 		pthread_mutex_lock(&jobs->lock);
@@ -616,6 +661,16 @@ static uint64_t count_state(const struct jobs *jobs, enum job_state state)
 	return n;
 }
 
+static uint64_t count_queued_of(const struct jobs *jobs, const char *owner)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		n += jobs->jobs[i]->info.state == JOB_QUEUED &&
+		     strcmp(jobs->jobs[i]->info.owner, owner) == 0;
+	return n;
+}
+
 static int add_job(struct jobs *jobs, struct job *job)
 {
 	if (jobs->n_jobs == jobs->cap_jobs) {
@@ -630,7 +685,8 @@ static int add_job(struct jobs *jobs, struct job *job)
 	return 0;
 }
 
-int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, struct errbuf *err)
+int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *owner, struct job_info *ret,
+		struct errbuf *err)
 {
 	struct job *job = calloc(1, sizeof(*job));
 	int r;
@@ -644,6 +700,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, s
 	job->info.format = job->spec.output_format;
 	job->info.state = JOB_QUEUED;
 	job->info.created = time(NULL);
+	snprintf(job->info.owner, sizeof(job->info.owner), "%s", owner);
 	r = new_job_id(job->info.id);
 	pthread_mutex_lock(&jobs->lock);
 	if (r < 0)
@@ -653,11 +710,15 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, s
 	else if (count_state(jobs, JOB_QUEUED) >= jobs->cfg.max_queued_jobs)
 		r = errbuf_set(err, -EAGAIN, "", "%llu jobs are queued already (max_queued_jobs)",
 			       (unsigned long long)jobs->cfg.max_queued_jobs);
+	else if (count_queued_of(jobs, job->info.owner) >= jobs->cfg.max_queued_jobs_per_user)
+		r = errbuf_set(err, -EAGAIN, "", "%s has %llu jobs queued already "
+			       "(max_queued_jobs_per_user)", job->info.owner,
+			       (unsigned long long)jobs->cfg.max_queued_jobs_per_user);
 	else if (add_job(jobs, job) < 0)
 		r = errbuf_set(err, -ENOMEM, "", "out of memory");
 	if (r == 0) {
 		*ret = job->info;
-		log_info("job=%s queued", job->info.id);
+		log_info("job=%s owner=%s queued", job->info.id, job->info.owner);
 		pthread_cond_signal(&jobs->work);
 	}
 	pthread_mutex_unlock(&jobs->lock);
