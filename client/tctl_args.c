@@ -142,9 +142,11 @@ static const char submit_help[] =
 static const char status_help[] =
 "Usage: tractctl status ID\n"
 "\n"
-"Shows job ID: its state (queued, running, done, failed or cancelled), when\n"
-"it was created, started and finished, its progress while it runs, and its\n"
-"result (streamlines, points, size, phase timings) or error when it ended.\n"
+"Shows job ID: who submitted it, its state (queued, running, done, failed or\n"
+"cancelled), when it was created, started and finished, its progress while it\n"
+"runs, and its result (streamlines, points, size, phase timings) or error when\n"
+"it ended. Only your own jobs are shown (an admin's: anyone's); another user's\n"
+"job reads as no such job.\n"
 "With --json, prints the job document of GET /v1/jobs/ID.\n"
 "\n"
 "Exit status: 0 shown, whatever the job's state (see `wait` for an exit\n"
@@ -153,8 +155,10 @@ static const char status_help[] =
 static const char list_help[] =
 "Usage: tractctl list\n"
 "\n"
-"Lists the daemon's jobs, newest first: id, state, creation time, and\n"
-"progress, result or error. With --json, prints {\"jobs\": [JOB, ...]}.\n"
+"Lists your jobs on the daemon (an admin's: every user's), newest first: id,\n"
+"state, owner, creation time, and progress, result or error. On the Unix\n"
+"socket you are your user; over --server, the name of your token. With\n"
+"--json, prints {\"jobs\": [JOB, ...]}.\n"
 "\n"
 "Exit status: 0 listed; others as in tractctl --help.\n";
 

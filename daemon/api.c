@@ -368,8 +368,9 @@ static void volume_ids_for_paths(const char *in, char *out, size_t len)
 
 static json_t *job_to_json(const struct job_info *info)
 {
-	json_t *doc = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id", info->id,
-				"status", jobs_state_name(info->state), "format",
+	json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id",
+				info->id, "owner", info->owner, "status",
+				jobs_state_name(info->state), "format",
 				output_format_name(info->format), "created", iso_time(info->created),
 				"started", iso_time(info->started), "finished", iso_time(info->finished),
 				"progress", "seeds_done", (json_int_t)info->seeds_done, "seeds_total",

@@ -437,7 +437,7 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 		unlink(path);
 		jobspec_free(&job->spec);
 		pthread_mutex_unlock(&jobs->lock);
-		log_info("job=%s owner=%s stopped and deleted", job->info.id, job->info.owner);
+		log_info("job=%s stopped and deleted owner=%s", job->info.id, job->info.owner);
 		free(job);
 		return;
 	}
@@ -474,15 +474,15 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 	pthread_cond_broadcast(&jobs->progress);
 	pthread_mutex_unlock(&jobs->lock);
 	if (job->cancel_requested)
-		log_info("job=%s owner=%s cancelled", job->info.id, job->info.owner);
+		log_info("job=%s cancelled owner=%s", job->info.id, job->info.owner);
 	else if (r == 0)
-		log_info("job=%s owner=%s done: %llu streamlines from %llu seeds, track %.3f s",
+		log_info("job=%s done owner=%s: %llu streamlines from %llu seeds, track %.3f s",
 			 job->info.id, job->info.owner, (unsigned long long)stats->streamlines,
 			 (unsigned long long)stats->seeds, stats->track_seconds);
 	else if (r == -ECANCELED)
-		log_info("job=%s owner=%s cancelled", job->info.id, job->info.owner);
+		log_info("job=%s cancelled owner=%s", job->info.id, job->info.owner);
 	else
-		log_info("job=%s owner=%s failed: %s%s%s", job->info.id, job->info.owner, err->field,
+		log_info("job=%s failed owner=%s: %s%s%s", job->info.id, job->info.owner, err->field,
 			 err->field[0] ? ": " : "", err->message);
 }
 
@@ -553,7 +553,7 @@ static void *worker_main(void *arg)
 		job->in_worker = true;
 		pthread_cond_broadcast(&jobs->progress);
 		pthread_mutex_unlock(&jobs->lock);
-		log_info("job=%s owner=%s started", job->info.id, job->info.owner);
+		log_info("job=%s started owner=%s", job->info.id, job->info.owner);
 		r = run_job(jobs, job, &stats, &err);
 		finish_job(jobs, job, r, &stats, &err);
 		pthread_mutex_lock(&jobs->lock);
@@ -718,7 +718,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *owner, stru
 		r = errbuf_set(err, -ENOMEM, "", "out of memory");
 	if (r == 0) {
 		*ret = job->info;
-		log_info("job=%s owner=%s queued", job->info.id, job->info.owner);
+		log_info("job=%s queued owner=%s", job->info.id, job->info.owner);
 		pthread_cond_signal(&jobs->work);
 	}
 	pthread_mutex_unlock(&jobs->lock);

@@ -13,7 +13,7 @@
  * Thread-safety: every function may be called from any thread (the HTTP
  * threads); one mutex guards the registry, a condition variable wakes
  * followers when a job makes progress. Logs each job's start, end and
- * failure at info level with job=<id> owner=<owner>.
+ * failure at info level as "job=<id> <event> owner=<owner>".
  *
  * Scheduling is fair between owners: the worker takes the oldest queued job
  * of the owner whose last job started longest ago (never: first), so one

@@ -184,10 +184,11 @@ def test_users_see_only_their_own_jobs_and_volumes(daemon_factory, phantom, tmp_
         assert wait_job(ep, job)["status"] == "done"
     unknown = "j-0123456789abcdef"
 
-    for me, mine, theirs in ((a, job_a, job_b), (b, job_b, job_a)):
+    for me, mine, theirs, name in ((a, job_a, job_b, "nobody"),
+                                   (b, job_b, job_a, f"uid:{OTHER}")):
         listed = [j["id"] for j in me.get_json("/v1/jobs")["jobs"]]
         assert listed == [mine], listed
-        assert me.get(f"/v1/jobs/{mine}").status == 200
+        assert me.get_json(f"/v1/jobs/{mine}")["owner"] == name
         assert me.get(f"/v1/jobs/{mine}/tractogram").status == 200
         for path in (f"/v1/jobs/{theirs}", f"/v1/jobs/{theirs}/tractogram"):
             err = _error(me.get(path), 404, "not_found")
@@ -219,8 +220,8 @@ def test_users_see_only_their_own_jobs_and_volumes(daemon_factory, phantom, tmp_
     assert b.request("HEAD", f"/v1/volumes/{vid}").status == 200
 
     log = d.log(400)
-    assert re.search(rf"job={job_a} owner=nobody started", log), log
-    assert re.search(rf"job={job_b} owner=uid:{OTHER} done", log), log
+    assert re.search(rf"job={job_a} started owner=nobody", log), log
+    assert re.search(rf"job={job_b} done owner=uid:{OTHER}", log), log
 
 
 @needs_root
@@ -306,7 +307,7 @@ def test_fair_scheduling_between_users(daemon_factory, phantom):
     assert d.unix.request("DELETE", f"/v1/jobs/{blocker}").status == 202
     for job in (*mine, theirs):
         assert wait_job(d.unix, job)["status"] == "done"
-    started = re.findall(r"job=(j-[0-9a-f]{16}) owner=(\S+) started", d.log(1000))
+    started = re.findall(r"job=(j-[0-9a-f]{16}) started owner=(\S+)", d.log(1000))
     order = [job for job, _ in started]
     assert order == [blocker, theirs, *mine], (order, started)
     owners = dict(started)
