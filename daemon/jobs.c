@@ -791,7 +791,7 @@ int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret)
 	if (!job) {
 		r = -ENOENT;
 	} else if (job_ended(job)) {
-		log_info("job=%s deleted", id);
+		log_info("job=%s deleted owner=%s", id, job->info.owner);
 		delete_job(jobs, job);
 		r = 1;
 	} else {
@@ -802,7 +802,7 @@ int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret)
 		job->info.state = JOB_CANCELLED;
 		job->info.finished = time(NULL);
 		jobs->status.cancelled_total++;
-		log_info("job=%s cancelled", id);
+		log_info("job=%s cancelled owner=%s", id, job->info.owner);
 		pthread_cond_broadcast(&jobs->progress);
 		*ret = job->info;
 		r = 0;
