@@ -34,7 +34,13 @@ struct job {
 	bool cancel_requested;
 	bool in_worker;             /* the worker holds it: only the worker may free it */
 	bool deleted;               /* unlisted while the worker held it; freed when let go */
-	uint64_t start_seq;         /* when the worker took it (jobs->start_clock); 0: not yet */
+};
+
+/* When an owner's latest job started, for fair scheduling. Kept apart from
+ * the jobs so that deleting one's finished jobs does not erase one's turn. */
+struct owner_turn {
+	char owner[JOB_OWNER_LEN + 1];
+	uint64_t last_start;        /* a jobs->start_clock value */
 };
 
 struct cache_entry {
@@ -62,6 +68,8 @@ struct jobs {
 	size_t n_jobs, cap_jobs;
 	struct jobs_status status;  /* counters (queue depth is recomputed) */
 	uint64_t start_clock;       /* counts jobs started, for fair scheduling */
+	struct owner_turn *turns;   /* one per owner who ever had a job started */
+	size_t n_turns;
 
 	struct cache_entry *cache;  /* worker thread only */
 	size_t n_cache;
@@ -486,22 +494,43 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 			 err->field[0] ? ": " : "", err->message);
 }
 
-/* When owner's most recent job started (a start_seq; 0: none has). Jobs
- * deleted since are forgotten, which can only move an owner forward. */
+/* When owner's most recent job started (a start_clock value; 0: never). */
 static uint64_t owner_last_start(const struct jobs *jobs, const char *owner)
 {
-	uint64_t last = 0;
+	for (size_t i = 0; i < jobs->n_turns; i++)
+		if (strcmp(jobs->turns[i].owner, owner) == 0)
+			return jobs->turns[i].last_start;
+	return 0;
+}
 
-	for (size_t i = 0; i < jobs->n_jobs; i++)
-		if (jobs->jobs[i]->start_seq > last && strcmp(jobs->jobs[i]->info.owner, owner) == 0)
-			last = jobs->jobs[i]->start_seq;
-	return last;
+/* Records that one of owner's jobs starts now. Lock held. Out of memory,
+ * the owner stays unrecorded and reads as never served: it may go first
+ * once more, which is unfair to others by one job, not unsafe. */
+static void note_start(struct jobs *jobs, const char *owner)
+{
+	struct owner_turn *grown;
+	uint64_t now = ++jobs->start_clock;
+
+	for (size_t i = 0; i < jobs->n_turns; i++) {
+		if (strcmp(jobs->turns[i].owner, owner) == 0) {
+			jobs->turns[i].last_start = now;
+			return;
+		}
+	}
+	grown = realloc(jobs->turns, sizeof(*grown) * (jobs->n_turns + 1));
+	if (!grown)
+		return;
+	jobs->turns = grown;
+	snprintf(grown[jobs->n_turns].owner, sizeof(grown[jobs->n_turns].owner), "%s", owner);
+	grown[jobs->n_turns++].last_start = now;
 }
 
 /* The next job to run, or NULL: round robin between owners (the owner
  * whose last job started longest ago goes first), FIFO within an owner.
- * Lock held. Quadratic in the registry, which is bounded by the queue and
- * spool limits and scanned once per job start: cheap next to a GPU job. */
+ * Jobs are in creation order and only a strictly earlier turn replaces the
+ * pick, so the winner is its owner's oldest queued job, and owners tied
+ * (e.g. never served) go by their oldest job. Lock held; linear in the
+ * registry times the owners, once per job start. */
 static struct job *next_queued(struct jobs *jobs)
 {
 	struct job *best = NULL;
@@ -510,18 +539,10 @@ static struct job *next_queued(struct jobs *jobs)
 	for (size_t i = 0; i < jobs->n_jobs; i++) {
 		struct job *job = jobs->jobs[i];
 		uint64_t last;
-		bool seen = false;
 
 		if (job->info.state != JOB_QUEUED)
 			continue;
-		/* Only an owner's oldest queued job competes. */
-		for (size_t k = 0; k < i && !seen; k++)
-			seen = jobs->jobs[k]->info.state == JOB_QUEUED &&
-			       strcmp(jobs->jobs[k]->info.owner, job->info.owner) == 0;
-		if (seen)
-			continue;
 		last = owner_last_start(jobs, job->info.owner);
-		/* Strictly less: among equals the oldest job, in creation order, wins. */
 		if (!best || last < best_last) {
 			best = job;
 			best_last = last;
@@ -549,7 +570,7 @@ static void *worker_main(void *arg)
 		}
 		job->info.state = JOB_RUNNING;
 		job->info.started = time(NULL);
-		job->start_seq = ++jobs->start_clock;
+		note_start(jobs, job->info.owner);
 		job->in_worker = true;
 		pthread_cond_broadcast(&jobs->progress);
 		pthread_mutex_unlock(&jobs->lock);
@@ -635,6 +656,7 @@ void jobs_free(struct jobs *jobs)
 		free(jobs->jobs[i]);
 	}
 	free(jobs->jobs);
+	free(jobs->turns);
 	pthread_cond_destroy(&jobs->progress);
 	pthread_cond_destroy(&jobs->work);
 	pthread_mutex_destroy(&jobs->lock);

@@ -292,26 +292,29 @@ def test_queue_limit_per_user(daemon_factory, phantom):
 
 
 def test_fair_scheduling_between_users(daemon_factory, phantom):
-    """Root queues four jobs behind its own running one, then the token user
-    "tests" queues one: when the running job ends, "tests"'s job starts
-    before all of root's queued ones (round robin between owners, FIFO
-    within one)."""
+    """Root queues three jobs behind its own running one, then the token user
+    "tests" queues two: once the running job ends, the jobs start in turns,
+    the user whose last job started longest ago first, each user's in the
+    order queued: tests, root, tests, root, root. (One user's long queue does
+    not starve another's jobs.)"""
     d = daemon_factory()
     ids = upload_phantom(d.unix, phantom)
     ids_tcp = upload_phantom(d.tcp, phantom)
     blocker = submit(d.unix, server_job(phantom, ids, count=LONG_SEEDS, rng_seed=11))
     wait_running(d.unix, blocker)
     mine = [submit(d.unix, server_job(phantom, ids, count=100, rng_seed=12 + i))
-            for i in range(4)]
-    theirs = submit(d.tcp, server_job(phantom, ids_tcp, count=100, rng_seed=20))
+            for i in range(3)]
+    theirs = [submit(d.tcp, server_job(phantom, ids_tcp, count=100, rng_seed=20 + i))
+              for i in range(2)]
     assert d.unix.request("DELETE", f"/v1/jobs/{blocker}").status == 202
-    for job in (*mine, theirs):
+    for job in (*mine, *theirs):
         assert wait_job(d.unix, job)["status"] == "done"
     started = re.findall(r"job=(j-[0-9a-f]{16}) started owner=(\S+)", d.log(1000))
     order = [job for job, _ in started]
-    assert order == [blocker, theirs, *mine], (order, started)
+    want = [blocker, theirs[0], mine[0], theirs[1], mine[1], mine[2]]
+    assert order == want, (order, want, started)
     owners = dict(started)
-    assert owners[theirs] == "tests" and owners[mine[0]] == "root", started
+    assert owners[theirs[0]] == "tests" and owners[mine[0]] == "root", started
 
 
 def test_seeds_per_job_limit(daemon_factory, phantom):
