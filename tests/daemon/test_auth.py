@@ -253,6 +253,41 @@ def test_admin_group_sees_every_job(daemon_factory, phantom):
     assert code != 0 and "admin_group" in err and "no-such-group-xyz" in err, err
 
 
+def _supplementary_member():
+    """(user, uid, primary gid, group name) of a user listed as a member of a
+    group that is not their primary one, or None."""
+    import grp
+    import pwd
+    for g in grp.getgrall():
+        for name in g.gr_mem:
+            try:
+                pw = pwd.getpwnam(name)
+            except KeyError:
+                continue
+            if pw.pw_gid != g.gr_gid and pw.pw_uid != 0:
+                return name, pw.pw_uid, pw.pw_gid, g.gr_name
+    return None
+
+
+@needs_root
+def test_admin_group_by_supplementary_membership(daemon_factory, phantom):
+    """A user whose admin_group membership is only in the group database
+    (a supplementary group, not the process's group) is an admin too."""
+    found = _supplementary_member()
+    if not found:
+        pytest.skip("no user of this system is a supplementary member of a group")
+    user, uid, gid, group = found
+    d = daemon_factory(tcp=False, sets=[f"admin_group={group}"])
+    _open_socket(d)
+    a = d.unix.as_user(NOBODY)
+    job = submit(a, server_job(phantom, upload_phantom(a, phantom), count=100))
+    admin = Endpoint(unix_socket=d.sock)
+    admin.uid = uid
+    r = _as(admin, gid, "GET", f"/v1/jobs/{job}")
+    assert r.status == 200, f"{user} (uid {uid}, in {group}): {r}"
+    wait_job(a, job)
+
+
 def _as(endpoint, gid, method, path):
     """A request by curl run as endpoint.uid with primary group gid."""
     import tempfile
