@@ -31,7 +31,7 @@ static const char tool_help[] =
 "  track JOB.json      run a job on the daemon and write its tractogram\n"
 "  submit JOB.json     upload the inputs, queue the job and print its id\n"
 "  status ID           show a job\n"
-"  list                list the jobs, newest first\n"
+"  list                list your jobs (an admin's: everyone's), newest first\n"
 "  wait ID             wait until a job ends; the exit status tells how\n"
 "  fetch ID            download a job's tractogram (also while it runs)\n"
 "  cancel ID           cancel a queued or running job\n"
@@ -44,6 +44,11 @@ static const char tool_help[] =
 "                        " SYSTEM_SOCKET "\n"
 "      --server URL      use TCP instead: URL is http://HOST:PORT (https:// for\n"
 "                        a daemon behind a TLS proxy)\n"
+"      --token TOKEN     the bearer token the daemon's tokens_file gave you, for\n"
+"                        --server (TCP needs one; on the Unix socket the daemon\n"
+"                        knows you by your user id). Other users can see command\n"
+"                        lines: prefer --token-file or $TRACTD_TOKEN\n"
+"      --token-file FILE read the token from the first line of FILE\n"
 "      --timeout SECONDS give up connecting after SECONDS (default 10); jobs\n"
 "                        themselves are waited for without a limit\n"
 "      --json            print the server's JSON documents on standard output\n"
@@ -61,7 +66,8 @@ static const char tool_help[] =
 "  1    the job failed or was cancelled\n"
 "  2    usage error\n"
 "  3    the server rejected the request (HTTP 4xx): an invalid job or input,\n"
-"       an unknown job, a full queue...\n"
+"       an unknown job (or another user's), a full queue, no or a wrong\n"
+"       token over TCP...\n"
 "  4    server error (HTTP 5xx) or an answer tractctl cannot use\n"
 "  5    cannot connect to the daemon\n"
 "  6    local problem: a job file that cannot be read or is not JSON, an\n"
@@ -73,12 +79,14 @@ static const char tool_help[] =
 "\n"
 "Environment:\n"
 "  TRACTD_SOCKET     default for --socket\n"
+"  TRACTD_TOKEN      the token for --server when neither --token nor\n"
+"                    --token-file is given\n"
 "  XDG_RUNTIME_DIR   where the socket of a daemon started by `tractd serve` is\n"
 "\n"
 "Examples:\n"
 "  tractd phantom /tmp/ph && tractctl track /tmp/ph/job.json -o /tmp/ph/tracks.trk\n"
 "  id=$(tractctl submit job.json) && tractctl wait \"$id\" && tractctl fetch \"$id\"\n"
-"  tractctl --server http://127.0.0.1:7878 device\n";
+"  TRACTD_TOKEN=$(cat ~/.tractd-token) tractctl --server http://gpu1:7878 device\n";
 
 static const char track_help[] =
 "Usage: tractctl track JOB.json [-o FILE]\n"
@@ -134,9 +142,11 @@ static const char submit_help[] =
 static const char status_help[] =
 "Usage: tractctl status ID\n"
 "\n"
-"Shows job ID: its state (queued, running, done, failed or cancelled), when\n"
-"it was created, started and finished, its progress while it runs, and its\n"
-"result (streamlines, points, size, phase timings) or error when it ended.\n"
+"Shows job ID: who submitted it, its state (queued, running, done, failed or\n"
+"cancelled), when it was created, started and finished, its progress while it\n"
+"runs, and its result (streamlines, points, size, phase timings) or error when\n"
+"it ended. Only your own jobs are shown (an admin's: anyone's); another user's\n"
+"job reads as no such job.\n"
 "With --json, prints the job document of GET /v1/jobs/ID.\n"
 "\n"
 "Exit status: 0 shown, whatever the job's state (see `wait` for an exit\n"
@@ -145,8 +155,10 @@ static const char status_help[] =
 static const char list_help[] =
 "Usage: tractctl list\n"
 "\n"
-"Lists the daemon's jobs, newest first: id, state, creation time, and\n"
-"progress, result or error. With --json, prints {\"jobs\": [JOB, ...]}.\n"
+"Lists your jobs on the daemon (an admin's: every user's), newest first: id,\n"
+"state, owner, creation time, and progress, result or error. On the Unix\n"
+"socket you are your user; over --server, the name of your token. With\n"
+"--json, prints {\"jobs\": [JOB, ...]}.\n"
 "\n"
 "Exit status: 0 listed; others as in tractctl --help.\n";
 
@@ -226,11 +238,15 @@ static const struct command_spec commands[CMD_COUNT] = {
 	[CMD_DEVICE] = { "device", NULL, false, device_help },
 };
 
-enum option_id { OPT_SOCKET = 256, OPT_SERVER, OPT_TIMEOUT, OPT_JSON, OPT_FORMAT };
+enum option_id {
+	OPT_SOCKET = 256, OPT_SERVER, OPT_TOKEN, OPT_TOKEN_FILE, OPT_TIMEOUT, OPT_JSON, OPT_FORMAT
+};
 
 static const struct option long_options[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "server", required_argument, NULL, OPT_SERVER },
+	{ "token", required_argument, NULL, OPT_TOKEN },
+	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "format", required_argument, NULL, OPT_FORMAT },
@@ -246,6 +262,8 @@ struct seen {
 	bool help;
 	bool version;
 	const char *socket_option;
+	const char *token_option;
+	const char *token_file;
 };
 
 int args_usage_error(enum tctl_command command, const char *message)
@@ -330,6 +348,8 @@ static int parse_option(struct tctl_args *args, struct seen *seen, int opt, cons
 	switch (opt) {
 	case OPT_SOCKET: seen->socket_option = arg; return ARGS_RUN;
 	case OPT_SERVER: args->server_url = arg; return check_server_url(arg);
+	case OPT_TOKEN: seen->token_option = arg; return ARGS_RUN;
+	case OPT_TOKEN_FILE: seen->token_file = arg; return ARGS_RUN;
 	case OPT_TIMEOUT: return parse_timeout(arg, &args->connect_timeout_ms);
 	case OPT_JSON: args->json = true; return ARGS_RUN;
 	case OPT_FORMAT: return parse_format(arg, &args->format);
@@ -361,10 +381,65 @@ static const char *default_socket(struct tctl_args *args)
 	return args->socket_buf;
 }
 
+/* The first line of path, without its blanks: the token. Exit code. */
+static int read_token_file(struct tctl_args *args, const char *path)
+{
+	FILE *f = fopen(path, "re");
+	char *t;
+	size_t n;
+
+	if (!f) {
+		fprintf(stderr, "tractctl: error: --token-file: cannot read %s: %s\n", path,
+			strerror(errno));
+		return TCTL_EXIT_LOCAL;
+	}
+	if (!fgets(args->token_buf, sizeof(args->token_buf), f))
+		args->token_buf[0] = '\0';
+	fclose(f);
+	t = args->token_buf + strspn(args->token_buf, " \t");
+	n = strcspn(t, " \t\r\n");
+	t[n] = '\0';
+	if (n == 0) {
+		fprintf(stderr, "tractctl: error: --token-file: no token on the first line of %s\n",
+			path);
+		return TCTL_EXIT_LOCAL;
+	}
+	args->token = t;
+	return ARGS_RUN;
+}
+
+/* --token, else --token-file, else $TRACTD_TOKEN; used with --server only. */
+static int choose_token(struct tctl_args *args, const struct seen *seen)
+{
+	const char *env = getenv("TRACTD_TOKEN");
+
+	if (seen->token_option && seen->token_file)
+		return args_usage_error(CMD_HELP, "--token and --token-file exclude each other");
+	if (seen->token_option && !*seen->token_option)
+		return args_usage_error(CMD_HELP, "empty --token");
+	if ((seen->token_option || seen->token_file) && !args->server_url)
+		return args_usage_error(CMD_HELP, "--token and --token-file go with --server: on the "
+					"Unix socket the daemon knows you by your user id");
+	if (!args->server_url)
+		return ARGS_RUN;
+	if (seen->token_option)
+		args->token = seen->token_option;
+	else if (seen->token_file)
+		return read_token_file(args, seen->token_file);
+	else if (env && *env)
+		args->token = env;
+	return ARGS_RUN;
+}
+
 static int check_address(struct tctl_args *args, const struct seen *seen)
 {
+	int code;
+
 	if (seen->socket_option && args->server_url)
 		return args_usage_error(CMD_HELP, "--socket and --server exclude each other");
+	code = choose_token(args, seen);
+	if (code != ARGS_RUN)
+		return code;
 	if (seen->socket_option && !*seen->socket_option)
 		return args_usage_error(CMD_HELP, "empty --socket");
 	if (!args->server_url)

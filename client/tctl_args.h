@@ -32,10 +32,13 @@ struct tctl_args {
 	const char *format;        /* fetch --format: trk, tck or trx; NULL: the job's own */
 	const char *server_url;    /* --server; NULL to use socket_path */
 	const char *socket_path;   /* the daemon's Unix socket, when server_url is NULL */
+	const char *token;         /* bearer token for server_url: --token, --token-file or
+				    * $TRACTD_TOKEN; NULL for none */
 	long connect_timeout_ms;
 	bool json;
 	bool quiet;
 	char socket_buf[PATH_MAX]; /* storage for a socket path built from the environment */
+	char token_buf[1024];      /* storage for a token read from --token-file */
 };
 
 /* Fills *ret and returns ARGS_RUN, or prints help, the version or a usage

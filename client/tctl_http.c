@@ -29,6 +29,7 @@ struct http_client {
 	CURL *curl;
 	char *base_url;      /* "http://localhost" on the socket, else the server URL */
 	char *socket_path;   /* NULL over TCP */
+	char *auth_header;   /* "Authorization: Bearer TOKEN" over TCP with a token, else NULL */
 	long connect_timeout_ms;
 	bool interruptible;
 	char curl_error[CURL_ERROR_SIZE];
@@ -284,6 +285,11 @@ static CURLcode configure(struct http_client *c, const struct request *req, stru
 		rc = curl_easy_setopt(curl, CURLOPT_XFERINFODATA, t);
 	if (rc == CURLE_OK)
 		rc = set_method(curl, req, t, headers);
+	/* On every request: the daemon answers 401 to any without it. */
+	if (rc == CURLE_OK && c->auth_header)
+		rc = add_header(headers, c->auth_header);
+	if (rc == CURLE_OK && c->auth_header)
+		rc = curl_easy_setopt(curl, CURLOPT_HTTPHEADER, *headers);
 	return rc;
 }
 
@@ -541,7 +547,12 @@ int http_client_open(const struct http_target *target, struct http_client **ret)
 	c->base_url = target->server_url ? base_url_of(target->server_url) : strdup("http://localhost");
 	if (!target->server_url)
 		c->socket_path = strdup(target->socket_path);
-	if (!c->curl || !c->base_url || (!target->server_url && !c->socket_path)) {
+	/* Unix sockets identify the peer by uid: a token is for TCP only. */
+	if (target->server_url && target->token &&
+	    asprintf(&c->auth_header, "Authorization: Bearer %s", target->token) < 0)
+		c->auth_header = NULL;
+	if (!c->curl || !c->base_url || (!target->server_url && !c->socket_path) ||
+	    (target->server_url && target->token && !c->auth_header)) {
 		http_client_close(c);
 		return out_of_memory();
 	}
@@ -556,6 +567,9 @@ void http_client_close(struct http_client *c)
 	curl_easy_cleanup(c->curl);
 	free(c->base_url);
 	free(c->socket_path);
+	if (c->auth_header)
+		explicit_bzero(c->auth_header, strlen(c->auth_header));
+	free(c->auth_header);
 	free(c);
 	curl_global_cleanup();
 }

@@ -19,6 +19,7 @@ struct http_client;
 struct http_target {
 	const char *socket_path;   /* used when server_url is NULL */
 	const char *server_url;    /* "http://HOST:PORT" */
+	const char *token;         /* bearer token sent over TCP, or NULL */
 	long connect_timeout_ms;
 };
 

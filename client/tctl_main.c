@@ -47,6 +47,7 @@ int main(int argc, char **argv)
 	int code = args_parse(argc, argv, &args);
 	struct http_target target = { .socket_path = args.socket_path,
 				      .server_url = args.server_url,
+				      .token = args.token,
 				      .connect_timeout_ms = args.connect_timeout_ms };
 
 	if (code != ARGS_RUN)

@@ -165,6 +165,9 @@ void print_job(const json_t *job)
 	char line[1024];
 
 	print_member_line("id", text_of(job, "id") ? text_of(job, "id") : "?");
+	/* Who submitted it: worth showing where an admin sees everyone's jobs. */
+	if (text_of(job, "owner"))
+		print_member_line("owner", text_of(job, "owner"));
 	print_member_line("status", text_of(job, "status") ? text_of(job, "status") : "?");
 	for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++)
 		if (text_of(job, times[i]))
@@ -201,11 +204,13 @@ void print_job_list(const json_t *jobs)
 	json_t *job;
 	char detail[1024];
 
-	printf("%-20s %-10s %-21s %s\n", "ID", "STATUS", "CREATED", "PROGRESS/RESULT");
+	printf("%-20s %-10s %-12s %-21s %s\n", "ID", "STATUS", "OWNER", "CREATED",
+	       "PROGRESS/RESULT");
 	json_array_foreach(jobs, index, job) {
 		describe_briefly(job, detail, sizeof(detail));
-		printf("%-20s %-10s %-21s %s\n", text_of(job, "id") ? text_of(job, "id") : "?",
+		printf("%-20s %-10s %-12s %-21s %s\n", text_of(job, "id") ? text_of(job, "id") : "?",
 		       text_of(job, "status") ? text_of(job, "status") : "?",
+		       text_of(job, "owner") ? text_of(job, "owner") : "",
 		       text_of(job, "created") ? text_of(job, "created") : "", detail);
 	}
 }

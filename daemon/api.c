@@ -13,13 +13,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,8 +65,17 @@ static unsigned error_status(enum api_error e)
 /* Answers counted per status class for /metrics. */
 enum { STATUS_SLOTS = 600 };
 
+struct api;
+
+/* What on_request's closure says: which socket a request came in on. */
+struct listener {
+	struct api *api;
+	bool tcp;
+};
+
 struct api {
 	struct api_config cfg;
+	struct listener unix_listener, tcp_listener;
 	struct MHD_Daemon *unix_daemon;
 	struct MHD_Daemon *tcp_daemon;
 	atomic_uint_fast64_t answers[STATUS_SLOTS];
@@ -70,7 +83,14 @@ struct api {
 
 enum body_kind { BODY_NONE, BODY_JSON, BODY_UPLOAD };
 
+/* Who sent a request: owns the jobs it submits and the volumes it uploads. */
+struct identity {
+	char name[JOB_OWNER_LEN + 1];
+	bool admin;
+};
+
 struct request {
+	struct identity who;
 	enum body_kind kind;
 	char *body;               /* BODY_JSON */
 	size_t body_len;
@@ -162,6 +182,133 @@ static enum MHD_Result answer_empty(struct api *api, struct MHD_Connection *conn
 		     MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT));
 }
 
+/* ---- identity ------------------------------------------------------------ */
+
+/* Owner names end up in logs, messages and the store's owner directories:
+ * letters, digits, '.', '_', '-', '$', not starting with '.' or '-' (so
+ * never "." or ".."), no longer than JOB_OWNER_LEN. Token names are checked
+ * the same way by tokens.c. */
+static bool is_owner_name(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n > 0 && n <= JOB_OWNER_LEN && name[0] != '.' && name[0] != '-' &&
+	       strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-$") == n;
+}
+
+/* Whether user (with primary group gid) is a member of group, per the group
+ * database (getgrouplist), which also covers supplementary groups. */
+static bool user_in_group(const char *user, gid_t gid, gid_t group)
+{
+	int n = 64;
+	gid_t *groups = NULL;
+	bool member = false;
+
+	for (int tries = 0; tries < 3 && !member; tries++) {
+		gid_t *grown = realloc(groups, sizeof(*groups) * (size_t)n);
+		int got = n;
+
+		if (!grown)
+			break;
+		groups = grown;
+		if (getgrouplist(user, gid, groups, &got) >= 0) {
+			for (int i = 0; i < got; i++)
+				member |= groups[i] == group;
+			break;
+		}
+		/* Too small: got is the size needed. */
+		n = got > n ? got : 2 * n;
+	}
+	free(groups);
+	return member;
+}
+
+/* The Unix socket's peer, from the kernel (SO_PEERCRED): its uid's user
+ * name, "uid:N" when the uid has no passwd entry (or a name we would not
+ * store). Admin: uid 0, or a member of admin_group (its primary gid at
+ * connect time, or its user's groups in the group database). */
+static int unix_identity(struct api *api, struct MHD_Connection *conn, struct identity *who)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	struct passwd pw, *found = NULL;
+	char buf[16384];
+
+	if (!ci || getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+	    len != sizeof(cred))
+		return -EIO;
+	/* An error (ERANGE, NSS down) reads as no entry: the uid still identifies. */
+	if (getpwuid_r(cred.uid, &pw, buf, sizeof(buf), &found) != 0)
+		found = NULL;
+	if (found && is_owner_name(pw.pw_name))
+		snprintf(who->name, sizeof(who->name), "%s", pw.pw_name);
+	else
+		snprintf(who->name, sizeof(who->name), "uid:%u", (unsigned)cred.uid);
+	who->admin = cred.uid == 0 ||
+		     (api->cfg.has_admin_group &&
+		      (cred.gid == api->cfg.admin_gid ||
+		       (found && user_in_group(pw.pw_name, pw.pw_gid, api->cfg.admin_gid))));
+	return 0;
+}
+
+/* TCP: "Authorization: Bearer TOKEN" with a token of the tokens file.
+ * -ENOENT when there is none, -EACCES when it is not a known token. */
+static int tcp_identity(struct api *api, struct MHD_Connection *conn, struct identity *who)
+{
+	const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+						    MHD_HTTP_HEADER_AUTHORIZATION);
+	struct token_identity t;
+
+	if (!h)
+		return -ENOENT;
+	/* RFC 6750: the scheme is case-insensitive, then one or more spaces. */
+	if (strncasecmp(h, "Bearer ", 7) != 0)
+		return -EACCES;
+	h += 7;
+	h += strspn(h, " ");
+	if (tokens_check(api->cfg.tokens, h, strlen(h), &t) < 0)
+		return -EACCES;
+	snprintf(who->name, sizeof(who->name), "%s", t.name);
+	who->admin = t.admin;
+	return 0;
+}
+
+static enum MHD_Result answer_unauthorized(struct api *api, struct MHD_Connection *conn, int why)
+{
+	const char *message = why == -ENOENT
+		? "this TCP endpoint needs a token: send 'Authorization: Bearer TOKEN' "
+		  "(tractctl --token or TRACTD_TOKEN)"
+		: "the bearer token is not valid";
+
+	log_debug("answer 401 %s: %s", error_code(ERR_UNAUTHORIZED), message);
+	/* RFC 6750 3: the challenge, and error="invalid_token" for a bad one. */
+	return answer_json_with(api, conn, MHD_HTTP_UNAUTHORIZED,
+				json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
+					  error_code(ERR_UNAUTHORIZED), "field", "", "message",
+					  message),
+				MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+				why == -ENOENT ? "Bearer realm=\"tractd\""
+					       : "Bearer realm=\"tractd\", error=\"invalid_token\"");
+}
+
+/* Whether who may see (and so fetch, cancel, delete) a job. Others' jobs
+ * are answered as unknown, so ids do not reveal other users' work. */
+static bool may_see(const struct identity *who, const struct job_info *info)
+{
+	return who->admin || strcmp(who->name, info->owner) == 0;
+}
+
+/* jobs_get for who: another owner's job is -ENOENT, like an unknown one. */
+static int get_own_job(struct api *api, const struct identity *who, const char *id,
+		       struct job_info *info)
+{
+	int r = jobs_get(api->cfg.jobs, id, info);
+
+	return r == 0 && !may_see(who, info) ? -ENOENT : r;
+}
+
 /* ---- job JSON ----------------------------------------------------------- */
 
 static json_t *iso_time(time_t t)
@@ -221,8 +368,9 @@ static void volume_ids_for_paths(const char *in, char *out, size_t len)
 
 static json_t *job_to_json(const struct job_info *info)
 {
-	json_t *doc = json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id", info->id,
-				"status", jobs_state_name(info->state), "format",
+	json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id",
+				info->id, "owner", info->owner, "status",
+				jobs_state_name(info->state), "format",
 				output_format_name(info->format), "created", iso_time(info->created),
 				"started", iso_time(info->started), "finished", iso_time(info->finished),
 				"progress", "seeds_done", (json_int_t)info->seeds_done, "seeds_total",
@@ -444,7 +592,7 @@ static enum MHD_Result answer_converted(struct api *api, struct MHD_Connection *
  * always did; another one is converted from the finished file, so it waits
  * for nothing and refuses a job still queued or running. */
 static enum MHD_Result fetch_tractogram(struct api *api, struct MHD_Connection *conn,
-					const char *id)
+					const struct identity *who, const char *id)
 {
 	const char *name = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "format");
 	enum output_format want;
@@ -453,7 +601,7 @@ static enum MHD_Result fetch_tractogram(struct api *api, struct MHD_Connection *
 	if (name && output_format_parse(name, &want) < 0)
 		return answer_error(api, conn, ERR_INVALID_PARAMETER, "format", "unknown format "
 				    "'%.40s': expected trk, tck or trx", name);
-	if (jobs_get(api->cfg.jobs, id, &info) < 0)
+	if (get_own_job(api, who, id, &info) < 0)
 		return answer_error(api, conn, ERR_NOT_FOUND, "", "no job %s", id);
 	if (!name || want == info.format || info.state == JOB_FAILED ||
 	    info.state == JOB_CANCELLED || info.expired)
@@ -544,7 +692,7 @@ static enum api_error resolve_server_path(struct api *api, char **path, const ch
 /* Turns a volume id into the store's path; any other string is a server-side
  * path, allowed only under the configured data roots. */
 static enum api_error resolve_input(struct api *api, char **path, const char *field,
-				    struct errbuf *err)
+				    struct errbuf *err, const struct identity *who)
 {
 	char resolved[1200];
 	struct store_entry entry;
@@ -556,6 +704,9 @@ static enum api_error resolve_input(struct api *api, char **path, const char *fi
 	if (strncmp(*path, "sha256:", 7) != 0)
 		return resolve_server_path(api, path, field, err);
 	r = store_lookup(api->cfg.store, *path, &entry, resolved, sizeof(resolved), err);
+	/* Another user's upload is unknown to this one (see get_volume). */
+	if (r == 0 && !who->admin && !store_claimed(api->cfg.store, *path, who->name))
+		r = -ENOENT;
 	if (r == -ENOENT) {
 		errbuf_set(err, r, field, "no volume %s on this server: upload it first", *path);
 		return ERR_UNKNOWN_VOLUME;
@@ -575,15 +726,16 @@ static enum api_error resolve_input(struct api *api, char **path, const char *fi
 	return 0;
 }
 
-static enum api_error resolve_inputs(struct api *api, struct jobspec *spec, struct errbuf *err)
+static enum api_error resolve_inputs(struct api *api, struct jobspec *spec, struct errbuf *err,
+				     const struct identity *who)
 {
 	enum api_error e = 0;
 
 	for (size_t i = 0; !e && i < JOBSPEC_INPUT_FILES; i++) {
 		const struct jobspec_input_file *f = &jobspec_input_files[i];
-		e = resolve_input(api, jobspec_input_slot(spec, f), f->field, err);
+		e = resolve_input(api, jobspec_input_slot(spec, f), f->field, err, who);
 	}
-	return e ? e : resolve_input(api, &spec->seed_roi_path, "seeds.roi", err);
+	return e ? e : resolve_input(api, &spec->seed_roi_path, "seeds.roi", err, who);
 }
 
 static bool wants_stream(struct MHD_Connection *conn)
@@ -614,6 +766,26 @@ static enum MHD_Result answer_stream(struct api *api, struct MHD_Connection *con
 	if (info.state == JOB_CANCELLED)
 		return answer_error(api, conn, ERR_CONFLICT, "", "job %s was cancelled", info.id);
 	return answer_tractogram(api, conn, info.id, MHD_HTTP_OK);
+}
+
+/* max_seeds_per_job, as far as the document tells: seeds.count, or the
+ * explicit points. Per-voxel seeding multiplies by the ROI's voxels, which
+ * only the worker knows (jobs.c checks the total again). */
+static enum api_error check_seed_limit(struct api *api, const struct jobspec *spec,
+				       struct errbuf *err)
+{
+	uint64_t limit = api->cfg.max_seeds_per_job;
+	bool points = spec->seed_kind == JOBSPEC_SEEDS_POINTS;
+	uint64_t n = points ? spec->n_seed_points : spec->seed_count;
+
+	if (!limit || n <= limit)
+		return 0;
+	errbuf_set(err, -E2BIG, points ? "seeds.points" : "seeds.count", "%llu %s over the limit "
+		   "of %llu seeds per job (max_seeds_per_job)", (unsigned long long)n,
+		   points ? "seed points are" : (spec->seed_per_voxel ? "seeds per voxel are"
+								       : "seeds are"),
+		   (unsigned long long)limit);
+	return ERR_LIMIT_EXCEEDED;
 }
 
 static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
@@ -647,12 +819,14 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 				    "available for tck in server jobs: use \"trk\" or \"trx\", or "
 				    "fetch ?format=tck from one of those");
 	}
-	e = resolve_inputs(api, &spec, &err);
+	e = check_seed_limit(api, &spec, &err);
+	if (!e)
+		e = resolve_inputs(api, &spec, &err, &req->who);
 	if (e) {
 		jobspec_free(&spec);
 		return answer_error(api, conn, e, err.field, "%s", err.message);
 	}
-	r = jobs_submit(api->cfg.jobs, &spec, &info, &err);
+	r = jobs_submit(api->cfg.jobs, &spec, req->who.name, &info, &err);
 	if (r == -EAGAIN)
 		return answer_error(api, conn, ERR_QUEUE_FULL, "", "%s", err.message);
 	if (r == -ESHUTDOWN)
@@ -670,7 +844,8 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 
 /* ---- other routes ---------------------------------------------------------- */
 
-static enum MHD_Result list_jobs(struct api *api, struct MHD_Connection *conn)
+static enum MHD_Result list_jobs(struct api *api, struct MHD_Connection *conn,
+				 const struct identity *who)
 {
 	struct job_info *list;
 	size_t n;
@@ -680,15 +855,22 @@ static enum MHD_Result list_jobs(struct api *api, struct MHD_Connection *conn)
 		return MHD_NO;
 	arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
-		json_array_append_new(arr, job_to_json(&list[i]));
+		if (may_see(who, &list[i]))
+			json_array_append_new(arr, job_to_json(&list[i]));
 	free(list);
 	return answer_json(api, conn, MHD_HTTP_OK, json_pack("{s:o}", "jobs", arr));
 }
 
-static enum MHD_Result delete_job(struct api *api, struct MHD_Connection *conn, const char *id)
+static enum MHD_Result delete_job(struct api *api, struct MHD_Connection *conn,
+				  const struct identity *who, const char *id)
 {
 	struct job_info info;
-	int r = jobs_cancel(api->cfg.jobs, id, &info);
+	/* The owner is checked first; ids are never reused, so the job that
+	 * jobs_cancel finds is the one checked (or gone: 404 either way). */
+	int r = get_own_job(api, who, id, &info);
+
+	if (r == 0)
+		r = jobs_cancel(api->cfg.jobs, id, &info);
 
 	if (r == -ENOENT)
 		return answer_error(api, conn, ERR_NOT_FOUND, "", "no job %s", id);
@@ -703,13 +885,19 @@ static json_t *volume_json(const struct store_entry *e)
 			 store_kind_name(e->kind));
 }
 
-static enum MHD_Result get_volume(struct api *api, struct MHD_Connection *conn, const char *id,
-				  bool head_only)
+/* Volumes are content-addressed and stored once, but each is visible only
+ * to those who uploaded it (and admins): knowing an id is not proof of
+ * having the data (ids appear in logs and job documents), and a 200 would
+ * tell that someone else has worked on that file. */
+static enum MHD_Result get_volume(struct api *api, struct MHD_Connection *conn,
+				  const struct identity *who, const char *id, bool head_only)
 {
 	struct store_entry entry;
 	struct errbuf err = { 0 };
 	int r = store_lookup(api->cfg.store, id, &entry, NULL, 0, &err);
 
+	if (r == 0 && !who->admin && !store_claimed(api->cfg.store, id, who->name))
+		r = -ENOENT;
 	if (r == -ENOENT)
 		return head_only ? answer_empty(api, conn, MHD_HTTP_NOT_FOUND)
 				 : answer_error(api, conn, ERR_NOT_FOUND, "", "no volume %s", id);
@@ -739,6 +927,11 @@ static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *con
 		return answer_error(api, conn, r == -EINVAL ? ERR_INVALID_INPUT
 							    : ERR_UNSUPPORTED_MEDIA_TYPE, "", "%s",
 				    err.message);
+	if (r < 0)
+		return answer_error(api, conn, ERR_INTERNAL, "", "%s", err.message);
+	/* 201 when new to this uploader, whether or not another user had the
+	 * same bytes: the answer must not tell. */
+	r = store_claim(api->cfg.store, entry.id, req->who.name, &err);
 	if (r < 0)
 		return answer_error(api, conn, ERR_INTERNAL, "", "%s", err.message);
 	return answer_json(api, conn, r == 1 ? MHD_HTTP_CREATED : MHD_HTTP_OK, volume_json(&entry));
@@ -924,19 +1117,19 @@ static enum MHD_Result dispatch(struct api *api, struct MHD_Connection *conn, en
 	case ROUTE_VOLUMES:
 		return finish_upload(api, conn, req);
 	case ROUTE_VOLUME:
-		return get_volume(api, conn, id, strcmp(method, "HEAD") == 0);
+		return get_volume(api, conn, &req->who, id, strcmp(method, "HEAD") == 0);
 	case ROUTE_JOBS:
 		if (strcmp(method, "POST") == 0)
 			return submit_job(api, conn, req);
-		return list_jobs(api, conn);
+		return list_jobs(api, conn, &req->who);
 	case ROUTE_JOB:
 		if (strcmp(method, "DELETE") == 0)
-			return delete_job(api, conn, id);
-		if (jobs_get(api->cfg.jobs, id, &info) < 0)
+			return delete_job(api, conn, &req->who, id);
+		if (get_own_job(api, &req->who, id, &info) < 0)
 			return answer_error(api, conn, ERR_NOT_FOUND, "", "no job %s", id);
 		return answer_job(api, conn, MHD_HTTP_OK, &info);
 	case ROUTE_TRACTOGRAM:
-		return fetch_tractogram(api, conn, id);
+		return fetch_tractogram(api, conn, &req->who, id);
 	}
 	return answer_error(api, conn, ERR_NOT_FOUND, "", "no such resource");
 }
@@ -987,13 +1180,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
 {
-	struct api *api = cls;
+	const struct listener *listener = cls;
+	struct api *api = listener->api;
 	struct request *req = *con_cls;
 	char id[128] = "";
 	enum route route = match_route(url, id, sizeof(id));
 
 	(void)version;
 	if (!req) {
+		struct identity who = { 0 };
+		/* Who is asking comes first: on TCP nothing, not even a 404, is
+		 * told to a client without a valid token. */
+		int r = listener->tcp ? tcp_identity(api, conn, &who)
+				      : unix_identity(api, conn, &who);
+
+		if (r < 0 && listener->tcp)
+			return answer_unauthorized(api, conn, r);
+		if (r < 0)
+			return answer_error(api, conn, ERR_INTERNAL, "", "cannot read the peer's "
+					    "credentials of the Unix socket");
 		if (route == ROUTE_NONE)
 			return answer_error(api, conn, ERR_NOT_FOUND, "", "no such resource: %.200s", url);
 		if (!method_allowed(route, method))
@@ -1001,6 +1206,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		req = new_request(api, route, method);
 		if (!req)
 			return MHD_NO;
+		req->who = who;
 		*con_cls = req;
 		if (req->kind != BODY_NONE)
 			return MHD_YES;   /* the body follows */
@@ -1039,14 +1245,14 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	log_debug("http: %s", line);
 }
 
-static struct MHD_Daemon *start_daemon(struct api *api, int fd)
+static struct MHD_Daemon *start_daemon(struct listener *listener, int fd)
 {
 	return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
 				MHD_USE_ERROR_LOG | MHD_USE_ITC,
-				0, NULL, NULL, on_request, api,
+				0, NULL, NULL, on_request, listener,
 				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
 				MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-				MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
+				MHD_OPTION_NOTIFY_COMPLETED, on_completed, listener,
 				MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONNECTION_LIMIT,
 				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)CONNECTION_TIMEOUT_S,
 				MHD_OPTION_END);
@@ -1060,12 +1266,19 @@ int api_start(const struct api_config *cfg, int unix_fd, int tcp_fd, struct api 
 	if (!api)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	api->cfg = *cfg;
-	if (unix_fd >= 0 && !(api->unix_daemon = start_daemon(api, unix_fd))) {
+	api->unix_listener = (struct listener){ .api = api, .tcp = false };
+	api->tcp_listener = (struct listener){ .api = api, .tcp = true };
+	/* serve.c refuses TCP without tokens; this keeps the promise here too. */
+	if (tcp_fd >= 0 && tokens_count(cfg->tokens) == 0) {
+		api_stop(api);
+		return errbuf_set(err, -EINVAL, "listen_tcp", "TCP needs tokens (tokens_file)");
+	}
+	if (unix_fd >= 0 && !(api->unix_daemon = start_daemon(&api->unix_listener, unix_fd))) {
 		api_stop(api);
 		return errbuf_set(err, -EIO, "listen_unix", "cannot start the HTTP server on the "
 				  "Unix socket");
 	}
-	if (tcp_fd >= 0 && !(api->tcp_daemon = start_daemon(api, tcp_fd))) {
+	if (tcp_fd >= 0 && !(api->tcp_daemon = start_daemon(&api->tcp_listener, tcp_fd))) {
 		api_stop(api);
 		return errbuf_set(err, -EIO, "listen_tcp", "cannot start the HTTP server on TCP");
 	}

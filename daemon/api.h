@@ -10,16 +10,26 @@
  * calls on jobs and store, and their results and errors into JSON with the
  * HTTP status and error code of proto/errors.def. The only module that
  * speaks HTTP. Logs failed requests at debug, internal errors at error level.
+ *
+ * Identity: on the Unix socket a request is the peer's (SO_PEERCRED: the
+ * user name of its uid, "uid:N" when it has none); on TCP it is the name of
+ * the bearer token it presents (no valid token: 401). A job belongs to who
+ * submitted it, a volume to everyone who uploaded it; others' jobs and
+ * volumes answer exactly as unknown ones do. Admins (uid 0, members of
+ * admin_group, tokens marked admin) see and cancel every job and may use
+ * every volume.
  */
 #ifndef TRACTD_API_H
 #define TRACTD_API_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "errbuf.h"
 #include "jobs.h"
 #include "store.h"
+#include "tokens.h"
 
 struct api;
 
@@ -31,6 +41,10 @@ struct api_config {
 	/* ':'-separated absolute directories (checked by conf) whose files jobs
 	 * may name; "" = none, uploads only. Copied, so the caller's may go. */
 	char data_roots[1024];
+	uint64_t max_seeds_per_job;
+	const struct tokens *tokens;   /* TCP's; borrowed, outlives the api */
+	bool has_admin_group;
+	gid_t admin_gid;               /* when has_admin_group */
 };
 
 /* Starts serving on the listening sockets (-1 = none); does not take them. */

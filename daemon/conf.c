@@ -118,6 +118,19 @@ static const char *check_listen_tcp(const char *v)
 	return "must be off, PORT, HOST:PORT or [IPV6]:PORT, with PORT in 1..65535";
 }
 
+/* What getgrnam can name: POSIX portable user/group names (letters,
+ * digits, '.', '_', '-', not starting with '-'), plus '$' for Samba
+ * machine accounts; whether the group exists is checked at start. */
+static const char *check_group_name(const char *v)
+{
+	if (!*v)
+		return NULL;
+	if (*v == '-' || strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			       "0123456789._-$") != strlen(v))
+		return "must be a group name (letters, digits, '.', '_', '-'), or empty for none";
+	return NULL;
+}
+
 static const char *check_log_level(const char *v)
 {
 	static const char *const levels[] = { "error", "warning", "info", "debug" };
@@ -152,7 +165,13 @@ static const struct conf_key keys[] = {
 	       "Unix socket to listen on; empty for none"),
 	STRING(listen_tcp, check_listen_tcp, "off",
 	       "TCP address: off, PORT (on 127.0.0.1), HOST:PORT or [IPV6]:PORT; "
-	       "no authentication"),
+	       "needs tokens_file"),
+	STRING(tokens_file, check_path_or_empty, "",
+	       "bearer tokens of TCP clients, `NAME TOKEN [admin]` lines, mode 0600; "
+	       "empty for none (TCP then refuses to start)"),
+	STRING(admin_group, check_group_name, "",
+	       "Unix group whose members (and root) see and cancel every user's jobs; "
+	       "empty for none"),
 	STRING(state_dir, check_path, NULL,
 	       "where uploaded volumes (volumes/) and results (spool/) are kept"),
 	STRING(data_roots, check_path_list, "",
@@ -164,6 +183,11 @@ static const struct conf_key keys[] = {
 	    "largest volume upload"),
 	U64(max_queued_jobs, CONF_COUNT, 1, 1000000, "256",
 	    "jobs waiting to run at most; more are refused with 429"),
+	U64(max_queued_jobs_per_user, CONF_COUNT, 1, 1000000, "32",
+	    "jobs of one user (or token name) waiting to run at most; more are refused with 429"),
+	U64(max_seeds_per_job, CONF_COUNT, 1, JOBSPEC_MAX_SEEDS, "10000000",
+	    "seeds one job may track (seeds.count, explicit points, or count times the ROI's "
+	    "voxels with per_voxel)"),
 	U64(spool_max_bytes, CONF_SIZE, MiB, UINT64_MAX, "50G",
 	    "disk space for finished results; the oldest expire first"),
 	U64(result_ttl_seconds, CONF_DURATION, 60, 3650 * DAY, "7d",

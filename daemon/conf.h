@@ -19,11 +19,15 @@
 struct conf {
 	char listen_unix[256];      /* Unix socket path; "" = none */
 	char listen_tcp[128];       /* "off", "PORT", "HOST:PORT" or "[V6]:PORT"; default "off" */
+	char tokens_file[1024];     /* TCP bearer tokens (tokens.h); "" = none, TCP refused */
+	char admin_group[64];       /* Unix group whose members see every job; "" = none */
 	char state_dir[1024];       /* volumes/ and spool/ live here */
 	char data_roots[1024];      /* ':'-separated absolute dirs jobs may read from; "" = none */
 	uint64_t max_request_bytes; /* JSON bodies (default 16M) */
 	uint64_t max_upload_bytes;  /* volume uploads (default 16G) */
 	uint64_t max_queued_jobs;   /* default 256 */
+	uint64_t max_queued_jobs_per_user; /* default 32 */
+	uint64_t max_seeds_per_job; /* default 10M */
 	uint64_t spool_max_bytes;   /* results kept on disk at most (default 50G) */
 	uint64_t result_ttl_seconds;/* finished results expire after (default 7 days) */
 	int device;                 /* Vulkan device index, -1 = best (default) */

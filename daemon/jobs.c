@@ -36,6 +36,13 @@ struct job {
 	bool deleted;               /* unlisted while the worker held it; freed when let go */
 };
 
+/* When an owner's latest job started, for fair scheduling. Kept apart from
+ * the jobs so that deleting one's finished jobs does not erase one's turn. */
+struct owner_turn {
+	char owner[JOB_OWNER_LEN + 1];
+	uint64_t last_start;        /* a jobs->start_clock value */
+};
+
 struct cache_entry {
 	char *key;                  /* input paths, sizes and mtimes, sphere */
 	struct engine_inputs *inputs;
@@ -60,6 +67,9 @@ struct jobs {
 	struct job **jobs;          /* creation order */
 	size_t n_jobs, cap_jobs;
 	struct jobs_status status;  /* counters (queue depth is recomputed) */
+	uint64_t start_clock;       /* counts jobs started, for fair scheduling */
+	struct owner_turn *turns;   /* one per owner who ever had a job started */
+	size_t n_turns;
 
 	struct cache_entry *cache;  /* worker thread only */
 	size_t n_cache;
@@ -386,6 +396,13 @@ static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engin
 	if (r < 0)
 		return r;
 	r = engine_seeds_load(&job->spec, volumes.inputs, &seeds, err);
+	/* seeds.per_voxel multiplies by the ROI's voxels, known only now. */
+	if (r == 0 && jobs->cfg.max_seeds_per_job &&
+	    seeds_count(seeds) > jobs->cfg.max_seeds_per_job)
+		r = errbuf_set(err, -EINVAL, "seeds.count", "%llu seeds exceed the limit of %llu "
+			       "seeds per job (max_seeds_per_job)",
+			       (unsigned long long)seeds_count(seeds),
+			       (unsigned long long)jobs->cfg.max_seeds_per_job);
 	if (r == 0) {
 		pthread_mutex_lock(&jobs->lock);
 		job->info.seeds_total = seeds_count(seeds);
@@ -432,7 +449,7 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 		unlink(path);
 		jobspec_free(&job->spec);
 		pthread_mutex_unlock(&jobs->lock);
-		log_info("job=%s stopped and deleted", job->info.id);
+		log_info("job=%s stopped and deleted owner=%s", job->info.id, job->info.owner);
 		free(job);
 		return;
 	}
@@ -469,25 +486,73 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 	pthread_cond_broadcast(&jobs->progress);
 	pthread_mutex_unlock(&jobs->lock);
 	if (job->cancel_requested)
-		log_info("job=%s cancelled", job->info.id);
+		log_info("job=%s cancelled owner=%s", job->info.id, job->info.owner);
 	else if (r == 0)
-		log_info("job=%s done: %llu streamlines from %llu seeds, track %.3f s", job->info.id,
-			 (unsigned long long)stats->streamlines, (unsigned long long)stats->seeds,
-			 stats->track_seconds);
+		log_info("job=%s done owner=%s: %llu streamlines from %llu seeds, track %.3f s",
+			 job->info.id, job->info.owner, (unsigned long long)stats->streamlines,
+			 (unsigned long long)stats->seeds, stats->track_seconds);
 	else if (r == -ECANCELED)
-		log_info("job=%s cancelled", job->info.id);
+		log_info("job=%s cancelled owner=%s", job->info.id, job->info.owner);
 	else
-		log_info("job=%s failed: %s%s%s", job->info.id, err->field, err->field[0] ? ": " : "",
-			 err->message);
+		log_info("job=%s failed owner=%s: %s%s%s", job->info.id, job->info.owner, err->field,
+			 err->field[0] ? ": " : "", err->message);
 }
 
-/* The oldest queued job, or NULL. Lock held. */
+/* When owner's most recent job started (a start_clock value; 0: never). */
+static uint64_t owner_last_start(const struct jobs *jobs, const char *owner)
+{
+	for (size_t i = 0; i < jobs->n_turns; i++)
+		if (strcmp(jobs->turns[i].owner, owner) == 0)
+			return jobs->turns[i].last_start;
+	return 0;
+}
+
+/* Records that one of owner's jobs starts now. Lock held. Out of memory,
+ * the owner stays unrecorded and reads as never served: it may go first
+ * once more, which is unfair to others by one job, not unsafe. */
+static void note_start(struct jobs *jobs, const char *owner)
+{
+	struct owner_turn *grown;
+	uint64_t now = ++jobs->start_clock;
+
+	for (size_t i = 0; i < jobs->n_turns; i++) {
+		if (strcmp(jobs->turns[i].owner, owner) == 0) {
+			jobs->turns[i].last_start = now;
+			return;
+		}
+	}
+	grown = realloc(jobs->turns, sizeof(*grown) * (jobs->n_turns + 1));
+	if (!grown)
+		return;
+	jobs->turns = grown;
+	snprintf(grown[jobs->n_turns].owner, sizeof(grown[jobs->n_turns].owner), "%s", owner);
+	grown[jobs->n_turns++].last_start = now;
+}
+
+/* The next job to run, or NULL: round robin between owners (the owner
+ * whose last job started longest ago goes first), FIFO within an owner.
+ * Jobs are in creation order and only a strictly earlier turn replaces the
+ * pick, so the winner is its owner's oldest queued job, and owners tied
+ * (e.g. never served) go by their oldest job. Lock held; linear in the
+ * registry times the owners, once per job start. */
 static struct job *next_queued(struct jobs *jobs)
 {
-	for (size_t i = 0; i < jobs->n_jobs; i++)
-		if (jobs->jobs[i]->info.state == JOB_QUEUED)
-			return jobs->jobs[i];
-	return NULL;
+	struct job *best = NULL;
+	uint64_t best_last = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++) {
+		struct job *job = jobs->jobs[i];
+		uint64_t last;
+
+		if (job->info.state != JOB_QUEUED)
+			continue;
+		last = owner_last_start(jobs, job->info.owner);
+		if (!best || last < best_last) {
+			best = job;
+			best_last = last;
+		}
+	}
+	return best;
 }
 
 static void *worker_main(void *arg)
@@ -509,10 +574,11 @@ static void *worker_main(void *arg)
 		}
 		job->info.state = JOB_RUNNING;
 		job->info.started = time(NULL);
+		note_start(jobs, job->info.owner);
 		job->in_worker = true;
 		pthread_cond_broadcast(&jobs->progress);
 		pthread_mutex_unlock(&jobs->lock);
-		log_info("job=%s started", job->info.id);
+		log_info("job=%s started owner=%s", job->info.id, job->info.owner);
 		r = run_job(jobs, job, &stats, &err);
 		finish_job(jobs, job, r, &stats, &err);
 		pthread_mutex_lock(&jobs->lock);
@@ -594,6 +660,7 @@ void jobs_free(struct jobs *jobs)
 		free(jobs->jobs[i]);
 	}
 	free(jobs->jobs);
+	free(jobs->turns);
 	pthread_cond_destroy(&jobs->progress);
 	pthread_cond_destroy(&jobs->work);
 	pthread_mutex_destroy(&jobs->lock);
@@ -620,6 +687,16 @@ static uint64_t count_state(const struct jobs *jobs, enum job_state state)
 	return n;
 }
 
+static uint64_t count_queued_of(const struct jobs *jobs, const char *owner)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		n += jobs->jobs[i]->info.state == JOB_QUEUED &&
+		     strcmp(jobs->jobs[i]->info.owner, owner) == 0;
+	return n;
+}
+
 static int add_job(struct jobs *jobs, struct job *job)
 {
 	if (jobs->n_jobs == jobs->cap_jobs) {
@@ -634,7 +711,8 @@ static int add_job(struct jobs *jobs, struct job *job)
 	return 0;
 }
 
-int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, struct errbuf *err)
+int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *owner, struct job_info *ret,
+		struct errbuf *err)
 {
 	struct job *job = calloc(1, sizeof(*job));
 	int r;
@@ -648,6 +726,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, s
 	job->info.format = job->spec.output_format;
 	job->info.state = JOB_QUEUED;
 	job->info.created = time(NULL);
+	snprintf(job->info.owner, sizeof(job->info.owner), "%s", owner);
 	r = new_job_id(job->info.id);
 	pthread_mutex_lock(&jobs->lock);
 	if (r < 0)
@@ -657,11 +736,15 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, s
 	else if (count_state(jobs, JOB_QUEUED) >= jobs->cfg.max_queued_jobs)
 		r = errbuf_set(err, -EAGAIN, "", "%llu jobs are queued already (max_queued_jobs)",
 			       (unsigned long long)jobs->cfg.max_queued_jobs);
+	else if (count_queued_of(jobs, job->info.owner) >= jobs->cfg.max_queued_jobs_per_user)
+		r = errbuf_set(err, -EAGAIN, "", "%s has %llu jobs queued already "
+			       "(max_queued_jobs_per_user)", job->info.owner,
+			       (unsigned long long)jobs->cfg.max_queued_jobs_per_user);
 	else if (add_job(jobs, job) < 0)
 		r = errbuf_set(err, -ENOMEM, "", "out of memory");
 	if (r == 0) {
 		*ret = job->info;
-		log_info("job=%s queued", job->info.id);
+		log_info("job=%s queued owner=%s", job->info.id, job->info.owner);
 		pthread_cond_signal(&jobs->work);
 	}
 	pthread_mutex_unlock(&jobs->lock);
@@ -734,7 +817,7 @@ int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret)
 	if (!job) {
 		r = -ENOENT;
 	} else if (job_ended(job)) {
-		log_info("job=%s deleted", id);
+		log_info("job=%s deleted owner=%s", id, job->info.owner);
 		delete_job(jobs, job);
 		r = 1;
 	} else {
@@ -745,7 +828,7 @@ int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret)
 		job->info.state = JOB_CANCELLED;
 		job->info.finished = time(NULL);
 		jobs->status.cancelled_total++;
-		log_info("job=%s cancelled", id);
+		log_info("job=%s cancelled owner=%s", id, job->info.owner);
 		pthread_cond_broadcast(&jobs->progress);
 		*ret = job->info;
 		r = 0;

@@ -13,7 +13,11 @@
  * Thread-safety: every function may be called from any thread (the HTTP
  * threads); one mutex guards the registry, a condition variable wakes
  * followers when a job makes progress. Logs each job's start, end and
- * failure at info level with job=<id>.
+ * failure at info level as "job=<id> <event> owner=<owner>".
+ *
+ * Scheduling is fair between owners: the worker takes the oldest queued job
+ * of the owner whose last job started longest ago (never: first), so one
+ * user's long queue does not starve another's single job.
  */
 #ifndef TRACTD_JOBS_H
 #define TRACTD_JOBS_H
@@ -29,6 +33,7 @@
 #include "jobspec.h"
 
 #define JOB_ID_LEN 18   /* "j-" and 16 hex digits */
+#define JOB_OWNER_LEN 63 /* a user or token name (api.c: "alice", "uid:1000") */
 
 struct jobs;
 
@@ -37,6 +42,7 @@ enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELLED };
 /* A snapshot of one job, copied out under the lock. */
 struct job_info {
 	char id[JOB_ID_LEN + 1];
+	char owner[JOB_OWNER_LEN + 1];   /* who submitted it; only they (and admins) see it */
 	enum job_state state;
 	time_t created, started, finished;   /* 0 until it happens */
 	uint64_t seeds_done, seeds_total, streamlines, points;
@@ -54,6 +60,8 @@ struct job_info {
 struct jobs_config {
 	const char *state_dir;        /* the spool is <state_dir>/spool */
 	uint64_t max_queued_jobs;
+	uint64_t max_queued_jobs_per_user;   /* queued jobs of one owner at most */
+	uint64_t max_seeds_per_job;   /* checked again once per-voxel seeds are counted */
 	uint64_t spool_max_bytes;
 	uint64_t result_ttl_seconds;
 	struct gpu_options gpu;
@@ -87,9 +95,11 @@ void jobs_stop(struct jobs *jobs);
  * more. Finished results stay on disk. Accepts NULL. */
 void jobs_free(struct jobs *jobs);
 
-/* Queues spec (taken over: freed by jobs, also on failure) and fills *ret.
- * -EAGAIN when max_queued_jobs are waiting, -ESHUTDOWN when stopping. */
-int jobs_submit(struct jobs *jobs, struct jobspec *spec, struct job_info *ret, struct errbuf *err);
+/* Queues spec (taken over: freed by jobs, also on failure) for owner and
+ * fills *ret. -EAGAIN when max_queued_jobs are waiting, or
+ * max_queued_jobs_per_user of owner's; -ESHUTDOWN when stopping. */
+int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *owner, struct job_info *ret,
+		struct errbuf *err);
 
 /* -ENOENT for an unknown id. */
 int jobs_get(struct jobs *jobs, const char *id, struct job_info *ret);

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -28,6 +29,7 @@
 #include "log.h"
 #include "service.h"
 #include "store.h"
+#include "tokens.h"
 
 #define STATUS_PERIOD_MS 2000
 #define SYSTEM_CONFIG "/etc/tractd/tractd.conf"
@@ -44,7 +46,8 @@ static const char serve_usage[] =
 "                           when it exists; every key is in etc/tractd.conf)\n"
 "      --listen-unix PATH   Unix socket (default: $RUNTIME_DIRECTORY/tractd.sock,\n"
 "                           else $XDG_RUNTIME_DIR/tractd.sock)\n"
-"      --listen-tcp ADDR    'off' (default), PORT (loopback) or HOST:PORT\n"
+"      --listen-tcp ADDR    'off' (default), PORT (loopback) or HOST:PORT; needs\n"
+"                           tokens_file (bearer tokens of TCP clients)\n"
 "      --state-dir DIR      uploaded volumes and the result spool\n"
 "      --set KEY=VALUE      any configuration key (repeatable)\n"
 "      --print-config       print the effective configuration and exit\n"
@@ -73,6 +76,7 @@ struct daemon {
 	struct jobs *jobs;
 	struct service_sockets sockets;
 	struct api *api;
+	struct tokens *tokens;    /* TCP's bearer tokens; NULL without tokens_file */
 	int signal_fd;
 };
 
@@ -163,11 +167,51 @@ static void apply_log_level(const char *name)
 			log_set_level(levels[i].level);
 }
 
+/* admin_group's gid, looked up once at start: a group that does not exist
+ * is a configuration error, not a silent "no admins". */
+static int resolve_admin_group(const char *name, struct api_config *ac, struct errbuf *err)
+{
+	struct group gr, *found = NULL;
+	char buf[16384];
+	int r;
+
+	if (!*name)
+		return 0;
+	r = getgrnam_r(name, &gr, buf, sizeof(buf), &found);
+	if (r != 0)
+		return errbuf_set(err, -r, "admin_group", "cannot look up group '%s': %s", name,
+				  strerror(r));
+	if (!found)
+		return errbuf_set(err, -ENOENT, "admin_group", "no group '%s' on this system", name);
+	ac->has_admin_group = true;
+	ac->admin_gid = gr.gr_gid;
+	return 0;
+}
+
+/* TCP is authenticated or not served: the tokens file is read (and its
+ * mode checked) before anything listens, whether the TCP socket comes from
+ * listen_tcp or from systemd. */
+static int load_tokens(struct daemon *d, struct errbuf *err)
+{
+	if (d->conf.tokens_file[0]) {
+		int r = tokens_load(d->conf.tokens_file, &d->tokens, err);
+		if (r < 0)
+			return r;
+	}
+	if (d->sockets.tcp_fd >= 0 && !d->tokens)
+		return errbuf_set(err, -EINVAL, "listen_tcp", "TCP has no authentication without "
+				  "tokens: set tokens_file (`NAME TOKEN [admin]` lines, mode 0600), or "
+				  "listen_tcp = off");
+	return 0;
+}
+
 static int start_daemon(struct daemon *d, struct errbuf *err)
 {
 	struct jobs_config jc = {
 		.state_dir = d->conf.state_dir,
 		.max_queued_jobs = d->conf.max_queued_jobs,
+		.max_queued_jobs_per_user = d->conf.max_queued_jobs_per_user,
+		.max_seeds_per_job = d->conf.max_seeds_per_job,
 		.spool_max_bytes = d->conf.spool_max_bytes,
 		.result_ttl_seconds = d->conf.result_ttl_seconds,
 		.gpu = {
@@ -181,6 +225,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 	struct api_config ac = {
 		.max_request_bytes = d->conf.max_request_bytes,
 		.max_upload_bytes = d->conf.max_upload_bytes,
+		.max_seeds_per_job = d->conf.max_seeds_per_job,
 	};
 	int r;
 
@@ -189,6 +234,10 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 	if (d->signal_fd < 0)
 		return d->signal_fd;
 	r = service_open_sockets(d->conf.listen_unix, d->conf.listen_tcp, &d->sockets, err);
+	if (r == 0)
+		r = load_tokens(d, err);
+	if (r == 0)
+		r = resolve_admin_group(d->conf.admin_group, &ac, err);
 	if (r == 0)
 		r = store_open(d->conf.state_dir, &d->store, err);
 	if (r == 0)
@@ -200,6 +249,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 	memcpy(ac.data_roots, d->conf.data_roots, sizeof(ac.data_roots));
 	ac.jobs = d->jobs;
 	ac.store = d->store;
+	ac.tokens = d->tokens;
 	return api_start(&ac, d->sockets.unix_fd, d->sockets.tcp_fd, &d->api, err);
 }
 
@@ -252,6 +302,7 @@ static void stop_daemon(struct daemon *d)
 	api_stop(d->api);         /* HTTP threads end; none touches jobs after this */
 	jobs_free(d->jobs);
 	store_close(d->store);
+	tokens_free(d->tokens);
 	service_close_sockets(&d->sockets);
 	if (d->signal_fd >= 0)
 		close(d->signal_fd);

@@ -19,6 +19,7 @@
 #define HEX_LEN 64
 #define DIGEST_LEN 32
 #define VOLUMES_DIR "volumes"
+#define OWNERS_DIR ".owners"   /* hidden: never taken for a volume's file */
 #define TMP_NAME ".tmp-XXXXXX"
 #define NAME_MAX_LEN (HEX_LEN + 8)   /* hex digits and the longest extension */
 
@@ -432,4 +433,43 @@ int store_lookup(struct store *s, const char *id, struct store_entry *ret, char 
 	ret->bytes = (uint64_t)st.st_size;
 	ret->kind = (enum store_kind)kind;
 	return 0;
+}
+
+/* ---- owners ---- */
+
+int store_claim(struct store *s, const char *id, const char *owner, struct errbuf *err)
+{
+	char path[sizeof(OWNERS_DIR) + 256 + HEX_LEN + 2];
+	int fd;
+
+	if (!valid_id(id) || !*owner || strchr(owner, '/') || owner[0] == '.' ||
+	    strlen(owner) > 255)
+		return errbuf_set(err, -EINVAL, "", "cannot record owner %.80s of %.80s", owner, id);
+	/* EEXIST: another upload of this owner or another made it first. */
+	snprintf(path, sizeof(path), "%s/%s", OWNERS_DIR, owner);
+	if ((mkdirat(s->dir_fd, OWNERS_DIR, 0700) < 0 && errno != EEXIST) ||
+	    (mkdirat(s->dir_fd, path, 0700) < 0 && errno != EEXIST))
+		return errbuf_set(err, -EIO, "", "cannot create %s/%s: %s", s->dir, path,
+				  strerror(errno));
+	snprintf(path, sizeof(path), "%s/%s/%s", OWNERS_DIR, owner, id + ID_PREFIX_LEN);
+	fd = openat(s->dir_fd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0 && errno == EEXIST)
+		return 0;
+	if (fd < 0)
+		return errbuf_set(err, -EIO, "", "cannot create %s/%s: %s", s->dir, path,
+				  strerror(errno));
+	close(fd);
+	return 1;
+}
+
+bool store_claimed(struct store *s, const char *id, const char *owner)
+{
+	char path[sizeof(OWNERS_DIR) + 256 + HEX_LEN + 2];
+	struct stat st;
+
+	if (!valid_id(id) || !*owner || strchr(owner, '/') || owner[0] == '.' ||
+	    strlen(owner) > 255)
+		return false;
+	snprintf(path, sizeof(path), "%s/%s/%s", OWNERS_DIR, owner, id + ID_PREFIX_LEN);
+	return fstatat(s->dir_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
 }

@@ -14,6 +14,7 @@
 #ifndef TRACTD_STORE_H
 #define TRACTD_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +55,15 @@ void store_writer_abort(struct store_writer *w);
  * malformed id (message says the expected form). */
 int store_lookup(struct store *s, const char *id, struct store_entry *ret, char *path,
 		 size_t path_len, struct errbuf *err);
+
+/* Owners: who uploaded a volume, kept as empty files
+ * <root>/volumes/.owners/<owner>/<hex> (the content stays one copy; an
+ * owner's list survives restarts). owner must be a safe file name (api.c's
+ * owner names are). store_claim records it: 1 when owner had not uploaded
+ * id before, 0 when it had, or a negative errno. store_claimed: whether
+ * owner uploaded id. */
+int store_claim(struct store *s, const char *id, const char *owner, struct errbuf *err);
+bool store_claimed(struct store *s, const char *id, const char *owner);
 
 /* "nifti", "nifti-gz", "text". */
 const char *store_kind_name(enum store_kind kind);

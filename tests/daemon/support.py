@@ -85,15 +85,38 @@ def _parse_headers(text):
 
 
 class Endpoint:
-    """Where a daemon listens: a Unix socket or a TCP port on 127.0.0.1."""
+    """Where a daemon listens: a Unix socket or a TCP port on 127.0.0.1, and
+    how to ask: the bearer token sent on every request (TCP), and the uid
+    that curl runs as (Unix sockets identify their peer by uid)."""
 
-    def __init__(self, unix_socket=None, port=None):
+    def __init__(self, unix_socket=None, port=None, token=None, uid=None):
         assert (unix_socket is None) != (port is None)
         self.unix_socket = str(unix_socket) if unix_socket else None
         self.port = port
+        self.token = token
+        self.uid = uid
+
+    def auth_args(self):
+        """curl's -H for the token, if any."""
+        return ["-H", f"Authorization: Bearer {self.token}"] if self.token else []
+
+    def as_user(self, uid):
+        """The same endpoint, with curl run as uid."""
+        return Endpoint(self.unix_socket, self.port, self.token, uid)
+
+    def with_token(self, token):
+        """The same endpoint with another token (None: none)."""
+        return Endpoint(self.unix_socket, self.port, token, self.uid)
 
     def __repr__(self):
         return f"unix:{self.unix_socket}" if self.unix_socket else f"tcp:127.0.0.1:{self.port}"
+
+    def tractctl_args(self):
+        """tractctl's options to reach this endpoint."""
+        if self.unix_socket:
+            return ["--socket", self.unix_socket]
+        return ["--server", f"http://127.0.0.1:{self.port}",
+                *(["--token", self.token] if self.token else [])]
 
     def url(self, path):
         host = "http://localhost" if self.unix_socket else f"http://127.0.0.1:{self.port}"
@@ -102,7 +125,7 @@ class Endpoint:
     def curl_args(self, path):
         """curl's arguments to reach path (without -o etc.)."""
         where = ["--unix-socket", self.unix_socket] if self.unix_socket else []
-        return [CURL, "-sS", *where, self.url(path)]
+        return [CURL, "-sS", *where, *self.auth_args(), self.url(path)]
 
     def request(self, method, path, body=None, body_file=None, content_type=None,
                 headers=(), timeout=JOB_TIMEOUT_S):
@@ -128,13 +151,25 @@ class Endpoint:
                 stdin = body.encode() if isinstance(body, str) else bytes(body)
             if content_type:
                 args += ["-H", f"Content-Type: {content_type}"]
+            args += self.auth_args()
             for h in headers:
                 args += ["-H", h]
             args.append(self.url(path))
             what = f"{method} {path} ({self})"
+            kw = {}
+            if self.uid is not None:
+                # curl writes its files as that user: the directory is theirs.
+                os.chown(tmp, self.uid, -1)
+                if body_file is not None:
+                    stdin = Path(body_file).read_bytes()
+                    args[args.index(f"@{body_file}")] = "@-"
+                kw["user"] = self.uid
+                kw["group"] = self.uid
+                kw["extra_groups"] = []
+                what += f" as uid {self.uid}"
             try:
                 proc = subprocess.run(args, input=stdin, capture_output=True,
-                                      timeout=timeout + 10)
+                                      timeout=timeout + 10, **kw)
             except subprocess.TimeoutExpired:
                 pytest.fail(f"{what}: curl did not finish in {timeout + 10} s", pytrace=False)
             if proc.returncode != 0:
@@ -196,18 +231,34 @@ def daemon_env(extra=None):
     return env
 
 
+# The tests' tokens file, written next to each daemon that listens on TCP:
+# an admin token, so that the TCP endpoint sees the jobs the Unix socket's
+# root submits (as the tests before identities expected).
+TEST_TOKEN = "test-admin-token-0123456789abcdef"
+TEST_TOKENS = f"# the tests' tokens\ntests {TEST_TOKEN} admin\n"
+
+
+def write_tokens(path, text=TEST_TOKENS, mode=0o600):
+    """A tokens file (mode 0600 unless told)."""
+    path = Path(path)
+    path.write_text(text)
+    os.chmod(path, mode)
+    return path
+
+
 class Daemon:
     """A `tractd serve` process started by a test, and how to reach it."""
 
-    def __init__(self, argv, proc, log_path, state_dir, sock, port):
+    def __init__(self, argv, proc, log_path, state_dir, sock, port, token=TEST_TOKEN):
         self.argv = argv
         self.proc = proc
         self.log_path = Path(log_path)
         self.state_dir = Path(state_dir)
         self.sock = Path(sock) if sock else None
         self.port = port
+        self.token = token
         self.unix = Endpoint(unix_socket=sock) if sock else None
-        self.tcp = Endpoint(port=port) if port else None
+        self.tcp = Endpoint(port=port, token=token) if port else None
         self.stopped = False
 
     @property
@@ -287,10 +338,12 @@ class Daemon:
 
 
 def start_daemon(tractd, *, state_dir=None, sets=(), tcp=True, unix=True, env=None,
-                 pipeline_cache=None, extra_args=(), wait=True, sock_dir=None, argv_prefix=()):
+                 pipeline_cache=None, extra_args=(), wait=True, sock_dir=None, argv_prefix=(),
+                 tokens=TEST_TOKENS):
     """Starts `tractd serve` with a temporary state dir, Unix socket and TCP
     port, `--set log_level=debug`, stdout and stderr in DIR/daemon.log, and
-    waits until /healthz answers. The caller stops it (Daemon.stop)."""
+    waits until /healthz answers. With TCP, tokens (the file's text; None:
+    no tokens_file) go to DIR/tokens. The caller stops it (Daemon.stop)."""
     sock_dir = Path(sock_dir) if sock_dir else short_tmpdir()
     state_dir = Path(state_dir) if state_dir else sock_dir / "state"
     sock = sock_dir / "tractd.sock" if unix else None
@@ -301,6 +354,8 @@ def start_daemon(tractd, *, state_dir=None, sets=(), tcp=True, unix=True, env=No
         argv += ["--listen-unix", str(sock)]
     if tcp:
         argv += ["--listen-tcp", f"127.0.0.1:{port}"]
+    if tcp and tokens is not None:
+        argv += ["--set", f"tokens_file={write_tokens(sock_dir / 'tokens', tokens)}"]
     if pipeline_cache:
         argv += ["--set", f"pipeline_cache={pipeline_cache}"]
     for s in sets:

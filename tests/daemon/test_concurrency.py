@@ -24,14 +24,18 @@ KILL_SEEDS = 10000
 
 def test_parallel_clients(daemon, phantom, references, tmp_path):
     """8 threads, half on the Unix socket and half on TCP, each uploads the
-    phantom's odf and fa (the same bytes: exactly one 201 per file if the
-    daemon lacked it, 200 for the others) and a seed ROI of its own (the same
+    phantom's odf and fa (the same bytes: exactly one 201 per file and
+    uploader, root or the TCP token, if it lacked it; 200 for the others) and a seed ROI of its own (the same
     image, gzip'd with another mtime: new bytes, 201), submits a job and
     fetches its tractogram; every result is byte-identical to `tractd run`
     of that client's job."""
     shared = {key: phantom.path(PHANTOM_INPUTS[key]) for key in ("odf", "stop_map")}
-    had = {key: daemon.api.request("HEAD", f"/v1/volumes/{sha256_id(p)}").status == 200
-           for key, p in shared.items()}
+    # Uploads answer 201 once per uploader: root on the socket, the token
+    # "tests" on TCP. What each had is in the store's owner records (root, an
+    # admin, would see every volume with HEAD).
+    owners = daemon.state_dir / "volumes" / ".owners"
+    had = {(who, key): (owners / who / sha256_id(p)[7:]).exists()
+           for who in ("root", "tests") for key, p in shared.items()}
     roi_raw = gzip.decompress(phantom.path(PHANTOM_INPUTS["roi"]).read_bytes())
     rois = []
     for i in range(N_CLIENTS):
@@ -74,11 +78,13 @@ def test_parallel_clients(daemon, phantom, references, tmp_path):
     assert not errors, "\n".join(errors)
 
     assert len({job_id for _, job_id, _ in results}) == N_CLIENTS
-    for key in shared:
-        created = sum(1 for statuses, _, _ in results if statuses[key] == 201)
-        assert created == (0 if had[key] else 1), (
-            f"{key}: {created} uploads answered 201 (the daemon {'had' if had[key] else 'lacked'}"
-            f" it): {[s[key] for s, _, _ in results]}")
+    for (who, key), present in had.items():
+        mine = [s[key] for i, (s, _, _) in enumerate(results)
+                if (i % 2 == 0) == (who == "root")]
+        created = mine.count(201)
+        assert created == (0 if present else 1), (
+            f"{key} by {who}: {created} uploads answered 201 (the daemon "
+            f"{'had' if present else 'lacked'} it): {mine}")
     for i, (statuses, job_id, data) in enumerate(results):
         assert statuses["roi"] == 201, statuses
         assert_same_trk(data, want[i % N_JOBS], f"client {i} (job {job_id})")

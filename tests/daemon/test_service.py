@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from .support import (Daemon, Endpoint, daemon_env, free_port, get_metrics, short_tmpdir,
-                      submit, upload_phantom, server_job, wait_running)
+from .support import (TEST_TOKEN, Daemon, Endpoint, daemon_env, free_port, get_metrics,
+                      short_tmpdir, submit, upload_phantom, server_job, wait_running,
+                      write_tokens)
 
 # proto/API.md, "GET /metrics", with the type each must have.
 API_METRICS = {
@@ -113,7 +114,8 @@ def test_socket_activation(tractd, pipeline_cache):
     port = free_port()
     argv = ["systemd-socket-activate", "-l", str(sock), "-l", f"127.0.0.1:{port}",
             tractd, "serve", "--state-dir", str(tmp / "state"), "--set", "log_level=debug",
-            "--set", f"pipeline_cache={pipeline_cache}"]
+            "--set", f"pipeline_cache={pipeline_cache}",
+            "--set", f"tokens_file={write_tokens(tmp / 'tokens')}"]
     log_path = tmp / "daemon.log"
     with open(log_path, "ab") as log:
         # XDG_RUNTIME_DIR keeps the default socket path (unused here) in tmp.
@@ -131,7 +133,7 @@ def test_socket_activation(tractd, pipeline_cache):
         # The first connection starts the daemon; it answers once it is up.
         r = unix.request("GET", "/healthz", timeout=60)
         assert r.status == 200 and r.json() == {"status": "ok"}, f"{r}\n{d.log()}"
-        r = Endpoint(port=port).get("/healthz")
+        r = Endpoint(port=port, token=TEST_TOKEN).get("/healthz")
         assert r.status == 200 and r.json() == {"status": "ok"}, f"{r}\n{d.log()}"
         assert unix.get("/v1/device").status == 200
     finally:

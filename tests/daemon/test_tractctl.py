@@ -51,7 +51,7 @@ def _ok(p):
 
 
 def _volume_files(daemon):
-    return sorted(p.name for p in (daemon.state_dir / "volumes").iterdir())
+    return sorted(p.name for p in (daemon.state_dir / "volumes").iterdir() if p.name != ".owners")
 
 
 def test_track_matches_cli_and_uploads_once(ctl, daemon, proxy, phantom, references, tmp_path):
@@ -130,8 +130,8 @@ def test_commands(ctl, tractctl, daemon, phantom, references, tmp_path):
     assert device["name"] in _ok(ctl("device")).stdout
     doc = json.loads(_ok(ctl("--json", "device")).stdout)
     assert doc["device"] == device, doc
-    p = subprocess.run([tractctl, "--server", f"http://127.0.0.1:{daemon.port}", "--json",
-                        "device"], capture_output=True, text=True, timeout=60, env=daemon_env())
+    p = subprocess.run([tractctl, "--server", f"http://127.0.0.1:{daemon.port}",
+                        "--token", daemon.token, "--json", "device"], capture_output=True, text=True, timeout=60, env=daemon_env())
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["device"] == device
 

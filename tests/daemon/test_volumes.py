@@ -12,14 +12,15 @@ ABSENT_ID = "sha256:" + hashlib.sha256(b"no such volume").hexdigest()
 def _leftovers(d):
     """Files in the store that are not published volumes (temporary uploads)."""
     vol_dir = d.state_dir / "volumes"
-    return sorted(p.name for p in vol_dir.iterdir() if p.name.startswith("."))
+    return sorted(p.name for p in vol_dir.iterdir()
+                  if p.name.startswith(".") and p.name != ".owners")
 
 
 def test_upload_id_is_sha256(daemon, phantom):
     """Uploading the phantom's odf, fa and seed ROI with `curl --data-binary
     @file` answers 201 with id = sha256 of the file (computed here), its size
-    and kind nifti-gz; the same bytes again (here over TCP) answer 200 with
-    the same document."""
+    and kind nifti-gz; the same bytes again from the same user answer 200 with
+    the same document, and 201 from another identity (here the TCP token)."""
     for name in PHANTOM_INPUTS.values():
         path = phantom.path(name)
         want = {"id": sha256_id(path), "bytes": path.stat().st_size, "kind": "nifti-gz"}
@@ -27,8 +28,13 @@ def test_upload_id_is_sha256(daemon, phantom):
         assert r.status == 201, str(r)
         assert r.headers.get("content-type", "").startswith("application/json"), r.headers
         assert r.json() == want
-        r = daemon.tcp.upload(path)
+        r = daemon.unix.upload(path)
         assert r.status == 200, str(r)
+        assert r.json() == want
+        # Another identity (the TCP token's) uploads it for the first time:
+        # 201, though the bytes are stored once.
+        r = daemon.tcp.upload(path)
+        assert r.status == 201, str(r)
         assert r.json() == want
     assert _leftovers(daemon) == []
 

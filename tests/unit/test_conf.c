@@ -127,6 +127,10 @@ static void test_defaults(void **state)
 	assert_int_equal(c.max_request_bytes, 16ull << 20);
 	assert_int_equal(c.max_upload_bytes, 16ull << 30);
 	assert_int_equal(c.max_queued_jobs, 256);
+	assert_int_equal(c.max_queued_jobs_per_user, 32);
+	assert_int_equal(c.max_seeds_per_job, 10000000);
+	assert_string_equal(c.tokens_file, "");   /* no tokens: TCP refuses to start */
+	assert_string_equal(c.admin_group, "");
 	assert_int_equal(c.spool_max_bytes, 50ull << 30);
 	assert_int_equal(c.result_ttl_seconds, 7 * 86400);
 	assert_int_equal(c.device, -1);
@@ -222,6 +226,15 @@ static void test_good_values(void **state)
 		{ "max_queued_jobs", "1", "1" },
 		{ "max_queued_jobs", "1000000", "1000000" },
 		{ "max_queued_jobs", "007", "7" },
+		{ "max_queued_jobs_per_user", "1", "1" },
+		{ "max_queued_jobs_per_user", "1000000", "1000000" },
+		{ "max_seeds_per_job", "1", "1" },
+		{ "max_seeds_per_job", "100000000", "100000000" },
+		{ "tokens_file", "", "" },
+		{ "tokens_file", "/etc/tractd/tokens", "/etc/tractd/tokens" },
+		{ "admin_group", "", "" },
+		{ "admin_group", "tractd-admin", "tractd-admin" },
+		{ "admin_group", "lab_gpu.2", "lab_gpu.2" },
 		{ "result_ttl_seconds", "60", "1m" },
 		{ "result_ttl_seconds", "90", "90" },
 		{ "result_ttl_seconds", "90s", "90" },
@@ -317,6 +330,14 @@ static void test_bad_values(void **state)
 		{ "max_queued_jobs", "1000001", "must be between 1 and 1000000" },
 		{ "max_queued_jobs", "1K", "must be a whole number" },
 		{ "max_queued_jobs", "-3", "must be a whole number" },
+		{ "max_queued_jobs_per_user", "0", "must be between 1 and 1000000" },
+		{ "max_queued_jobs_per_user", "1000001", "must be between 1 and 1000000" },
+		{ "max_seeds_per_job", "0", "must be between 1 and 100000000" },
+		{ "max_seeds_per_job", "100000001", "must be between 1 and 100000000" },
+		{ "tokens_file", "tokens", "must be an absolute path, or empty" },
+		{ "admin_group", "-wheel", "must be a group name" },
+		{ "admin_group", "a b", "must be a group name" },
+		{ "admin_group", "a/b", "must be a group name" },
 		{ "result_ttl_seconds", "59", "must be between 1m and 3650d" },
 		{ "result_ttl_seconds", "3651d", "must be between 1m and 3650d" },
 		{ "result_ttl_seconds", "1w", "must be a duration" },
@@ -452,6 +473,8 @@ static void test_print_reparses(void **state)
 		{ "state_dir", "/srv/st" }, { "data_roots", "/srv/a:/b" },
 		{ "max_request_bytes", "1025" }, { "max_upload_bytes", "5T" },
 		{ "max_queued_jobs", "9" }, { "spool_max_bytes", "18446744073709551615" },
+		{ "max_queued_jobs_per_user", "4" }, { "max_seeds_per_job", "12345" },
+		{ "tokens_file", "/etc/tractd/tokens" }, { "admin_group", "gpu-admins" },
 		{ "result_ttl_seconds", "3601" }, { "device", "2" },
 		{ "gpu_memory_budget", "4G" }, { "volume_cache_bytes", "123456789" },
 		{ "fit_threads", "3" },

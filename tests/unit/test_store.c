@@ -436,6 +436,32 @@ static void test_open_creates_parents(void **state)
 	assert_non_null(strstr(err.message, root));
 }
 
+/* Owners: one content, stored once, claimed by each uploader separately. */
+static void test_owners(void **state)
+{
+	struct fixture *f = *state;
+	struct store_entry e;
+	struct errbuf err = { 0 };
+
+	assert_int_equal(upload(f->store, bvals, strlen(bvals), 7, &e, NULL), 1);
+	assert_false(store_claimed(f->store, e.id, "alice"));
+	assert_int_equal(store_claim(f->store, e.id, "alice", &err), 1);
+	assert_int_equal(store_claim(f->store, e.id, "alice", &err), 0);
+	assert_true(store_claimed(f->store, e.id, "alice"));
+	assert_false(store_claimed(f->store, e.id, "bob"));
+	assert_int_equal(store_claim(f->store, e.id, "uid:1000", &err), 1);
+	assert_true(store_claimed(f->store, e.id, "uid:1000"));
+	/* Names that would leave the owners' directory are refused. */
+	assert_int_equal(store_claim(f->store, e.id, "../x", &err), -EINVAL);
+	assert_int_equal(store_claim(f->store, e.id, "..", &err), -EINVAL);
+	assert_int_equal(store_claim(f->store, e.id, "", &err), -EINVAL);
+	assert_false(store_claimed(f->store, e.id, ".."));
+	assert_int_equal(store_claim(f->store, "sha256:xyz", "alice", &err), -EINVAL);
+	assert_false(store_claimed(f->store, "sha256:xyz", "alice"));
+	/* The volume and the hidden owners' directory: still one volume file. */
+	assert_int_equal(count_files(f), 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -451,6 +477,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_two_writers_interleaved, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_concurrent_same_bytes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_creates_parents, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_owners, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
