@@ -36,7 +36,7 @@
 #define MIN_WORK_BUDGET (8ull << 20)
 #define TARGET_WORKGROUP_LANES 64
 #define FIRST_TIMED_CHUNK_SEEDS 256
-#define ODF_SYMMETRY_TOLERANCE 1e-3
+#define CHUNKS_PER_DEVICE 8
 struct engine_inputs {
 	struct volume odf;        /* inputs.odf: the ODF on the sphere's vertices, clipped */
 	struct volume sh;         /* inputs.sh: its coefficients (a dwi job's are fit.sh) */
@@ -122,70 +122,6 @@ static int require_3d_on_grid(const struct volume *v, const struct volume *ref,
 				  "or another affine) than %s (%lldx%lldx%lld)", path,
 				  (long long)v->dim[0], (long long)v->dim[1], (long long)v->dim[2],
 				  ref_field, (long long)ref->dim[0], (long long)ref->dim[1], (long long)ref->dim[2]);
-	return 0;
-}
-
-static void clip_negative(struct volume *v)
-{
-	size_t n = volume_voxels(v) * (size_t)v->dim[3];
-
-	for (size_t i = 0; i < n; i++)
-		if (v->data[i] < 0.0f)
-			v->data[i] = 0.0f;
-}
-
-/* For each vertex, the index of its antipode, or -1. */
-static int *antipodes(const struct sphere *s)
-{
-	int *anti = malloc(sizeof(*anti) * (size_t)s->nv);
-
-	if (!anti)
-		return NULL;
-	for (int j = 0; j < s->nv; j++) {
-		const float *a = &s->vertices[3 * j];
-		anti[j] = -1;
-		for (int k = 0; k < s->nv && anti[j] < 0; k++) {
-			const float *b = &s->vertices[3 * k];
-			if (a[0] * b[0] + a[1] * b[1] + a[2] * b[2] < -1.0f + 1e-5f)
-				anti[j] = k;
-		}
-	}
-	return anti;
-}
-
-static bool voxel_symmetric(const float *f, const int *anti, int nv)
-{
-	float top = 0.0f;
-
-	for (int j = 0; j < nv; j++)
-		top = f[j] > top ? f[j] : top;
-	for (int j = 0; j < nv; j++)
-		if (anti[j] > j && fabsf(f[j] - f[anti[j]]) > ODF_SYMMETRY_TOLERANCE * top)
-			return false;
-	return true;
-}
-
-/* An ODF sampled on a hemisphere is symmetric by convention; on a full sphere
- * it is when every voxel has equal values at antipodal vertices. Symmetric
- * ODFs compare directions by |cos| (DIPY); asymmetric ones by cos. */
-static int odf_symmetry(const struct volume *odf, const struct sphere *s, bool *ret,
-			struct errbuf *err)
-{
-	int *anti;
-	size_t nvox = volume_voxels(odf);
-	bool symmetric = true;
-
-	if (!s->antipodal) {
-		*ret = true;
-		return 0;
-	}
-	anti = antipodes(s);
-	if (!anti)
-		return errbuf_set(err, -ENOMEM, "inputs.odf", "out of memory");
-	for (size_t v = 0; v < nvox && symmetric; v++)
-		symmetric = voxel_symmetric(&odf->data[v * (size_t)s->nv], anti, s->nv);
-	free(anti);
-	*ret = symmetric;
 	return 0;
 }
 
@@ -477,8 +413,7 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 		in->symmetric = true;   /* even-order SH */
 		return 0;
 	}
-	clip_negative(&in->odf);
-	return odf_symmetry(&in->odf, &in->sphere, &in->symmetric, err);
+	return fit_prepare_odf(&in->odf, &in->sphere, o, &in->symmetric, err);
 }
 
 void engine_inputs_free(struct engine_inputs *in)
@@ -1634,6 +1569,10 @@ static int prepare_devices(struct run_shared *sh, const struct engine_device *de
 		if (r == 0)
 			sh->chunk_limit = min_u64(sh->chunk_limit, run->plan.chunk_seeds);
 	}
+	/* Several chunks per device, so that they all have work to the end. */
+	if (n > 1)
+		sh->chunk_limit = min_u64(sh->chunk_limit,
+					  (sh->total + CHUNKS_PER_DEVICE * n - 1) / (CHUNKS_PER_DEVICE * n));
 	return r;
 }
 

@@ -433,6 +433,90 @@ static void sample_block(struct voxel_loop *loop, int worker, size_t begin, size
 	}
 }
 
+/* ---- an ODF as given --------------------------------------------------------- */
+
+/* Values this far apart relative to the voxel's maximum count as equal. */
+#define ODF_SYMMETRY_TOLERANCE 1e-3
+
+struct odf_ctx {
+	struct volume *odf;
+	const int *anti;          /* antipodal vertex of each vertex, or -1 */
+	atomic_bool asymmetric;
+};
+
+/* For each vertex, the index of its antipode, or -1. */
+static int *antipodes(const struct sphere *s)
+{
+	int *anti = malloc(sizeof(*anti) * (size_t)s->nv);
+
+	if (!anti)
+		return NULL;
+	for (int j = 0; j < s->nv; j++) {
+		const float *a = &s->vertices[3 * j];
+		anti[j] = -1;
+		for (int k = 0; k < s->nv && anti[j] < 0; k++) {
+			const float *b = &s->vertices[3 * k];
+			if (a[0] * b[0] + a[1] * b[1] + a[2] * b[2] < -1.0f + 1e-5f)
+				anti[j] = k;
+		}
+	}
+	return anti;
+}
+
+static bool voxel_symmetric(const float *f, const int *anti, int nv)
+{
+	float top = 0.0f;
+
+	for (int j = 0; j < nv; j++)
+		top = f[j] > top ? f[j] : top;
+	for (int j = 0; j < nv; j++)
+		if (anti[j] > j && fabsf(f[j] - f[anti[j]]) > ODF_SYMMETRY_TOLERANCE * top)
+			return false;
+	return true;
+}
+
+static void odf_block(struct voxel_loop *loop, int worker, size_t begin, size_t end)
+{
+	struct odf_ctx *c = loop->ctx;
+	int nv = (int)c->odf->dim[3];
+	bool check = c->anti && !atomic_load(&c->asymmetric);
+
+	(void)worker;
+	for (size_t v = begin; v < end; v++) {
+		float *f = c->odf->data + v * (size_t)nv;
+		for (int j = 0; j < nv; j++)
+			f[j] = f[j] < 0.0f ? 0.0f : f[j];
+		if (check && !voxel_symmetric(f, c->anti, nv)) {
+			atomic_store(&c->asymmetric, true);
+			check = false;
+		}
+	}
+}
+
+int fit_prepare_odf(struct volume *odf, const struct sphere *s, const struct fit_options *o,
+		    bool *symmetric, struct errbuf *err)
+{
+	struct odf_ctx ctx = { .odf = odf };
+	struct voxel_loop loop = { .voxels = volume_voxels(odf), .block = odf_block, .ctx = &ctx };
+	int *anti = NULL;
+	int r;
+
+	atomic_init(&ctx.asymmetric, false);
+	/* On a hemisphere an ODF is symmetric by convention: nothing to compare. */
+	if (s->antipodal) {
+		anti = antipodes(s);
+		if (!anti)
+			return errbuf_set(err, -ENOMEM, "inputs.odf", "out of memory");
+	}
+	ctx.anti = anti;
+	r = run_loop(&loop, thread_count(o), o, "odf");
+	free(anti);
+	if (r < 0)
+		return loop_error(r, "odf", err);
+	*symmetric = !atomic_load(&ctx.asymmetric);
+	return 0;
+}
+
 static void map_direction(const double m[3][3], const float *v, double out[3])
 {
 	for (int r = 0; r < 3; r++)

@@ -77,6 +77,14 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 		  const struct sphere *s, const struct fit_options *o, const char *field,
 		  struct volume *odf, struct errbuf *err);
 
+/* An ODF volume (one volume per vertex of s) made ready to track: values
+ * clipped at zero, and *symmetric set when every voxel has equal values (to
+ * 1e-3 of its maximum) at antipodal vertices, or s is a hemisphere.
+ * Symmetric ODFs compare directions by |cos| (DIPY). Runs on fit's threads;
+ * errors as fit_dwi. */
+int fit_prepare_odf(struct volume *odf, const struct sphere *s, const struct fit_options *o,
+		    bool *symmetric, struct errbuf *err);
+
 /* The matrix that samples coefficients of the basis and even order at the
  * sphere's vertices (mapped by to_sh_frame as in fit_sample_sh): nc x nv
  * floats, row c holding basis function c at every vertex. NULL when out of

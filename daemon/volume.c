@@ -8,9 +8,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <nifti2_io.h>
 
@@ -18,9 +22,12 @@
 
 /* Writing: voxel data move through a buffer of whole x-rows of about this size. */
 #define IO_CHUNK_BYTES ((size_t)4 << 20)
-/* Reading: whole volumes are converted into a staging buffer of about this
- * size before they are interleaved into the t-fastest array. */
-#define STAGE_BYTES ((size_t)128 << 20)
+/* Reading: up to BLOCK_VOLUMES whole volumes (at most BLOCK_BYTES of them)
+ * are read at once and interleaved into the t-fastest array by up to
+ * MAX_LOAD_THREADS threads. */
+#define BLOCK_BYTES ((size_t)256 << 20)
+#define BLOCK_VOLUMES 16
+#define MAX_LOAD_THREADS 16
 
 #define NIFTI1_DATA_OFFSET 352
 
@@ -359,81 +366,131 @@ static size_t rows_per_chunk(size_t row_bytes)
 	return row_bytes >= IO_CHUNK_BYTES ? 1 : IO_CHUNK_BYTES / row_bytes;
 }
 
-/* Converts one stored volume (x fastest) into stage[0..nvox); returns the
- * index of the first value that is not finite, or nvox. */
-static size_t convert_volume(const unsigned char *raw, const struct conversion *cv, size_t nvox,
-			     float *stage)
+/* One thread's share of a block of volumes: the x-planes [x0, x1) of the
+ * t-fastest array, converted from the block's raw volumes (file order). */
+struct block_part {
+	const unsigned char *raw;
+	const struct conversion *cv;
+	struct volume *v;
+	size_t nb, t0;              /* volumes in the block, and the first one's index */
+	int64_t x0, x1;
+	size_t bad;                 /* first non-finite value (b * nvox + i), or SIZE_MAX */
+	pthread_t thread;
+};
+
+static float convert_value(const struct block_part *p, size_t k)
 {
-	for (size_t i = 0; i < nvox; i++) {
-		stage[i] = (float)(cv->read(raw + i * cv->size) * cv->slope + cv->inter);
-		if (!isfinite(stage[i]))
-			return i;
-	}
-	return nvox;
+	const struct conversion *cv = p->cv;
+
+	return (float)(cv->read(p->raw + k * cv->size) * cv->slope + cv->inter);
 }
 
-/* Writes volumes t0..t0+nb-1 of stage into data, where each voxel's values
- * are contiguous: the block's values of one voxel land side by side, instead
- * of one float per voxel scattered over the whole array. */
-static void scatter_block(const float *stage, size_t nb, size_t t0, struct volume *v)
+/* Writes each voxel's nb values side by side, walking the destination in
+ * order: the raw reads are the scattered ones, and threads write apart. */
+static void *convert_part(void *arg)
 {
+	struct block_part *p = arg;
+	const struct volume *v = p->v;
 	size_t nvox = volume_voxels(v), nt = (size_t)v->dim[3];
+	int64_t nx = v->dim[0], ny = v->dim[1], nz = v->dim[2];
+	bool plain = p->cv->read == read_float32 && p->cv->slope == 1.0 && p->cv->inter == 0.0;
+	const float *raw_f = (const float *)(const void *)p->raw;
 
-	for (int64_t z = 0, i = 0; z < v->dim[2]; z++)
-		for (int64_t y = 0; y < v->dim[1]; y++)
-			for (int64_t x = 0; x < v->dim[0]; x++, i++) {
-				float *dst = v->data + volume_index(v, x, y, z) * nt + t0;
-				for (size_t b = 0; b < nb; b++)
-					dst[b] = stage[b * nvox + (size_t)i];
+	p->bad = SIZE_MAX;
+	for (int64_t x = p->x0; x < p->x1; x++)
+		for (int64_t y = 0; y < ny; y++)
+			for (int64_t z = 0; z < nz; z++) {
+				size_t i = (size_t)((z * ny + y) * nx + x);
+				float *dst = v->data + volume_index(v, x, y, z) * nt + p->t0;
+				for (size_t b = 0; b < p->nb; b++) {
+					size_t k = b * nvox + i;
+					float f = plain ? raw_f[k] : convert_value(p, k);
+					dst[b] = f;
+					if (!isfinite(f) && k < p->bad)
+						p->bad = k;
+				}
 			}
+	return NULL;
+}
+
+static size_t load_threads(int64_t nx)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t n = cpus > 0 ? (size_t)cpus : 1;
+
+	n = n > MAX_LOAD_THREADS ? MAX_LOAD_THREADS : n;
+	return n > (size_t)nx ? (size_t)nx : n;
+}
+
+/* Converts a block on up to load_threads() threads; returns the first
+ * non-finite value's index (b * nvox + i) or SIZE_MAX. A thread that cannot
+ * start leaves its share to the calling thread. */
+static size_t convert_block(const unsigned char *raw, const struct conversion *cv, size_t nb,
+			    size_t t0, struct volume *v)
+{
+	struct block_part parts[MAX_LOAD_THREADS];
+	size_t n = load_threads(v->dim[0]), bad = SIZE_MAX;
+	bool started[MAX_LOAD_THREADS] = { false };
+
+	for (size_t k = 0; k < n; k++) {
+		parts[k] = (struct block_part){ .raw = raw, .cv = cv, .v = v, .nb = nb, .t0 = t0,
+						.x0 = v->dim[0] * (int64_t)k / (int64_t)n,
+						.x1 = v->dim[0] * (int64_t)(k + 1) / (int64_t)n };
+		if (k > 0)
+			started[k] = pthread_create(&parts[k].thread, NULL, convert_part,
+						    &parts[k]) == 0;
+	}
+	convert_part(&parts[0]);
+	for (size_t k = 1; k < n; k++) {
+		if (started[k])
+			pthread_join(parts[k].thread, NULL);
+		else
+			convert_part(&parts[k]);
+	}
+	for (size_t k = 0; k < n; k++)
+		bad = parts[k].bad < bad ? parts[k].bad : bad;
+	return bad;
 }
 
 /* Reads whole volumes a block at a time (the file is t-slowest, the data
- * t-fastest), converting and checking each value. */
+ * t-fastest), converting and checking each value. Blocks of 16 volumes give
+ * each voxel a cache line of float values per pass. */
 static int read_volumes(znzFile fp, const char *path, const char *field, const nifti_image *nim,
 			const struct conversion *cv, struct volume *v, struct errbuf *err)
 {
 	size_t nvox = volume_voxels(v), nt = (size_t)v->dim[3];
 	size_t vol_bytes = nvox * cv->size;
-	size_t block = STAGE_BYTES / (nvox * sizeof(float));
+	size_t block = BLOCK_BYTES / vol_bytes;
 	int swap = nim->swapsize > 1 && nim->byteorder != nifti_short_order();
 	unsigned char *raw;
-	float *stage;
 	int rc = 0;
 
-	block = block < 1 ? 1 : block > nt ? nt : block;
-	raw = malloc(vol_bytes);
-	stage = malloc(block * nvox * sizeof(float));
-	if (!raw || !stage) {
-		free(raw);
-		free(stage);
+	block = block < 1 ? 1 : block > BLOCK_VOLUMES ? BLOCK_VOLUMES : block;
+	block = block > nt ? nt : block;
+	raw = malloc(block * vol_bytes);
+	if (!raw)
 		return errbuf_set(err, -ENOMEM, field, "%s: out of memory", path);
-	}
 	for (size_t t0 = 0; t0 < nt && rc == 0; t0 += block) {
-		size_t nb = nt - t0 < block ? nt - t0 : block;
-		for (size_t b = 0; b < nb && rc == 0; b++) {
-			size_t bad;
-			if (znzread(raw, 1, vol_bytes, fp) != vol_bytes) {
-				rc = errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: "
-						"voxel data ended early", path);
-				break;
-			}
-			if (swap)
-				nifti_swap_Nbytes((int64_t)nvox, nim->swapsize, raw);
-			bad = convert_volume(raw, cv, nvox, stage + b * nvox);
-			if (bad < nvox)
-				rc = errbuf_set(err, -EINVAL, field,
-						"%s: non-finite value at voxel (%lld, %lld, %lld), volume %zu",
-						path, (long long)(bad % (size_t)v->dim[0]),
-						(long long)(bad / (size_t)v->dim[0] % (size_t)v->dim[1]),
-						(long long)(bad / ((size_t)v->dim[0] * (size_t)v->dim[1])),
-						t0 + b);
+		size_t nb = nt - t0 < block ? nt - t0 : block, bad;
+		if (znzread(raw, 1, nb * vol_bytes, fp) != nb * vol_bytes) {
+			rc = errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: "
+					"voxel data ended early", path);
+			break;
 		}
-		if (rc == 0)
-			scatter_block(stage, nb, t0, v);
+		if (swap)
+			nifti_swap_Nbytes((int64_t)(nb * nvox), nim->swapsize, raw);
+		bad = convert_block(raw, cv, nb, t0, v);
+		if (bad != SIZE_MAX) {
+			size_t i = bad % nvox;
+			rc = errbuf_set(err, -EINVAL, field,
+					"%s: non-finite value at voxel (%lld, %lld, %lld), volume %zu",
+					path, (long long)(i % (size_t)v->dim[0]),
+					(long long)(i / (size_t)v->dim[0] % (size_t)v->dim[1]),
+					(long long)(i / ((size_t)v->dim[0] * (size_t)v->dim[1])),
+					t0 + bad / nvox);
+		}
 	}
 	free(raw);
-	free(stage);
 	return rc;
 }
 
