@@ -182,6 +182,10 @@ static enum api_error job_error_kind(const struct job_info *info)
 		return ERR_TOO_LARGE_FOR_DEVICE;
 	if (info->error_code == -ESHUTDOWN)
 		return ERR_SHUTTING_DOWN;
+	if (info->error_code == -EINTR)
+		return ERR_INTERRUPTED;
+	if (info->error_code == -ENOSPC && strcmp(info->error.field, "output") == 0)
+		return ERR_INSUFFICIENT_STORAGE;
 	if (strcmp(info->error.field, "device") == 0 || info->error_code == -ENOMEM ||
 	    strncmp(info->error.field, "output", 6) == 0 || info->error.field[0] == '\0')
 		return ERR_INTERNAL;
@@ -652,7 +656,10 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 		jobspec_free(&spec);
 		return answer_error(api, conn, e, err.field, "%s", err.message);
 	}
-	r = jobs_submit(api->cfg.jobs, &spec, &info, &err);
+	r = jobs_submit(api->cfg.jobs, &spec, req->body, &info, &err);
+	if (r == -ENOSPC)
+		return answer_error(api, conn, ERR_INSUFFICIENT_STORAGE, "", "the spool is full: "
+				    "%s", err.message);
 	if (r == -EAGAIN)
 		return answer_error(api, conn, ERR_QUEUE_FULL, "", "%s", err.message);
 	if (r == -ESHUTDOWN)
@@ -731,10 +738,15 @@ static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *con
 		return answer_error(api, conn, ERR_PAYLOAD_TOO_LARGE, "", "the upload is over %llu "
 				    "bytes (max_upload_bytes)",
 				    (unsigned long long)api->cfg.max_upload_bytes);
+	if (req->upload_error == -ENOSPC)
+		return answer_error(api, conn, ERR_INSUFFICIENT_STORAGE, "", "%s",
+				    req->upload_err.message);
 	if (req->upload_error)
 		return answer_error(api, conn, ERR_INTERNAL, "", "%s", req->upload_err.message);
 	r = store_writer_finish(req->upload, &entry, &err);
 	req->upload = NULL;
+	if (r == -ENOSPC)
+		return answer_error(api, conn, ERR_INSUFFICIENT_STORAGE, "", "%s", err.message);
 	if (r == -EMEDIUMTYPE || r == -EINVAL)
 		return answer_error(api, conn, r == -EINVAL ? ERR_INVALID_INPUT
 							    : ERR_UNSUPPORTED_MEDIA_TYPE, "", "%s",
@@ -948,6 +960,12 @@ static void take_body(struct api *api, struct request *req, const char *data, si
 		if (!req->upload_error)
 			req->upload_error = store_writer_append(req->upload, data, size,
 								&req->upload_err);
+		/* A failed upload's temporary file goes now, not when the client
+		 * has sent the rest: on a full disk, that space is what others need. */
+		if (req->upload_error) {
+			store_writer_abort(req->upload);
+			req->upload = NULL;
+		}
 		return;
 	}
 	if (req->body_too_large || req->body_len + size > api->cfg.max_request_bytes) {

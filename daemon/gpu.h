@@ -100,7 +100,16 @@ int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err);
 int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
 		       struct errbuf *err);
+/* A submit that fails for another reason than memory (VK_ERROR_DEVICE_LOST)
+ * marks the context lost: see gpu_lost. */
 int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
+
+/* Whether a submit failed for good: the context and every buffer and
+ * pipeline on it are useless; close it and open another. Test hook: the
+ * environment variable TRACTD_FAULT_DEVICE_LOST_AFTER=N makes the first
+ * context of the process fail its submit number N+1 with
+ * VK_ERROR_DEVICE_LOST (README, "Testing"). */
+bool gpu_lost(const struct gpu_ctx *ctx);
 
 /* Seconds spent in shaderc + vkCreateComputePipelines so far (for statistics). */
 double gpu_compile_seconds(const struct gpu_ctx *ctx);

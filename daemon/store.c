@@ -129,6 +129,13 @@ void store_close(struct store *s)
 
 /* ---- writing ---- */
 
+/* A full disk and a full quota are the client's "insufficient storage"
+ * (-ENOSPC); other write errors are the server's (-EIO). */
+static bool no_space(int e)
+{
+	return e == ENOSPC || e == EDQUOT;
+}
+
 static void writer_free(struct store_writer *w)
 {
 	if (w->fd >= 0)
@@ -156,8 +163,8 @@ int store_writer_new(struct store *s, uint64_t max_bytes, struct store_writer **
 	snprintf(w->tmp, len, "%s/%s", s->dir, TMP_NAME);
 	w->fd = mkostemp(w->tmp, O_CLOEXEC);
 	if (w->fd < 0) {
-		rc = errbuf_set(err, -EIO, "", "cannot create a file in %s: %s", s->dir,
-				strerror(errno));
+		rc = errbuf_set(err, no_space(errno) ? -ENOSPC : -EIO, "", "cannot create a file in "
+				"%s: %s", s->dir, strerror(errno));
 		writer_free(w);
 		return rc;
 	}
@@ -231,7 +238,7 @@ int store_writer_append(struct store_writer *w, const void *data, size_t len, st
 	rc = write_all(w->fd, data, len);
 	if (rc < 0) {
 		snprintf(why, sizeof(why), "cannot write the upload: %s", strerror(-rc));
-		return writer_fail(w, -EIO, err, why);
+		return writer_fail(w, no_space(-rc) ? -ENOSPC : -EIO, err, why);
 	}
 	w->bytes += len;
 	return 0;
@@ -300,7 +307,8 @@ static int sync_file(struct store_writer *w, struct errbuf *err)
 		int rc = -errno;
 
 		close(fd);
-		return errbuf_set(err, -EIO, "", "cannot sync the upload: %s", strerror(-rc));
+		return errbuf_set(err, no_space(-rc) ? -ENOSPC : -EIO, "", "cannot sync the upload: "
+				  "%s", strerror(-rc));
 	}
 	if (close(fd) < 0)
 		return errbuf_set(err, -EIO, "", "cannot close the upload: %s", strerror(errno));
