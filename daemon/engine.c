@@ -1009,27 +1009,50 @@ static void fill_params(struct job_run *run)
 	run->params.work[3] = (uint32_t)job->max_attempts;
 }
 
-/* Dispatches items [0, n) of a kernel, split where the workgroup count limit
- * requires it. */
+/* Items one submit may carry: an item runs up to max_steps steps (a line;
+ * a seed's init is cheaper, bounded alike for simplicity). */
+static uint64_t items_per_submit(const struct job_run *run)
+{
+	uint64_t steps = run->opts->max_dispatch_steps ? run->opts->max_dispatch_steps
+						       : ENGINE_MAX_DISPATCH_STEPS;
+	uint64_t items = steps / (uint64_t)run->job->max_steps;
+
+	return items ? items : 1;
+}
+
+/* Dispatches items [0, n) of a kernel: one submit per items_per_submit, so
+ * that no submit runs long enough to trip a GPU watchdog, each split where
+ * the workgroup count limit requires it. Items carry their global index
+ * (work[0]), so the split changes no output. */
 static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipeline *pipe,
 			  struct gpu_buffer *const *buffers, uint64_t n, struct errbuf *err)
 {
 	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
 	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan->items;
+	uint64_t per_submit = items_per_submit(run), submits = 0;
 	double t0 = timing_now();
-	int r = gpu_batch_begin(run->gpu, err);
+	int r = 0;
 
-	for (uint64_t first = 0; r == 0 && first < n; first += per_dispatch) {
-		uint64_t count = min_u64(per_dispatch, n - first);
-		run->params.work[0] = (uint32_t)first;
-		run->params.work[1] = (uint32_t)count;
-		r = gpu_batch_dispatch(run->gpu, pipe, buffers, &run->params,
-				       (uint32_t)((count + run->plan->items - 1) / run->plan->items), err);
+	for (uint64_t start = 0; r == 0 && start < n; start += per_submit) {
+		uint64_t end = min_u64(n, start + per_submit);
+
+		r = gpu_batch_begin(run->gpu, err);
+		for (uint64_t first = start; r == 0 && first < end; first += per_dispatch) {
+			uint64_t count = min_u64(per_dispatch, end - first);
+			run->params.work[0] = (uint32_t)first;
+			run->params.work[1] = (uint32_t)count;
+			r = gpu_batch_dispatch(run->gpu, pipe, buffers, &run->params,
+					       (uint32_t)((count + run->plan->items - 1) /
+							  run->plan->items), err);
+		}
+		if (r == 0)
+			r = gpu_batch_submit_wait(run->gpu, err);
+		submits++;
 	}
-	if (r == 0)
-		r = gpu_batch_submit_wait(run->gpu, err);
+	run->stats->submits += submits;
 	run->stats->kernel_seconds += timing_now() - t0;
-	log_debug("%s: %llu items in %.4f s", what, (unsigned long long)n, timing_now() - t0);
+	log_debug("%s: %llu items in %llu submit(s), %.4f s", what, (unsigned long long)n,
+		  (unsigned long long)submits, timing_now() - t0);
 	return r;
 }
 
