@@ -858,9 +858,9 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json,
 	/* Recorded before it is listed: a job the client was told about is
 	 * never lost by a crash. A full disk refuses the job rather than run
 	 * one whose result could not be kept. */
-	else if ((r = spool_record_write(jobs->spool_dir, &job->info, job->spec_json, err)) < 0)
-		;
-	else if (add_job(jobs, job) < 0) {
+	else
+		r = spool_record_write(jobs->spool_dir, &job->info, job->spec_json, err);
+	if (r == 0 && add_job(jobs, job) < 0) {
 		spool_record_remove(jobs->spool_dir, job->info.id);
 		r = errbuf_set(err, -ENOMEM, "", "out of memory");
 	}
