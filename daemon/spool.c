@@ -71,13 +71,35 @@ static json_t *stats_json(const struct engine_stats *s)
 	return doc;
 }
 
+/* A JSON string of text. Error messages quote what clients sent, cut to
+ * fit (possibly inside a UTF-8 sequence), and JSON strings must be UTF-8:
+ * such text is kept with '?' for every non-ASCII byte rather than lose the
+ * record. */
+static json_t *text_json(const char *text)
+{
+	json_t *s = json_string(text);
+	char *copy;
+
+	if (s)
+		return s;
+	copy = strdup(text);
+	if (!copy)
+		return NULL;
+	for (char *p = copy; *p; p++)
+		if ((unsigned char)*p >= 0x80)
+			*p = '?';
+	s = json_string(copy);
+	free(copy);
+	return s;
+}
+
 static json_t *record_json(const struct job_info *info, const char *spec_json)
 {
 	char result[JOB_ID_LEN + sizeof(RESULT_EXT)];
 	json_t *spec = spec_json ? json_loads(spec_json, 0, NULL) : NULL;
 	json_t *error = info->state == JOB_FAILED
-		? json_pack("{s:i, s:s, s:s}", "errno", info->error_code, "field",
-			    info->error.field, "message", info->error.message)
+		? json_pack("{s:i, s:o, s:o}", "errno", info->error_code, "field",
+			    text_json(info->error.field), "message", text_json(info->error.message))
 		: json_null();
 
 	spool_result_name(info->id, result, sizeof(result));
@@ -230,6 +252,21 @@ static int parse_stats(json_t *doc, struct engine_stats *s, struct errbuf *err)
 	return 0;
 }
 
+/* src (UTF-8) into dst[len], cut if need be at a character boundary, so
+ * that the copy is UTF-8 too. */
+static void copy_utf8(char *dst, size_t len, const char *src)
+{
+	size_t n = strlen(src);
+
+	if (n >= len) {
+		n = len - 1;
+		while (n > 0 && ((unsigned char)src[n] & 0xc0) == 0x80)
+			n--;
+	}
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
 static int parse_error(json_t *doc, struct job_info *info, struct errbuf *err)
 {
 	const char *field, *message;
@@ -239,14 +276,17 @@ static int parse_error(json_t *doc, struct job_info *info, struct errbuf *err)
 	if (json_is_null(doc))
 		return info->state == JOB_FAILED
 			? errbuf_set(err, -EINVAL, "error", "a failed job without its error") : 0;
+	/* Only failed jobs have one (and only theirs is written back). */
+	if (info->state != JOB_FAILED)
+		return errbuf_set(err, -EINVAL, "error", "an error on a job that did not fail");
 	if (json_unpack_ex(doc, &je, 0, "{s:i, s:s, s:s}", "errno", &code, "field", &field,
 			   "message", &message) < 0)
 		return errbuf_set(err, -EINVAL, "error", "%s", je.text);
 	if (code >= 0)
 		return errbuf_set(err, -EINVAL, "error.errno", "not a negative errno");
 	info->error_code = code;
-	snprintf(info->error.field, sizeof(info->error.field), "%s", field);
-	snprintf(info->error.message, sizeof(info->error.message), "%s", message);
+	copy_utf8(info->error.field, sizeof(info->error.field), field);
+	copy_utf8(info->error.message, sizeof(info->error.message), message);
 	return 0;
 }
 
