@@ -233,7 +233,7 @@ def test_client_killed_mid_stream(daemon_factory, phantom):
     d = daemon_factory()
     ids = upload_phantom(d.api, phantom)
     out = short_tmpdir() / "stream.trk"
-    body = json.dumps(server_job(phantom, ids, count=60000, rng_seed=8))
+    body = json.dumps(server_job(phantom, ids, count=12000, rng_seed=8))
     curl = subprocess.Popen([CURL, "-sS", "--unix-socket", str(d.sock), "-o", str(out),
                              "-H", "Content-Type: application/json", "--data-binary", body,
                              "http://localhost/v1/jobs?wait=stream"],
