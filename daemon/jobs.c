@@ -439,7 +439,8 @@ static bool spool_is_full(const struct jobs *jobs)
  * error "insufficient_storage" (field "output"), whatever the writer said. */
 static int check_spool_full(struct jobs *jobs, int r, int write_errno, struct errbuf *err)
 {
-	bool output = r == -ENOSPC || r == -EDQUOT || strncmp(err->field, "output", 6) == 0;
+	/* By field, not code: the GPU reports its own memory running out as -ENOSPC. */
+	bool output = strncmp(err->field, "output", 6) == 0;
 
 	if (r >= 0 || r == -ECANCELED || !output ||
 	    !(write_errno == ENOSPC || write_errno == EDQUOT || spool_is_full(jobs)))
