@@ -125,6 +125,23 @@ def test_sigterm_mid_job_is_recorded(daemon_factory, phantom):
     assert not (spool(d2) / f"{long_id}.tractogram").exists()
 
 
+def test_restart_applies_spool_limits(daemon_factory, phantom):
+    """Reloaded results count against spool_max_bytes: restarted with a spool
+    smaller than a finished result, the daemon expires it (410), and the job
+    stays listed as done with `expired` true."""
+    state = short_tmpdir() / "state"
+    d = daemon_factory(state_dir=state)
+    ids = upload_phantom(d.api, phantom)
+    doc, trk = run_to_completion(d.api, server_job(phantom, ids, count=4000, rng_seed=10))
+    assert len(trk) > (1 << 20), f"the result ({len(trk)} bytes) must outgrow a 1M spool"
+    d.stop()
+    d2 = daemon_factory(state_dir=state, sets=["spool_max_bytes=1M"])
+    after = job_status(d2.api, doc["id"])
+    assert after["status"] == "done" and after["result"]["expired"] is True, after
+    assert d2.api.get(f"/v1/jobs/{doc['id']}/tractogram").status == 410
+    assert not (spool(d2) / f"{doc['id']}.tractogram").exists()
+
+
 # --------------------------------------------------------------------------- disk full
 
 @pytest.fixture
