@@ -39,6 +39,7 @@ struct job {
 	struct job_info info;
 	struct jobspec spec;        /* until the job ends */
 	char *spec_json;            /* the job document as submitted, for its record */
+	bool record_stale;          /* its last record write failed (disk full): retried */
 	bool cancel_requested;
 	bool in_worker;             /* the worker holds it: only the worker may free it */
 	bool deleted;               /* unlisted while the worker held it; freed when let go */
@@ -117,12 +118,26 @@ static void job_free(struct job *job)
  * so that a record never lands after the job's deletion removed it. A
  * failure is logged, not fatal: the job goes on in memory, and after a
  * restart it would read as interrupted. */
-static void save_record(struct jobs *jobs, const struct job *job)
+static void save_record(struct jobs *jobs, struct job *job)
 {
 	struct errbuf err = { 0 };
 
-	if (spool_record_write(jobs->spool_dir, &job->info, job->spec_json, &err) < 0)
-		log_warn("job=%s cannot save its record: %s", job->info.id, err.message);
+	job->record_stale = spool_record_write(jobs->spool_dir, &job->info, job->spec_json,
+					       &err) < 0;
+	if (job->record_stale)
+		log_warn("job=%s cannot save its record (tried again at the next job's end): %s",
+			 job->info.id, err.message);
+}
+
+/* Records that could not be written (a full disk) are written when the next
+ * job ends, when space may have returned: a finished job whose record still
+ * said "running" would read as interrupted after a restart, and lose its
+ * result. Lock held. */
+static void save_stale_records(struct jobs *jobs)
+{
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		if (jobs->jobs[i]->record_stale)
+			save_record(jobs, jobs->jobs[i]);
 }
 
 /* ---- spool housekeeping -------------------------------------------------- */
@@ -555,6 +570,7 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 	}
 	jobspec_free(&job->spec);
 	save_record(jobs, job);
+	save_stale_records(jobs);
 	expire_results(jobs);
 	pthread_cond_broadcast(&jobs->progress);
 	/* A copy for the log: once unlocked, a client may delete the job. */
