@@ -2,6 +2,7 @@
 /* store: content-addressed volume storage on disk (see store.h). */
 #include "store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -93,6 +94,25 @@ static int make_dirs(const char *path, mode_t mode, struct errbuf *err)
 	return rc;
 }
 
+/* Uploads cut off by the daemon's death (SIGKILL, crash) leave their
+ * temporary files: nothing can finish them, so they go at start. */
+static void remove_stale_uploads(int dir_fd)
+{
+	int fd = dup(dir_fd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((e = readdir(d)))
+		if (strncmp(e->d_name, ".tmp-", 5) == 0)
+			unlinkat(dir_fd, e->d_name, 0);
+	closedir(d);
+}
+
 int store_open(const char *root, struct store **ret, struct errbuf *err)
 {
 	size_t len = strlen(root) + sizeof("/" VOLUMES_DIR);
@@ -110,6 +130,8 @@ int store_open(const char *root, struct store **ret, struct errbuf *err)
 		if (s->dir_fd < 0)
 			rc = errbuf_set(err, -errno, "", "cannot open %s: %s", s->dir,
 					strerror(errno));
+		else
+			remove_stale_uploads(s->dir_fd);
 	}
 	if (rc < 0) {
 		free(s);

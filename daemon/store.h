@@ -32,7 +32,8 @@ struct store_entry {
 	enum store_kind kind;
 };
 
-/* Opens (creating if needed, mode 0700) <root>/volumes. */
+/* Opens (creating if needed, mode 0700) <root>/volumes and removes the
+ * temporary files of uploads an earlier process did not finish. */
 int store_open(const char *root, struct store **ret, struct errbuf *err);
 void store_close(struct store *s);   /* accepts NULL */
 

@@ -69,6 +69,7 @@ def test_sigkill_mid_job_and_restart(daemon_factory, phantom):
     (spool(d) / "j-fedcba9876543210.tractogram").write_bytes(b"orphan")
     (spool(d) / ".rec-XyZ123").write_text("half a record")
     (spool(d) / "notes.txt").write_text("not ours")
+    (d.state_dir / "volumes" / ".tmp-AbC123").write_bytes(b"an upload cut off by the kill")
 
     d2 = daemon_factory(state_dir=state)
     doc = job_status(d2.api, done_id)
@@ -98,6 +99,7 @@ def test_sigkill_mid_job_and_restart(daemon_factory, phantom):
     assert (spool(d2) / "notes.txt").exists(), "a foreign file was removed"
     assert not (spool(d2) / ".rec-XyZ123").exists(), "a stale temporary record was kept"
     assert not (spool(d2) / "j-fedcba9876543210.tractogram").exists(), "an orphan was kept"
+    assert not list((d2.state_dir / "volumes").glob(".tmp-*")), "a stale upload was kept"
 
     # New jobs run; the same job gives the same bytes.
     doc, trk = run_to_completion(d2.api, job)
