@@ -298,3 +298,68 @@ boot_case=${BENCH_BOOT_CASE:-stanford}
 if [ "$boot_case" != none ]; then
 	bench_boot "$boot_case"
 fi
+
+# Any size: prob on an HCP-sized phantom (145x174x145, repulsion724: a 9.9 GiB
+# ODF, over one binding and one allocation on every device) with
+# BENCH_SIZE_SEEDS seed counts (default "1000000 10000000"), end to end (read
+# the ODF, upload it in pages, track, write the TRK), with the peak GPU memory
+# tractd allocated and the process's peak resident memory. BENCH_SIZE_CASE:
+# hcp (default), stanford or none; BENCH_SIZE_STORAGE: tracking.odf_storage
+# (default auto). The phantom's ODF takes ~10 GiB of disk and a minute to write;
+# the TRK of 10 million seeds ~8 GiB. BENCH_SIZE_DEVICES (e.g. "0,1") adds a run
+# of the last seed count spread over those devices, for the multi-GPU speed-up.
+bench_size() { # CASE
+	case $1 in
+	hcp)      grid=145,174,145 ;;
+	stanford) grid=81,106,76 ;;
+	*) echo "unknown size case $1" >&2; exit 2 ;;
+	esac
+	ph="$dir/size_$1"
+	[ -f "$ph/job.json" ] || "$tractd" -q phantom --dim "$grid" --sphere repulsion724 \
+		--uncompressed --no-dwi "$ph"
+	abs=$(cd "$ph" && pwd)
+	storage=${BENCH_SIZE_STORAGE:-auto}
+	echo
+	echo "any size: prob, $1 phantom $(echo "$grid" | tr , x), repulsion724," \
+		"odf_storage $storage, end to end"
+	printf '  %-9s %-8s %11s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n' seeds devices \
+		streamlines load upload compile track write total seeds/s gpu_GiB host_GiB
+	runs=""
+	for n in ${BENCH_SIZE_SEEDS:-1000000 10000000}; do runs="$runs $n:-"; last=$n; done
+	[ -n "${BENCH_SIZE_DEVICES:-}" ] && runs="$runs $last:$BENCH_SIZE_DEVICES"
+	for r in $runs; do
+		n=${r%%:*}
+		devs=${r#*:}
+		cat >"$ph/job_$n.json" <<JOB
+{"inputs": {"odf": "$abs/odf.nii", "stop_map": "$abs/fa.nii"},
+ "seeds": {"roi": "$abs/seed_roi.nii", "count": $n, "rng_seed": 0},
+ "tracking": {"sphere": "repulsion724", "odf_storage": "$storage"}}
+JOB
+		opt=$device_opt
+		[ "$devs" != - ] && opt="--device $devs"
+		stats="$ph/stats_$n.json"
+		start=$(now)
+		# shellcheck disable=SC2086
+		if ! "$tractd" -q run "$ph/job_$n.json" -o "$ph/tracks.trk" --stats-json "$stats" \
+			$opt 2>"$ph/err.txt"; then
+			echo "  $n: skipped: $(tail -n 1 "$ph/err.txt")"
+			continue
+		fi
+		wall=$(awk -v a="$start" -v b="$(now)" 'BEGIN { print b - a }')
+		awk -v n="$n" -v d="$(json_number "$stats" devices)" \
+		    -v sl="$(json_number "$stats" streamlines)" -v l="$(json_number "$stats" load)" \
+		    -v u="$(json_number "$stats" upload)" -v co="$(json_number "$stats" compile)" \
+		    -v t="$(json_number "$stats" track)" -v w="$(json_number "$stats" write)" \
+		    -v tot="$wall" -v g="$(json_number "$stats" gpu_peak_bytes)" \
+		    -v h="$(json_number "$stats" host_peak_bytes)" 'BEGIN {
+			printf "  %-9d %-8d %11d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %10.0f %9.2f %9.2f\n",
+			       n, d, sl, l, u, co, t, w, tot, n / t, g / 2^30, h / 2^30 }'
+	done
+	echo "  device: $(json_string "$stats" device) ($(json_string "$stats" odf_storage));" \
+		"total = wall time of the whole command; the TRK is deleted afterwards"
+	rm -f "$ph/tracks.trk"
+}
+size_case=${BENCH_SIZE_CASE:-hcp}
+if [ "$size_case" != none ]; then
+	bench_size "$size_case"
+fi

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "route.h"
 #include "tractogram_read.h"
 
 #define STREAM_BLOCK_BYTES (256u << 10)
@@ -329,6 +330,10 @@ static enum api_error job_error_kind(const struct job_info *info)
 		return ERR_TOO_LARGE_FOR_DEVICE;
 	if (info->error_code == -ESHUTDOWN)
 		return ERR_SHUTTING_DOWN;
+	if (info->error_code == -EINTR)
+		return ERR_INTERRUPTED;
+	if (info->error_code == -ENOSPC && strcmp(info->error.field, "output") == 0)
+		return ERR_INSUFFICIENT_STORAGE;
 	if (strcmp(info->error.field, "device") == 0 || info->error_code == -ENOMEM ||
 	    strncmp(info->error.field, "output", 6) == 0 || info->error.field[0] == '\0')
 		return ERR_INTERNAL;
@@ -595,15 +600,17 @@ static enum MHD_Result fetch_tractogram(struct api *api, struct MHD_Connection *
 					const struct identity *who, const char *id)
 {
 	const char *name = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "format");
+	struct route_query q;
+	struct errbuf err = { 0 };
 	enum output_format want;
 	struct job_info info;
 
-	if (name && output_format_parse(name, &want) < 0)
-		return answer_error(api, conn, ERR_INVALID_PARAMETER, "format", "unknown format "
-				    "'%.40s': expected trk, tck or trx", name);
+	if (route_query(ROUTE_TRACTOGRAM, "GET", name, NULL, &q, &err) < 0)
+		return answer_error(api, conn, ERR_INVALID_PARAMETER, err.field, "%s", err.message);
+	want = q.format;
 	if (get_own_job(api, who, id, &info) < 0)
 		return answer_error(api, conn, ERR_NOT_FOUND, "", "no job %s", id);
-	if (!name || want == info.format || info.state == JOB_FAILED ||
+	if (!q.has_format || want == info.format || info.state == JOB_FAILED ||
 	    info.state == JOB_CANCELLED || info.expired)
 		return answer_tractogram(api, conn, id, MHD_HTTP_OK);
 	if (info.state != JOB_DONE)
@@ -741,8 +748,10 @@ static enum api_error resolve_inputs(struct api *api, struct jobspec *spec, stru
 static bool wants_stream(struct MHD_Connection *conn)
 {
 	const char *wait = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "wait");
+	struct route_query q;
 
-	return wait && strcmp(wait, "stream") == 0;
+	/* POST /v1/jobs reads no parameter that can be refused. */
+	return route_query(ROUTE_JOBS, "POST", NULL, wait, &q, NULL) == 0 && q.stream;
 }
 
 /* ?wait=stream: the answer is the tractogram, or the job's error when it
@@ -826,7 +835,10 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 		jobspec_free(&spec);
 		return answer_error(api, conn, e, err.field, "%s", err.message);
 	}
-	r = jobs_submit(api->cfg.jobs, &spec, req->who.name, &info, &err);
+	r = jobs_submit(api->cfg.jobs, &spec, req->body, req->who.name, &info, &err);
+	if (r == -ENOSPC)
+		return answer_error(api, conn, ERR_INSUFFICIENT_STORAGE, "", "the spool is full: "
+				    "%s", err.message);
 	if (r == -EAGAIN)
 		return answer_error(api, conn, ERR_QUEUE_FULL, "", "%s", err.message);
 	if (r == -ESHUTDOWN)
@@ -919,10 +931,15 @@ static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *con
 		return answer_error(api, conn, ERR_PAYLOAD_TOO_LARGE, "", "the upload is over %llu "
 				    "bytes (max_upload_bytes)",
 				    (unsigned long long)api->cfg.max_upload_bytes);
+	if (req->upload_error == -ENOSPC)
+		return answer_error(api, conn, ERR_INSUFFICIENT_STORAGE, "", "%s",
+				    req->upload_err.message);
 	if (req->upload_error)
 		return answer_error(api, conn, ERR_INTERNAL, "", "%s", req->upload_err.message);
 	r = store_writer_finish(req->upload, &entry, &err);
 	req->upload = NULL;
+	if (r == -ENOSPC)
+		return answer_error(api, conn, ERR_INSUFFICIENT_STORAGE, "", "%s", err.message);
 	if (r == -EMEDIUMTYPE || r == -EINVAL)
 		return answer_error(api, conn, r == -EINVAL ? ERR_INVALID_INPUT
 							    : ERR_UNSUPPORTED_MEDIA_TYPE, "", "%s",
@@ -1013,79 +1030,7 @@ static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
 	return answer_text(api, conn, MHD_HTTP_OK, "text/plain; version=0.0.4", text);
 }
 
-/* ---- routing ------------------------------------------------------------- */
-
-enum route {
-	ROUTE_NONE,
-	ROUTE_HEALTH,
-	ROUTE_METRICS,
-	ROUTE_DEVICE,
-	ROUTE_VOLUMES,
-	ROUTE_VOLUME,
-	ROUTE_JOBS,
-	ROUTE_JOB,
-	ROUTE_TRACTOGRAM,
-};
-
-/* Splits url into a route and its id (for /v1/volumes/ID, /v1/jobs/ID...). */
-static enum route match_route(const char *url, char *id, size_t id_len)
-{
-	static const struct { const char *path; enum route route; } fixed[] = {
-		{ "/healthz", ROUTE_HEALTH }, { "/metrics", ROUTE_METRICS },
-		{ "/v1/device", ROUTE_DEVICE }, { "/v1/volumes", ROUTE_VOLUMES },
-		{ "/v1/jobs", ROUTE_JOBS },
-	};
-	const char *rest;
-	size_t n;
-
-	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
-		if (strcmp(url, fixed[i].path) == 0)
-			return fixed[i].route;
-	if (strncmp(url, "/v1/volumes/", 12) == 0 && url[12] && !strchr(url + 12, '/')) {
-		snprintf(id, id_len, "%s", url + 12);
-		return ROUTE_VOLUME;
-	}
-	if (strncmp(url, "/v1/jobs/", 9) != 0)
-		return ROUTE_NONE;
-	rest = url + 9;
-	n = strcspn(rest, "/");
-	if (n == 0 || n >= id_len)
-		return ROUTE_NONE;
-	memcpy(id, rest, n);
-	id[n] = '\0';
-	if (rest[n] == '\0')
-		return ROUTE_JOB;
-	return strcmp(rest + n, "/tractogram") == 0 ? ROUTE_TRACTOGRAM : ROUTE_NONE;
-}
-
-static const char *allowed_methods(enum route route)
-{
-	switch (route) {
-	case ROUTE_NONE: return "";
-	case ROUTE_HEALTH: return "GET";
-	case ROUTE_METRICS: return "GET";
-	case ROUTE_DEVICE: return "GET";
-	case ROUTE_VOLUMES: return "POST";
-	case ROUTE_VOLUME: return "GET, HEAD";
-	case ROUTE_JOBS: return "GET, POST";
-	case ROUTE_JOB: return "GET, DELETE";
-	case ROUTE_TRACTOGRAM: return "GET";
-	}
-	return "";
-}
-
-static bool method_allowed(enum route route, const char *method)
-{
-	const char *allowed = allowed_methods(route);
-	size_t n = strlen(method);
-
-	/* The list reads "A, B": a match must start the list or follow ", ". */
-	for (const char *p = strstr(allowed, method); p; p = strstr(p + 1, method))
-		if ((p == allowed || (p - allowed >= 2 && p[-2] == ',')) &&
-		    (p[n] == '\0' || p[n] == ','))
-			return true;
-	return false;
-}
+/* ---- routing (decided by route.c) ------------------------------------------ */
 
 static enum MHD_Result answer_not_allowed(struct api *api, struct MHD_Connection *conn,
 					  enum route route, const char *method, const char *url)
@@ -1093,11 +1038,11 @@ static enum MHD_Result answer_not_allowed(struct api *api, struct MHD_Connection
 	char message[300];
 
 	snprintf(message, sizeof(message), "%.20s is not allowed on %.200s (allowed: %s)", method,
-		 url, allowed_methods(route));
+		 url, route_allowed_methods(route));
 	return answer_json_with(api, conn, MHD_HTTP_METHOD_NOT_ALLOWED,
 				json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
 					  error_code(ERR_METHOD_NOT_ALLOWED), "field", "", "message",
-					  message), MHD_HTTP_HEADER_ALLOW, allowed_methods(route));
+					  message), MHD_HTTP_HEADER_ALLOW, route_allowed_methods(route));
 }
 
 static enum MHD_Result dispatch(struct api *api, struct MHD_Connection *conn, enum route route,
@@ -1141,6 +1086,12 @@ static void take_body(struct api *api, struct request *req, const char *data, si
 		if (!req->upload_error)
 			req->upload_error = store_writer_append(req->upload, data, size,
 								&req->upload_err);
+		/* A failed upload's temporary file goes now, not when the client
+		 * has sent the rest: on a full disk, that space is what others need. */
+		if (req->upload_error) {
+			store_writer_abort(req->upload);
+			req->upload = NULL;
+		}
 		return;
 	}
 	if (req->body_too_large || req->body_len + size > api->cfg.max_request_bytes) {
@@ -1183,8 +1134,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	const struct listener *listener = cls;
 	struct api *api = listener->api;
 	struct request *req = *con_cls;
-	char id[128] = "";
-	enum route route = match_route(url, id, sizeof(id));
+	struct route_match match;
+	enum route route = route_match(url, &match);
+	const char *id = match.id;
 
 	(void)version;
 	if (!req) {
@@ -1201,7 +1153,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 					    "credentials of the Unix socket");
 		if (route == ROUTE_NONE)
 			return answer_error(api, conn, ERR_NOT_FOUND, "", "no such resource: %.200s", url);
-		if (!method_allowed(route, method))
+		if (!route_method_allowed(route, method))
 			return answer_not_allowed(api, conn, route, method, url);
 		req = new_request(api, route, method);
 		if (!req)

@@ -37,6 +37,7 @@
 #define TARGET_WORKGROUP_LANES 64
 #define FIRST_TIMED_CHUNK_SEEDS 256
 #define CHUNKS_PER_DEVICE 8
+#define SUBMIT_SECONDS 0.25
 struct engine_inputs {
 	struct volume odf;        /* inputs.odf: the ODF on the sphere's vertices, clipped */
 	struct volume sh;         /* inputs.sh: its coefficients (a dwi job's are fit.sh) */
@@ -1114,6 +1115,7 @@ struct job_run {
 	struct job_host h;
 	struct kernel_params params;
 	struct engine_stats stats;   /* this device's kernels, chunks, batches */
+	double rate[3];              /* items per second of track, compact, init */
 	uint64_t chunk;              /* index of the chunk it tracks */
 	struct errbuf err;
 	pthread_t thread;
@@ -1151,27 +1153,62 @@ static void fill_params(struct job_run *run)
 	run->params.work[3] = (uint32_t)job->max_attempts;
 }
 
-/* Dispatches items [0, n) of a kernel, split where the workgroup count limit
- * requires it. */
+/* Items one submit may carry. The first submit of a kernel carries
+ * ENGINE_MAX_DISPATCH_STEPS worst-case steps (every item running max_steps),
+ * which any device runs quickly; later ones about SUBMIT_SECONDS of work at
+ * the rate measured so far, so a fast GPU is not starved of items and no
+ * submit runs long enough to trip a GPU watchdog. --max-dispatch-steps
+ * fixes the bound instead. */
+static uint64_t items_per_submit(const struct job_run *run, double rate)
+{
+	uint64_t fixed = run->sh->opts->max_dispatch_steps;
+	uint64_t first = (fixed ? fixed : ENGINE_MAX_DISPATCH_STEPS) / (uint64_t)run->job->max_steps;
+	double sized = rate * SUBMIT_SECONDS;
+
+	first = first ? first : 1;
+	if (fixed || sized <= (double)first)
+		return first;
+	return sized >= (double)UINT32_MAX ? UINT32_MAX : (uint64_t)sized;
+}
+
+/* Dispatches items [0, n) of a kernel in submits of items_per_submit, each
+ * split where the workgroup count limit requires it; *rate keeps the
+ * kernel's items per second. Items carry their global index (work[0]), so
+ * the split changes no output. */
 static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipeline *pipe,
-			  struct gpu_buffer *const *buffers, uint64_t n, struct errbuf *err)
+			  struct gpu_buffer *const *buffers, uint64_t n, double *rate,
+			  struct errbuf *err)
 {
 	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
 	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan.items;
+	uint64_t submits = 0;
 	double t0 = timing_now();
-	int r = gpu_batch_begin(run->gpu, err);
+	int r = 0;
 
-	for (uint64_t first = 0; r == 0 && first < n; first += per_dispatch) {
-		uint64_t count = min_u64(per_dispatch, n - first);
-		run->params.work[0] = (uint32_t)first;
-		run->params.work[1] = (uint32_t)count;
-		r = gpu_batch_dispatch(run->gpu, pipe, buffers, &run->params,
-				       (uint32_t)((count + run->plan.items - 1) / run->plan.items), err);
+	for (uint64_t start = 0; r == 0 && start < n; submits++) {
+		uint64_t end = min_u64(n, start + items_per_submit(run, *rate));
+		double t_submit = timing_now(), took;
+
+		r = gpu_batch_begin(run->gpu, err);
+		for (uint64_t first = start; r == 0 && first < end; first += per_dispatch) {
+			uint64_t count = min_u64(per_dispatch, end - first);
+			run->params.work[0] = (uint32_t)first;
+			run->params.work[1] = (uint32_t)count;
+			r = gpu_batch_dispatch(run->gpu, pipe, buffers, &run->params,
+					       (uint32_t)((count + run->plan.items - 1) / run->plan.items),
+					       err);
+		}
+		if (r == 0)
+			r = gpu_batch_submit_wait(run->gpu, err);
+		took = timing_now() - t_submit;
+		if (took > 0.0)
+			*rate = (double)(end - start) / took;
+		start = end;
 	}
-	if (r == 0)
-		r = gpu_batch_submit_wait(run->gpu, err);
+	run->stats.submits += submits;
 	run->stats.kernel_seconds += timing_now() - t0;
-	log_debug("%s: %llu items in %.4f s", what, (unsigned long long)n, timing_now() - t0);
+	log_debug("%s: %llu items in %llu submit(s), %.4f s", what, (unsigned long long)n,
+		  (unsigned long long)submits, timing_now() - t0);
 	return r;
 }
 
@@ -1334,7 +1371,7 @@ static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
 		r = gpu_upload(run->gpu, g->line_id, 0, run->h.line_id + 2 * first_line, 8 * n_lines, err);
 	track_bindings(run, buffers);
 	if (r == 0)
-		r = dispatch_items(run, "track", g->track, buffers, n_lines, err);
+		r = dispatch_items(run, "track", g->track, buffers, n_lines, &run->rate[0], err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 12 * n_lines, err);
 	if (r < 0)
@@ -1342,7 +1379,8 @@ static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
 	assign_destinations(&run->h, n_lines, run->job->min_length, run->job->max_length);
 	r = gpu_upload(run->gpu, g->dest, 0, run->h.dest, 4 * n_lines, err);
 	if (r == 0)
-		r = dispatch_items(run, "compact", g->compact, pack_buffers, n_lines, err);
+		r = dispatch_items(run, "compact", g->compact, pack_buffers, n_lines, &run->rate[1],
+				   err);
 	if (r == 0)
 		r = wait_turn(run, err);
 	if (r == 0)
@@ -1387,7 +1425,7 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 				  (unsigned long long)(first_seed + n_seeds));
 	r = gpu_upload(run->gpu, g->seeds, 0, h->seed_xyz, 12 * n_seeds, err);
 	if (r == 0)
-		r = dispatch_items(run, "init", g->init, buffers, n_seeds, err);
+		r = dispatch_items(run, "init", g->init, buffers, n_seeds, &run->rate[2], err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
 	if (r == 0)
@@ -1603,6 +1641,7 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 	total->chunks += dev->chunks;
 	total->batches += dev->batches;
 	total->kernel_seconds += dev->kernel_seconds;
+	total->submits += dev->submits;
 	total->compile_seconds += dev->compile_seconds;
 }
 

@@ -33,8 +33,16 @@
 typedef bool engine_progress_fn(void *userdata, uint64_t seeds_done, uint64_t seeds_total,
 				uint64_t streamlines);
 
+/* The default bound on one submit's work, in streamline steps: a few
+ * milliseconds on a discrete GPU, well under a second on lavapipe, so that
+ * no single submit of a huge chunk runs into a driver's GPU-hang timeout
+ * (TDR) on a slow device, whatever the chunk size. */
+#define ENGINE_MAX_DISPATCH_STEPS (1ull << 22)
+
 struct engine_options {
 	uint64_t max_chunk_seeds;   /* 0: as many as the limits allow */
+	uint64_t max_dispatch_steps; /* tracking steps one GPU submit may run at most
+				     * (items x max_steps); 0: ENGINE_MAX_DISPATCH_STEPS */
 	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
 	double chunk_seconds;       /* > 0: size chunks to take about this long, so that
 				     * progress, streaming and cancellation stay responsive */
@@ -50,6 +58,7 @@ struct engine_stats {
 	uint64_t points;
 	uint64_t chunks;            /* seed chunks */
 	uint64_t batches;           /* streamline batches */
+	uint64_t submits;           /* kernel submits (each within max_dispatch_steps) */
 	double load_seconds;        /* reading inputs, seeds, sphere */
 	double upload_seconds;
 	double compile_seconds;     /* pipelines compiled during this job */

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <shaderc/shaderc.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -72,7 +73,34 @@ struct gpu_ctx {
 	shaderc_compiler_t compiler;
 	double compile_seconds;
 	struct gpu_limits limits;
+	bool lost;               /* a submit failed for good: every later one fails */
+	bool fault_armed;        /* TRACTD_FAULT_DEVICE_LOST_AFTER applies to this context */
+	uint64_t fault_after;    /* submits that succeed before the injected loss */
+	uint64_t submits;
 };
+
+/* The test hook TRACTD_FAULT_DEVICE_LOST_AFTER=N: the first context the
+ * process opens fails its submit number N+1 as if the device were lost
+ * (lavapipe never loses it), so that the daemon's recovery can be tested.
+ * Only the first context, so the one recreated after the loss works. */
+static atomic_flag fault_taken = ATOMIC_FLAG_INIT;
+
+static void arm_fault(struct gpu_ctx *ctx)
+{
+	const char *value = getenv("TRACTD_FAULT_DEVICE_LOST_AFTER");
+	char *end;
+	unsigned long long n;
+
+	if (!value || !value[0] || atomic_flag_test_and_set(&fault_taken))
+		return;
+	errno = 0;
+	n = strtoull(value, &end, 10);
+	if (errno || *end)
+		return;
+	ctx->fault_armed = true;
+	ctx->fault_after = n;
+	log_debug("fault injection: the device is lost after %llu submits", n);
+}
 
 static const char *vk_result_name(VkResult r)
 {
@@ -603,6 +631,7 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 		r = errbuf_set(err, -ENOMEM, "device", "cannot initialise the shader compiler");
 		goto fail;
 	}
+	arm_fault(ctx);
 	log_debug("device: %s (%s), subgroup %u, binding %llu B, allocation %llu B",
 		  ctx->limits.device_name, ctx->limits.device_type, ctx->limits.subgroup_size,
 		  (unsigned long long)ctx->limits.max_binding_bytes,
@@ -1220,6 +1249,9 @@ int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err)
 		.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
 	};
 
+	if (ctx->lost)
+		return errbuf_set(err, -ENODEV, "device", "the device was lost by an earlier "
+				  "submit");
 	/* Resetting also discards a batch abandoned after an error. */
 	GPU_TRY(err, vkResetDescriptorPool(ctx->device, ctx->descriptor_pool, 0));
 	GPU_TRY(err, vkResetCommandBuffer(ctx->cmd, 0));
@@ -1350,6 +1382,7 @@ int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err)
 		.commandBufferCount = 1,
 		.pCommandBuffers = &ctx->cmd,
 	};
+	VkResult vr;
 
 	if (!ctx->recording)
 		return errbuf_set(err, -EINVAL, "device", "no batch to submit");
@@ -1359,7 +1392,26 @@ int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err)
 			     &to_host, 0, NULL, 0, NULL);
 	GPU_TRY(err, vkEndCommandBuffer(ctx->cmd));
 	GPU_TRY(err, vkResetFences(ctx->device, 1, &ctx->fence));
-	GPU_TRY(err, vkQueueSubmit(ctx->queue, 1, &submit, ctx->fence));
-	GPU_TRY(err, vkWaitForFences(ctx->device, 1, &ctx->fence, VK_TRUE, UINT64_MAX));
-	return 0;
+	if (ctx->fault_armed && ctx->submits >= ctx->fault_after) {
+		ctx->lost = true;
+		return errbuf_set(err, -ENODEV, "device", "the GPU work failed: VK_ERROR_DEVICE_LOST "
+				  "(injected by TRACTD_FAULT_DEVICE_LOST_AFTER)");
+	}
+	ctx->submits++;
+	vr = vkQueueSubmit(ctx->queue, 1, &submit, ctx->fence);
+	if (vr == VK_SUCCESS)
+		vr = vkWaitForFences(ctx->device, 1, &ctx->fence, VK_TRUE, UINT64_MAX);
+	if (vr == VK_SUCCESS)
+		return 0;
+	/* Out of memory leaves the device usable; anything else at submit or wait
+	 * (DEVICE_LOST, a driver reset) leaves the context's state unknown. */
+	if (vr != VK_ERROR_OUT_OF_HOST_MEMORY && vr != VK_ERROR_OUT_OF_DEVICE_MEMORY)
+		ctx->lost = true;
+	return errbuf_set(err, vk_errno(vr), "device", "the GPU work failed: %s",
+			  vk_result_name(vr));
+}
+
+bool gpu_lost(const struct gpu_ctx *ctx)
+{
+	return ctx->lost;
 }

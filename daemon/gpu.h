@@ -109,10 +109,19 @@ int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err);
 int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
 		       struct errbuf *err);
+/* A submit that fails for another reason than memory (VK_ERROR_DEVICE_LOST)
+ * marks the context lost: see gpu_lost. */
 int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
 
 /* The most bytes the context's buffers held at once so far (for statistics). */
 uint64_t gpu_peak_buffer_bytes(const struct gpu_ctx *ctx);
+
+/* Whether a submit failed for good: the context and every buffer and
+ * pipeline on it are useless; close it and open another. Test hook: the
+ * environment variable TRACTD_FAULT_DEVICE_LOST_AFTER=N makes the first
+ * context of the process fail its submit number N+1 with
+ * VK_ERROR_DEVICE_LOST (README, "Testing"). */
+bool gpu_lost(const struct gpu_ctx *ctx);
 
 /* Seconds spent in shaderc + vkCreateComputePipelines so far (for statistics). */
 double gpu_compile_seconds(const struct gpu_ctx *ctx);

@@ -19,18 +19,27 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "log.h"
+#include "spool.h"
 #include "timing.h"
 
 /* Chunk length the engine aims for: how soon progress shows, streamed bytes
  * arrive and a cancellation takes effect. */
 #define CHUNK_SECONDS 0.5
 
+/* The tractogram writers report any failed write as -EIO (stdio loses the
+ * errno), so a failed output with less than this free in the spool is taken
+ * for a full disk: what stdio could not write is one buffer, far less. */
+#define SPOOL_FULL_BYTES (1u << 20)
+
 struct job {
 	struct job_info info;
 	struct jobspec spec;        /* until the job ends */
+	char *spec_json;            /* the job document as submitted, for its record */
+	bool record_stale;          /* its last record write failed (disk full): retried */
 	bool cancel_requested;
 	bool in_worker;             /* the worker holds it: only the worker may free it */
 	bool deleted;               /* unlisted while the worker held it; freed when let go */
@@ -102,7 +111,43 @@ static struct job *find_job(struct jobs *jobs, const char *id)
 
 static void result_path(const struct jobs *jobs, const char *id, char *path, size_t len)
 {
-	snprintf(path, len, "%s/%s.tractogram", jobs->spool_dir, id);
+	char name[JOB_ID_LEN + 32];
+
+	spool_result_name(id, name, sizeof(name));
+	snprintf(path, len, "%s/%s", jobs->spool_dir, name);
+}
+
+static void job_free(struct job *job)
+{
+	jobspec_free(&job->spec);
+	free(job->spec_json);
+	free(job);
+}
+
+/* Writes the job's record after it changed state. Called with the lock held,
+ * so that a record never lands after the job's deletion removed it. A
+ * failure is logged, not fatal: the job goes on in memory, and after a
+ * restart it would read as interrupted. */
+static void save_record(struct jobs *jobs, struct job *job)
+{
+	struct errbuf err = { 0 };
+
+	job->record_stale = spool_record_write(jobs->spool_dir, &job->info, job->spec_json,
+					       &err) < 0;
+	if (job->record_stale)
+		log_warn("job=%s cannot save its record (tried again at the next job's end): %s",
+			 job->info.id, err.message);
+}
+
+/* Records that could not be written (a full disk) are written when the next
+ * job ends, when space may have returned: a finished job whose record still
+ * said "running" would read as interrupted after a restart, and lose its
+ * result. Lock held. */
+static void save_stale_records(struct jobs *jobs)
+{
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		if (jobs->jobs[i]->record_stale)
+			save_record(jobs, jobs->jobs[i]);
 }
 
 /* ---- spool housekeeping -------------------------------------------------- */
@@ -418,6 +463,29 @@ static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engin
 	return r;
 }
 
+static bool spool_is_full(const struct jobs *jobs)
+{
+	struct statvfs st;
+
+	return statvfs(jobs->spool_dir, &st) == 0 &&
+	       (uint64_t)st.f_bavail * st.f_frsize < SPOOL_FULL_BYTES;
+}
+
+/* A write of the result that failed for want of space becomes the client's
+ * error "insufficient_storage" (field "output"), whatever the writer said. */
+static int check_spool_full(struct jobs *jobs, int r, int write_errno, struct errbuf *err)
+{
+	/* By field, not code: the GPU reports its own memory running out as -ENOSPC. */
+	bool output = strncmp(err->field, "output", 6) == 0;
+
+	if (r >= 0 || r == -ECANCELED || !output ||
+	    !(write_errno == ENOSPC || write_errno == EDQUOT || spool_is_full(jobs)))
+		return r;
+	return errbuf_set(err, -ENOSPC, "output", "the result spool is full (no space left in "
+			  "the state_dir): the partial result was removed; submit the job again "
+			  "once space is freed");
+}
+
 static int run_job(struct jobs *jobs, struct job *job, struct engine_stats *stats,
 		   struct errbuf *err)
 {
@@ -427,17 +495,53 @@ static int run_job(struct jobs *jobs, struct job *job, struct engine_stats *stat
 
 	result_path(jobs, job->info.id, path, sizeof(path));
 	out = fopen(path, "w+b");
-	if (!out)
-		return errbuf_set(err, -errno, "", "cannot create %s: %s", path, strerror(errno));
+	if (!out) {
+		int e = errno;
+		r = errbuf_set(err, -e, "output", "cannot create %s: %s", path, strerror(e));
+		return check_spool_full(jobs, r, e, err);
+	}
 	r = track_job(jobs, job, out, stats, err);
+	/* The result reaches the disk before the record that says it is done. */
+	if (r == 0 && (fflush(out) != 0 || fsync(fileno(out)) != 0))
+		r = errbuf_set(err, -EIO, "output", "cannot write %s: %s", path, strerror(errno));
 	if (fclose(out) != 0 && r == 0)
-		r = errbuf_set(err, -EIO, "", "cannot write %s", path);
-	return r;
+		r = errbuf_set(err, -EIO, "output", "cannot write %s", path);
+	return check_spool_full(jobs, r, 0, err);
+}
+
+/* Failed and interrupted jobs have no result to serve: their partial file
+ * goes at once, so that it neither fills the spool nor outlives a restart. */
+static void drop_partial_result(struct jobs *jobs, struct job *job)
+{
+	char path[1200];
+
+	result_path(jobs, job->info.id, path, sizeof(path));
+	if (unlink(path) < 0 && errno != ENOENT)
+		log_warn("job=%s cannot remove its partial result: %s", job->info.id,
+			 strerror(errno));
+	jobs->status.spool_bytes -= job->info.bytes < jobs->status.spool_bytes
+					    ? job->info.bytes : jobs->status.spool_bytes;
+	job->info.bytes = 0;
+}
+
+/* What a job stopped by the daemon's own stop (SIGTERM) or death (found at
+ * the next start) reads as: failed, with the reason, never "cancelled",
+ * which is what a client asked for. */
+static void fail_interrupted(struct job *job, bool was_running)
+{
+	job->info.state = JOB_FAILED;
+	job->info.finished = time(NULL);
+	job->info.stage = NULL;
+	job->info.error_code = -EINTR;
+	errbuf_set(&job->info.error, -EINTR, "", was_running
+		   ? "interrupted: the daemon stopped while the job was running; submit it again"
+		   : "interrupted: the daemon stopped before the job ran; submit it again");
 }
 
 static void finish_job(struct jobs *jobs, struct job *job, int r, const struct engine_stats *stats,
 		       const struct errbuf *err)
 {
+	struct job_info ended;
 	char path[1200];
 	struct stat st;
 
@@ -447,10 +551,9 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 	if (job->deleted) {
 		/* Deleted by a client while it ran: no longer listed, nobody else holds it. */
 		unlink(path);
-		jobspec_free(&job->spec);
 		pthread_mutex_unlock(&jobs->lock);
 		log_info("job=%s stopped and deleted owner=%s", job->info.id, job->info.owner);
-		free(job);
+		job_free(job);
 		return;
 	}
 	if (stat(path, &st) == 0) {
@@ -470,6 +573,10 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 		jobs->status.seeds_total += stats->seeds;
 		jobs->status.streamlines_total += stats->streamlines;
 		jobs->status.track_seconds_total += stats->track_seconds;
+	} else if (r == -ECANCELED && jobs->stopping) {
+		fail_interrupted(job, true);
+		jobs->status.failed_total++;
+		drop_partial_result(jobs, job);
 	} else if (r == -ECANCELED) {
 		job->info.finished = time(NULL);
 		job->info.state = JOB_CANCELLED;
@@ -480,22 +587,25 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 		job->info.error_code = r;
 		job->info.error = *err;
 		jobs->status.failed_total++;
+		drop_partial_result(jobs, job);
 	}
 	jobspec_free(&job->spec);
+	save_record(jobs, job);
+	save_stale_records(jobs);
 	expire_results(jobs);
 	pthread_cond_broadcast(&jobs->progress);
+	/* A copy for the log: once unlocked, a client may delete the job. */
+	ended = job->info;
 	pthread_mutex_unlock(&jobs->lock);
-	if (job->cancel_requested)
-		log_info("job=%s cancelled owner=%s", job->info.id, job->info.owner);
-	else if (r == 0)
+	if (ended.state == JOB_DONE)
 		log_info("job=%s done owner=%s: %llu streamlines from %llu seeds, track %.3f s",
-			 job->info.id, job->info.owner, (unsigned long long)stats->streamlines,
+			 ended.id, ended.owner, (unsigned long long)stats->streamlines,
 			 (unsigned long long)stats->seeds, stats->track_seconds);
-	else if (r == -ECANCELED)
-		log_info("job=%s cancelled owner=%s", job->info.id, job->info.owner);
+	else if (ended.state == JOB_CANCELLED)
+		log_info("job=%s cancelled owner=%s", ended.id, ended.owner);
 	else
-		log_info("job=%s failed owner=%s: %s%s%s", job->info.id, job->info.owner, err->field,
-			 err->field[0] ? ": " : "", err->message);
+		log_info("job=%s failed owner=%s: %s%s%s", ended.id, ended.owner, ended.error.field,
+			 ended.error.field[0] ? ": " : "", ended.error.message);
 }
 
 /* When owner's most recent job started (a start_clock value; 0: never). */
@@ -555,6 +665,32 @@ static struct job *next_queued(struct jobs *jobs)
 	return best;
 }
 
+/* After a submit failed for good (VK_ERROR_DEVICE_LOST), the context and
+ * everything made on it are useless: the warm volumes' GPU buffers go with
+ * it, and a fresh context serves the next job. Also retries a context that
+ * could not be reopened last time. Worker thread, lock not held. */
+static void reopen_gpu_if_lost(struct jobs *jobs)
+{
+	struct errbuf err = { 0 };
+
+	if (jobs->gpu && !gpu_lost(jobs->gpu))
+		return;
+	if (jobs->gpu)
+		log_warn("the GPU device was lost: dropping the volume cache and recreating the "
+			 "Vulkan context");
+	while (jobs->n_cache > 0)
+		cache_evict(jobs, jobs->n_cache - 1);
+	gpu_close(jobs->gpu);
+	jobs->gpu = NULL;
+	if (gpu_open(&jobs->cfg.gpu, &jobs->gpu, &err) < 0) {
+		jobs->gpu = NULL;
+		log_error("cannot open the GPU again: %s%s%s (the next job tries again)",
+			  err.field, err.field[0] ? ": " : "", err.message);
+		return;
+	}
+	log_info("the Vulkan context was recreated");
+}
+
 static void *worker_main(void *arg)
 {
 	struct jobs *jobs = arg;
@@ -576,15 +712,92 @@ static void *worker_main(void *arg)
 		job->info.started = time(NULL);
 		note_start(jobs, job->info.owner);
 		job->in_worker = true;
+		/* So that a restart after a crash knows the job had begun. */
+		save_record(jobs, job);
 		pthread_cond_broadcast(&jobs->progress);
 		pthread_mutex_unlock(&jobs->lock);
 		log_info("job=%s started owner=%s", job->info.id, job->info.owner);
-		r = run_job(jobs, job, &stats, &err);
+		reopen_gpu_if_lost(jobs);
+		r = jobs->gpu ? run_job(jobs, job, &stats, &err)
+			      : errbuf_set(&err, -ENODEV, "device", "the GPU is unavailable (it was "
+					   "lost and could not be opened again)");
 		finish_job(jobs, job, r, &stats, &err);
+		reopen_gpu_if_lost(jobs);
 		pthread_mutex_lock(&jobs->lock);
 	}
 	pthread_mutex_unlock(&jobs->lock);
 	return NULL;
+}
+
+/* ---- jobs of an earlier run ------------------------------------------------ */
+
+static int add_job(struct jobs *jobs, struct job *job);
+
+/* What a reloaded job becomes. Queued or running: the daemon died under it
+ * (a stop by signal records the outcome), so it failed as interrupted and
+ * its partial result goes. Done: its result is served again if the file is
+ * whole. Failed or cancelled: nothing to serve, any file goes. */
+static void restore_job(struct jobs *jobs, struct job *job)
+{
+	struct job_info *info = &job->info;
+	char path[1200];
+	struct stat st;
+
+	result_path(jobs, info->id, path, sizeof(path));
+	if (info->state == JOB_QUEUED || info->state == JOB_RUNNING) {
+		fail_interrupted(job, info->state == JOB_RUNNING);
+		info->bytes = 0;
+		unlink(path);
+		save_record(jobs, job);
+		log_warn("job=%s was interrupted by the daemon's death: failed", info->id);
+		return;
+	}
+	if (info->state == JOB_DONE && !info->expired) {
+		if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == info->bytes) {
+			jobs->status.spool_bytes += info->bytes;
+			return;
+		}
+		log_warn("job=%s its result is missing or not of its recorded size: expired",
+			 info->id);
+		info->expired = true;
+	}
+	if (info->state != JOB_DONE)
+		info->bytes = 0;
+	unlink(path);
+}
+
+/* Reloads the records of the spool (before the worker starts: no lock
+ * needed, but the helpers expect it held). */
+static int restore_jobs(struct jobs *jobs, struct errbuf *err)
+{
+	struct spool_record *records;
+	size_t n;
+	int r = spool_load(jobs->spool_dir, &records, &n, err);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&jobs->lock);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		struct job *job = calloc(1, sizeof(*job));
+
+		if (!job || add_job(jobs, job) < 0) {
+			free(job);
+			r = errbuf_set(err, -ENOMEM, "", "out of memory");
+			break;
+		}
+		job->info = records[i].info;
+		job->spec_json = records[i].spec_json;   /* taken */
+		records[i].spec_json = NULL;
+		restore_job(jobs, job);
+	}
+	if (r == 0) {
+		expire_results(jobs);
+		if (n)
+			log_info("spool: %zu job(s) of an earlier run reloaded", n);
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	spool_records_free(records, n);
+	return r;
 }
 
 /* ---- public API ----------------------------------------------------------- */
@@ -604,6 +817,8 @@ int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *
 	r = make_dir(cfg->state_dir, err);
 	if (r == 0)
 		r = make_dir(jobs->spool_dir, err);
+	if (r == 0)
+		r = restore_jobs(jobs, err);
 	if (r == 0)
 		r = gpu_open(&cfg->gpu, &jobs->gpu, err);
 	if (r < 0) {
@@ -636,6 +851,7 @@ void jobs_stop(struct jobs *jobs)
 			job->info.finished = time(NULL);
 			job->info.error_code = -ESHUTDOWN;
 			errbuf_set(&job->info.error, -ESHUTDOWN, "", "the daemon stopped before the job ran");
+			save_record(jobs, job);
 		}
 	}
 	pthread_cond_broadcast(&jobs->work);
@@ -655,10 +871,8 @@ void jobs_free(struct jobs *jobs)
 		cache_evict(jobs, jobs->n_cache - 1);
 	free(jobs->cache);
 	gpu_close(jobs->gpu);
-	for (size_t i = 0; i < jobs->n_jobs; i++) {
-		jobspec_free(&jobs->jobs[i]->spec);
-		free(jobs->jobs[i]);
-	}
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		job_free(jobs->jobs[i]);
 	free(jobs->jobs);
 	free(jobs->turns);
 	pthread_cond_destroy(&jobs->progress);
@@ -711,8 +925,8 @@ static int add_job(struct jobs *jobs, struct job *job)
 	return 0;
 }
 
-int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *owner, struct job_info *ret,
-		struct errbuf *err)
+int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, const char *owner,
+		struct job_info *ret, struct errbuf *err)
 {
 	struct job *job = calloc(1, sizeof(*job));
 	int r;
@@ -723,6 +937,10 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *owner, stru
 	}
 	job->spec = *spec;
 	memset(spec, 0, sizeof(*spec));
+	if (spec_json && !(job->spec_json = strdup(spec_json))) {
+		job_free(job);
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	}
 	job->info.format = job->spec.output_format;
 	job->info.state = JOB_QUEUED;
 	job->info.created = time(NULL);
@@ -740,8 +958,15 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *owner, stru
 		r = errbuf_set(err, -EAGAIN, "", "%s has %llu jobs queued already "
 			       "(max_queued_jobs_per_user)", job->info.owner,
 			       (unsigned long long)jobs->cfg.max_queued_jobs_per_user);
-	else if (add_job(jobs, job) < 0)
+	/* Recorded before it is listed: a job the client was told about is
+	 * never lost by a crash. A full disk refuses the job rather than run
+	 * one whose result could not be kept. */
+	else
+		r = spool_record_write(jobs->spool_dir, &job->info, job->spec_json, err);
+	if (r == 0 && add_job(jobs, job) < 0) {
+		spool_record_remove(jobs->spool_dir, job->info.id);
 		r = errbuf_set(err, -ENOMEM, "", "out of memory");
+	}
 	if (r == 0) {
 		*ret = job->info;
 		log_info("job=%s queued owner=%s", job->info.id, job->info.owner);
@@ -749,8 +974,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *owner, stru
 	}
 	pthread_mutex_unlock(&jobs->lock);
 	if (r < 0) {
-		jobspec_free(&job->spec);
-		free(job);
+		job_free(job);
 		return r;
 	}
 	return 0;
@@ -799,12 +1023,12 @@ static void delete_job(struct jobs *jobs, struct job *job)
 		}
 	}
 	remove_result(jobs, job);
+	spool_record_remove(jobs->spool_dir, job->info.id);
 	if (job->in_worker) {
 		job->deleted = true;
 		return;
 	}
-	jobspec_free(&job->spec);
-	free(job);
+	job_free(job);
 }
 
 int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret)
@@ -828,6 +1052,9 @@ int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret)
 		job->info.state = JOB_CANCELLED;
 		job->info.finished = time(NULL);
 		jobs->status.cancelled_total++;
+		/* A running job's record is written again when the worker lets it go. */
+		if (!job->in_worker)
+			save_record(jobs, job);
 		log_info("job=%s cancelled owner=%s", id, job->info.owner);
 		pthread_cond_broadcast(&jobs->progress);
 		*ret = job->info;

@@ -8,7 +8,11 @@
  * pipelines, and an LRU cache of uploaded volumes under a GPU-memory budget),
  * and the spool directory where each job's tractogram is written as it is produced.
  * A finished result stays in the spool until it expires (age or spool size)
- * or its job is deleted; clients that disconnect fetch it later.
+ * or its job is deleted; clients that disconnect fetch it later. Every job
+ * has a record in the spool (spool.h), written when it is submitted, starts
+ * and ends, so jobs outlive a restart: finished ones are served again, those
+ * the daemon died under read as failed ("interrupted"). A lost GPU device
+ * fails the job it ran and is reopened for the next one.
  *
  * Thread-safety: every function may be called from any thread (the HTTP
  * threads); one mutex guards the registry, a condition variable wakes
@@ -82,8 +86,8 @@ struct jobs_status {
 
 const char *jobs_state_name(enum job_state state);
 
-/* Opens the GPU (kept for the daemon's life), creates the spool, removes
- * leftovers of an earlier run and starts the worker. */
+/* Creates the spool, reloads the jobs of an earlier run (spool.h), opens
+ * the GPU (kept until it is lost) and starts the worker. */
 int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *err);
 
 /* Cancels the running job within a chunk, fails queued ones ("shutting
@@ -96,10 +100,12 @@ void jobs_stop(struct jobs *jobs);
 void jobs_free(struct jobs *jobs);
 
 /* Queues spec (taken over: freed by jobs, also on failure) for owner and
- * fills *ret. -EAGAIN when max_queued_jobs are waiting, or
- * max_queued_jobs_per_user of owner's; -ESHUTDOWN when stopping. */
-int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *owner, struct job_info *ret,
-		struct errbuf *err);
+ * fills *ret. spec_json (copied; may be NULL) is the job document as
+ * submitted, kept in the job's record. -EAGAIN when max_queued_jobs are
+ * waiting, or max_queued_jobs_per_user of owner's; -ESHUTDOWN when stopping;
+ * -ENOSPC when the record cannot be written for want of space. */
+int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, const char *owner,
+		struct job_info *ret, struct errbuf *err);
 
 /* -ENOENT for an unknown id. */
 int jobs_get(struct jobs *jobs, const char *id, struct job_info *ret);

@@ -61,6 +61,8 @@ static const char usage_text[] =
 "      --gpu-memory-budget B GPU memory one job may use (bytes; K, M, G suffixes);\n"
 "                            default: half the device memory\n"
 "      --max-chunk-seeds N   seeds per GPU chunk at most (default: from the limits)\n"
+"      --max-dispatch-steps N  streamline steps one GPU submit runs at most\n"
+"                            (default 4194304; bounds a submit's duration)\n"
 "      --max-binding-bytes B lower the device's storage-buffer range (testing)\n"
 "      --max-alloc-bytes B   lower the device's allocation size limit, which\n"
 "                            bounds volume pages and work buffers (testing)\n"
@@ -112,6 +114,7 @@ enum option_id {
 	OPT_STATS_JSON = 256,
 	OPT_BUDGET,
 	OPT_MAX_CHUNK_SEEDS,
+	OPT_MAX_DISPATCH_STEPS,
 	OPT_MAX_BINDING,
 	OPT_MAX_ALLOC,
 	OPT_PIPELINE_CACHE,
@@ -136,6 +139,7 @@ static const struct option long_options[] = {
 	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
 	{ "gpu-memory-budget", required_argument, NULL, OPT_BUDGET },
 	{ "max-chunk-seeds", required_argument, NULL, OPT_MAX_CHUNK_SEEDS },
+	{ "max-dispatch-steps", required_argument, NULL, OPT_MAX_DISPATCH_STEPS },
 	{ "max-binding-bytes", required_argument, NULL, OPT_MAX_BINDING },
 	{ "max-alloc-bytes", required_argument, NULL, OPT_MAX_ALLOC },
 	{ "pipeline-cache", required_argument, NULL, OPT_PIPELINE_CACHE },
@@ -351,6 +355,11 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 		if (parse_size(arg, &cli->engine.max_chunk_seeds) < 0 || !cli->engine.max_chunk_seeds)
 			return usage_error("invalid --max-chunk-seeds '%s'", arg);
 		return -1;
+	case OPT_MAX_DISPATCH_STEPS:
+		if (parse_size(arg, &cli->engine.max_dispatch_steps) < 0 ||
+		    !cli->engine.max_dispatch_steps)
+			return usage_error("invalid --max-dispatch-steps '%s'", arg);
+		return -1;
 	case OPT_MAX_BINDING:
 		if (parse_size(arg, &cli->gpu.max_binding_bytes) < 0 || cli->gpu.max_binding_bytes < 4096)
 			return usage_error("invalid --max-binding-bytes '%s' (at least 4096)", arg);
@@ -426,11 +435,12 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 	for (size_t i = 0; i < n_devs; i++)
 		if (gpu_peak_buffer_bytes(devs[i].gpu) > gpu_peak)
 			gpu_peak = gpu_peak_buffer_bytes(devs[i].gpu);
-	doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
+	doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
 				"s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
 				"seeds", (json_int_t)s->seeds, "streamlines", (json_int_t)s->streamlines,
 				"points", (json_int_t)s->points, "chunks", (json_int_t)s->chunks,
-				"batches", (json_int_t)s->batches, "device",
+				"batches", (json_int_t)s->batches, "submits", (json_int_t)s->submits,
+				"device",
 				gpu_get_limits(devs[0].gpu)->device_name, "devices", (json_int_t)n_devs,
 				"odf_storage", s->odf_storage, "gpu_input_bytes",
 				(json_int_t)s->gpu_input_bytes, "gpu_peak_bytes",

@@ -2,6 +2,7 @@
 /* store: content-addressed volume storage on disk (see store.h). */
 #include "store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -94,6 +95,25 @@ static int make_dirs(const char *path, mode_t mode, struct errbuf *err)
 	return rc;
 }
 
+/* Uploads cut off by the daemon's death (SIGKILL, crash) leave their
+ * temporary files: nothing can finish them, so they go at start. */
+static void remove_stale_uploads(int dir_fd)
+{
+	int fd = dup(dir_fd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while ((e = readdir(d)))
+		if (strncmp(e->d_name, ".tmp-", 5) == 0)
+			unlinkat(dir_fd, e->d_name, 0);
+	closedir(d);
+}
+
 int store_open(const char *root, struct store **ret, struct errbuf *err)
 {
 	size_t len = strlen(root) + sizeof("/" VOLUMES_DIR);
@@ -111,6 +131,8 @@ int store_open(const char *root, struct store **ret, struct errbuf *err)
 		if (s->dir_fd < 0)
 			rc = errbuf_set(err, -errno, "", "cannot open %s: %s", s->dir,
 					strerror(errno));
+		else
+			remove_stale_uploads(s->dir_fd);
 	}
 	if (rc < 0) {
 		free(s);
@@ -129,6 +151,13 @@ void store_close(struct store *s)
 }
 
 /* ---- writing ---- */
+
+/* A full disk and a full quota are the client's "insufficient storage"
+ * (-ENOSPC); other write errors are the server's (-EIO). */
+static bool no_space(int e)
+{
+	return e == ENOSPC || e == EDQUOT;
+}
 
 static void writer_free(struct store_writer *w)
 {
@@ -157,8 +186,8 @@ int store_writer_new(struct store *s, uint64_t max_bytes, struct store_writer **
 	snprintf(w->tmp, len, "%s/%s", s->dir, TMP_NAME);
 	w->fd = mkostemp(w->tmp, O_CLOEXEC);
 	if (w->fd < 0) {
-		rc = errbuf_set(err, -EIO, "", "cannot create a file in %s: %s", s->dir,
-				strerror(errno));
+		rc = errbuf_set(err, no_space(errno) ? -ENOSPC : -EIO, "", "cannot create a file in "
+				"%s: %s", s->dir, strerror(errno));
 		writer_free(w);
 		return rc;
 	}
@@ -232,7 +261,7 @@ int store_writer_append(struct store_writer *w, const void *data, size_t len, st
 	rc = write_all(w->fd, data, len);
 	if (rc < 0) {
 		snprintf(why, sizeof(why), "cannot write the upload: %s", strerror(-rc));
-		return writer_fail(w, -EIO, err, why);
+		return writer_fail(w, no_space(-rc) ? -ENOSPC : -EIO, err, why);
 	}
 	w->bytes += len;
 	return 0;
@@ -301,7 +330,8 @@ static int sync_file(struct store_writer *w, struct errbuf *err)
 		int rc = -errno;
 
 		close(fd);
-		return errbuf_set(err, -EIO, "", "cannot sync the upload: %s", strerror(-rc));
+		return errbuf_set(err, no_space(-rc) ? -ENOSPC : -EIO, "", "cannot sync the upload: "
+				  "%s", strerror(-rc));
 	}
 	if (close(fd) < 0)
 		return errbuf_set(err, -EIO, "", "cannot close the upload: %s", strerror(errno));

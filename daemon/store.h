@@ -33,14 +33,16 @@ struct store_entry {
 	enum store_kind kind;
 };
 
-/* Opens (creating if needed, mode 0700) <root>/volumes. */
+/* Opens (creating if needed, mode 0700) <root>/volumes and removes the
+ * temporary files of uploads an earlier process did not finish. */
 int store_open(const char *root, struct store **ret, struct errbuf *err);
 void store_close(struct store *s);   /* accepts NULL */
 
 /* Starts an upload limited to max_bytes. */
 int store_writer_new(struct store *s, uint64_t max_bytes, struct store_writer **ret,
 		     struct errbuf *err);
-/* Appends data. -EFBIG past max_bytes; -EIO on write errors. */
+/* Appends data. -EFBIG past max_bytes; -ENOSPC when the disk (or quota)
+ * is full; -EIO on other write errors. */
 int store_writer_append(struct store_writer *w, const void *data, size_t len, struct errbuf *err);
 /* Completes the upload: checks the kind (-EMEDIUMTYPE when unsupported, -EINVAL
  * when empty), moves the file into place (or drops it if the id exists) and

@@ -15,6 +15,8 @@ SMALL_CHUNK_SEEDS = 7
 # 48*48*24*362*4 B = 76 MiB) and the engine's minimum work space (8 MiB), so
 # the ODF stays float32 and each chunk's streamlines run in many small batches.
 TIGHT_BUDGET = "85M"
+# A bound on one GPU submit's work (streamline steps) far below the default.
+DISPATCH_STEPS = "20000"
 
 
 def _roi_job(phantom, rng_seed=0):
@@ -55,6 +57,9 @@ def test_same_job_twice(tractd, phantom, workdir, reference):
 @pytest.mark.parametrize("flag,value,counter,minimum", [
     ("--max-chunk-seeds", SMALL_CHUNK_SEEDS, "chunks", -(-N_SEEDS // SMALL_CHUNK_SEEDS)),
     ("--gpu-memory-budget", TIGHT_BUDGET, "batches", 5),
+    # One submit of at most DISPATCH_STEPS steps: max_steps 500 -> 40 items per
+    # submit, so every seed chunk and streamline batch is split many times.
+    ("--max-dispatch-steps", DISPATCH_STEPS, "submits", N_SEEDS // 40),
 ])
 def test_chunking_does_not_change_output(tractd, phantom, workdir, reference, flag, value,
                                          counter, minimum):
@@ -62,8 +67,10 @@ def test_chunking_does_not_change_output(tractd, phantom, workdir, reference, fl
     _, trk, stats_path = run_job(tractd, _roi_job(phantom), workdir, name=name,
                                  extra_args=[flag, value])
     stats = json.loads(stats_path.read_text())
-    print(f"\n{flag} {value}: {stats['chunks']} chunks, {stats['batches']} batches "
-          f"(default run: {reference[1]['chunks']}, {reference[1]['batches']})")
+    print(f"\n{flag} {value}: {stats['chunks']} chunks, {stats['batches']} batches, "
+          f"{stats['submits']} submits "
+          f"(default run: {reference[1]['chunks']}, {reference[1]['batches']}, "
+          f"{reference[1]['submits']})")
     assert stats[counter] >= minimum, (
         f"{flag} {value} ran {stats[counter]} {counter}, expected >= {minimum}")
     data = trk.read_bytes()
