@@ -54,9 +54,11 @@ const uint PHASE_STEP = 3u;
 // the forward half, prepared at the seed before the backward half runs.
 Frame g_frame;
 vec2 g_k;
+float g_first;            // support()'s carried-over first amplitude, < 0: none
 bool g_resample;          // the arc is to be sampled before the next step
 Frame g_fwd_frame;
 vec2 g_fwd_k;
+float g_fwd_first;
 bool g_fwd_resample;
 bool g_started;
 
@@ -73,7 +75,10 @@ bool start_streamline(vec3 p, vec3 first, uvec4 counter)
 	vec2 k;
 	counter.x = 0u;
 	f.t = first;
-	if (select_curve(p, f, k, counter, PHASE_SEED, true)) {
+	float c0 = -1.0;
+	if (select_curve(p, f, k, c0, counter, PHASE_SEED, true)) {
+		g_fwd_first = c0;
+		g_first = -1.0;
 		g_fwd_frame = f;
 		g_fwd_k = k;
 		g_fwd_resample = false;
@@ -82,7 +87,10 @@ bool start_streamline(vec3 p, vec3 first, uvec4 counter)
 		return true;
 	}
 	f.t = -first;
-	if (select_curve(p, f, k, counter, PHASE_SEED_REVERSED, true)) {
+	c0 = -1.0;
+	if (select_curve(p, f, k, c0, counter, PHASE_SEED_REVERSED, true)) {
+		g_first = c0;
+		g_fwd_first = -1.0;
 		g_frame = f;
 		g_k = k;
 		g_resample = false;
@@ -103,15 +111,16 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 			g_frame = g_fwd_frame;
 			g_k = g_fwd_k;
 			g_resample = g_fwd_resample;
+			g_first = g_fwd_first;
 		}
 		if (!g_started)
 			return false;
 	}
-	if (g_resample && !select_curve(p, g_frame, g_k, counter, PHASE_RESUME, false))
+	if (g_resample && !select_curve(p, g_frame, g_k, g_first, counter, PHASE_RESUME, false))
 		return false;
 	g_resample = false;
 	vec3 disp = ptt_move(g_frame, g_k, pc.track.x);
-	if (!select_curve(p + disp, g_frame, g_k, counter, PHASE_STEP, false))
+	if (!select_curve(p + disp, g_frame, g_k, g_first, counter, PHASE_STEP, false))
 		return false;
 	// track.glsl steps step_size * dir: the chord of the arc.
 	dir = disp / pc.track.x;
