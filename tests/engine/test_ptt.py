@@ -15,7 +15,7 @@ import pytest
 from conftest import load_trk, run_cli, run_job, summarize, write_job
 
 EXIT_INVALID = 3
-RUN_SEEDS = 300
+RUN_SEEDS = 600
 SMALL_CHUNK_SEEDS = 37
 STEP = 0.5
 # PTT's setting on the phantom (test_ptt_dipy.py): at 60 degrees its arcs may
