@@ -9,6 +9,7 @@ tests/parity/test_ptt_dipy.py's.
 """
 import json
 
+import nibabel as nib
 import numpy as np
 import pytest
 
@@ -17,6 +18,7 @@ from conftest import load_trk, run_cli, run_job, summarize, write_job
 EXIT_INVALID = 3
 RUN_SEEDS = 600
 SMALL_CHUNK_SEEDS = 37
+CYLINDER_SEEDS = 150    # four probe lines: four times the lookups
 STEP = 0.5
 # PTT's setting on the phantom (test_ptt_dipy.py): at 60 degrees its arcs may
 # curl within half a voxel and it wanders, DIPY's PTT as much.
@@ -132,3 +134,18 @@ def test_ptt_takes_csd_only(tractd, phantom, workdir):
     assert proc.returncode == EXIT_INVALID, proc.stderr
     assert ("tractd: error: model: must be \"csd\" with direction_getter \"ptt\""
             in proc.stderr), proc.stderr
+
+
+def test_probe_cylinder_and_getter_code(tractd, phantom, workdir, reference):
+    """probe_count > 1 samples a cylinder around the arc (another support, so
+    other streamlines); output.save_direction_getter stores ptt's code, 2."""
+    changed = job(phantom, "ptt", probe_count=4, probe_radius=0.5)
+    changed["output"] = {"save_direction_getter": True}
+    changed["seeds"]["count"] = CYLINDER_SEEDS
+    _, trk, _ = run_job(tractd, changed, workdir, name="cylinder")
+    tf = nib.streamlines.load(str(trk))
+    assert len(tf.streamlines) > CYLINDER_SEEDS // 2
+    first = load_trk(reference).streamlines[:5]
+    assert any(len(a) != len(b) or not np.allclose(a, b)
+               for a, b in zip(first, load_trk(trk).streamlines[:5]))
+    assert np.all(tf.tractogram.data_per_streamline["direction_getter"] == 2)
