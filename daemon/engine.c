@@ -862,6 +862,14 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 					     sizeof(struct kernel_params), &g->init, err);
 		if (r < 0)
 			return r;
+		if (job->direction_getter == JOBSPEC_DG_PTT && res->storage == JOBSPEC_ODF_SH)
+			/* Sampling SH at every probe point miscomputed on lavapipe
+			 * (fewer and shorter streamlines than float32); refused
+			 * until that is understood. */
+			return errbuf_set(err, -E2BIG, "tracking.odf_storage", "ptt tracks the ODF "
+					  "as float32 or float16, and these inputs are on the GPU as "
+					  "SH coefficients (neither fits the budget): raise the GPU "
+					  "memory budget, use a smaller sphere or crop the volume");
 		if (job->direction_getter == JOBSPEC_DG_PTT) {
 			ptt_defines(job, in, &d);
 			return gpu_pipeline_get(gpu, "ptt_track.comp", d.list,

@@ -897,6 +897,9 @@ static int check_model(json_t *root, struct ctx *c)
 	if (boot && js->odf_storage != JOBSPEC_ODF_AUTO)
 		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "applies to direction "
 				  "getters that sample an ODF, not \"boot\" (which keeps the DWI)");
+	if (js->odf_storage == JOBSPEC_ODF_SH && js->direction_getter == JOBSPEC_DG_PTT)
+		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "\"sh\" is not available "
+				  "with direction_getter \"ptt\" yet: use \"float32\" or \"float16\"");
 	if (js->odf_storage == JOBSPEC_ODF_SH && js->input_kind == JOBSPEC_INPUT_ODF)
 		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "\"sh\" needs SH "
 				  "coefficients: inputs.sh or inputs.dwi, not inputs.odf");

@@ -26,7 +26,7 @@
  *                "relative_peak_threshold": 0.25, "min_separation_angle": 45,
  *                "pmf_threshold": 0.05, "max_steps": 500,
  *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only),
- *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob and ptt),
+ *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob; ptt: not sh),
  *                "probe_length": 2, "probe_quality": 9, "probe_count": 1, "probe_radius": 0,
  *                "rejection_samples": 10, "rejection_tries": 100 (ptt only)},
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,

@@ -78,24 +78,14 @@ void interpolate_odf(Corners c, out float values[VERTS_PER_LANE])
 #endif
 
 // One vertex's value interpolated at the corners c (DIPY get_pmf_value_c once
-// the vertex is chosen). The weights may carry a per-voxel factor; with SH
-// storage it scales the coefficients, so the sampled value likewise.
+// the vertex is chosen); the weights may carry a per-voxel factor. Sampled
+// storages only: ptt, its one user, refuses SH storage (engine.c).
+#if ODF_STORAGE != ODF_SH
 float odf_vertex(Corners c, uint vertex)
 {
 	float v = 0.0;
-#if ODF_STORAGE == ODF_SH
-	PageSpot spots[8];
-	for (int q = 0; q < 8; q++)
-		spots[q] = PAGE_SPOT(odf, c.voxel[q]);
-	[[dont_unroll]] for (uint m = 0; m < NC; m++) {
-		float coef = 0.0;
-		for (int q = 0; q < 8; q++)
-			coef += c.weight[q] * odf_value(spots[q], m);
-		v += odf_basis[m * NV + vertex] * coef;
-	}
-#else
 	for (int q = 0; q < 8; q++)
 		v += c.weight[q] * odf_value(PAGE_SPOT(odf, c.voxel[q]), vertex);
-#endif
 	return v;
 }
+#endif

@@ -16,6 +16,7 @@ import pytest
 from conftest import load_trk, run_cli, run_job, summarize, write_job
 
 EXIT_INVALID = 3
+EXIT_RUNTIME = 1
 RUN_SEEDS = 600
 SMALL_CHUNK_SEEDS = 37
 CYLINDER_SEEDS = 150    # four probe lines: four times the lookups
@@ -149,3 +150,37 @@ def test_probe_cylinder_and_getter_code(tractd, phantom, workdir, reference):
     assert any(len(a) != len(b) or not np.allclose(a, b)
                for a, b in zip(first, load_trk(trk).streamlines[:5]))
     assert np.all(tf.tractogram.data_per_streamline["direction_getter"] == 2)
+
+
+def test_paged_volumes_change_nothing(tractd, phantom, workdir, reference):
+    """The ODF (76 MiB) and the per-voxel scale split into pages far below one
+    binding and one allocation (paged_volume.h): the same bytes."""
+    proc, trk, _ = run_job(tractd, job(phantom, "ptt"), workdir, name="paged",
+                           extra_args=("--max-binding-bytes", "8M", "--max-alloc-bytes", "4M",
+                                       "-v"))
+    assert "ODF on the GPU as float32: 20 pages" in proc.stderr, proc.stderr[-2000:]
+    assert trk.read_bytes() == reference.read_bytes()
+
+
+def test_sh_storage_is_refused(tractd, phantom, workdir):
+    """ptt samples the ODF as float32 or float16 only (engine.c)."""
+    dwi = phantom.dwi_job_with(
+        direction_getter="ptt", seeds={"roi": str(phantom.path("seed_roi.nii.gz")), "count": 10},
+        tracking={"max_angle": MAX_ANGLE, "odf_storage": "sh"})
+    path = write_job(workdir / "ptt_sh.json", dwi)
+    proc = run_cli(tractd, ["run", path, "-o", workdir / "ptt_sh.trk"])
+    assert proc.returncode == EXIT_INVALID, proc.stderr
+    assert "tractd: error: tracking.odf_storage: \"sh\" is not available" in proc.stderr
+
+
+def test_auto_storage_that_ends_as_sh_is_refused(tractd, phantom, workdir):
+    """With a budget that holds only the SH coefficients, auto storage picks
+    "sh", which ptt refuses before tracking, saying what to change."""
+    dwi = phantom.dwi_job_with(
+        direction_getter="ptt", seeds={"roi": str(phantom.path("seed_roi.nii.gz")), "count": 10},
+        tracking={"max_angle": MAX_ANGLE})
+    proc, trk, _ = run_job(tractd, dwi, workdir, name="ptt_auto_sh", check=False,
+                           extra_args=("--gpu-memory-budget", "30M"))
+    assert proc.returncode == EXIT_RUNTIME, proc.stderr
+    assert "tracking.odf_storage: ptt tracks the ODF as float32 or float16" in proc.stderr
+    assert not trk.exists()

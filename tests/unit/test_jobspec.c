@@ -907,6 +907,8 @@ static const struct {
 	{ PTT_JOB("\"probe_radius\": -1"), "tracking.probe_radius", "must be in [0, 5]" },
 	{ PTT_JOB("\"rejection_samples\": 0"), "tracking.rejection_samples",
 	  "must be in [1, 1000]" },
+	{ DWI_JOB(", \"direction_getter\": \"ptt\", \"tracking\": {\"odf_storage\": \"sh\"}"),
+	  "tracking.odf_storage", "\"sh\" is not available with direction_getter \"ptt\"" },
 	{ DWI_JOB(", \"direction_getter\": \"ptt\", \"model\": \"csa\""), "model",
 	  "must be \"csd\" with direction_getter \"ptt\" (\"opdt\" and \"csa\" are for "
 	  "\"boot\"), got \"csa\"" },
