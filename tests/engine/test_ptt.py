@@ -73,13 +73,20 @@ def angular_change_per_mm(streamlines, affine):
     return turn_angles(streamlines).sum() / mm
 
 
-def test_same_job_twice_and_chunking(tractd, phantom, workdir, reference):
+def test_same_job_twice_chunking_and_devices(tractd, phantom, workdir, reference):
+    """The same bytes again, in small chunks, and shared out over two logical
+    devices (each builds its own ptt tables)."""
     _, again, _ = run_job(tractd, job(phantom, "ptt"), workdir, name="again")
     _, chunked, stats = run_job(tractd, job(phantom, "ptt"), workdir, name="chunked",
                                 extra_args=("--max-chunk-seeds", str(SMALL_CHUNK_SEEDS)))
+    _, two, two_stats = run_job(tractd, job(phantom, "ptt"), workdir, name="two_devices",
+                                extra_args=("--device", "0,0", "--max-chunk-seeds",
+                                            str(SMALL_CHUNK_SEEDS)))
     assert json.loads(stats.read_text())["chunks"] >= RUN_SEEDS // SMALL_CHUNK_SEEDS
+    assert json.loads(two_stats.read_text())["devices"] == 2
     assert again.read_bytes() == reference.read_bytes()
     assert chunked.read_bytes() == reference.read_bytes()
+    assert two.read_bytes() == reference.read_bytes()
 
 
 def test_rng_seed_matters(tractd, phantom, workdir, reference):
