@@ -39,9 +39,9 @@ from dipy.data import get_sphere
 from dipy.direction import ProbabilisticDirectionGetter
 from dipy.tracking.utils import random_seeds_from_mask
 
-# 1500 seeds: about 1700 streamlines; tractd's PTT tracks them in ~60 s on
-# lavapipe (2 cores), DIPY in ~40 s. SE of a mean length ~2 %, of a fraction
-# ~1.2 points.
+# 1500 seeds: about 1650 streamlines; tractd's PTT tracks them in ~5 s on
+# lavapipe (2 cores), DIPY in ~12 s on one thread. SE of a mean length ~2 %, of
+# a fraction ~1.2 points.
 N_SEEDS = 1500
 SEED_PLACEMENT_SEED = 1234
 DIPY_RANDOM_SEED = 42
