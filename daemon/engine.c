@@ -863,9 +863,10 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 		if (r < 0)
 			return r;
 		if (job->direction_getter == JOBSPEC_DG_PTT && res->storage == JOBSPEC_ODF_SH)
-			/* Sampling SH at every probe point miscomputed on lavapipe
-			 * (fewer and shorter streamlines than float32); refused
-			 * until that is understood. */
+			/* Sampling SH at every probe point gave far shorter
+			 * streamlines than float32 on lavapipe, and different ones
+			 * for equivalent orders of the sums: refused until that is
+			 * understood. */
 			return errbuf_set(err, -E2BIG, "tracking.odf_storage", "ptt tracks the ODF "
 					  "as float32 or float16, and these inputs are on the GPU as "
 					  "SH coefficients (neither fits the budget): raise the GPU "
