@@ -6,6 +6,7 @@
 #   make check-fuzz          runs each harness briefly over its seed corpus
 #   make install PREFIX=/usr/local DESTDIR=...
 #   make venv                the tests' Python environment (VENV, default build/venv)
+#   make venv-dipy           DIPY >= 1.11 for the PTT parity test (VENV_DIPY)
 
 CC ?= cc
 PREFIX ?= /usr/local
@@ -16,6 +17,7 @@ MANDIR ?= $(PREFIX)/share/man
 # tests/requirements.txt that Debian lacks (trx-python).
 SYSTEM_PYTHON ?= /usr/bin/python3
 VENV ?= build/venv
+VENV_DIPY ?= build/venv-dipy
 PYTHON ?= $(VENV)/bin/python
 SANITIZE ?= 0
 FUZZ ?= 0
@@ -76,7 +78,8 @@ CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-p
 	-Wmissing-prototypes $(shell pkg-config --cflags $(CLIENT_PKGS) 2>/dev/null) $(SANFLAGS) $(CFLAGS)
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
-.PHONY: all check check-unit check-asan check-python check-fuzz fuzz fuzz-bins venv demo bench install \
+.PHONY: all check check-unit check-asan check-python check-fuzz fuzz fuzz-bins venv venv-dipy demo \
+	bench install \
 	clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
@@ -156,9 +159,18 @@ $(VENV)/.stamp: tests/requirements.txt
 
 venv: $(VENV)/.stamp
 
-check-python: all $(VENV)/.stamp
+# DIPY >= 1.11 (PTT) apart from the main venv, which keeps Debian's DIPY 1.6 for
+# the other parity tests; test_ptt_dipy.py runs DIPY's side with this Python.
+$(VENV_DIPY)/.stamp: tests/requirements-dipy.txt
+	$(SYSTEM_PYTHON) -m venv $(VENV_DIPY)
+	$(VENV_DIPY)/bin/pip install -q --disable-pip-version-check -r tests/requirements-dipy.txt
+	touch $@
+
+venv-dipy: $(VENV_DIPY)/.stamp
+
+check-python: all $(VENV)/.stamp $(VENV_DIPY)/.stamp
 	TRACTD=$(abspath build/tractd) TRACTD_ASAN=$(abspath build-asan/tractd) \
-		TRACTCTL=$(abspath build/tractctl) \
+		TRACTCTL=$(abspath build/tractctl) TRACTD_DIPY_PYTHON=$(abspath $(VENV_DIPY)/bin/python) \
 		$(PYTHON) -m pytest -q tests/parity tests/engine tests/daemon
 
 demo: all

@@ -15,6 +15,8 @@
 # (BENCH_DIPY=0 skips it, BENCH_DIPY=fresh measures it again).
 # Boot: BENCH_BOOT_CASE (default stanford; small; none) and BENCH_BOOT_SEEDS
 # (default 100000) track the fit phantom's DWI with the bootstrap getter.
+# PTT: BENCH_PTT_CASE (default small; medium, stanford; none) and BENCH_PTT_SEEDS
+# (default 10000) track the case's ODF with ptt and prob, max_angle 20.
 set -eu
 tractd=${1:-build/tractd}
 dir=${BENCH_DIR:-build/bench}
@@ -299,12 +301,56 @@ if [ "$boot_case" != none ]; then
 	bench_boot "$boot_case"
 fi
 
+# PTT next to prob on the same phantom ODF and seeds, both at PTT's max_angle
+# of 20 degrees (job_ptt.json): BENCH_PTT_CASE (default small; medium,
+# stanford; none) with BENCH_PTT_SEEDS seeds (default 10000). Cold run, then
+# warm; the warm run is reported.
+bench_ptt() { # CASE
+	case $1 in
+	small)    grid=48,48,24;  sphere=symmetric362 ;;
+	medium)   grid=64,64,40;  sphere=repulsion724 ;;
+	stanford) grid=81,106,76; sphere=repulsion724 ;;
+	*) echo "unknown ptt case $1" >&2; exit 2 ;;
+	esac
+	ph="$dir/$1"
+	[ -f "$ph/job.json" ] || "$tractd" -q phantom --dim "$grid" --sphere "$sphere" \
+		--uncompressed --no-dwi "$ph"
+	seeds=${BENCH_PTT_SEEDS:-10000}
+	echo
+	echo "ptt and prob, $1 phantom: $(echo "$grid" | tr , x), $sphere, $seeds seeds, max_angle 20"
+	printf '  %-5s %11s %8s %8s %10s %12s\n' getter streamlines compile track seeds/s steps/s
+	for getter in prob ptt; do
+		sed -e "s/\"direction_getter\": *\"prob\"/\"direction_getter\": \"$getter\"/" \
+		    -e "s/\"count\": *[0-9]*/\"count\": $seeds/" \
+		    -e "s/\"sphere\": *\"\([^\"]*\)\"/\"sphere\": \"\1\", \"max_angle\": 20/" \
+		    "$ph/job.json" > "$ph/job_bench_$getter.json"
+		stats="$ph/bench_$getter.json"
+		for run in cold warm; do
+			# shellcheck disable=SC2086
+			if ! "$tractd" -q run "$ph/job_bench_$getter.json" -o "$ph/bench_$getter.trk" \
+				--stats-json "$stats" $device_opt 2>"$ph/bench_err.txt"; then
+				echo "  $getter skipped: $(tail -n 1 "$ph/bench_err.txt")"
+				continue 2
+			fi
+		done
+		awk -v g="$getter" -v sl="$(json_number "$stats" streamlines)" \
+		    -v n="$(json_number "$stats" seeds)" -v p="$(json_number "$stats" points)" \
+		    -v co="$(json_number "$stats" compile)" -v t="$(json_number "$stats" track)" 'BEGIN {
+			printf "  %-5s %11d %8.3f %8.3f %10.0f %12.0f\n", g, sl, co, t, n / t, p / t }'
+	done
+	echo "  device: $(json_string "$stats" device) (warm runs; steps = points written)"
+}
+ptt_case=${BENCH_PTT_CASE:-small}
+if [ "$ptt_case" != none ]; then
+	bench_ptt "$ptt_case"
+fi
+
 # Any size: prob on an HCP-sized phantom (145x174x145, repulsion724: a 9.9 GiB
 # ODF, over one binding and one allocation on every device) with
 # BENCH_SIZE_SEEDS seed counts (default "1000000 10000000"), end to end (read
 # the ODF, upload it in pages, track, write the TRK), with the peak GPU memory
 # tractd allocated and the process's peak resident memory. BENCH_SIZE_CASE:
-# hcp (default), stanford or none; BENCH_SIZE_STORAGE: tracking.odf_storage
+# hcp (default where a GPU is listed; none on CPU-only machines), stanford or none; BENCH_SIZE_STORAGE: tracking.odf_storage
 # (default auto). The phantom's ODF takes ~10 GiB of disk and a minute to write;
 # the TRK of 10 million seeds ~8 GiB. BENCH_SIZE_DEVICES (e.g. "0,1") adds a run
 # of the last seed count spread over those devices, for the multi-GPU speed-up.
@@ -359,7 +405,14 @@ JOB
 		"total = wall time of the whole command; the TRK is deleted afterwards"
 	rm -f "$ph/tracks.trk"
 }
-size_case=${BENCH_SIZE_CASE:-hcp}
+# Hours on lavapipe: by default only where a GPU is listed.
+if "$tractd" devices 2>/dev/null | cut -f 2 | grep -qv '^cpu$'; then
+	size_case=${BENCH_SIZE_CASE:-hcp}
+else
+	size_case=${BENCH_SIZE_CASE:-none}
+	[ "$size_case" = none ] && echo && echo "any size: skipped on a CPU-only machine" \
+		"(BENCH_SIZE_CASE=hcp runs it)"
+fi
 if [ "$size_case" != none ]; then
 	bench_size "$size_case"
 fi

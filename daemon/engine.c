@@ -6,7 +6,8 @@
  * sizes from the device limits -> compile/fetch pipelines -> upload the ODF,
  * stop map and sphere -> for each seed chunk: pass 1 (prob_init: initial
  * directions per seed), build the streamline list on the host, then for each
- * batch of streamlines pass 2 (prob_track), read back only the points of kept
+ * batch of streamlines pass 2 (prob_track; boot_* and ptt_track for the
+ * other getters), read back only the points of kept
  * streamlines and append them to the output writer (TRK or TCK).
  */
 #include "engine.h"
@@ -26,6 +27,7 @@
 #include "kernel_params.h"
 #include "log.h"
 #include "philox.h"
+#include "ptt.h"
 #include "seeds.h"
 #include "sphere.h"
 #include "timing.h"
@@ -83,6 +85,8 @@ struct job_gpu {
 	const struct engine_resident *res;
 	struct gpu_buffer *seeds, *ndirs, *dirs;
 	struct gpu_buffer *line_start, *line_id, *points, *ranges, *dest, *readback;
+	struct paged_volume odf_scale;        /* ptt: daemon/ptt.h's tables for this job */
+	struct gpu_buffer *lut;
 };
 
 /* Host-side arrays reused across chunks and batches. */
@@ -720,6 +724,7 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 #define PROB_TRACK_BINDINGS 7
 #define BOOT_INIT_BINDINGS 8
 #define BOOT_TRACK_BINDINGS 10
+#define PTT_TRACK_BINDINGS 9
 #define COMPACT_BINDINGS 4
 #define MAX_BINDINGS BOOT_TRACK_BINDINGS
 
@@ -759,8 +764,19 @@ static uint32_t prob_bindings(const struct engine_resident *res, uint32_t base)
 	return base + (res->storage == JOBSPEC_ODF_SH);
 }
 
-static int get_pipelines(struct gpu_ctx *gpu, const struct job_plan *plan,
-			 const struct engine_inputs *in, struct job_gpu *g, struct errbuf *err)
+static void ptt_defines(const struct jobspec *job, const struct engine_inputs *in,
+			struct defines *d)
+{
+	define(d, "PROBE_QUALITY", job->probe_quality);
+	define(d, "PROBE_COUNT", job->probe_count);
+	define(d, "REJECTION_SAMPLES", job->rejection_samples);
+	define(d, "REJECTION_TRIES", job->rejection_tries);
+	define(d, "LUT_RES", ptt_lut_res(in->sphere.nv));
+}
+
+static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
+			 const struct job_plan *plan, const struct engine_inputs *in,
+			 struct job_gpu *g, struct errbuf *err)
 {
 	struct defines d = { .n = 0 };
 	const struct engine_resident *res = g->res;
@@ -780,11 +796,26 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct job_plan *plan,
 			r = gpu_pipeline_get(gpu, "prob_init.comp", d.list,
 					     prob_bindings(res, PROB_INIT_BINDINGS),
 					     sizeof(struct kernel_params), &g->init, err);
-		if (r == 0)
-			r = gpu_pipeline_get(gpu, "prob_track.comp", d.list,
-					     prob_bindings(res, PROB_TRACK_BINDINGS),
-					     sizeof(struct kernel_params), &g->track, err);
-		return r;
+		if (r < 0)
+			return r;
+		if (job->direction_getter == JOBSPEC_DG_PTT && res->storage == JOBSPEC_ODF_SH)
+			/* Sampling SH at every probe point gave far shorter
+			 * streamlines than float32 on lavapipe, and different ones
+			 * for equivalent orders of the sums: refused until that is
+			 * understood. */
+			return errbuf_set(err, -E2BIG, "tracking.odf_storage", "ptt tracks the ODF "
+					  "as float32 or float16, and these inputs are on the GPU as "
+					  "SH coefficients (neither fits the budget): raise the GPU "
+					  "memory budget, use a smaller sphere or crop the volume");
+		if (job->direction_getter == JOBSPEC_DG_PTT) {
+			ptt_defines(job, in, &d);
+			return gpu_pipeline_get(gpu, "ptt_track.comp", d.list,
+						prob_bindings(res, PTT_TRACK_BINDINGS),
+						sizeof(struct kernel_params), &g->track, err);
+		}
+		return gpu_pipeline_get(gpu, "prob_track.comp", d.list,
+					prob_bindings(res, PROB_TRACK_BINDINGS),
+					sizeof(struct kernel_params), &g->track, err);
 	}
 	boot_defines(in, &d);
 	define(&d, "DWI_BINDING", BOOT_INIT_BINDINGS - 1);
@@ -1020,10 +1051,11 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
 	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_start, g->line_id,
-				     g->points, g->ranges, g->dest, g->readback };
+				     g->points, g->ranges, g->dest, g->readback, g->lut };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		gpu_buffer_free(gpu, all[i]);
+	paged_free(gpu, &g->odf_scale);
 	memset(g, 0, sizeof(*g));
 }
 
@@ -1151,6 +1183,11 @@ static void fill_params(struct job_run *run)
 	run->params.rng[1] = key[1];
 	run->params.work[2] = (uint32_t)job->max_steps;
 	run->params.work[3] = (uint32_t)job->max_attempts;
+	/* DIPY: the curvature of the circle on which a step of step_size turns
+	 * by max_angle, 2 sin(max_angle / 2) / step_size. */
+	run->params.ptt[0] = (float)(2.0 * sin(job->max_angle * M_PI / 360.0) / job->step_size);
+	run->params.ptt[1] = (float)(job->probe_length / (job->probe_quality - 1));
+	run->params.ptt[2] = (float)job->probe_radius;
 }
 
 /* Items one submit may carry. The first submit of a kernel carries
@@ -1278,8 +1315,7 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 		float seed[3];
 		struct output_dps dps = {
 			.seed_ras = run->job->save_seeds ? seed : NULL,
-			.direction_getter = run->job->direction_getter == JOBSPEC_DG_BOOT
-						    ? OUTPUT_DG_BOOT : OUTPUT_DG_PROB,
+			.direction_getter = (uint8_t)run->job->direction_getter,
 		};
 		int r;
 
@@ -1312,6 +1348,13 @@ static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 	const struct job_gpu *g = &run->g;
 	const struct engine_resident *res = g->res;
 
+	if (run->job->direction_getter == JOBSPEC_DG_PTT) {
+		struct gpu_buffer *const ptt[PTT_TRACK_BINDINGS + 1] = {
+			res->odf.table, res->stop.table, res->vertices, g->odf_scale.table, g->lut,
+			g->line_start, g->line_id, g->points, g->ranges, res->odf_basis };
+		memcpy(b, ptt, sizeof(ptt));
+		return;
+	}
 	if (!run->in->boot_getter) {
 		struct gpu_buffer *const prob[PROB_TRACK_BINDINGS + 1] = {
 			res->odf.table, res->stop.table, res->vertices, g->line_start, g->line_id, g->points,
@@ -1530,14 +1573,65 @@ static void *track_chunks(void *arg)
 	return NULL;
 }
 
+/* ptt's per-voxel ODF scale: the ODF's maxima come from the values on the
+ * vertices, which SH inputs are sampled to here (the host copy lives only
+ * for this). */
+static int ptt_scale(const struct jobspec *job, const struct engine_inputs *in, float *scale,
+		     struct errbuf *err)
+{
+	struct volume sampled = { 0 };
+	const struct volume *odf = &in->odf;
+
+	if (sh_of(in)) {
+		int r = sample_odf(in, NULL, &sampled, err);
+		if (r < 0)
+			return r;
+		odf = &sampled;
+	}
+	ptt_odf_scale(odf, &in->stop, job->fa_threshold, scale);
+	volume_free(&sampled);
+	return 0;
+}
+
+/* The ptt tables depend on the job (stop threshold, sphere symmetry) as well
+ * as on the cached inputs, so each job builds and uploads its own; the scale
+ * is paged like the stop map it matches in size. */
+static int upload_ptt_tables(struct gpu_ctx *gpu, const struct jobspec *job,
+			     const struct engine_inputs *in, struct job_gpu *g, struct errbuf *err)
+{
+	size_t nvox = volume_voxels(&in->stop);
+	float *scale = malloc(sizeof(float) * nvox);
+	struct ptt_lut lut = { 0 };
+	struct paged_layout layout;
+	int r;
+
+	if (!scale || ptt_lut_build(&in->sphere, in->symmetric, &lut) < 0) {
+		free(scale);
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	}
+	r = ptt_scale(job, in, scale, err);
+	if (r == 0)
+		r = paged_plan(nvox, 1, PAGED_FLOAT32, gpu_get_limits(gpu)->max_alloc_bytes, &layout,
+			       err);
+	if (r == 0)
+		r = paged_upload(gpu, &layout, scale, &g->odf_scale, err);
+	if (r == 0)
+		r = upload_new(gpu, lut.words, 4ull * lut.n_words, &g->lut, err);
+	free(scale);
+	ptt_lut_free(&lut);
+	return r;
+}
+
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu);
-	int r = get_pipelines(run->gpu, &run->plan, run->in, &run->g, err);
+	int r = get_pipelines(run->gpu, run->job, &run->plan, run->in, &run->g, err);
 
 	run->stats.compile_seconds = gpu_compile_seconds(run->gpu) - compile_before;
 	if (r == 0)
 		r = alloc_work_buffers(run->gpu, &run->plan, &run->g, err);
+	if (r == 0 && run->job->direction_getter == JOBSPEC_DG_PTT)
+		r = upload_ptt_tables(run->gpu, run->job, run->in, &run->g, err);
 	if (r == 0)
 		r = alloc_host(&run->plan, &run->h, err);
 	if (r == 0)

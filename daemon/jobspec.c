@@ -94,7 +94,7 @@ struct member {
 #define CUSTOM(k, fn) { .key = k, .kind = K_CUSTOM, .parse = fn }
 
 /* In enum jobspec_direction_getter order. */
-static const char *const direction_getters[] = { "prob", "boot", NULL };
+static const char *const direction_getters[] = { "prob", "boot", "ptt", NULL };
 static const char *const seed_spaces[] = { "voxel", "ras", NULL };
 /* In enum output_format order. */
 static const char *const output_formats[] = { "trk", "tck", "trx", NULL };
@@ -627,6 +627,12 @@ static const struct member tracking_members[] = {
 	  .b = { .min = 0, .max = INFINITY, .min_open = OPEN, .nullable = true, .unit = "mm" } },
 	INTEGER("max_attempts", max_attempts, K_INT, 1, 100),
 	CUSTOM("odf_storage", parse_odf_storage),
+	REAL(probe_length, 0, OPEN, 10, CLOSED, "voxels"),
+	INTEGER("probe_quality", probe_quality, K_INT, 2, 64),
+	INTEGER("probe_count", probe_count, K_INT, 1, 16),
+	REAL(probe_radius, 0, CLOSED, 5, CLOSED, "voxels"),
+	INTEGER("rejection_samples", rejection_samples, K_INT, 1, 1000),
+	INTEGER("rejection_tries", rejection_tries, K_INT, 1, 10000),
 };
 
 static const struct member compress_members[] = {
@@ -856,36 +862,59 @@ static int check_model_members(json_t *model, const struct jobspec *js, struct e
 			  k->kind ? "\"csd\"" : "\"opdt\" or \"csa\"", models[js->model.name]);
 }
 
-/* Each direction getter has its models: prob tracks a CSD fit of the whole
- * volume, boot refits OPDT or CSA at every step from the raw signal. */
+/* Tracking options of one direction getter only. */
+static const struct kind_key getter_tracking_keys[] = {
+	{ "max_attempts", JOBSPEC_DG_BOOT },
+	{ "probe_length", JOBSPEC_DG_PTT },
+	{ "probe_quality", JOBSPEC_DG_PTT },
+	{ "probe_count", JOBSPEC_DG_PTT },
+	{ "probe_radius", JOBSPEC_DG_PTT },
+	{ "rejection_samples", JOBSPEC_DG_PTT },
+	{ "rejection_tries", JOBSPEC_DG_PTT },
+};
+
+/* Each direction getter has its models: prob and ptt track a CSD fit of the
+ * whole volume, boot refits OPDT or CSA at every step from the raw signal. */
 static int check_model(json_t *root, struct ctx *c)
 {
 	struct jobspec *js = c->js;
 	json_t *model = json_object_get(root, "model");
 	bool boot = js->direction_getter == JOBSPEC_DG_BOOT;
+	const struct kind_key *k;
+	char field[FIELD_MAX];
 	bool csd;
 
 	if (boot && js->input_kind != JOBSPEC_INPUT_DWI)
 		return errbuf_set(c->err, -EINVAL, "direction_getter", "\"boot\" needs inputs.dwi "
 				  "with bvals and bvecs: it resamples the raw signal at every step");
-	if (!boot && json_object_get(json_object_get(root, "tracking"), "max_attempts"))
-		return errbuf_set(c->err, -EINVAL, "tracking.max_attempts",
-				  "applies to direction_getter \"boot\" only");
+	k = foreign_key(json_object_get(root, "tracking"), getter_tracking_keys,
+			ARRAY_SIZE(getter_tracking_keys), (int)js->direction_getter);
+	if (k) {
+		snprintf(field, sizeof(field), "tracking.%s", k->key);
+		return errbuf_set(c->err, -EINVAL, field, "applies to direction_getter \"%s\" only",
+				  direction_getters[k->kind]);
+	}
 	if (boot && js->odf_storage != JOBSPEC_ODF_AUTO)
 		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "applies to direction "
 				  "getters that sample an ODF, not \"boot\" (which keeps the DWI)");
+	if (js->odf_storage == JOBSPEC_ODF_SH && js->direction_getter == JOBSPEC_DG_PTT)
+		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "\"sh\" is not available "
+				  "with direction_getter \"ptt\" yet: use \"float32\" or \"float16\"");
 	if (js->odf_storage == JOBSPEC_ODF_SH && js->input_kind == JOBSPEC_INPUT_ODF)
 		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "\"sh\" needs SH "
 				  "coefficients: inputs.sh or inputs.dwi, not inputs.odf");
 	if (!c->model_name_given)
 		js->model.name = boot ? JOBSPEC_MODEL_OPDT : JOBSPEC_MODEL_CSD;
 	csd = js->model.name == JOBSPEC_MODEL_CSD;
-	if (csd == boot)
+	if (csd && boot)
 		return errbuf_set(c->err, -EINVAL, json_is_object(model) ? "model.name" : "model",
-				  boot ? "must be \"opdt\" or \"csa\" with direction_getter \"boot\", "
-				  "got \"csd\"" : "must be \"csd\" with direction_getter \"prob\" "
-				  "(\"opdt\" and \"csa\" are for \"boot\"), got \"%s\"",
-				  models[js->model.name]);
+				  "must be \"opdt\" or \"csa\" with direction_getter \"boot\", "
+				  "got \"csd\"");
+	if (!csd && !boot)
+		return errbuf_set(c->err, -EINVAL, json_is_object(model) ? "model.name" : "model",
+				  "must be \"csd\" with direction_getter \"%s\" (\"opdt\" and "
+				  "\"csa\" are for \"boot\"), got \"%s\"",
+				  direction_getters[js->direction_getter], models[js->model.name]);
 	if (!json_object_get(model, "sh_order"))
 		js->model.sh_order = csd ? 8 : 4;
 	else if (!csd && js->model.sh_order > JOBSPEC_BOOT_MAX_SH_ORDER)
@@ -978,6 +1007,14 @@ static void set_defaults(struct jobspec *js)
 	js->model.sh_lambda = 0.006;
 	js->model.min_signal = 1.0;
 	js->max_attempts = 5;
+	/* GPUStreamlines' probe (8 steps of 0.25 voxels) and DIPY's rejection
+	 * sampling (reference 3.3). */
+	js->probe_length = 2.0;
+	js->probe_quality = 9;
+	js->probe_count = 1;
+	js->probe_radius = 0.0;
+	js->rejection_samples = 10;
+	js->rejection_tries = 100;
 	js->compress_tolerance_mm = COMPRESS_DEFAULT_TOLERANCE_MM;
 	js->compress_max_segment_mm = COMPRESS_DEFAULT_MAX_SEGMENT_MM;
 }

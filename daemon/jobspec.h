@@ -18,7 +18,7 @@
  *                "s0": S0}, "roi_radius": 10, "response_fa": 0.7};
  *               for boot: "opdt" | "csa" or {"name": "opdt", "sh_order": 4,
  *                "sh_lambda": 0.006, "min_signal": 1}
- *   "direction_getter": "prob" | "boot" (boot needs a dwi input),
+ *   "direction_getter": "prob" | "boot" | "ptt" (boot needs a dwi input),
  *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0}
  *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras"},
  *   "tracking": {"sphere": "repulsion724" | {"vertices": [[x,y,z], ...]},
@@ -26,7 +26,9 @@
  *                "relative_peak_threshold": 0.25, "min_separation_angle": 45,
  *                "pmf_threshold": 0.05, "max_steps": 500,
  *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only),
- *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob only)},
+ *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob; ptt: not sh),
+ *                "probe_length": 2, "probe_quality": 9, "probe_count": 1, "probe_radius": 0,
+ *                "rejection_samples": 10, "rejection_tries": 100 (ptt only)},
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
  *                "save_seed_index": false, "save_direction_getter": false,
  *                "positions": "float32" | "float16" (trx only),
@@ -68,6 +70,7 @@ enum jobspec_sh_frame {
 enum jobspec_direction_getter {
 	JOBSPEC_DG_PROB,          /* samples the ODF within the cone */
 	JOBSPEC_DG_BOOT,          /* closest peak of a residual-bootstrap ODF of the DWI */
+	JOBSPEC_DG_PTT,           /* parallel transport: curves sampled by their ODF support */
 };
 
 enum jobspec_model_name {
@@ -143,6 +146,13 @@ struct jobspec {
 					 * none has a peak, [1, 100], default 5 */
 	enum jobspec_odf_storage odf_storage; /* prob: default auto; sh needs an sh or
 					       * dwi input */
+	double probe_length;            /* ptt: voxels, (0, 10], default 2 */
+	int probe_quality;              /* ptt: points along the probe, [2, 64], default 9 */
+	int probe_count;                /* ptt: parallel probe lines, [1, 16], default 1 */
+	double probe_radius;            /* ptt: voxels, [0, 5], default 0 */
+	int rejection_samples;          /* ptt: candidates estimating the support's maximum,
+					 * [1, 1000], default 10 */
+	int rejection_tries;            /* ptt: candidates tried per step, [1, 10000], default 100 */
 
 	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)
@@ -151,7 +161,7 @@ struct jobspec {
 	bool save_seed_index;       /* output.save_seed_index: each streamline's global
 				     * seed index (TRK property, TRX dps); not tck */
 	bool save_direction_getter; /* output.save_direction_getter: the getter's code
-				     * (0 prob, 1 boot) per streamline; not tck */
+				     * (0 prob, 1 boot, 2 ptt) per streamline; not tck */
 	enum trx_positions output_positions;     /* output.positions (trx): float32 default */
 	enum trx_compression output_compression; /* output.compression (trx): store default */
 	bool compress;              /* output.compress: true or an object drops points as

@@ -19,8 +19,11 @@ struct kernel_params {
 	uint32_t work[4];       /* first item, item count, max_steps, max_attempts (boot) */
 	float metric[8];        /* A^T A of the affine's 3x3 part (mm^2 per voxel^2):
 				 * 00 01 02 11 12 22, 0, 0 */
+	float ptt[4];           /* ptt: max_curvature (1/voxel), probe step length and
+				 * probe_radius (voxels), 0 */
 };
 
-_Static_assert(sizeof(struct kernel_params) == 112, "must match shaders/common.glsl Params");
+/* 128 bytes: every Vulkan device's push-constant minimum. */
+_Static_assert(sizeof(struct kernel_params) == 128, "must match shaders/common.glsl Params");
 
 #endif

@@ -36,7 +36,7 @@ struct output_options {
 };
 
 /* Direction getter codes stored per streamline (jobspec's order). */
-enum { OUTPUT_DG_PROB = 0, OUTPUT_DG_BOOT = 1 };
+enum { OUTPUT_DG_PROB = 0, OUTPUT_DG_BOOT = 1, OUTPUT_DG_PTT = 2 };
 
 /* A streamline's data beyond its points; the writer stores what its options
  * asked for. seed_vertex is the index of the seed among the points written

@@ -98,6 +98,8 @@ static const double design_box[3] = { 48.0, 48.0, 24.0 };
 /* Azimuth step of the golden spiral: pi (3 - sqrt 5). */
 #define GOLDEN_ANGLE (M_PI * (3.0 - 2.2360679774997896964))
 
+/* job_ptt.json's max_angle, degrees. */
+#define PTT_JOB_MAX_ANGLE 20
 /* The job_dwi.json model: CSD of this order fitted to the DWI. */
 #define DWI_MODEL "csd"
 #define DWI_MODEL_SH_ORDER 8
@@ -978,6 +980,23 @@ static int write_boot_job(const char *outdir, const struct phantom_params *p,
 	return save_job(outdir, "job_boot.json", job, err);
 }
 
+/* The PTT getter on the ODF, at the max_angle where it follows this phantom's
+ * bundles (at 60 degrees its arcs may curl within half a voxel). */
+static int write_ptt_job(const char *outdir, const struct phantom_params *p,
+			 const struct phantom_names *n, struct errbuf *err)
+{
+	json_t *inputs = json_pack("{s:s, s:s}", "odf", n->odf, "stop_map", n->fa);
+	json_t *job = tracking_job(inputs, p, n, "tracks_ptt.trk");
+
+	if (job && (json_object_set_new(job, "direction_getter", json_string("ptt")) != 0 ||
+		    json_object_set_new(json_object_get(job, "tracking"), "max_angle",
+					json_integer(PTT_JOB_MAX_ANGLE)) != 0)) {
+		json_decref(job);
+		job = NULL;
+	}
+	return save_job(outdir, "job_ptt.json", job, err);
+}
+
 /* One row of space-separated values; %.17g round-trips every double. */
 static int write_row(FILE *fp, const double *values, int count)
 {
@@ -1062,6 +1081,8 @@ int phantom_generate(const struct phantom_params *p, const char *outdir, struct 
 		rc = write_bundles(outdir, &layout, err);
 	if (!rc)
 		rc = write_job(outdir, p, &names, err);
+	if (!rc)
+		rc = write_ptt_job(outdir, p, &names, err);
 	if (!rc && p->write_dwi)
 		rc = write_gradients(outdir, &dwi.gradients, err);
 	if (!rc && p->write_dwi)

@@ -14,6 +14,7 @@
  *   labels.nii.gz    end zones: bundle b's two ends are labels 2b+1 and 2b+2
  *   bundles.json     bundle names, labels and geometry (ground truth)
  *   job.json         a ready prob tracking job on the files above
+ *   job_ptt.json     the same with the PTT getter at max_angle 20
  * and, unless write_dwi is 0, the raw data the ODF and FA stand for:
  *   dwi.nii.gz       4D DWI series (float32) of the same multi-tensor model:
  *                    equal-fraction tensors (1.7, 0.3, 0.3)e-3 mm^2/s along the

@@ -27,6 +27,7 @@ layout(push_constant, std430) uniform Params {
 	uvec4 work;   // first item, item count, max_steps, max_attempts (boot)
 	vec4 metric0; // A^T A of the affine: 00 01 02 11
 	vec4 metric1; // 12 22, unused
+	vec4 ptt;     // ptt: max_curvature, probe step length, probe_radius, unused
 } pc;
 
 // Length in mm of a step d given in voxels (exact for any affine).

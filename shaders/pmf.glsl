@@ -10,6 +10,7 @@
 //     interpolated and then sampled, as DIPY's SHCoeffPmfGen does; negative
 //     values fall under the PMF threshold.
 // The including kernel includes common.glsl, interp.glsl and volume.glsl.
+// Kernels read the ODF only through interpolate_odf() and odf_vertex().
 
 #extension GL_EXT_control_flow_attributes : require
 
@@ -73,5 +74,18 @@ void interpolate_odf(Corners c, out float values[VERTS_PER_LANE])
 			values[k] += j < NV ? w * odf_value(s, min(j, NV - 1)) : 0.0;
 		}
 	}
+}
+#endif
+
+// One vertex's value interpolated at the corners c (DIPY get_pmf_value_c once
+// the vertex is chosen); the weights may carry a per-voxel factor. Sampled
+// storages only: ptt, its one user, refuses SH storage (engine.c).
+#if ODF_STORAGE != ODF_SH
+float odf_vertex(Corners c, uint vertex)
+{
+	float v = 0.0;
+	for (int q = 0; q < 8; q++)
+		v += c.weight[q] * odf_value(PAGE_SPOT(odf, c.voxel[q]), vertex);
+	return v;
 }
 #endif

@@ -23,7 +23,7 @@ from dipy.tracking.local_tracking import LocalTracking
 RUN_TIMEOUT_S = 300
 
 PHANTOM_ODF_FILES = ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz", "labels.nii.gz",
-                     "bundles.json", "job.json")
+                     "bundles.json", "job.json", "job_ptt.json")
 # Written too unless `tractd phantom --no-dwi`.
 PHANTOM_DWI_FILES = ("dwi.nii.gz", "dwi.bval", "dwi.bvec", "mask.nii.gz", "job_dwi.json",
                      "job_boot.json")

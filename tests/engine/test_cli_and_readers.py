@@ -320,9 +320,9 @@ def test_usage_errors(tractd, args, pattern):
 
 
 def test_phantom_writes_all_files(tractd, tmp_path):
-    """`tractd phantom DIR` writes the twelve files; the volumes share the
-    default grid and the three jobs name files that exist. With --no-dwi only the
-    six of the ODF job."""
+    """`tractd phantom DIR` writes the thirteen files; the volumes share the
+    default grid and the four jobs name files that exist. With --no-dwi only the
+    seven of the ODF jobs."""
     outdir = tmp_path / "ph"
     run_cli(tractd, ["phantom", outdir, "-q"], check=True)
     assert files_in(outdir) == sorted(PHANTOM_FILES)
@@ -337,6 +337,7 @@ def test_phantom_writes_all_files(tractd, tmp_path):
         for path in (*job_dwi["inputs"].values(), job_dwi["seeds"]["roi"]):
             assert (outdir / path).is_file(), f"{name} names missing {path}"
     assert json.loads((outdir / "job_boot.json").read_text())["direction_getter"] == "boot"
+    assert json.loads((outdir / "job_ptt.json").read_text())["inputs"] == job["inputs"]
 
     no_dwi = tmp_path / "no_dwi"
     run_cli(tractd, ["phantom", "--no-dwi", no_dwi, "-q"], check=True)

@@ -458,7 +458,7 @@ static const struct {
 	{ ROI_JOB(", \"tracking\": []"), "tracking", "must be an object" },
 	{ ROI_JOB(", \"direction_getter\": 1"), "direction_getter", "must be a string" },
 	{ ROI_JOB(", \"direction_getter\": \"det\""), "direction_getter",
-	  "must be one of \"prob\", \"boot\", got \"det\"" },
+	  "must be one of \"prob\", \"boot\", \"ptt\", got \"det\"" },
 	{ ROI_JOB(", \"output\": \"out.trk\""), "output", "must be an object" },
 	{ ROI_JOB(", \"output\": {\"format\": \"vtk\"}"), "output.format",
 	  "must be one of \"trk\", \"tck\", \"trx\", got \"vtk\"" },
@@ -886,6 +886,66 @@ static void test_boot(void **state)
 	jobspec_free(&js);
 	for (size_t i = 0; i < ARRAY_SIZE(bad_boot); i++)
 		expect_error(bad_boot[i].json, bad_boot[i].field, bad_boot[i].message);
+}
+
+#define PTT_JOB(tracking) ROI_JOB(", \"direction_getter\": \"ptt\", \"tracking\": {" tracking "}")
+
+static const struct {
+	const char *json;
+	const char *field;
+	const char *message;
+} bad_ptt[] = {
+	{ TRACKING_JOB("\"probe_length\": 1"), "tracking.probe_length",
+	  "applies to direction_getter \"ptt\" only" },
+	{ TRACKING_JOB("\"rejection_tries\": 10"), "tracking.rejection_tries",
+	  "applies to direction_getter \"ptt\" only" },
+	{ PTT_JOB("\"max_attempts\": 5"), "tracking.max_attempts",
+	  "applies to direction_getter \"boot\" only" },
+	{ PTT_JOB("\"probe_length\": 0"), "tracking.probe_length", "must be in (0, 10]" },
+	{ PTT_JOB("\"probe_quality\": 1"), "tracking.probe_quality", "must be in [2, 64], got 1" },
+	{ PTT_JOB("\"probe_count\": 17"), "tracking.probe_count", "must be in [1, 16]" },
+	{ PTT_JOB("\"probe_radius\": -1"), "tracking.probe_radius", "must be in [0, 5]" },
+	{ PTT_JOB("\"rejection_samples\": 0"), "tracking.rejection_samples",
+	  "must be in [1, 1000]" },
+	{ DWI_JOB(", \"direction_getter\": \"ptt\", \"tracking\": {\"odf_storage\": \"sh\"}"),
+	  "tracking.odf_storage", "\"sh\" is not available with direction_getter \"ptt\"" },
+	{ DWI_JOB(", \"direction_getter\": \"ptt\", \"model\": \"csa\""), "model",
+	  "must be \"csd\" with direction_getter \"ptt\" (\"opdt\" and \"csa\" are for "
+	  "\"boot\"), got \"csa\"" },
+};
+
+static void test_ptt(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	/* defaults: GPUStreamlines' probe, DIPY's rejection sampling */
+	expect_ok(PTT_JOB(""), NULL, &js);
+	assert_int_equal(js.direction_getter, JOBSPEC_DG_PTT);
+	assert_true(js.probe_length == 2.0);
+	assert_int_equal(js.probe_quality, 9);
+	assert_int_equal(js.probe_count, 1);
+	assert_true(js.probe_radius == 0.0);
+	assert_int_equal(js.rejection_samples, 10);
+	assert_int_equal(js.rejection_tries, 100);
+	jobspec_free(&js);
+	expect_ok(PTT_JOB("\"probe_length\": 1.5, \"probe_quality\": 7, \"probe_count\": 4, "
+			  "\"probe_radius\": 0.5, \"rejection_samples\": 20, "
+			  "\"rejection_tries\": 50"), NULL, &js);
+	assert_true(js.probe_length == 1.5);
+	assert_int_equal(js.probe_quality, 7);
+	assert_int_equal(js.probe_count, 4);
+	assert_true(js.probe_radius == 0.5);
+	assert_int_equal(js.rejection_samples, 20);
+	assert_int_equal(js.rejection_tries, 50);
+	jobspec_free(&js);
+	/* CSD fitted from raw DWI, as prob */
+	expect_ok(DWI_JOB(", \"direction_getter\": \"ptt\""), NULL, &js);
+	assert_int_equal(js.model.name, JOBSPEC_MODEL_CSD);
+	assert_int_equal(js.model.sh_order, 8);
+	jobspec_free(&js);
+	for (size_t i = 0; i < ARRAY_SIZE(bad_ptt); i++)
+		expect_error(bad_ptt[i].json, bad_ptt[i].field, bad_ptt[i].message);
 }
 
 static void test_bad_inputs_and_models(void **state)
@@ -1371,6 +1431,14 @@ static void test_example_valid(void **state)
 	assert_int_equal(js.max_attempts, 5);
 	jobspec_free(&js);
 
+	example_path(path, sizeof(path), "ptt-phantom.json");
+	if (jobspec_load_file(path, &js, &err))
+		fail_msg("%s: field \"%s\": %s", path, err.field, err.message);
+	assert_int_equal(js.direction_getter, JOBSPEC_DG_PTT);
+	assert_true(js.max_angle == 20.0);
+	assert_int_equal(js.probe_quality, 9);
+	jobspec_free(&js);
+
 	example_path(path, sizeof(path), "mrtrix-fod.json");
 	if (jobspec_load_file(path, &js, &err))
 		fail_msg("%s: field \"%s\": %s", path, err.field, err.message);
@@ -1459,6 +1527,7 @@ int main(void)
 		cmocka_unit_test(test_input_file_table),
 		cmocka_unit_test(test_boot),
 		cmocka_unit_test(test_odf_storage),
+		cmocka_unit_test(test_ptt),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
 	};

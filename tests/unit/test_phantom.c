@@ -704,6 +704,21 @@ static void test_dwi_job_json(void **state)
 	assert_int_equal(json_object_size(f->job_dwi), json_object_size(f->job) + 1);
 }
 
+static void test_ptt_job_json(void **state)
+{
+	const struct fixture *f = *state;
+	json_t *job = load_json(f->dir, "job_ptt.json");
+
+	/* job.json's inputs and seeds; the getter, a smaller max_angle, its own output. */
+	assert_string_equal(json_string_value(json_object_get(job, "direction_getter")), "ptt");
+	assert_true(json_equal(json_object_get(job, "inputs"), json_object_get(f->job, "inputs")));
+	assert_true(json_equal(json_object_get(job, "seeds"), json_object_get(f->job, "seeds")));
+	assert_int_equal(json_integer_value(json_object_get(json_object_get(job, "tracking"),
+							    "max_angle")), 20);
+	assert_string_equal(json_path_string(job, "output", "path"), "tracks_ptt.trk");
+	json_decref(job);
+}
+
 static void read_whole_file(const char *dir, const char *name, char **data, long *size)
 {
 	char path[PATH_MAX];
@@ -1075,6 +1090,7 @@ int main(void)
 		cmocka_unit_test(test_mask_border),
 		cmocka_unit_test(test_dwi_noise_level),
 		cmocka_unit_test(test_dwi_job_json),
+		cmocka_unit_test(test_ptt_job_json),
 		cmocka_unit_test(test_dwi_deterministic),
 	};
 	const struct CMUnitTest standalone[] = {

@@ -1,0 +1,184 @@
+"""Distribution parity of tractd's PTT direction getter with DIPY's ptt_tracking.
+
+Debian's DIPY 1.6 has no PTT: DIPY's side runs in build/venv-dipy (DIPY 1.11
+from tests/requirements-dipy.txt, `make venv-dipy`) as a subprocess,
+tests/parity/dipy_ptt_reference.py, with the interpreter named by
+$TRACTD_DIPY_PYTHON (the test fails without it).
+
+Both sides track the default phantom from the SAME seeds and initial
+directions: seeds drawn with random_seeds_from_mask and passed to tractd as
+seeds.points; DIPY gets one (seed, direction) pair per peak that DIPY 1.6's
+ProbabilisticDirectionGetter finds at the seed with tractd's peak parameters,
+as tractd's pass 1 does. The ODF DIPY samples is the one tractd's ptt samples:
+clipped at 0, divided by each voxel's maximum, zero where FA < fa_threshold
+(reference §3.3). Same step, max_angle (so the same maximum curvature,
+2 sin(max_angle / 2) / step), probe length and quality, amplitude threshold
+and rejection sampling (10 samples, 100 tries), identity affine.
+
+Known differences, which the tolerances absorb: DIPY draws a fresh frame for
+each half (tractd: one curve through the seed, the backward half starting from
+the reversed frame); DIPY moves along a second-order expansion of the arc
+(tractd: the exact arc); DIPY 1.11 stores each point one step along the
+initial direction from its PTT position (so its lengths in mm are ~1 mm
+longer); float32 vs float64; the random streams. Compared: streamlines per seed, mean and
+median length in points (within 10 %), valid-connection fraction (within 5
+points). 1-point lines are dropped on both sides.
+"""
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import format_table, load_trk, rel_diff, run_job, summarize
+
+from dipy.data import get_sphere
+from dipy.direction import ProbabilisticDirectionGetter
+from dipy.tracking.utils import random_seeds_from_mask
+
+# 1500 seeds: about 1650 streamlines; tractd's PTT tracks them in ~5 s on
+# lavapipe (2 cores), DIPY in ~12 s on one thread. SE of a mean length ~2 %, of
+# a fraction ~1.2 points.
+N_SEEDS = 1500
+SEED_PLACEMENT_SEED = 1234
+DIPY_RANDOM_SEED = 42
+DIPY_TIMEOUT_S = 600
+
+TRACKING = {
+    "sphere": "symmetric362",
+    "step_size": 0.5,
+    # PTT's arcs reach a curvature of 2 sin(max_angle / 2) / step: at the
+    # default 60 degrees that is a 0.5-voxel radius, and on this phantom
+    # DIPY's PTT and tractd's both wander (~5 % valid connections). DIPY's
+    # ptt_tracking defaults to 10 degrees; 20 is tracked here.
+    "max_angle": 20.0,
+    "fa_threshold": 0.1,
+    "relative_peak_threshold": 0.25,
+    "min_separation_angle": 45.0,
+    "pmf_threshold": 0.05,
+    # DIPY 1.11's max_len bounds both a half's points and the whole line's:
+    # 1000 steps a half on both sides, and DIPY's 2001 keeps every line.
+    "max_steps": 1000,
+    "probe_length": 2.0,
+    "probe_quality": 9,
+}
+
+TOL_PER_SEED_REL = 0.05
+TOL_MEAN_LEN_REL = 0.10
+TOL_MEDIAN_LEN_REL = 0.10
+TOL_VALID_FRACTION_ABS = 0.05
+
+REFERENCE = Path(__file__).with_name("dipy_ptt_reference.py")
+
+
+def figures(res, key):
+    return f"tractd {res['tractd'][key]:.4f}, DIPY {res['dipy'][key]:.4f}"
+
+
+@pytest.fixture(scope="module")
+def dipy_python():
+    path = os.environ.get("TRACTD_DIPY_PYTHON")
+    if not path or not os.access(path, os.X_OK):
+        pytest.fail("TRACTD_DIPY_PYTHON must name the Python of build/venv-dipy (DIPY >= 1.11, "
+                    "`make venv-dipy`); got " + repr(path), pytrace=False)
+    return path
+
+
+def ptt_odf(phantom, threshold):
+    """The ODF as tractd's ptt samples it (engine.c upload_ptt_tables)."""
+    odf = np.clip(phantom.odf, 0, None)
+    top = odf.max(axis=3)
+    scale = np.where((phantom.fa >= threshold) & (top > 0), 1.0 / np.where(top > 0, top, 1), 0)
+    return odf * scale[..., None]
+
+
+def seed_direction_pairs(phantom, seeds):
+    """One (seed, peak) pair per initial direction, as tractd's pass 1 finds them."""
+    t = TRACKING
+    dg = ProbabilisticDirectionGetter.from_pmf(
+        np.clip(phantom.odf, 0, None), max_angle=t["max_angle"], sphere=get_sphere(t["sphere"]),
+        pmf_threshold=t["pmf_threshold"], relative_peak_threshold=t["relative_peak_threshold"],
+        min_separation_angle=t["min_separation_angle"])
+    pairs = [(s, d) for s in seeds for d in dg.initial_direction(s)]
+    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+
+def dipy_ptt(dipy_python, phantom, seeds, workdir):
+    t = TRACKING
+    pair_seeds, directions = seed_direction_pairs(phantom, seeds)
+    params = {"fa_threshold": t["fa_threshold"], "step_size": t["step_size"],
+              "max_angle": t["max_angle"], "pmf_threshold": t["pmf_threshold"],
+              "probe_length": t["probe_length"], "probe_quality": t["probe_quality"],
+              "probe_count": 1, "probe_radius": 0.0, "min_len": 0,
+              "max_len": 2 * t["max_steps"] + 1, "random_seed": DIPY_RANDOM_SEED,
+              "nbr_threads": 1}
+    src, dst = workdir / "dipy_in.npz", workdir / "dipy_out.npz"
+    np.savez(src, sf=ptt_odf(phantom, t["fa_threshold"]), fa=phantom.fa,
+             vertices=get_sphere(t["sphere"]).vertices, seeds=pair_seeds,
+             directions=directions, params=json.dumps(params))
+    proc = subprocess.run([dipy_python, str(REFERENCE), str(src), str(dst)],
+                          capture_output=True, text=True, timeout=DIPY_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = np.load(dst)
+    ends = np.cumsum(out["counts"])
+    return np.split(out["points"], ends[:-1]) if len(ends) else []
+
+
+@pytest.fixture(scope="module")
+def parity(tractd, phantom, dipy_python, tmp_path_factory):
+    seeds = random_seeds_from_mask(phantom.roi, np.eye(4), seeds_count=N_SEEDS,
+                                   seed_count_per_voxel=False, random_seed=SEED_PLACEMENT_SEED)
+    workdir = tmp_path_factory.mktemp("ptt_parity")
+    common = dict(labels=phantom.labels, bundles=phantom.bundles, affine=phantom.affine)
+
+    t0 = time.perf_counter()
+    dipy_lines = dipy_ptt(dipy_python, phantom, seeds, workdir)
+    dipy_s = time.perf_counter() - t0
+
+    job = phantom.job_with(direction_getter="ptt",
+                           seeds={"points": seeds.tolist(), "space": "voxel"}, tracking=TRACKING)
+    t0 = time.perf_counter()
+    _, trk_path, _ = run_job(tractd, job, workdir, name="ptt")
+    tractd_s = time.perf_counter() - t0
+    trk = load_trk(trk_path)
+
+    res = {"dipy": summarize(dipy_lines, N_SEEDS, **common),
+           "tractd": summarize(trk.streamlines, N_SEEDS, **common)}
+    res["dipy"]["seconds"] = dipy_s
+    res["tractd"]["seconds"] = tractd_s
+    print(f"\n== PTT parity on the phantom, {N_SEEDS} seeds (1-point lines dropped)")
+    cols = ["streamlines", "per_seed", "mean_len_pts", "median_len_pts", "mean_len_mm",
+            "valid_fraction", "seconds"]
+    print(format_table(res, cols))
+    return res
+
+
+def test_streamlines_per_seed(parity):
+    got, want = parity["tractd"]["per_seed"], parity["dipy"]["per_seed"]
+    assert rel_diff(got, want) <= TOL_PER_SEED_REL, (
+        f"streamlines per seed differ by {100 * rel_diff(got, want):.2f} %: "
+        f"{figures(parity, 'per_seed')}")
+
+
+def test_mean_length_points(parity):
+    got, want = parity["tractd"]["mean_len_pts"], parity["dipy"]["mean_len_pts"]
+    assert rel_diff(got, want) <= TOL_MEAN_LEN_REL, (
+        f"mean length (points) differs by {100 * rel_diff(got, want):.2f} %: "
+        f"{figures(parity, 'mean_len_pts')}")
+
+
+def test_median_length_points(parity):
+    got, want = parity["tractd"]["median_len_pts"], parity["dipy"]["median_len_pts"]
+    assert rel_diff(got, want) <= TOL_MEDIAN_LEN_REL, (
+        f"median length (points) differs by {100 * rel_diff(got, want):.2f} %: "
+        f"{figures(parity, 'median_len_pts')}")
+
+
+def test_valid_connection_fraction(parity):
+    got, want = parity["tractd"]["valid_fraction"], parity["dipy"]["valid_fraction"]
+    assert abs(got - want) <= TOL_VALID_FRACTION_ABS, (
+        f"valid-connection fraction differs by {100 * abs(got - want):.2f} points: "
+        f"{figures(parity, 'valid_fraction')}")
