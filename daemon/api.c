@@ -960,8 +960,9 @@ static enum MHD_Result device_info(struct api *api, struct MHD_Connection *conn)
 
 	jobs_status(api->cfg.jobs, &st);
 	return answer_json(api, conn, MHD_HTTP_OK, json_pack(
-		"{s:{s:s, s:s, s:i, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}}",
+		"{s:{s:s, s:s, s:i, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}}",
 		"device", "name", st.device.device_name, "type", st.device.device_type,
+		"count", (json_int_t)st.devices,
 		"subgroup_size", (int)st.device.subgroup_size,
 		"max_binding_bytes", (json_int_t)st.device.max_binding_bytes,
 		"max_alloc_bytes", (json_int_t)st.device.max_alloc_bytes,

@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <sys/un.h>
 
+#include "gpu.h"
 #include "jobspec.h"
 
 enum conf_type { CONF_STRING, CONF_BOOL, CONF_SIZE, CONF_COUNT, CONF_DURATION, CONF_INT };
@@ -86,6 +87,18 @@ static const char *check_path_list(const char *v)
 			return NULL;
 		v += n + 1;
 	}
+}
+
+static const char *check_devices(const char *v)
+{
+	struct gpu_device_choice choices[GPU_MAX_DEVICES];
+	struct errbuf err = { 0 };
+	size_t n;
+
+	if (gpu_parse_devices(v, choices, &n, &err) < 0)
+		return "must be device indices or UUIDs (`tractd devices`), comma-separated, "
+		       "at most 16, or empty for the best one";
+	return NULL;
 }
 
 static bool is_port(const char *s)
@@ -192,8 +205,9 @@ static const struct conf_key keys[] = {
 	    "disk space for finished results; the oldest expire first"),
 	U64(result_ttl_seconds, CONF_DURATION, 60, 3650 * DAY, "7d",
 	    "finished results expire this long after the job ends"),
-	INT(device, -1, INT_MAX, "-1",
-	    "Vulkan device index as `tractd devices` lists them; -1 for the best one"),
+	STRING(device, check_devices, "",
+	       "Vulkan devices as `tractd devices` lists them, by index or UUID, "
+	       "comma-separated: a job's seeds are shared out over them; empty for the best one"),
 	U64(gpu_memory_budget, CONF_SIZE, 0, 1024 * TiB, "0",
 	    "GPU memory one job may use; 0 for half the device memory"),
 	U64(volume_cache_bytes, CONF_SIZE, 0, 1024 * TiB, "0",

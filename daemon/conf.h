@@ -30,7 +30,8 @@ struct conf {
 	uint64_t max_seeds_per_job; /* default 10M */
 	uint64_t spool_max_bytes;   /* results kept on disk at most (default 50G) */
 	uint64_t result_ttl_seconds;/* finished results expire after (default 7 days) */
-	int device;                 /* Vulkan device index, -1 = best (default) */
+	char device[1024];          /* Vulkan devices: indices or UUIDs, comma-separated;
+				     * "" or "-1" = the best one (default) */
 	uint64_t gpu_memory_budget; /* per job, 0 = half the device memory */
 	uint64_t volume_cache_bytes;/* GPU memory for warm volumes, 0 = a quarter of the device */
 	int fit_threads;            /* model fitting threads, 0 = one per CPU */

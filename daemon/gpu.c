@@ -252,6 +252,56 @@ bool gpu_is_uuid(const char *text)
 	return true;
 }
 
+int gpu_parse_devices(const char *text, struct gpu_device_choice out[GPU_MAX_DEVICES],
+		      size_t *n, struct errbuf *err)
+{
+	const char *p = text;
+
+	*n = 0;
+	if (strcmp(text, "-1") == 0)
+		return 0;
+	while (*p) {
+		size_t len = strcspn(p, ",");
+		char item[GPU_UUID_LEN + 2] = "";
+		char *end = NULL;
+		long index = -1;
+
+		if (*n == GPU_MAX_DEVICES)
+			return errbuf_set(err, -EINVAL, "device", "lists more than %d devices",
+					  GPU_MAX_DEVICES);
+		if (len < sizeof(item))
+			memcpy(item, p, len);
+		if (len > 0 && len < 10 && isdigit((unsigned char)item[0]))
+			index = strtol(item, &end, 10);
+		memset(&out[*n], 0, sizeof(out[*n]));
+		out[*n].index = -1;
+		if (end && *end == '\0' && index >= 0)
+			out[*n].index = (int)index;
+		else if (len < sizeof(item) && gpu_is_uuid(item))
+			memcpy(out[*n].uuid, item, GPU_UUID_LEN + 1);
+		else
+			return errbuf_set(err, -EINVAL, "device", "'%.*s' is neither a device index "
+					  "nor a UUID as `tractd devices` lists them", (int)(len < 64 ? len : 64), p);
+		(*n)++;
+		p += len;
+		if (*p == ',' && !*++p)
+			return errbuf_set(err, -EINVAL, "device", "ends with a comma");
+	}
+	return 0;
+}
+
+struct gpu_options gpu_options_for(const struct gpu_options *opts,
+				   const struct gpu_device_choice *choice)
+{
+	struct gpu_options o = *opts;
+
+	if (choice) {
+		o.device_index = choice->index;
+		o.device_uuid = choice->uuid[0] ? choice->uuid : NULL;
+	}
+	return o;
+}
+
 static int index_of_uuid(VkPhysicalDevice *devs, uint32_t n, const char *uuid)
 {
 	char have[GPU_UUID_LEN + 1];

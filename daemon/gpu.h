@@ -67,6 +67,25 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 /* Whether text looks like a device UUID as `tractd devices` prints it. */
 bool gpu_is_uuid(const char *text);
 
+#define GPU_MAX_DEVICES 16
+
+/* A device named in a list: its index, or (index -1) its UUID. */
+struct gpu_device_choice {
+	int index;
+	char uuid[GPU_UUID_LEN + 1];
+};
+
+/* Parses a comma-separated list of device indices and UUIDs ("0,1",
+ * "e22b2a88-...,1"); "" and "-1" are the empty list (the best device). A
+ * device may repeat: each entry opens a context of its own. 0, or -EINVAL
+ * with the reason in err (field "device"). */
+int gpu_parse_devices(const char *text, struct gpu_device_choice out[GPU_MAX_DEVICES],
+		      size_t *n, struct errbuf *err);
+
+/* opts with the device of choice (NULL: the best one) selected. */
+struct gpu_options gpu_options_for(const struct gpu_options *opts,
+				   const struct gpu_device_choice *choice);
+
 /* Waits for the device, saves the pipeline cache, destroys everything the
  * context owns (including buffers not yet freed). Accepts NULL. */
 void gpu_close(struct gpu_ctx *ctx);

@@ -55,15 +55,16 @@ struct owner_turn {
 struct cache_entry {
 	char *key;                  /* input paths, sizes and mtimes, sphere */
 	struct engine_inputs *inputs;
-	struct engine_resident *resident;
-	uint64_t bytes;
+	struct engine_resident *residents[GPU_MAX_DEVICES];   /* one upload per device */
+	uint64_t bytes;                                         /* on each device */
 	uint64_t last_used;
 };
 
 struct jobs {
 	struct jobs_config cfg;
 	char spool_dir[1100];
-	struct gpu_ctx *gpu;
+	struct gpu_ctx *gpus[GPU_MAX_DEVICES];   /* one context per configured device */
+	size_t n_gpus;
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;        /* a job was queued, or stopping */
@@ -264,7 +265,8 @@ static char *cache_key(const struct jobspec *spec)
 
 static void cache_entry_free(struct jobs *jobs, struct cache_entry *e)
 {
-	engine_resident_free(jobs->gpu, e->resident);
+	for (size_t i = 0; i < jobs->n_gpus; i++)
+		engine_resident_free(jobs->gpus[i], e->residents[i]);
 	engine_inputs_free(e->inputs);
 	free(e->key);
 }
@@ -337,14 +339,14 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
 	r = engine_inputs_load(spec, fit, &fresh.inputs, err);
 	t1 = timing_now();
 	stats->load_seconds = t1 - t0;
-	if (r == 0)
-		r = engine_resident_new(jobs->gpu, fresh.inputs, &up, &fresh.resident, err);
+	for (size_t i = 0; r == 0 && i < jobs->n_gpus; i++)
+		r = engine_resident_new(jobs->gpus[i], fresh.inputs, &up, &fresh.residents[i], err);
 	stats->upload_seconds = timing_now() - t1;
 	if (r < 0) {
 		cache_entry_free(jobs, &fresh);
 		return r;
 	}
-	fresh.bytes = engine_resident_bytes(fresh.resident);
+	fresh.bytes = engine_resident_bytes(fresh.residents[0]);
 	fresh.last_used = ++jobs->cache_clock;
 	*owned = true;
 	if (key && fresh.bytes <= jobs->status.cache_budget) {
@@ -452,7 +454,10 @@ static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engin
 		pthread_mutex_lock(&jobs->lock);
 		job->info.seeds_total = seeds_count(seeds);
 		pthread_mutex_unlock(&jobs->lock);
-		r = engine_run(jobs->gpu, &job->spec, volumes.inputs, volumes.resident, seeds, &opts,
+		struct engine_device devs[GPU_MAX_DEVICES];
+		for (size_t i = 0; i < jobs->n_gpus; i++)
+			devs[i] = (struct engine_device){ jobs->gpus[i], volumes.residents[i] };
+		r = engine_run_devices(devs, jobs->n_gpus, &job->spec, volumes.inputs, seeds, &opts,
 			       out, stats, err);
 	}
 	stats->load_seconds = timing.load_seconds;
@@ -665,25 +670,59 @@ static struct job *next_queued(struct jobs *jobs)
 	return best;
 }
 
+static void close_gpus(struct jobs *jobs)
+{
+	for (size_t i = 0; i < jobs->n_gpus; i++)
+		gpu_close(jobs->gpus[i]);
+	jobs->n_gpus = 0;
+}
+
+/* Opens a context on each configured device (or the best one); on failure
+ * none stays open. */
+static int open_gpus(struct jobs *jobs, struct errbuf *err)
+{
+	const struct jobs_config *cfg = &jobs->cfg;
+	size_t n = cfg->n_devices ? cfg->n_devices : 1;
+	int r = 0;
+
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		struct gpu_options o = gpu_options_for(&cfg->gpu, cfg->n_devices ? &cfg->devices[i]
+									    : NULL);
+		r = gpu_open(&o, &jobs->gpus[i], err);
+		if (r == 0)
+			jobs->n_gpus++;
+	}
+	if (r < 0)
+		close_gpus(jobs);
+	return r;
+}
+
+static bool any_gpu_lost(const struct jobs *jobs)
+{
+	for (size_t i = 0; i < jobs->n_gpus; i++)
+		if (gpu_lost(jobs->gpus[i]))
+			return true;
+	return false;
+}
+
 /* After a submit failed for good (VK_ERROR_DEVICE_LOST), the context and
  * everything made on it are useless: the warm volumes' GPU buffers go with
- * it, and a fresh context serves the next job. Also retries a context that
- * could not be reopened last time. Worker thread, lock not held. */
+ * it, and fresh contexts (all of them: a cached entry holds an upload on
+ * each) serve the next job. Also retries contexts that could not be
+ * reopened last time. Worker thread, lock not held. */
 static void reopen_gpu_if_lost(struct jobs *jobs)
 {
 	struct errbuf err = { 0 };
 
-	if (jobs->gpu && !gpu_lost(jobs->gpu))
+	if (jobs->n_gpus && !any_gpu_lost(jobs))
 		return;
-	if (jobs->gpu)
+	if (jobs->n_gpus)
 		log_warn("the GPU device was lost: dropping the volume cache and recreating the "
 			 "Vulkan context");
 	while (jobs->n_cache > 0)
 		cache_evict(jobs, jobs->n_cache - 1);
-	gpu_close(jobs->gpu);
-	jobs->gpu = NULL;
-	if (gpu_open(&jobs->cfg.gpu, &jobs->gpu, &err) < 0) {
-		jobs->gpu = NULL;
+	close_gpus(jobs);
+	if (open_gpus(jobs, &err) < 0) {
 		log_error("cannot open the GPU again: %s%s%s (the next job tries again)",
 			  err.field, err.field[0] ? ": " : "", err.message);
 		return;
@@ -718,7 +757,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&jobs->lock);
 		log_info("job=%s started owner=%s", job->info.id, job->info.owner);
 		reopen_gpu_if_lost(jobs);
-		r = jobs->gpu ? run_job(jobs, job, &stats, &err)
+		r = jobs->n_gpus ? run_job(jobs, job, &stats, &err)
 			      : errbuf_set(&err, -ENODEV, "device", "the GPU is unavailable (it was "
 					   "lost and could not be opened again)");
 		finish_job(jobs, job, r, &stats, &err);
@@ -820,12 +859,13 @@ int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *
 	if (r == 0)
 		r = restore_jobs(jobs, err);
 	if (r == 0)
-		r = gpu_open(&cfg->gpu, &jobs->gpu, err);
+		r = open_gpus(jobs, err);
 	if (r < 0) {
 		jobs_free(jobs);
 		return r;
 	}
-	jobs->status.device = *gpu_get_limits(jobs->gpu);
+	jobs->status.device = *gpu_get_limits(jobs->gpus[0]);
+	jobs->status.devices = jobs->n_gpus;
 	jobs->status.cache_budget = cfg->volume_cache_bytes ? cfg->volume_cache_bytes
 							    : jobs->status.device.device_local_bytes / 4;
 	r = pthread_create(&jobs->worker, NULL, worker_main, jobs);
@@ -870,7 +910,7 @@ void jobs_free(struct jobs *jobs)
 	while (jobs->n_cache > 0)
 		cache_evict(jobs, jobs->n_cache - 1);
 	free(jobs->cache);
-	gpu_close(jobs->gpu);
+	close_gpus(jobs);
 	for (size_t i = 0; i < jobs->n_jobs; i++)
 		job_free(jobs->jobs[i]);
 	free(jobs->jobs);

@@ -68,7 +68,9 @@ struct jobs_config {
 	uint64_t max_seeds_per_job;   /* checked again once per-voxel seeds are counted */
 	uint64_t spool_max_bytes;
 	uint64_t result_ttl_seconds;
-	struct gpu_options gpu;
+	struct gpu_options gpu;       /* the options of every device opened */
+	struct gpu_device_choice devices[GPU_MAX_DEVICES];   /* none: the best one */
+	size_t n_devices;
 	uint64_t gpu_memory_budget;   /* per job, 0 = engine default */
 	uint64_t volume_cache_bytes;  /* 0 = a quarter of the device memory */
 	int fit_threads;              /* model fitting threads, 0 = one per CPU */
@@ -81,7 +83,8 @@ struct jobs_status {
 	double track_seconds_total;
 	uint64_t cache_hits, cache_misses, cache_entries, cache_bytes, cache_budget;
 	uint64_t spool_bytes;
-	struct gpu_limits device;
+	struct gpu_limits device;    /* the first device's */
+	size_t devices;              /* devices a job's seeds are shared out over */
 };
 
 const char *jobs_state_name(enum job_state state);

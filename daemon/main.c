@@ -163,17 +163,9 @@ static const struct option long_options[] = {
 	{ 0, 0, 0, 0 },
 };
 
-#define MAX_DEVICES 16
-
-/* --device: indices or UUIDs; none means the best device. */
-struct device_choice {
-	int index;
-	char uuid[GPU_UUID_LEN + 1];
-};
-
 struct cli {
 	const char *output;
-	struct device_choice devices[MAX_DEVICES];
+	struct gpu_device_choice devices[GPU_MAX_DEVICES];   /* none: the best one */
 	size_t n_devices;
 	const char *stats_json;
 	const char *pipeline_cache;
@@ -307,36 +299,12 @@ static void set_default_cache(struct cli *cli)
  * opens a second logical device on the same GPU. */
 static int parse_devices(struct cli *cli, const char *arg)
 {
-	const char *p = arg;
+	struct errbuf err = { 0 };
 
-	cli->n_devices = 0;
-	while (*p) {
-		struct device_choice *d = &cli->devices[cli->n_devices];
-		size_t len = strcspn(p, ",");
-		char item[GPU_UUID_LEN + 2] = "";
-		uint64_t n;
-
-		if (cli->n_devices == MAX_DEVICES)
-			return usage_error("--device lists more than 16 devices: '%s'", arg);
-		if (len < sizeof(item))
-			memcpy(item, p, len);
-		memset(d, 0, sizeof(*d));
-		if (len < sizeof(item) && gpu_is_uuid(item)) {
-			d->index = -1;
-			memcpy(d->uuid, item, GPU_UUID_LEN + 1);
-		} else if (len < sizeof(item) && parse_size(item, &n) == 0 && n <= INT_MAX &&
-			   isdigit((unsigned char)item[len - 1])) {
-			d->index = (int)n;
-		} else {
-			return usage_error("invalid --device '%s' (indices or UUIDs from `tractd "
-					   "devices`, separated by commas)", arg);
-		}
-		cli->n_devices++;
-		p += len;
-		if (*p == ',' && !*++p)
-			return usage_error("invalid --device '%s' (a trailing comma)", arg);
-	}
-	return cli->n_devices ? -1 : usage_error("invalid --device '%s'", arg);
+	if (gpu_parse_devices(arg, cli->devices, &cli->n_devices, &err) < 0 || !cli->n_devices)
+		return usage_error("invalid --device '%s' (indices or UUIDs from `tractd devices`, "
+				   "separated by commas)", arg);
+	return -1;
 }
 
 /* Returns -1 to continue, or an exit code. */
@@ -591,8 +559,8 @@ struct cli_job {
 	struct jobspec spec;
 	struct engine_inputs *inputs;
 	struct seeds *seeds;
-	struct engine_device devices[MAX_DEVICES];
-	struct engine_resident *residents[MAX_DEVICES];   /* devices[i].resident */
+	struct engine_device devices[GPU_MAX_DEVICES];
+	struct engine_resident *residents[GPU_MAX_DEVICES];   /* devices[i].resident */
 	size_t n_devices;         /* opened */
 };
 
@@ -612,14 +580,10 @@ static int open_device(struct cli *cli, size_t i, struct cli_job *j, struct errb
 {
 	struct engine_upload up = { .odf_storage = j->spec.odf_storage,
 				    .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
-	struct gpu_options o = cli->gpu;
+	struct gpu_options o = gpu_options_for(&cli->gpu, cli->n_devices ? &cli->devices[i] : NULL);
 	struct engine_device *d = &j->devices[j->n_devices];
 	int r;
 
-	if (cli->n_devices) {
-		o.device_index = cli->devices[i].index;
-		o.device_uuid = cli->devices[i].uuid[0] ? cli->devices[i].uuid : NULL;
-	}
 	r = gpu_open(&o, &d->gpu, err);
 	if (r < 0)
 		return r;

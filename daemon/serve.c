@@ -215,7 +215,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		.spool_max_bytes = d->conf.spool_max_bytes,
 		.result_ttl_seconds = d->conf.result_ttl_seconds,
 		.gpu = {
-			.device_index = d->conf.device,
+			.device_index = -1,
 			.pipeline_cache_path = d->conf.pipeline_cache[0] ? d->conf.pipeline_cache : NULL,
 		},
 		.gpu_memory_budget = d->conf.gpu_memory_budget,
@@ -240,6 +240,9 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		r = resolve_admin_group(d->conf.admin_group, &ac, err);
 	if (r == 0)
 		r = store_open(d->conf.state_dir, &d->store, err);
+	/* Checked with the configuration; parsed again here into the list. */
+	if (r == 0)
+		r = gpu_parse_devices(d->conf.device, jc.devices, &jc.n_devices, err);
 	if (r == 0)
 		r = jobs_start(&jc, &d->jobs, err);
 	if (r < 0)

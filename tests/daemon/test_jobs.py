@@ -274,3 +274,26 @@ def test_tck_job(daemon, volumes, phantom, tractd, tmp_path):
     subprocess.run([tractd, "run", str(tmp_path / "job.json"), "-o", str(tmp_path / "cli.tck"),
                     "-q"], check=True)
     assert r.body == (tmp_path / "cli.tck").read_bytes()
+
+
+def test_two_devices(daemon_factory, phantom, references):
+    """device = 0,0 (two contexts on the one lavapipe GPU, each with its own
+    upload and chunks): /v1/device counts 2, a job's result is byte-identical
+    to `tractd run` on one device, and its volumes are cached once for both."""
+    d = daemon_factory(sets=[f"data_roots={phantom.dir}", "device=0,0"])
+    assert d.api.get_json("/v1/device")["device"]["count"] == 2
+    job = local_job(phantom, **PARITY)
+    _, got = run_to_completion(d.api, job)
+    assert_same_trk(got, references.trk(job), "tractogram of a two-device job")
+    _, again = run_to_completion(d.api, job)
+    assert_same_trk(again, got, "the second run on the cached volumes")
+    assert d.api.get_json("/v1/device")["cache"]["hits"] >= 1
+
+
+def test_bad_device_list_stops_start(tractd, tmp_path):
+    """A device list that is neither indices nor UUIDs stops the daemon at
+    start (exit 3) naming the key."""
+    proc = subprocess.run([tractd, "serve", "--set", "device=gpu0", "--print-config"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 3, proc.stderr
+    assert "device" in proc.stderr and "indices or UUIDs" in proc.stderr, proc.stderr

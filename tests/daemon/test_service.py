@@ -60,8 +60,9 @@ def test_device_on_both_sockets(daemon):
     assert docs[1] == doc
     assert set(doc) == {"device", "cache", "queue"}, doc
     dev = doc["device"]
-    assert set(dev) == {"name", "type", "subgroup_size", "max_binding_bytes", "max_alloc_bytes",
-                        "device_local_bytes"}, dev
+    assert set(dev) == {"name", "type", "count", "subgroup_size", "max_binding_bytes",
+                        "max_alloc_bytes", "device_local_bytes"}, dev
+    assert dev["count"] == 1, dev
     assert isinstance(dev["name"], str) and dev["name"], dev
     assert isinstance(dev["type"], str) and dev["type"], dev
     assert dev["subgroup_size"] >= 1

@@ -133,7 +133,7 @@ static void test_defaults(void **state)
 	assert_string_equal(c.admin_group, "");
 	assert_int_equal(c.spool_max_bytes, 50ull << 30);
 	assert_int_equal(c.result_ttl_seconds, 7 * 86400);
-	assert_int_equal(c.device, -1);
+	assert_string_equal(c.device, "");
 	assert_int_equal(c.gpu_memory_budget, 0);
 	assert_int_equal(c.volume_cache_bytes, 0);
 	assert_string_equal(c.pipeline_cache, "");
@@ -244,8 +244,10 @@ static void test_good_values(void **state)
 		{ "result_ttl_seconds", "3650d", "3650d" },
 		{ "device", "-1", "-1" },
 		{ "device", "0", "0" },
-		{ "device", "3", "3" },
-		{ "device", "2147483647", "2147483647" },
+		{ "device", "0,1", "0,1" },
+		{ "device", "0,0", "0,0" },
+		{ "device", "e22b2a88-daa7-7d6b-504d-9210f532432c,1",
+		  "e22b2a88-daa7-7d6b-504d-9210f532432c,1" },
 	};
 	char value[1100];
 	struct conf c;
@@ -266,7 +268,7 @@ static void test_good_values(void **state)
 	assert_int_equal(conf_set(&c, "spool_max_bytes", "18446744073709551615", NULL), 0);
 	assert_int_equal(c.spool_max_bytes, UINT64_MAX);
 	assert_int_equal(conf_set(&c, "device", "-1", NULL), 0);
-	assert_int_equal(c.device, -1);
+	assert_string_equal(c.device, "-1");
 	assert_int_equal(conf_set(&c, "result_ttl_seconds", "2h", NULL), 0);
 	assert_int_equal(c.result_ttl_seconds, 7200);
 	assert_int_equal(conf_set(&c, "max_upload_bytes", "3T", NULL), 0);
@@ -343,13 +345,14 @@ static void test_bad_values(void **state)
 		{ "result_ttl_seconds", "1w", "must be a duration" },
 		{ "result_ttl_seconds", "1h30m", "must be a duration" },
 		{ "result_ttl_seconds", "99999999999999999999", "must be between" },
-		{ "device", "-2", "must be between -1 and 2147483647" },
-		{ "device", "2147483648", "must be between -1 and 2147483647" },
-		{ "device", "-9223372036854775809", "must be between -1" },
-		{ "device", "--1", "must be an integer" },
-		{ "device", "-", "must be an integer" },
-		{ "device", "1e3", "must be an integer" },
-		{ "device", "best", "must be an integer" },
+		{ "device", "-2", "must be device indices or UUIDs" },
+		{ "device", "0,", "must be device indices or UUIDs" },
+		{ "device", ",1", "must be device indices or UUIDs" },
+		{ "device", "gpu0", "must be device indices or UUIDs" },
+		{ "device", "e22b2a88-daa7-7d6b-504d-9210f53243", "must be device indices or UUIDs" },
+		{ "device", "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16", "at most 16" },
+		{ "device", "1e3", "must be device indices or UUIDs" },
+		{ "device", "best", "must be device indices or UUIDs" },
 	};
 	struct conf c, before;
 
