@@ -39,6 +39,7 @@
 #define TARGET_WORKGROUP_LANES 64
 #define FIRST_TIMED_CHUNK_SEEDS 256
 #define CHUNKS_PER_DEVICE 8
+#define MAX_CHUNK_SEEDS (1ull << 21)
 #define SUBMIT_SECONDS 0.25
 struct engine_inputs {
 	struct volume odf;        /* inputs.odf: the ODF on the sphere's vertices, clipped */
@@ -702,6 +703,10 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
 	plan->chunk_seeds = min_u64(buffer_limit / (12ull * plan->max_peaks), work / 3 / per_seed);
 	plan->chunk_seeds = min_u64(plan->chunk_seeds, seeds_count(seeds));
+	/* The chunk's host arrays grow with it (~100 bytes a seed at the peak
+	 * bound): a cap keeps a large GPU budget from costing gigabytes of host
+	 * memory; two million seeds keep the largest GPU busy already. */
+	plan->chunk_seeds = min_u64(plan->chunk_seeds, MAX_CHUNK_SEEDS);
 	if (opts->max_chunk_seeds)
 		plan->chunk_seeds = min_u64(plan->chunk_seeds, opts->max_chunk_seeds);
 	/* Line ids and slot offsets are 32-bit in the kernels. */
@@ -995,6 +1000,61 @@ int engine_resident_new(struct gpu_ctx *gpu, const struct engine_inputs *in,
 	}
 	*ret = res;
 	return 0;
+}
+
+struct upload_task {
+	struct gpu_ctx *gpu;
+	const struct engine_inputs *in;
+	const struct engine_upload *up;
+	struct engine_resident *res;
+	struct errbuf err;
+	int r;
+	pthread_t thread;
+	bool started;
+};
+
+static void *upload_task_main(void *arg)
+{
+	struct upload_task *t = arg;
+
+	t->r = engine_resident_new(t->gpu, t->in, t->up, &t->res, &t->err);
+	return NULL;
+}
+
+int engine_resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct engine_inputs *in,
+			    const struct engine_upload *up, struct engine_resident **ret,
+			    struct errbuf *err)
+{
+	struct upload_task *tasks = calloc(n ? n : 1, sizeof(*tasks));
+	int r = 0;
+
+	if (!tasks)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		tasks[i] = (struct upload_task){ .gpu = gpus[i], .in = in, .up = up };
+		if (i > 0)
+			tasks[i].started = pthread_create(&tasks[i].thread, NULL, upload_task_main,
+							  &tasks[i]) == 0;
+	}
+	upload_task_main(&tasks[0]);
+	for (size_t i = 1; i < n; i++) {
+		if (tasks[i].started)
+			pthread_join(tasks[i].thread, NULL);
+		else
+			upload_task_main(&tasks[i]);
+	}
+	for (size_t i = 0; i < n && r == 0; i++)
+		if (tasks[i].r < 0) {
+			r = tasks[i].r;
+			*err = tasks[i].err;
+		}
+	for (size_t i = 0; i < n; i++) {
+		if (r < 0)
+			engine_resident_free(gpus[i], tasks[i].res);
+		ret[i] = r < 0 ? NULL : tasks[i].res;
+	}
+	free(tasks);
+	return r;
 }
 
 uint64_t engine_resident_bytes(const struct engine_resident *res)

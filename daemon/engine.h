@@ -129,6 +129,12 @@ struct engine_upload {
 int engine_resident_new(struct gpu_ctx *gpu, const struct engine_inputs *in,
 			const struct engine_upload *up, struct engine_resident **ret,
 			struct errbuf *err);
+/* engine_resident_new on n devices at once, a thread each, so that the
+ * uploads overlap: ret[i] is gpus[i]'s. On failure none is kept (the first
+ * device's error is reported). */
+int engine_resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct engine_inputs *in,
+			    const struct engine_upload *up, struct engine_resident **ret,
+			    struct errbuf *err);
 /* GPU bytes held. */
 uint64_t engine_resident_bytes(const struct engine_resident *res);
 /* How the ODF is held: "float32", "float16", "sh", or "dwi" for boot. */

@@ -339,8 +339,9 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
 	r = engine_inputs_load(spec, fit, &fresh.inputs, err);
 	t1 = timing_now();
 	stats->load_seconds = t1 - t0;
-	for (size_t i = 0; r == 0 && i < jobs->n_gpus; i++)
-		r = engine_resident_new(jobs->gpus[i], fresh.inputs, &up, &fresh.residents[i], err);
+	if (r == 0)
+		r = engine_resident_new_all(jobs->gpus, jobs->n_gpus, fresh.inputs, &up,
+					    fresh.residents, err);
 	stats->upload_seconds = timing_now() - t1;
 	if (r < 0) {
 		cache_entry_free(jobs, &fresh);

@@ -575,20 +575,27 @@ static void cli_job_free(struct cli_job *j)
 	jobspec_free(&j->spec);
 }
 
-/* Opens device i of --device (or the best one) and uploads the inputs to it. */
-static int open_device(struct cli *cli, size_t i, struct cli_job *j, struct errbuf *err)
+/* Opens the devices of --device (or the best one) and uploads the inputs to
+ * all of them at once. */
+static int open_devices(struct cli *cli, struct cli_job *j, struct errbuf *err)
 {
 	struct engine_upload up = { .odf_storage = j->spec.odf_storage,
 				    .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
-	struct gpu_options o = gpu_options_for(&cli->gpu, cli->n_devices ? &cli->devices[i] : NULL);
-	struct engine_device *d = &j->devices[j->n_devices];
-	int r;
+	struct gpu_ctx *gpus[GPU_MAX_DEVICES];
+	size_t n = cli->n_devices ? cli->n_devices : 1;
+	int r = 0;
 
-	r = gpu_open(&o, &d->gpu, err);
-	if (r < 0)
-		return r;
-	r = engine_resident_new(d->gpu, j->inputs, &up, &j->residents[j->n_devices], err);
-	d->resident = j->residents[j->n_devices++];
+	for (size_t i = 0; r == 0 && i < n; i++) {
+		struct gpu_options o = gpu_options_for(&cli->gpu, cli->n_devices ? &cli->devices[i]
+									  : NULL);
+		r = gpu_open(&o, &j->devices[i].gpu, err);
+		if (r == 0)
+			gpus[j->n_devices++] = j->devices[i].gpu;
+	}
+	if (r == 0)
+		r = engine_resident_new_all(gpus, n, j->inputs, &up, j->residents, err);
+	for (size_t i = 0; r == 0 && i < n; i++)
+		j->devices[i].resident = j->residents[i];
 	return r;
 }
 
@@ -607,8 +614,7 @@ static int prepare_job(struct cli *cli, struct cli_job *j, double *load_s, doubl
 		return r;
 	cli->gpu.pipeline_cache_path = cli->pipeline_cache;
 	t0 = timing_now();
-	for (size_t i = 0; r == 0 && i < (cli->n_devices ? cli->n_devices : 1); i++)
-		r = open_device(cli, i, j, err);
+	r = open_devices(cli, j, err);
 	*upload_s = timing_now() - t0;
 	return r;
 }
