@@ -2,12 +2,12 @@
 /*
  * engine: one tracking job from validated spec to tractogram records (see engine.h).
  *
- * Flow: load inputs (volumes, sphere, seed generator) -> plan chunk and batch
- * sizes from the device limits -> compile/fetch pipelines -> upload the ODF,
- * stop map and sphere -> for each seed chunk: pass 1 (prob_init: initial
- * directions per seed), build the streamline list on the host, then for each
- * batch of streamlines pass 2 (prob_track; boot_* and ptt_track for the
- * other getters), read back only the points of kept
+ * Flow, on inputs already loaded (inputs.h) and uploaded (resident.h): plan
+ * chunk and batch sizes from the device limits -> compile/fetch pipelines ->
+ * allocate the work buffers (and upload ptt's tables) -> for each seed chunk:
+ * pass 1 (prob_init: initial directions per seed), build the streamline list
+ * on the host, then for each batch of streamlines pass 2 (prob_track; boot_*
+ * and ptt_track for the other getters), read back only the points of kept
  * streamlines and append them to the output writer (TRK or TCK).
  */
 #include "engine.h"
@@ -22,55 +22,23 @@
 #include "affine.h"
 #include "boot.h"
 #include "compress.h"
-#include "fit.h"
-#include "gradients.h"
+#include "inputs.h"
 #include "kernel_params.h"
 #include "log.h"
 #include "philox.h"
 #include "ptt.h"
+#include "resident.h"
 #include "seeds.h"
-#include "sphere.h"
 #include "timing.h"
 #include "output.h"
 #include "paged_volume.h"
 #include "volume.h"
 
-#define MIN_WORK_BUDGET (8ull << 20)
 #define TARGET_WORKGROUP_LANES 64
 #define FIRST_TIMED_CHUNK_SEEDS 256
 #define CHUNKS_PER_DEVICE 8
 #define MAX_CHUNK_SEEDS (1ull << 21)
 #define SUBMIT_SECONDS 0.25
-struct engine_inputs {
-	struct volume odf;        /* inputs.odf: the ODF on the sphere's vertices, clipped */
-	struct volume sh;         /* inputs.sh: its coefficients (a dwi job's are fit.sh) */
-	enum sh_basis sh_basis;
-	bool sh_world;            /* inputs.sh_frame world: directions map through to_sh */
-	double to_sh[3][3];
-	struct volume dwi;        /* boot: the b0 volumes first, then one shell's */
-	int n_b0;
-	struct boot_matrices boot;
-	enum boot_model boot_model;
-	bool boot_getter;
-	struct volume stop;
-	struct sphere sphere;
-	bool symmetric;       /* compare directions by |cos| */
-	const char *grid_field;   /* the input that sets the grid, for messages */
-	bool fitted;          /* fit holds the DTI and CSD of a dwi input */
-	struct fit_result fit;
-};
-
-struct engine_resident {
-	struct paged_volume odf;  /* prob: ODF values or SH coefficients (storage) */
-	enum jobspec_odf_storage storage;   /* never auto */
-	uint32_t sh_coefs;        /* SH storage: coefficients per voxel */
-	struct gpu_buffer *odf_basis;       /* SH storage: the sampling matrix */
-	struct paged_volume dwi;  /* boot */
-	struct paged_volume stop; /* the stop map */
-	struct gpu_buffer *vertices, *nbr_offset, *nbr;
-	struct gpu_buffer *matrices;        /* boot: boot.glsl's layout */
-	uint64_t bytes;
-};
 
 struct job_plan {
 	uint32_t subgroup;        /* lanes per item */
@@ -83,7 +51,7 @@ struct job_plan {
 
 struct job_gpu {
 	struct gpu_pipeline *init, *track, *compact;
-	const struct engine_resident *res;
+	const struct resident *res;
 	struct gpu_buffer *seeds, *ndirs, *dirs;
 	struct gpu_buffer *line_start, *line_id, *points, *ranges, *dest, *readback;
 	struct paged_volume odf_scale;        /* ptt: daemon/ptt.h's tables for this job */
@@ -106,377 +74,6 @@ struct job_host {
 
 #define DROP_LINE 0xffffffffu
 
-/* ---- inputs ------------------------------------------------------------- */
-
-static int load_sphere(const struct jobspec *job, struct sphere *ret, struct errbuf *err)
-{
-	if (job->sphere_vertices)
-		return sphere_from_vertices(job->sphere_vertices, job->sphere_nv,
-					    "tracking.sphere.vertices", ret, err);
-	return sphere_builtin(job->sphere_name, ret, err);
-}
-
-static int require_3d_on_grid(const struct volume *v, const struct volume *ref,
-			      const char *ref_field, const char *field, const char *path,
-			      struct errbuf *err)
-{
-	if (v->dim[3] != 1)
-		return errbuf_set(err, -EINVAL, field, "%s must be a 3D volume, got %lld volumes",
-				  path, (long long)v->dim[3]);
-	if (!volume_same_grid(v, ref))
-		return errbuf_set(err, -EINVAL, field, "%s is on a different grid (%lldx%lldx%lld "
-				  "or another affine) than %s (%lldx%lldx%lld)", path,
-				  (long long)v->dim[0], (long long)v->dim[1], (long long)v->dim[2],
-				  ref_field, (long long)ref->dim[0], (long long)ref->dim[1], (long long)ref->dim[2]);
-	return 0;
-}
-
-static int load_seeds(const struct jobspec *job, const struct volume *odf, const char *grid_field,
-		      struct seeds **ret, struct errbuf *err)
-{
-	struct volume roi = { 0 };
-	int r;
-
-	if (job->seed_kind == JOBSPEC_SEEDS_POINTS)
-		return seeds_from_points(job->seed_points, job->n_seed_points, job->seed_points_ras,
-					 odf->affine, odf->dim, ret, err);
-	r = volume_load(job->seed_roi_path, "seeds.roi", &roi, err);
-	if (r == 0)
-		r = require_3d_on_grid(&roi, odf, grid_field, "seeds.roi", job->seed_roi_path, err);
-	if (r == 0)
-		r = seeds_from_mask(&roi, job->seed_count, job->seed_per_voxel, job->rng_seed, ret, err);
-	volume_free(&roi);
-	if (r == 0 && seeds_count(*ret) > JOBSPEC_MAX_SEEDS) {
-		seeds_free(*ret);
-		*ret = NULL;
-		r = errbuf_set(err, -EINVAL, "seeds.count", "%llu seeds per voxel exceed the limit "
-			       "of %llu seeds per job", (unsigned long long)job->seed_count,
-			       (unsigned long long)JOBSPEC_MAX_SEEDS);
-	}
-	return r;
-}
-
-static int load_odf(const struct jobspec *job, struct engine_inputs *in, struct errbuf *err)
-{
-	int r = volume_load(job->odf_path, "inputs.odf", &in->odf, err);
-
-	if (r == 0 && in->odf.dim[3] != in->sphere.nv)
-		r = errbuf_set(err, -EINVAL, "inputs.odf", "%s has %lld volumes but the sphere "
-			       "(tracking.sphere) has %d vertices: the ODF must be sampled on it",
-			       job->odf_path, (long long)in->odf.dim[3], in->sphere.nv);
-	return r;
-}
-
-/* The linear part of the affine, which takes a step along the voxel axes
- * to scanner (RAS+) space: where MRtrix3 expresses its FOD directions. */
-static void voxel_to_world_directions(const struct volume *v, double m[3][3])
-{
-	for (int r = 0; r < 3; r++)
-		for (int c = 0; c < 3; c++)
-			m[r][c] = v->affine[r][c];
-}
-
-/* The coefficients stay as read: the ODF is sampled from them when it is
- * uploaded (sample_odf), or on the GPU at every step (SH storage). */
-static int load_sh(const struct jobspec *job, struct engine_inputs *in, struct errbuf *err)
-{
-	int r = volume_load(job->sh_path, "inputs.sh", &in->sh, err);
-	int order;
-
-	if (r < 0)
-		return r;
-	order = sh_order_from_ncoef(in->sh.dim[3]);
-	if (order < 0 || order > SH_MAX_ORDER)
-		return errbuf_set(err, -EINVAL, "inputs.sh", "has %lld volumes, which is not the "
-				  "coefficient count of an even SH order up to %d (1, 6, 15, 28, "
-				  "45, ...)", (long long)in->sh.dim[3], SH_MAX_ORDER);
-	in->sh_basis = job->sh_basis;
-	in->sh_world = job->sh_frame == JOBSPEC_SH_FRAME_WORLD;
-	voxel_to_world_directions(&in->sh, in->to_sh);
-	return 0;
-}
-
-static void fit_params_from_job(const struct jobspec *job, struct fit_params *p)
-{
-	fit_default_params(p);
-	p->csd.sh_order = job->model.sh_order;
-	p->csd.lambda = job->model.lambda;
-	p->csd.tau = job->model.tau;
-	p->fa_threshold = job->fa_threshold;
-	p->response_roi_radius = job->model.roi_radius;
-	p->response_fa = job->model.response_fa;
-	p->response_given = job->model.response_given;
-	memcpy(p->response.evals, job->model.response_evals, sizeof(p->response.evals));
-	p->response.s0 = job->model.response_s0;
-}
-
-static int load_dwi_volumes(const struct jobspec *job, struct volume *dwi, struct volume *mask,
-			    struct gradients *g, struct errbuf *err)
-{
-	int r = volume_load(job->dwi_path, "inputs.dwi", dwi, err);
-
-	if (r == 0 && dwi->dim[3] < 7)
-		r = errbuf_set(err, -EINVAL, "inputs.dwi", "%s has %lld volume%s: a DWI series "
-			       "is 4D, with a b=0 volume and at least 6 diffusion directions",
-			       job->dwi_path, (long long)dwi->dim[3], dwi->dim[3] == 1 ? "" : "s");
-	if (r == 0)
-		r = gradients_load(job->bvals_path, job->bvecs_path, dwi->dim[3], "inputs.bvals",
-				   "inputs.bvecs", g, err);
-	if (r == 0 && job->mask_path) {
-		r = volume_load(job->mask_path, "inputs.mask", mask, err);
-		if (r == 0)
-			r = require_3d_on_grid(mask, dwi, "inputs.dwi", "inputs.mask", job->mask_path,
-					       err);
-	}
-	return r;
-}
-
-int engine_fit_dwi(const struct jobspec *job, const struct fit_options *o,
-		   struct fit_result *ret, struct errbuf *err)
-{
-	struct volume dwi = { 0 }, mask = { 0 };
-	struct gradients g = { 0 };
-	struct fit_params p;
-	int r = load_dwi_volumes(job, &dwi, &mask, &g, err);
-
-	fit_params_from_job(job, &p);
-	if (r == 0)
-		r = fit_dwi(&dwi, &g, job->mask_path ? &mask : NULL, &p, o, ret, err);
-	volume_free(&dwi);
-	volume_free(&mask);
-	gradients_free(&g);
-	return r;
-}
-
-static int load_dwi(const struct jobspec *job, const struct fit_options *o,
-		    struct engine_inputs *in, struct errbuf *err)
-{
-	int r = engine_fit_dwi(job, o, &in->fit, err);
-
-	in->fitted = r == 0;
-	in->sh_basis = SH_DESCOTEAUX07_LEGACY;
-	return r;
-}
-
-/* Copies the b0s and the shell's volumes, in that order, so that the boot
- * kernels find the b0s at 0..n_b0-1 and the diffusion-weighted volumes after. */
-static int gather_volumes(const struct volume *dwi, const size_t *volumes, size_t n,
-			  struct volume *out, struct errbuf *err)
-{
-	size_t nvox = volume_voxels(dwi), nt = (size_t)dwi->dim[3];
-
-	if (volume_alloc_on_grid(out, dwi, (int64_t)n) < 0)
-		return errbuf_set(err, -ENOMEM, "inputs.dwi", "out of memory for the DWI");
-	for (size_t v = 0; v < nvox; v++)
-		for (size_t i = 0; i < n; i++)
-			out->data[v * n + i] = dwi->data[v * nt + volumes[i]];
-	return 0;
-}
-
-/* Reorders volumes[0..n) (ascending) to put the b0s first, each group staying
- * ascending, using scratch (n entries); writes the directions of the others
- * to dirs. Returns the number of b0s. */
-static size_t b0s_first(const struct gradients *g, size_t *volumes, size_t n, size_t *scratch,
-			double *dirs)
-{
-	size_t n_b0 = 0, n_dw = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		size_t v = volumes[i];
-		if (g->is_b0[v]) {
-			volumes[n_b0++] = v;
-			continue;
-		}
-		memcpy(&dirs[3 * n_dw], &g->bvecs[3 * v], sizeof(double) * 3);
-		scratch[n_dw++] = v;
-	}
-	memcpy(volumes + n_b0, scratch, sizeof(*volumes) * n_dw);
-	return n_b0;
-}
-
-static void boot_params_from_job(const struct jobspec *job, struct boot_params *p)
-{
-	p->model = job->model.name == JOBSPEC_MODEL_CSA ? BOOT_MODEL_CSA : BOOT_MODEL_OPDT;
-	p->sh_order = job->model.sh_order;
-	p->sh_lambda = job->model.sh_lambda;
-}
-
-/* The boot getter's inputs: the b0s and the lowest shell of the DWI (the SH
- * model of the residual bootstrap is single-shell; GPUStreamlines and the
- * CSD fit take the same shell), the model's matrices, and the DTI FA of the
- * whole series when no stop map is given. */
-static int load_boot(const struct jobspec *job, const struct fit_options *o,
-		     struct engine_inputs *in, struct errbuf *err)
-{
-	struct volume dwi = { 0 }, mask = { 0 };
-	struct gradients g = { 0 };
-	struct boot_params params;
-	size_t *volumes = NULL, n = 0;
-	double *dirs = NULL;
-	int r = load_dwi_volumes(job, &dwi, &mask, &g, err);
-
-	if (r == 0 && !job->stop_map_path)
-		r = fit_tensor(&dwi, &g, job->mask_path ? &mask : NULL, o, &in->fit, err);
-	if (r == 0) {
-		volumes = malloc(sizeof(*volumes) * 2 * g.n);
-		dirs = malloc(sizeof(*dirs) * 3 * g.n);
-		if (!volumes || !dirs)
-			r = errbuf_set(err, -ENOMEM, "inputs.dwi", "out of memory");
-	}
-	if (r == 0) {
-		n = gradients_lowest_shell(&g, volumes);
-		in->n_b0 = (int)b0s_first(&g, volumes, n, volumes + g.n, dirs);
-	}
-	boot_params_from_job(job, &params);
-	in->boot_model = params.model;
-	if (r == 0)
-		r = boot_matrices_build(dirs, n - (size_t)in->n_b0, &in->sphere, &params, &in->boot, err);
-	if (r == 0)
-		r = gather_volumes(&dwi, volumes, n, &in->dwi, err);
-	in->symmetric = true;   /* even-order SH */
-	free(volumes);
-	free(dirs);
-	volume_free(&dwi);
-	volume_free(&mask);
-	gradients_free(&g);
-	return r;
-}
-
-/* The SH coefficients behind a prob job's ODF, or NULL for an ODF input. */
-static const struct volume *sh_of(const struct engine_inputs *in)
-{
-	if (in->fitted)
-		return &in->fit.sh;
-	return in->sh.data ? &in->sh : NULL;
-}
-
-static const struct volume *grid_of(const struct engine_inputs *in)
-{
-	if (in->boot_getter)
-		return &in->dwi;
-	return sh_of(in) ? sh_of(in) : &in->odf;
-}
-
-/* The ODF on the sphere's vertices, clipped at zero, from SH coefficients. */
-static int sample_odf(const struct engine_inputs *in, const struct fit_options *o,
-		      struct volume *odf, struct errbuf *err)
-{
-	return fit_sample_sh(sh_of(in), in->sh_basis, in->sh_world ? in->to_sh : NULL, &in->sphere,
-			     o, in->grid_field, odf, err);
-}
-
-static int load_stop_map(const struct jobspec *job, struct engine_inputs *in, struct errbuf *err)
-{
-	int r;
-
-	if (!job->stop_map_path) {
-		/* A dwi job stops on its own FA. */
-		r = volume_alloc_on_grid(&in->stop, &in->fit.fa, 1);
-		if (r < 0)
-			return errbuf_set(err, r, "", "out of memory");
-		memcpy(in->stop.data, in->fit.fa.data, sizeof(float) * volume_voxels(&in->stop));
-		return 0;
-	}
-	r = volume_load(job->stop_map_path, "inputs.stop_map", &in->stop, err);
-	if (r == 0)
-		r = require_3d_on_grid(&in->stop, grid_of(in), in->grid_field, "inputs.stop_map",
-				       job->stop_map_path, err);
-	return r;
-}
-
-static int load_inputs(const struct jobspec *job, const struct fit_options *o,
-		       struct engine_inputs *in, struct errbuf *err)
-{
-	static const char *const grid_fields[] = {
-		[JOBSPEC_INPUT_ODF] = "inputs.odf",
-		[JOBSPEC_INPUT_SH] = "inputs.sh",
-		[JOBSPEC_INPUT_DWI] = "inputs.dwi",
-	};
-	int r = load_sphere(job, &in->sphere, err);
-
-	in->grid_field = grid_fields[job->input_kind];
-	if (r < 0)
-		return r;
-	switch (job->input_kind) {
-	case JOBSPEC_INPUT_ODF:
-		r = load_odf(job, in, err);
-		break;
-	case JOBSPEC_INPUT_SH:
-		r = load_sh(job, in, err);
-		break;
-	case JOBSPEC_INPUT_DWI:
-		in->boot_getter = job->direction_getter == JOBSPEC_DG_BOOT;
-		r = in->boot_getter ? load_boot(job, o, in, err) : load_dwi(job, o, in, err);
-		break;
-	}
-	if (r == 0)
-		r = load_stop_map(job, in, err);
-	if (in->boot_getter)
-		fit_result_free(&in->fit);   /* its FA is now the stop map */
-	if (r < 0 || in->boot_getter)
-		return r;
-	if (sh_of(in)) {
-		in->symmetric = true;   /* even-order SH */
-		return 0;
-	}
-	return fit_prepare_odf(&in->odf, &in->sphere, o, &in->symmetric, err);
-}
-
-void engine_inputs_free(struct engine_inputs *in)
-{
-	if (!in)
-		return;
-	volume_free(&in->odf);
-	volume_free(&in->sh);
-	volume_free(&in->dwi);
-	boot_matrices_free(&in->boot);
-	volume_free(&in->stop);
-	sphere_free(&in->sphere);
-	fit_result_free(&in->fit);
-	free(in);
-}
-
-int engine_inputs_load(const struct jobspec *job, const struct fit_options *fit,
-		       struct engine_inputs **ret, struct errbuf *err)
-{
-	struct engine_inputs *in = calloc(1, sizeof(*in));
-	int r;
-
-	if (!in)
-		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	r = load_inputs(job, fit, in, err);
-	if (r < 0) {
-		engine_inputs_free(in);
-		return r;
-	}
-	*ret = in;
-	return 0;
-}
-
-int engine_seeds_load(const struct jobspec *job, const struct engine_inputs *in,
-		      struct seeds **ret, struct errbuf *err)
-{
-	return load_seeds(job, grid_of(in), in->grid_field, ret, err);
-}
-
-int engine_inputs_odf(const struct engine_inputs *in, const struct fit_options *o,
-		      struct volume *ret, struct errbuf *err)
-{
-	if (in->boot_getter)
-		return errbuf_set(err, -EINVAL, "direction_getter", "a boot job has no ODF volume");
-	if (sh_of(in))
-		return sample_odf(in, o, ret, err);
-	if (volume_alloc_on_grid(ret, &in->odf, in->odf.dim[3]) < 0)
-		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	memcpy(ret->data, in->odf.data, sizeof(float) * volume_voxels(ret) * (size_t)ret->dim[3]);
-	return 0;
-}
-
-const struct fit_result *engine_inputs_fit(const struct engine_inputs *in)
-{
-	return in->fitted ? &in->fit : NULL;
-}
-
 /* ---- planning ----------------------------------------------------------- */
 
 /* Peaks kept are pairwise more than min_separation_angle apart, so caps of
@@ -495,131 +92,6 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-/* Floats of the boot matrices buffer (boot.glsl's layout). */
-static uint64_t boot_matrix_floats(const struct boot_matrices *m)
-{
-	return (uint64_t)m->n_coef * (3ull * (uint64_t)m->n_dwi + (uint64_t)m->nv) +
-	       (uint64_t)m->n_dwi;
-}
-
-static uint64_t job_budget(const struct gpu_limits *lim, uint64_t requested)
-{
-	return requested ? requested : lim->device_local_bytes / 2;
-}
-
-/* What every job binds besides its ODF or DWI: the stop map and the sphere. */
-static uint64_t common_bytes(const struct engine_inputs *in)
-{
-	uint64_t nv = (uint64_t)in->sphere.nv;
-
-	return 4ull * volume_voxels(grid_of(in)) + 12ull * nv + 4ull * (nv + 1) +
-	       8ull * (uint64_t)in->sphere.n_edges;
-}
-
-static const char *const storage_names[] = {
-	[JOBSPEC_ODF_AUTO] = "auto", [JOBSPEC_ODF_FLOAT32] = "float32",
-	[JOBSPEC_ODF_FLOAT16] = "float16", [JOBSPEC_ODF_SH] = "sh",
-};
-
-/* The pages of the ODF in a storage, and its GPU bytes with the SH
- * sampling matrix. */
-static int plan_odf(const struct gpu_limits *lim, const struct engine_inputs *in,
-		    enum jobspec_odf_storage storage, struct paged_layout *ret, uint64_t *bytes,
-		    struct errbuf *err)
-{
-	uint64_t voxels = volume_voxels(grid_of(in));
-	uint32_t nv = (uint32_t)in->sphere.nv;
-	uint64_t basis = 0;
-	int r;
-
-	if (storage == JOBSPEC_ODF_SH) {
-		uint32_t nc = (uint32_t)sh_of(in)->dim[3];
-		basis = 4ull * nc * nv;
-		r = paged_plan(voxels, nc, PAGED_FLOAT32, lim->max_alloc_bytes, ret, err);
-	} else {
-		r = paged_plan(voxels, nv, storage == JOBSPEC_ODF_FLOAT16 ? PAGED_FLOAT16 : PAGED_FLOAT32,
-			       lim->max_alloc_bytes, ret, err);
-	}
-	*bytes = r == 0 ? paged_bytes(ret) + basis : 0;
-	return r;
-}
-
-static int odf_too_big(const struct engine_inputs *in, enum jobspec_odf_storage requested,
-		       const uint64_t need[4], uint64_t budget, struct errbuf *err)
-{
-	char sizes[256];
-	int n = snprintf(sizes, sizeof(sizes), "%.1f MiB as float32, %.1f MiB as float16",
-			 (double)need[JOBSPEC_ODF_FLOAT32] / (1 << 20),
-			 (double)need[JOBSPEC_ODF_FLOAT16] / (1 << 20));
-
-	if (sh_of(in))
-		snprintf(sizes + n, sizeof(sizes) - (size_t)n, ", %.1f MiB as SH coefficients",
-			 (double)need[JOBSPEC_ODF_SH] / (1 << 20));
-	return errbuf_set(err, -E2BIG, requested == JOBSPEC_ODF_AUTO ? in->grid_field
-				  : "tracking.odf_storage",
-			  "the ODF on %d vertices needs %s of GPU memory; with %.1f MiB for the "
-			  "stop map, sphere and tracking, %s fits the job's budget of %.1f MiB: "
-			  "%suse a smaller sphere, crop the volume or raise the budget "
-			  "(gpu_memory_budget)", in->sphere.nv, sizes,
-			  (double)(common_bytes(in) + MIN_WORK_BUDGET) / (1 << 20),
-			  requested == JOBSPEC_ODF_AUTO ? "none" : storage_names[requested],
-			  (double)budget / (1 << 20),
-			  sh_of(in) ? "track from SH input (tracking.odf_storage \"sh\"), "
-				    : "give SH coefficients (inputs.sh) instead, ");
-}
-
-/* The requested storage, or with auto the first of float32, float16 and SH
- * that fits the budget: float32 is exact, float16 halves the memory, SH
- * takes the least but samples the sphere at every step. */
-static int choose_odf_storage(const struct gpu_limits *lim, const struct engine_inputs *in,
-			      enum jobspec_odf_storage requested, uint64_t budget,
-			      struct engine_resident *res, struct paged_layout *ret,
-			      struct errbuf *err)
-{
-	static const enum jobspec_odf_storage order[] = {
-		JOBSPEC_ODF_FLOAT32, JOBSPEC_ODF_FLOAT16, JOBSPEC_ODF_SH };
-	uint64_t fixed = common_bytes(in) + MIN_WORK_BUDGET;
-	uint64_t need[4] = { 0 };
-
-	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
-		enum jobspec_odf_storage storage = order[k];
-		struct paged_layout layout;
-		int r;
-
-		if (storage == JOBSPEC_ODF_SH && !sh_of(in))
-			continue;
-		r = plan_odf(lim, in, storage, &layout, &need[storage], err);
-		if (r < 0)
-			return r;
-		if ((requested == JOBSPEC_ODF_AUTO || requested == storage) &&
-		    fixed + need[storage] <= budget) {
-			res->storage = storage;
-			if (storage == JOBSPEC_ODF_SH)
-				res->sh_coefs = layout.channels;
-			*ret = layout;
-			return 0;
-		}
-	}
-	return odf_too_big(in, requested, need, budget, err);
-}
-
-static int plan_dwi(const struct gpu_limits *lim, const struct engine_inputs *in,
-		    uint64_t budget, struct paged_layout *ret, struct errbuf *err)
-{
-	uint64_t fixed = common_bytes(in) + MIN_WORK_BUDGET + 4ull * boot_matrix_floats(&in->boot);
-	int r = paged_plan(volume_voxels(&in->dwi), (uint32_t)in->dwi.dim[3], PAGED_FLOAT32,
-			   lim->max_alloc_bytes, ret, err);
-
-	if (r == 0 && fixed + paged_bytes(ret) > budget)
-		r = errbuf_set(err, -E2BIG, "inputs.dwi", "the DWI (%lld volumes used) needs "
-			       "%.1f MiB of GPU memory, and %.1f MiB more for the stop map, sphere, "
-			       "matrices and tracking, over the job's budget of %.1f MiB: crop the "
-			       "volume or raise the budget (gpu_memory_budget)",
-			       (long long)in->dwi.dim[3], (double)paged_bytes(ret) / (1 << 20),
-			       (double)fixed / (1 << 20), (double)budget / (1 << 20));
-	return r;
-}
-
 /* Shared memory of a kernel: per item (subgroup) and per workgroup. */
 struct shared_use {
 	uint32_t per_item, per_workgroup;
@@ -633,12 +105,13 @@ static uint32_t shared_bytes(struct shared_use u, uint32_t items)
 /* The shared memory of the pass-1 and pass-2 kernels. prob_init: two floats
  * per vertex per subgroup; prob_track: one vec3, 16 bytes, per vertex per
  * workgroup; boot: two floats per vertex and one per residual per subgroup. */
-static void kernel_shared_use(const struct engine_inputs *in, struct shared_use use[2])
+static void kernel_shared_use(const struct inputs *in, struct shared_use use[2])
 {
-	uint32_t nv = (uint32_t)in->sphere.nv;
+	uint32_t nv = (uint32_t)inputs_sphere(in)->nv;
 
-	if (in->boot_getter) {
-		use[0] = (struct shared_use){ 4u * (2u * nv + (uint32_t)in->boot.n_dwi), 0 };
+	if (inputs_boot(in)) {
+		uint32_t hr = (uint32_t)inputs_boot_matrices(in)->n_dwi;
+		use[0] = (struct shared_use){ 4u * (2u * nv + hr), 0 };
 		use[1] = use[0];
 		return;
 	}
@@ -648,7 +121,7 @@ static void kernel_shared_use(const struct engine_inputs *in, struct shared_use 
 
 /* Subgroups per workgroup: as many as fill TARGET_WORKGROUP_LANES while the
  * shared memory of both kernels fits. */
-static int choose_items(const struct gpu_limits *lim, const struct engine_inputs *in,
+static int choose_items(const struct gpu_limits *lim, const struct inputs *in,
 			uint32_t *ret, struct errbuf *err)
 {
 	struct shared_use use[2];
@@ -659,7 +132,8 @@ static int choose_items(const struct gpu_limits *lim, const struct engine_inputs
 		if (shared_bytes(use[k], 1) > lim->max_shared_bytes)
 			return errbuf_set(err, -E2BIG, "tracking.sphere", "a sphere of %d vertices "
 					  "needs %u bytes of shared memory, over this device's %u",
-					  in->sphere.nv, shared_bytes(use[k], 1), lim->max_shared_bytes);
+					  inputs_sphere(in)->nv, shared_bytes(use[k], 1),
+					  lim->max_shared_bytes);
 	if (items == 0)
 		items = 1;
 	while (items > 1 && (shared_bytes(use[0], items) > lim->max_shared_bytes ||
@@ -671,27 +145,28 @@ static int choose_items(const struct gpu_limits *lim, const struct engine_inputs
 }
 
 static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
-		     const struct engine_inputs *in, const struct engine_resident *res,
+		     const struct inputs *in, const struct resident *res,
 		     struct seeds *seeds, const struct engine_options *opts, struct job_plan *plan,
 		     struct errbuf *err)
 {
-	uint64_t budget = job_budget(lim, opts->memory_budget);
+	uint64_t budget = resident_budget(lim, opts->memory_budget);
 	uint64_t buffer_limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
-	uint64_t inputs = res->bytes;
+	uint64_t inputs = resident_bytes(res);
 	uint64_t work, line_slot_bytes, per_line, per_seed;
 	int r;
 
 	/* A cached upload may come from a job with a larger budget. */
 	if (inputs >= budget)
-		return errbuf_set(err, -E2BIG, in->grid_field, "the inputs need %.1f MiB of GPU "
+		return errbuf_set(err, -E2BIG, inputs_grid_field(in), "the inputs need %.1f MiB of GPU "
 				  "memory, over the job's budget of %.1f MiB",
 				  (double)inputs / (1 << 20), (double)budget / (1 << 20));
-	work = budget - inputs > MIN_WORK_BUDGET ? budget - inputs : MIN_WORK_BUDGET;
+	work = budget - inputs > RESIDENT_MIN_WORK_BYTES ? budget - inputs : RESIDENT_MIN_WORK_BYTES;
 	r = choose_items(lim, in, &plan->items, err);
 	if (r < 0)
 		return r;
 	plan->subgroup = lim->subgroup_size;
-	plan->max_peaks = peak_bound(job->min_separation_angle, in->symmetric, in->sphere.nv);
+	plan->max_peaks = peak_bound(job->min_separation_angle, inputs_symmetric(in),
+				     inputs_sphere(in)->nv);
 	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
 
 	/* Two thirds of the work budget for streamlines: point slots on the GPU and
@@ -749,13 +224,13 @@ static void define(struct defines *d, const char *name, long long value)
 	d->list[++d->n] = NULL;
 }
 
-static void boot_defines(const struct engine_inputs *in, struct defines *d)
+static void boot_defines(const struct inputs *in, struct defines *d)
 {
-	define(d, "T", in->dwi.dim[3]);
-	define(d, "NB0", in->n_b0);
-	define(d, "HR", in->boot.n_dwi);
-	define(d, "NC", in->boot.n_coef);
-	define(d, "MODEL_CSA", in->boot_model == BOOT_MODEL_CSA);
+	define(d, "T", inputs_dwi(in)->dim[3]);
+	define(d, "NB0", inputs_n_b0(in));
+	define(d, "HR", inputs_boot_matrices(in)->n_dwi);
+	define(d, "NC", inputs_boot_matrices(in)->n_coef);
+	define(d, "MODEL_CSA", inputs_boot_model(in) == BOOT_MODEL_CSA);
 }
 
 /* pmf.glsl's ODF_STORAGE codes. */
@@ -764,46 +239,47 @@ static int odf_storage_code(enum jobspec_odf_storage storage)
 	return storage == JOBSPEC_ODF_SH ? 2 : storage == JOBSPEC_ODF_FLOAT16 ? 1 : 0;
 }
 
-static uint32_t prob_bindings(const struct engine_resident *res, uint32_t base)
+static uint32_t prob_bindings(const struct resident *res, uint32_t base)
 {
-	return base + (res->storage == JOBSPEC_ODF_SH);
+	return base + (resident_odf_storage(res) == JOBSPEC_ODF_SH);
 }
 
-static void ptt_defines(const struct jobspec *job, const struct engine_inputs *in,
+static void ptt_defines(const struct jobspec *job, const struct inputs *in,
 			struct defines *d)
 {
 	define(d, "PROBE_QUALITY", job->probe_quality);
 	define(d, "PROBE_COUNT", job->probe_count);
 	define(d, "REJECTION_SAMPLES", job->rejection_samples);
 	define(d, "REJECTION_TRIES", job->rejection_tries);
-	define(d, "LUT_RES", ptt_lut_res(in->sphere.nv));
+	define(d, "LUT_RES", ptt_lut_res(inputs_sphere(in)->nv));
 }
 
 static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
-			 const struct job_plan *plan, const struct engine_inputs *in,
+			 const struct job_plan *plan, const struct inputs *in,
 			 struct job_gpu *g, struct errbuf *err)
 {
 	struct defines d = { .n = 0 };
-	const struct engine_resident *res = g->res;
+	const struct resident *res = g->res;
 	int r;
 
 	define(&d, "SG", plan->subgroup);
 	define(&d, "ITEMS", plan->items);
-	define(&d, "NV", in->sphere.nv);
+	define(&d, "NV", inputs_sphere(in)->nv);
 	define(&d, "MAX_PEAKS", plan->max_peaks);
-	define(&d, "SYMMETRIC", in->symmetric);
+	define(&d, "SYMMETRIC", inputs_symmetric(in));
 	r = gpu_pipeline_get(gpu, "compact.comp", d.list, COMPACT_BINDINGS,
 			     sizeof(struct kernel_params), &g->compact, err);
-	if (r < 0 || !in->boot_getter) {
-		define(&d, "ODF_STORAGE", odf_storage_code(res->storage));
-		define(&d, "NC", res->sh_coefs);
+	if (r < 0 || !inputs_boot(in)) {
+		define(&d, "ODF_STORAGE", odf_storage_code(resident_odf_storage(res)));
+		define(&d, "NC", resident_sh_coefs(res));
 		if (r == 0)
 			r = gpu_pipeline_get(gpu, "prob_init.comp", d.list,
 					     prob_bindings(res, PROB_INIT_BINDINGS),
 					     sizeof(struct kernel_params), &g->init, err);
 		if (r < 0)
 			return r;
-		if (job->direction_getter == JOBSPEC_DG_PTT && res->storage == JOBSPEC_ODF_SH)
+		if (job->direction_getter == JOBSPEC_DG_PTT &&
+		    resident_odf_storage(res) == JOBSPEC_ODF_SH)
 			/* Sampling SH at every probe point gave far shorter
 			 * streamlines than float32 on lavapipe, and different ones
 			 * for equivalent orders of the sums: refused until that is
@@ -838,248 +314,6 @@ static int new_buffer(struct gpu_ctx *gpu, uint64_t bytes, enum gpu_memory kind,
 		      struct gpu_buffer **ret, struct errbuf *err)
 {
 	return gpu_buffer_new(gpu, bytes ? bytes : 4, kind, ret, err);
-}
-
-static int upload_new(struct gpu_ctx *gpu, const void *data, uint64_t bytes,
-		      struct gpu_buffer **ret, struct errbuf *err)
-{
-	int r = new_buffer(gpu, bytes, GPU_MEMORY_DEVICE, ret, err);
-
-	if (r < 0)
-		return r;
-	return gpu_upload(gpu, *ret, 0, data, bytes, err);
-}
-
-/* boot.glsl's matrices[]: U^T, 1/leverage, Q, B, S^T, as floats. */
-static float *pack_boot_matrices(const struct boot_matrices *m)
-{
-	size_t hr = (size_t)m->n_dwi, nc = (size_t)m->n_coef, nv = (size_t)m->nv;
-	float *out = malloc(sizeof(float) * boot_matrix_floats(m));
-	float *ut, *lev, *q, *b, *st;
-
-	if (!out)
-		return NULL;
-	ut = out;
-	lev = ut + nc * hr;
-	q = lev + hr;
-	b = q + nc * hr;
-	st = b + nc * hr;
-	for (size_t j = 0; j < hr; j++) {
-		lev[j] = (float)m->inv_leverage[j];
-		for (size_t c = 0; c < nc; c++) {
-			ut[c * hr + j] = (float)m->hat_u[j * nc + c];
-			q[c * hr + j] = (float)m->fit_q[c * hr + j];
-			b[c * hr + j] = (float)m->fit_b[c * hr + j];
-		}
-	}
-	for (size_t v = 0; v < nv; v++)
-		for (size_t c = 0; c < nc; c++)
-			st[c * nv + v] = (float)m->sampling[v * nc + c];
-	return out;
-}
-
-static int upload_boot(struct gpu_ctx *gpu, const struct engine_inputs *in,
-		       const struct paged_layout *layout, struct engine_resident *res,
-		       struct errbuf *err)
-{
-	float *packed = pack_boot_matrices(&in->boot);
-	int r;
-
-	if (!packed)
-		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	r = upload_new(gpu, packed, 4ull * boot_matrix_floats(&in->boot), &res->matrices, err);
-	free(packed);
-	if (r == 0)
-		r = paged_upload(gpu, layout, in->dwi.data, &res->dwi, err);
-	return r;
-}
-
-/* The ODF as its storage wants it: SH coefficients and the matrix that
- * samples them, or values on the vertices, sampled here from SH inputs
- * (the host copy lives only for the upload). */
-static int upload_odf(struct gpu_ctx *gpu, const struct engine_inputs *in,
-		      const struct fit_options *fit, const struct paged_layout *layout,
-		      struct engine_resident *res, struct errbuf *err)
-{
-	struct volume sampled = { 0 };
-	const float *values = in->odf.data;
-	int r;
-
-	if (res->storage == JOBSPEC_ODF_SH) {
-		float *basis = fit_sh_sampling_matrix(in->sh_basis, sh_order_from_ncoef(res->sh_coefs),
-						      in->sh_world ? in->to_sh : NULL, &in->sphere);
-		if (!basis)
-			return errbuf_set(err, -ENOMEM, "", "out of memory");
-		r = upload_new(gpu, basis, 4ull * res->sh_coefs * (uint64_t)in->sphere.nv,
-			       &res->odf_basis, err);
-		free(basis);
-		if (r == 0)
-			r = paged_upload(gpu, layout, sh_of(in)->data, &res->odf, err);
-		return r;
-	}
-	if (sh_of(in)) {
-		r = sample_odf(in, fit, &sampled, err);
-		if (r < 0)
-			return r;
-		values = sampled.data;
-	}
-	r = paged_upload(gpu, layout, values, &res->odf, err);
-	volume_free(&sampled);
-	return r;
-}
-
-static int upload_common(struct gpu_ctx *gpu, const struct engine_inputs *in,
-			 struct engine_resident *res, struct errbuf *err)
-{
-	const struct sphere *s = &in->sphere;
-	struct paged_layout layout;
-	int r = paged_plan(volume_voxels(&in->stop), 1, PAGED_FLOAT32,
-			   gpu_get_limits(gpu)->max_alloc_bytes, &layout, err);
-
-	if (r == 0)
-		r = paged_upload(gpu, &layout, in->stop.data, &res->stop, err);
-
-	if (r == 0)
-		r = upload_new(gpu, s->vertices, 12ull * (uint64_t)s->nv, &res->vertices, err);
-	if (r == 0)
-		r = upload_new(gpu, s->nbr_offset, 4ull * (uint64_t)(s->nv + 1), &res->nbr_offset, err);
-	if (r == 0)
-		r = upload_new(gpu, s->nbr, 8ull * (uint64_t)s->n_edges, &res->nbr, err);
-	return r;
-}
-
-static int upload_resident(struct gpu_ctx *gpu, const struct engine_inputs *in,
-			   const struct engine_upload *up, struct engine_resident *res,
-			   struct errbuf *err)
-{
-	const struct gpu_limits *lim = gpu_get_limits(gpu);
-	uint64_t budget = job_budget(lim, up->memory_budget);
-	struct paged_layout layout;
-	int r;
-
-	if (in->boot_getter) {
-		r = plan_dwi(lim, in, budget, &layout, err);
-		if (r == 0)
-			r = upload_boot(gpu, in, &layout, res, err);
-	} else {
-		r = choose_odf_storage(lim, in, up->odf_storage, budget, res, &layout, err);
-		if (r == 0)
-			r = upload_odf(gpu, in, up->fit, &layout, res, err);
-	}
-	if (r == 0)
-		r = upload_common(gpu, in, res, err);
-	if (r == 0)
-		res->bytes = res->odf.bytes + res->dwi.bytes + res->stop.bytes +
-			     common_bytes(in) - 4ull * volume_voxels(grid_of(in)) +
-			     (in->boot_getter ? 4ull * boot_matrix_floats(&in->boot) : 0) +
-			     (res->odf_basis ? 4ull * res->sh_coefs * (uint64_t)in->sphere.nv : 0);
-	return r;
-}
-
-int engine_resident_new(struct gpu_ctx *gpu, const struct engine_inputs *in,
-			const struct engine_upload *up, struct engine_resident **ret,
-			struct errbuf *err)
-{
-	struct engine_resident *res = calloc(1, sizeof(*res));
-	int r;
-
-	if (!res)
-		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	r = upload_resident(gpu, in, up, res, err);
-	if (r < 0) {
-		engine_resident_free(gpu, res);
-		return r;
-	}
-	{
-		const struct paged_volume *v = in->boot_getter ? &res->dwi : &res->odf;
-		log_debug("%s on the GPU%s%s: %u pages of %llu voxels, %.1f MiB",
-			  in->boot_getter ? "DWI" : "ODF", in->boot_getter ? "" : " as ",
-			  in->boot_getter ? "" : engine_resident_storage(res),
-			  v->layout.n_pages, (unsigned long long)v->layout.voxels_per_page,
-			  (double)v->bytes / (1 << 20));
-	}
-	*ret = res;
-	return 0;
-}
-
-struct upload_task {
-	struct gpu_ctx *gpu;
-	const struct engine_inputs *in;
-	const struct engine_upload *up;
-	struct engine_resident *res;
-	struct errbuf err;
-	int r;
-	pthread_t thread;
-	bool started;
-};
-
-static void *upload_task_main(void *arg)
-{
-	struct upload_task *t = arg;
-
-	t->r = engine_resident_new(t->gpu, t->in, t->up, &t->res, &t->err);
-	return NULL;
-}
-
-int engine_resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct engine_inputs *in,
-			    const struct engine_upload *up, struct engine_resident **ret,
-			    struct errbuf *err)
-{
-	struct upload_task *tasks = calloc(n ? n : 1, sizeof(*tasks));
-	int r = 0;
-
-	if (!tasks)
-		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	for (size_t i = 0; i < n; i++) {
-		tasks[i] = (struct upload_task){ .gpu = gpus[i], .in = in, .up = up };
-		if (i > 0)
-			tasks[i].started = pthread_create(&tasks[i].thread, NULL, upload_task_main,
-							  &tasks[i]) == 0;
-	}
-	upload_task_main(&tasks[0]);
-	for (size_t i = 1; i < n; i++) {
-		if (tasks[i].started)
-			pthread_join(tasks[i].thread, NULL);
-		else
-			upload_task_main(&tasks[i]);
-	}
-	for (size_t i = 0; i < n && r == 0; i++)
-		if (tasks[i].r < 0) {
-			r = tasks[i].r;
-			*err = tasks[i].err;
-		}
-	for (size_t i = 0; i < n; i++) {
-		if (r < 0)
-			engine_resident_free(gpus[i], tasks[i].res);
-		ret[i] = r < 0 ? NULL : tasks[i].res;
-	}
-	free(tasks);
-	return r;
-}
-
-uint64_t engine_resident_bytes(const struct engine_resident *res)
-{
-	return res->bytes;
-}
-
-const char *engine_resident_storage(const struct engine_resident *res)
-{
-	return res->odf.pages ? storage_names[res->storage] : "dwi";
-}
-
-void engine_resident_free(struct gpu_ctx *gpu, struct engine_resident *res)
-{
-	if (!res)
-		return;
-	paged_free(gpu, &res->odf);
-	paged_free(gpu, &res->dwi);
-	gpu_buffer_free(gpu, res->odf_basis);
-	paged_free(gpu, &res->stop);
-	gpu_buffer_free(gpu, res->vertices);
-	gpu_buffer_free(gpu, res->nbr_offset);
-	gpu_buffer_free(gpu, res->nbr);
-	gpu_buffer_free(gpu, res->matrices);
-	free(res);
 }
 
 static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
@@ -1178,7 +412,7 @@ static void free_host(struct job_host *h)
  * the fields after it; out and stats are the turn holder's. */
 struct run_shared {
 	const struct jobspec *job;
-	const struct engine_inputs *in;
+	const struct inputs *in;
 	struct seeds *seeds;
 	const struct engine_options *opts;
 	struct output_writer *out;
@@ -1199,9 +433,9 @@ struct run_shared {
 struct job_run {
 	struct run_shared *sh;
 	struct gpu_ctx *gpu;
-	const struct engine_resident *res;
+	const struct resident *res;
 	const struct jobspec *job;
-	const struct engine_inputs *in;
+	const struct inputs *in;
 	struct job_plan plan;
 	struct job_gpu g;
 	struct job_host h;
@@ -1220,7 +454,7 @@ static void fill_params(struct job_run *run)
 	uint32_t key[2];
 
 	memset(&run->params, 0, sizeof(run->params));
-	const struct volume *grid = grid_of(run->in);
+	const struct volume *grid = inputs_grid(run->in);
 
 	for (int i = 0; i < 3; i++)
 		run->params.dim[i] = (int32_t)grid->dim[i];
@@ -1337,7 +571,7 @@ static void seed_ras(const struct job_run *run, uint64_t line, float out[3])
 
 	for (int a = 0; a < 3; a++)
 		vox[a] = run->h.line_start[6 * line + (uint64_t)a];
-	affine_apply(grid_of(run->in)->affine, vox, ras);
+	affine_apply(inputs_grid(run->in)->affine, vox, ras);
 	for (int a = 0; a < 3; a++)
 		out[a] = (float)ras[a];
 }
@@ -1406,43 +640,43 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 {
 	const struct job_gpu *g = &run->g;
-	const struct engine_resident *res = g->res;
+	const struct resident_bindings res = resident_bindings(g->res);
 
 	if (run->job->direction_getter == JOBSPEC_DG_PTT) {
 		struct gpu_buffer *const ptt[PTT_TRACK_BINDINGS + 1] = {
-			res->odf.table, res->stop.table, res->vertices, g->odf_scale.table, g->lut,
-			g->line_start, g->line_id, g->points, g->ranges, res->odf_basis };
+			res.odf, res.stop, res.vertices, g->odf_scale.table, g->lut,
+			g->line_start, g->line_id, g->points, g->ranges, res.odf_basis };
 		memcpy(b, ptt, sizeof(ptt));
 		return;
 	}
-	if (!run->in->boot_getter) {
+	if (!inputs_boot(run->in)) {
 		struct gpu_buffer *const prob[PROB_TRACK_BINDINGS + 1] = {
-			res->odf.table, res->stop.table, res->vertices, g->line_start, g->line_id, g->points,
-			g->ranges, res->odf_basis };
+			res.odf, res.stop, res.vertices, g->line_start, g->line_id, g->points,
+			g->ranges, res.odf_basis };
 		memcpy(b, prob, sizeof(prob));
 		return;
 	}
 	struct gpu_buffer *const boot[BOOT_TRACK_BINDINGS] = {
-		res->stop.table, res->vertices, res->nbr_offset, res->nbr, res->matrices, g->line_start,
-		g->line_id, g->points, g->ranges, res->dwi.table };
+		res.stop, res.vertices, res.nbr_offset, res.nbr, res.matrices, g->line_start,
+		g->line_id, g->points, g->ranges, res.dwi };
 	memcpy(b, boot, sizeof(boot));
 }
 
 static void init_bindings(const struct job_run *run, struct gpu_buffer **b)
 {
 	const struct job_gpu *g = &run->g;
-	const struct engine_resident *res = g->res;
+	const struct resident_bindings res = resident_bindings(g->res);
 
-	if (!run->in->boot_getter) {
+	if (!inputs_boot(run->in)) {
 		struct gpu_buffer *const prob[PROB_INIT_BINDINGS + 1] = {
-			res->odf.table, res->vertices, res->nbr_offset, res->nbr, g->seeds, g->ndirs,
-			g->dirs, res->odf_basis };
+			res.odf, res.vertices, res.nbr_offset, res.nbr, g->seeds, g->ndirs,
+			g->dirs, res.odf_basis };
 		memcpy(b, prob, sizeof(prob));
 		return;
 	}
 	struct gpu_buffer *const boot[BOOT_INIT_BINDINGS] = {
-		res->vertices, res->nbr_offset, res->nbr, res->matrices, g->seeds, g->ndirs,
-		g->dirs, res->dwi.table };
+		res.vertices, res.nbr_offset, res.nbr, res.matrices, g->seeds, g->ndirs,
+		g->dirs, res.dwi };
 	memcpy(b, boot, sizeof(boot));
 }
 
@@ -1636,36 +870,32 @@ static void *track_chunks(void *arg)
 /* ptt's per-voxel ODF scale: the ODF's maxima come from the values on the
  * vertices, which SH inputs are sampled to here (the host copy lives only
  * for this). */
-static int ptt_scale(const struct jobspec *job, const struct engine_inputs *in, float *scale,
+static int ptt_scale(const struct jobspec *job, const struct inputs *in, float *scale,
 		     struct errbuf *err)
 {
 	struct volume sampled = { 0 };
-	const struct volume *odf = &in->odf;
+	const struct volume *odf;
+	int r = inputs_odf_view(in, NULL, &sampled, &odf, err);
 
-	if (sh_of(in)) {
-		int r = sample_odf(in, NULL, &sampled, err);
-		if (r < 0)
-			return r;
-		odf = &sampled;
-	}
-	ptt_odf_scale(odf, &in->stop, job->fa_threshold, scale);
+	if (r == 0)
+		ptt_odf_scale(odf, inputs_stop(in), job->fa_threshold, scale);
 	volume_free(&sampled);
-	return 0;
+	return r;
 }
 
 /* The ptt tables depend on the job (stop threshold, sphere symmetry) as well
  * as on the cached inputs, so each job builds and uploads its own; the scale
  * is paged like the stop map it matches in size. */
 static int upload_ptt_tables(struct gpu_ctx *gpu, const struct jobspec *job,
-			     const struct engine_inputs *in, struct job_gpu *g, struct errbuf *err)
+			     const struct inputs *in, struct job_gpu *g, struct errbuf *err)
 {
-	size_t nvox = volume_voxels(&in->stop);
+	size_t nvox = volume_voxels(inputs_stop(in));
 	float *scale = malloc(sizeof(float) * nvox);
 	struct ptt_lut lut = { 0 };
 	struct paged_layout layout;
 	int r;
 
-	if (!scale || ptt_lut_build(&in->sphere, in->symmetric, &lut) < 0) {
+	if (!scale || ptt_lut_build(inputs_sphere(in), inputs_symmetric(in), &lut) < 0) {
 		free(scale);
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	}
@@ -1676,7 +906,7 @@ static int upload_ptt_tables(struct gpu_ctx *gpu, const struct jobspec *job,
 	if (r == 0)
 		r = paged_upload(gpu, &layout, scale, &g->odf_scale, err);
 	if (r == 0)
-		r = upload_new(gpu, lut.words, 4ull * lut.n_words, &g->lut, err);
+		r = gpu_upload_new(gpu, lut.words, 4ull * lut.n_words, &g->lut, err);
 	free(scale);
 	ptt_lut_free(&lut);
 	return r;
@@ -1695,7 +925,7 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 	if (r == 0)
 		r = alloc_host(&run->plan, &run->h, err);
 	if (r == 0)
-		r = alloc_compress(&run->plan, run->job, grid_of(run->in)->affine, &run->h, err);
+		r = alloc_compress(&run->plan, run->job, inputs_grid(run->in)->affine, &run->h, err);
 	return r;
 }
 
@@ -1722,7 +952,7 @@ static int check_seed_index(const struct jobspec *job, struct seeds *seeds, stru
 static int open_output(struct run_shared *sh, FILE *out, struct errbuf *err)
 {
 	const struct jobspec *job = sh->job;
-	const struct volume *grid = grid_of(sh->in);
+	const struct volume *grid = inputs_grid(sh->in);
 	struct output_options oo = { .with_seeds = job->save_seeds,
 				     .with_seed_index = job->save_seed_index,
 				     .with_direction_getter = job->save_direction_getter,
@@ -1800,7 +1030,7 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 }
 
 int engine_run_devices(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
-		       const struct engine_inputs *in, struct seeds *seeds,
+		       const struct inputs *in, struct seeds *seeds,
 		       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
 		       struct errbuf *err)
 {
@@ -1817,8 +1047,8 @@ int engine_run_devices(const struct engine_device *devs, size_t n_devs, const st
 	if (!runs)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	sh.stats = stats;
-	stats->odf_storage = engine_resident_storage(devs[0].resident);
-	stats->gpu_input_bytes = engine_resident_bytes(devs[0].resident);
+	stats->odf_storage = resident_storage(devs[0].resident);
+	stats->gpu_input_bytes = resident_bytes(devs[0].resident);
 	pthread_mutex_init(&sh.lock, NULL);
 	pthread_cond_init(&sh.turn_changed, NULL);
 	r = check_seed_index(job, seeds, err);
@@ -1849,8 +1079,8 @@ int engine_run_devices(const struct engine_device *devs, size_t n_devs, const st
 	return r;
 }
 
-int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_inputs *in,
-	       const struct engine_resident *res, struct seeds *seeds,
+int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct inputs *in,
+	       const struct resident *res, struct seeds *seeds,
 	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
 	       struct errbuf *err)
 {

@@ -3,8 +3,10 @@
  * engine: runs one validated tracking job on one GPU context and streams the
  * streamlines to the job's output format (output.h: TRK or TCK).
  *
- * Owns, for the duration of engine_run(), the job's host volumes, sphere, seed
- * generator and GPU buffers (all released before it returns). Plans the work
+ * Reads the job's inputs (inputs.h) and their GPU copies (resident.h), which
+ * the caller loads and keeps. Owns, for the duration of engine_run(), the
+ * job's pipelines, work buffers and host arrays (all released before it
+ * returns). Plans the work
  * from the device limits: seeds are processed in chunks whose per-seed buffers
  * fit one storage-buffer binding, one allocation and the memory budget, and
  * each chunk's streamlines in batches whose point slots fit likewise. Output
@@ -22,9 +24,10 @@
 #include <stdio.h>
 
 #include "errbuf.h"
-#include "fit.h"
 #include "gpu.h"
+#include "inputs.h"
 #include "jobspec.h"
+#include "resident.h"
 #include "seeds.h"
 
 /* Called after each seed chunk is written, with the chunks in seed order
@@ -65,8 +68,8 @@ struct engine_stats {
 	double track_seconds;       /* GPU work and transfers */
 	double kernel_seconds;      /* of which: waiting for the tracking kernels */
 	double write_seconds;       /* TRK encoding and writing */
-	const char *odf_storage;    /* engine_resident_storage() of the inputs used */
-	uint64_t gpu_input_bytes;   /* engine_resident_bytes() of them */
+	const char *odf_storage;    /* resident_storage() of the inputs used */
+	uint64_t gpu_input_bytes;   /* resident_bytes() of them */
 	/* The reference grid the tractogram was written on (dims, voxel-to-RAS+
 	 * mm; zero until the writer starts). Kept because a TCK file does not
 	 * carry it and the API converts finished results between formats. */
@@ -74,78 +77,10 @@ struct engine_stats {
 	double grid_affine[4][4];
 };
 
-/* What a job reads and a cache can share between jobs: the ODF or the SH
- * coefficients behind it, the stop map and the sphere, validated, on the
- * host; for a dwi job also its fit. */
-struct engine_inputs;
-/* The GPU copies of an engine_inputs, reusable by every job on them. */
-struct engine_resident;
-
-/* Reads and validates the job's volumes and sphere without touching the GPU,
- * so bad input fails before a device is opened. dwi inputs are fitted
- * (fit.h) with fit's threads and progress (fit may be NULL); SH coefficients
- * are kept as they are, to be sampled on the sphere when uploaded. On
- * failure returns a negative errno with err naming the input field
- * (-EINVAL, -ENOENT, -EIO, -ENOMEM, -ECANCELED). */
-int engine_inputs_load(const struct jobspec *job, const struct fit_options *fit,
-		       struct engine_inputs **ret, struct errbuf *err);
-
-/* The fit alone of a dwi job (what engine_inputs_load does for it before
- * sampling the ODF on the sphere): loads and validates inputs.dwi, the
- * tables and the mask, and fits them. Errors as engine_inputs_load; free
- * *ret with fit_result_free. */
-int engine_fit_dwi(const struct jobspec *job, const struct fit_options *fit,
-		   struct fit_result *ret, struct errbuf *err);
-
-/* The ODF the tracker samples, on the sphere's vertices, clipped at zero,
- * into *ret (free with volume_free): sampled from SH coefficients with
- * fit's threads, or copied. -EINVAL for boot jobs, -ENOMEM. */
-int engine_inputs_odf(const struct engine_inputs *in, const struct fit_options *fit,
-		      struct volume *ret, struct errbuf *err);
-/* The DTI and CSD fit of a dwi job; NULL for other inputs. */
-const struct fit_result *engine_inputs_fit(const struct engine_inputs *in);
-
-/* Accepts NULL. */
-void engine_inputs_free(struct engine_inputs *in);
-
-/* The job's seed generator on the inputs' grid (seeds.roi or seeds.points);
- * errors as engine_inputs_load. Free with seeds_free(). */
-int engine_seeds_load(const struct jobspec *job, const struct engine_inputs *in,
-		      struct seeds **ret, struct errbuf *err);
-
-struct engine_upload {
-	/* tracking.odf_storage; auto takes the first of float32, float16 and
-	 * SH coefficients that fits memory_budget with room to track. */
-	enum jobspec_odf_storage odf_storage;
-	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
-	const struct fit_options *fit;  /* threads and progress for sampling SH
-					 * inputs on the sphere; may be NULL */
-};
-
-/* Uploads in to the device, volumes in pages that only the memory budget
- * bounds (paged_volume.h). -E2BIG when the inputs do not fit the budget
- * (the message says how much each storage needs and what would help); GPU
- * errors with field "device". */
-int engine_resident_new(struct gpu_ctx *gpu, const struct engine_inputs *in,
-			const struct engine_upload *up, struct engine_resident **ret,
-			struct errbuf *err);
-/* engine_resident_new on n devices at once, a thread each, so that the
- * uploads overlap: ret[i] is gpus[i]'s. On failure none is kept (the first
- * device's error is reported). */
-int engine_resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct engine_inputs *in,
-			    const struct engine_upload *up, struct engine_resident **ret,
-			    struct errbuf *err);
-/* GPU bytes held. */
-uint64_t engine_resident_bytes(const struct engine_resident *res);
-/* How the ODF is held: "float32", "float16", "sh", or "dwi" for boot. */
-const char *engine_resident_storage(const struct engine_resident *res);
-/* The device must be idle for res (no engine_run using it). Accepts NULL. */
-void engine_resident_free(struct gpu_ctx *gpu, struct engine_resident *res);
-
 /* A device of a run and the inputs uploaded to it. */
 struct engine_device {
 	struct gpu_ctx *gpu;
-	const struct engine_resident *resident;
+	const struct resident *resident;
 };
 
 /* engine_run over several devices at once (each with its own upload of the
@@ -154,7 +89,7 @@ struct engine_device {
  * to a one-device run. The progress callback runs on one thread at a time,
  * not always the caller's. */
 int engine_run_devices(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
-		       const struct engine_inputs *in, struct seeds *seeds,
+		       const struct inputs *in, struct seeds *seeds,
 		       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
 		       struct errbuf *err);
 
@@ -164,8 +99,8 @@ int engine_run_devices(const struct engine_device *devs, size_t n_devs, const st
  * progress callback asked to stop, other codes with err's field "device" for
  * GPU failures or "output.path" for write failures. stats may be NULL; its
  * load and upload times are the caller's to fill. */
-int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct engine_inputs *in,
-	       const struct engine_resident *res, struct seeds *seeds,
+int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct inputs *in,
+	       const struct resident *res, struct seeds *seeds,
 	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
 	       struct errbuf *err);
 

@@ -1018,6 +1018,16 @@ int gpu_upload(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset,
 	return 0;
 }
 
+int gpu_upload_new(struct gpu_ctx *ctx, const void *src, uint64_t size,
+			  struct gpu_buffer **ret, struct errbuf *err)
+{
+	int r = gpu_buffer_new(ctx, size ? size : 4, GPU_MEMORY_DEVICE, ret, err);
+
+	if (r < 0)
+		return r;
+	return gpu_upload(ctx, *ret, 0, src, size, err);
+}
+
 int gpu_download(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t offset,
 		 void *dst, uint64_t size, struct errbuf *err)
 {

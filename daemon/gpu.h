@@ -110,6 +110,11 @@ uint64_t gpu_buffer_address(struct gpu_ctx *ctx, const struct gpu_buffer *buf);
  * staging buffer, waiting for completion). Returns 0 or a negative errno. */
 int gpu_upload(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset,
 	       const void *src, uint64_t size, struct errbuf *err);
+/* A DEVICE buffer holding a copy of size bytes of src (4 bytes when size
+ * is 0, so that a binding of nothing still has a buffer). On an upload
+ * failure *ret is the buffer, for the caller to free. */
+int gpu_upload_new(struct gpu_ctx *ctx, const void *src, uint64_t size,
+			  struct gpu_buffer **ret, struct errbuf *err);
 /* Copies buffer contents to host memory, waiting for completion. */
 int gpu_download(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t offset,
 		 void *dst, uint64_t size, struct errbuf *err);

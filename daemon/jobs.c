@@ -22,7 +22,9 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "inputs.h"
 #include "log.h"
+#include "resident.h"
 #include "spool.h"
 #include "timing.h"
 
@@ -54,8 +56,8 @@ struct owner_turn {
 
 struct cache_entry {
 	char *key;                  /* input paths, sizes and mtimes, sphere */
-	struct engine_inputs *inputs;
-	struct engine_resident *residents[GPU_MAX_DEVICES];   /* one upload per device */
+	struct inputs *inputs;
+	struct resident *residents[GPU_MAX_DEVICES];   /* one upload per device */
 	uint64_t bytes;                                         /* on each device */
 	uint64_t last_used;
 };
@@ -266,8 +268,8 @@ static char *cache_key(const struct jobspec *spec)
 static void cache_entry_free(struct jobs *jobs, struct cache_entry *e)
 {
 	for (size_t i = 0; i < jobs->n_gpus; i++)
-		engine_resident_free(jobs->gpus[i], e->residents[i]);
-	engine_inputs_free(e->inputs);
+		resident_free(jobs->gpus[i], e->residents[i]);
+	inputs_free(e->inputs);
 	free(e->key);
 }
 
@@ -322,8 +324,8 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
 	char *key = cache_key(spec);
 	struct cache_entry *hit = cache_find(jobs, key);
 	struct cache_entry fresh = { .key = key };
-	struct engine_upload up = { .odf_storage = spec->odf_storage,
-				    .memory_budget = jobs->cfg.gpu_memory_budget, .fit = fit };
+	struct resident_upload up = { .odf_storage = spec->odf_storage,
+				      .memory_budget = jobs->cfg.gpu_memory_budget, .fit = fit };
 	double t0, t1;
 	int r;
 
@@ -336,18 +338,18 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
 		return 0;
 	}
 	t0 = timing_now();
-	r = engine_inputs_load(spec, fit, &fresh.inputs, err);
+	r = inputs_load(spec, fit, &fresh.inputs, err);
 	t1 = timing_now();
 	stats->load_seconds = t1 - t0;
 	if (r == 0)
-		r = engine_resident_new_all(jobs->gpus, jobs->n_gpus, fresh.inputs, &up,
-					    fresh.residents, err);
+		r = resident_new_all(jobs->gpus, jobs->n_gpus, fresh.inputs, &up,
+				     fresh.residents, err);
 	stats->upload_seconds = timing_now() - t1;
 	if (r < 0) {
 		cache_entry_free(jobs, &fresh);
 		return r;
 	}
-	fresh.bytes = engine_resident_bytes(fresh.residents[0]);
+	fresh.bytes = resident_bytes(fresh.residents[0]);
 	fresh.last_used = ++jobs->cache_clock;
 	*owned = true;
 	if (key && fresh.bytes <= jobs->status.cache_budget) {
@@ -443,7 +445,7 @@ static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engin
 	r = acquire_volumes(jobs, &job->spec, &fit, &volumes, &owned, &timing, err);
 	if (r < 0)
 		return r;
-	r = engine_seeds_load(&job->spec, volumes.inputs, &seeds, err);
+	r = inputs_seeds_load(&job->spec, volumes.inputs, &seeds, err);
 	/* seeds.per_voxel multiplies by the ROI's voxels, known only now. */
 	if (r == 0 && jobs->cfg.max_seeds_per_job &&
 	    seeds_count(seeds) > jobs->cfg.max_seeds_per_job)

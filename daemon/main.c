@@ -24,9 +24,11 @@
 #include "engine.h"
 #include "errbuf.h"
 #include "gpu.h"
+#include "inputs.h"
 #include "jobspec.h"
 #include "log.h"
 #include "phantom.h"
+#include "resident.h"
 #include "shbasis.h"
 #include "serve.h"
 #include "timing.h"
@@ -557,21 +559,21 @@ static void log_summary(const struct engine_stats *s, const char *device, size_t
 /* Everything a CLI job holds, released in one place. */
 struct cli_job {
 	struct jobspec spec;
-	struct engine_inputs *inputs;
+	struct inputs *inputs;
 	struct seeds *seeds;
 	struct engine_device devices[GPU_MAX_DEVICES];
-	struct engine_resident *residents[GPU_MAX_DEVICES];   /* devices[i].resident */
+	struct resident *residents[GPU_MAX_DEVICES];   /* devices[i].resident */
 	size_t n_devices;         /* opened */
 };
 
 static void cli_job_free(struct cli_job *j)
 {
 	for (size_t i = 0; i < j->n_devices; i++) {
-		engine_resident_free(j->devices[i].gpu, j->residents[i]);
+		resident_free(j->devices[i].gpu, j->residents[i]);
 		gpu_close(j->devices[i].gpu);
 	}
 	seeds_free(j->seeds);
-	engine_inputs_free(j->inputs);
+	inputs_free(j->inputs);
 	jobspec_free(&j->spec);
 }
 
@@ -579,8 +581,8 @@ static void cli_job_free(struct cli_job *j)
  * all of them at once. */
 static int open_devices(struct cli *cli, struct cli_job *j, struct errbuf *err)
 {
-	struct engine_upload up = { .odf_storage = j->spec.odf_storage,
-				    .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
+	struct resident_upload up = { .odf_storage = j->spec.odf_storage,
+				      .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
 	struct gpu_ctx *gpus[GPU_MAX_DEVICES];
 	size_t n = cli->n_devices ? cli->n_devices : 1;
 	int r = 0;
@@ -593,7 +595,7 @@ static int open_devices(struct cli *cli, struct cli_job *j, struct errbuf *err)
 			gpus[j->n_devices++] = j->devices[i].gpu;
 	}
 	if (r == 0)
-		r = engine_resident_new_all(gpus, n, j->inputs, &up, j->residents, err);
+		r = resident_new_all(gpus, n, j->inputs, &up, j->residents, err);
 	for (size_t i = 0; r == 0 && i < n; i++)
 		j->devices[i].resident = j->residents[i];
 	return r;
@@ -605,10 +607,10 @@ static int prepare_job(struct cli *cli, struct cli_job *j, double *load_s, doubl
 		       struct errbuf *err)
 {
 	double t0 = timing_now();
-	int r = engine_inputs_load(&j->spec, &cli->fit, &j->inputs, err);
+	int r = inputs_load(&j->spec, &cli->fit, &j->inputs, err);
 
 	if (r == 0)
-		r = engine_seeds_load(&j->spec, j->inputs, &j->seeds, err);
+		r = inputs_seeds_load(&j->spec, j->inputs, &j->seeds, err);
 	*load_s = timing_now() - t0;
 	if (r < 0)
 		return r;
@@ -741,23 +743,23 @@ static int save_fit(const char *dir, const struct fit_result *f, const struct vo
 static int fit_and_save(const struct cli *cli, const struct jobspec *spec, double *fitted_at,
 			struct errbuf *err)
 {
-	struct engine_inputs *in = NULL;
+	struct inputs *in = NULL;
 	struct fit_result fit = { 0 };
 	int r;
 
 	if (cli->write_odf) {
 		struct volume odf = { 0 };
-		r = engine_inputs_load(spec, &cli->fit, &in, err);
+		r = inputs_load(spec, &cli->fit, &in, err);
 		if (r == 0)
-			r = engine_inputs_odf(in, &cli->fit, &odf, err);
+			r = inputs_odf(in, &cli->fit, &odf, err);
 		*fitted_at = timing_now();
 		if (r == 0)
-			r = save_fit(cli->output, engine_inputs_fit(in), &odf, err);
+			r = save_fit(cli->output, inputs_fit(in), &odf, err);
 		volume_free(&odf);
-		engine_inputs_free(in);
+		inputs_free(in);
 		return r;
 	}
-	r = engine_fit_dwi(spec, &cli->fit, &fit, err);
+	r = inputs_fit_dwi(spec, &cli->fit, &fit, err);
 	*fitted_at = timing_now();
 	if (r == 0)
 		r = save_fit(cli->output, &fit, NULL, err);
