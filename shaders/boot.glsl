@@ -14,7 +14,7 @@
 // (0: OPDT); DWI_BINDING: the binding of the DWI's page table (volume.glsl).
 //
 // The including kernel declares the matrices[] buffer (layout below, written
-// by engine.c) and s_pmf[ITEMS][NV], s_res[ITEMS][HR] in shared memory, and
+// by resident.c) and s_pmf[ITEMS][NV], s_res[ITEMS][HR] in shared memory, and
 // includes common.glsl, interp.glsl, volume.glsl and philox.glsl first.
 
 const uint J_PER_LANE = (HR + SG - 1) / SG;
