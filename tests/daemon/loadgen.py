@@ -364,12 +364,15 @@ class Load:
     # ------------------------------------------------------------------ runs
 
     def plan(self, n, shares=(("job", 40), ("stream", 10), ("cancel", 5), ("bad", 45))):
-        """n tasks in a shuffled, seeded order, by their shares (percent)."""
+        """About n (kind, index) tasks in a shuffled, seeded order, by their shares
+        (percent)."""
         tasks = []
         for kind, share in shares:
-            tasks += [kind] * max(1, round(n * share / 100))
+            # Numbered within their kind: round robin over users, jobs and
+            # bad cases is then even.
+            tasks += [(kind, i) for i in range(max(1, round(n * share / 100)))]
         self.rng.shuffle(tasks)
-        return [(kind, i) for i, kind in enumerate(tasks)]
+        return tasks
 
     def run(self, tasks, clients):
         """Runs tasks on `clients` threads; returns the wall time (s).
