@@ -11,7 +11,9 @@ the daemon did not exit 0 on SIGTERM.
 
 Usage: python3 bench/load.py [--tractd build/tractd] [--clients 32]
        [--tasks 1500] [--warmup 64]
-Standard library only; any python3 will do.
+Standard library only; any python3 will do. With --tractd build-asan/tractd
+and ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=exitcode=0 it prints what
+LeakSanitizer reported at exit.
 """
 import argparse
 import json
@@ -135,6 +137,12 @@ def main():
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
         print(f"SIGTERM: exit {code}")
+        # Under the ASan build (ASAN_OPTIONS=detect_leaks=1, LSAN_OPTIONS=exitcode=0):
+        # what LeakSanitizer said at exit.
+        text = (work / "daemon.log").read_text(errors="replace")
+        for line in text.splitlines():
+            if "LeakSanitizer" in line or "leak of" in line or line.startswith("SUMMARY:"):
+                print("daemon log: " + line.strip())
         if failures or code != 0:
             print(f"FAILED ({len(failures)} failures); kept {work}", file=sys.stderr)
             for f in failures[:20]:
