@@ -2,7 +2,7 @@
 at once over the Unix socket and TCP, mixing valid small jobs (each result
 checked byte for byte against `tractd run` of the same job), jobs streamed
 with ?wait=stream, cancels and deletes of one's own jobs, status polling,
-and malformed requests that must each get their 4xx status and JSON error
+clients that leave mid-request, and malformed requests that must each get their 4xx status and JSON error
 code (proto/errors.def, proto/API.md).
 
 Standard library only (http.client), so that tests/daemon/test_load.py and
@@ -114,6 +114,7 @@ class Stats:
     by_status: dict = field(default_factory=dict)      # HTTP status -> count
     bad_by_code: dict = field(default_factory=dict)    # "400 malformed_json" -> count
     retries_429: int = 0
+    aborted: int = 0
     jobs_checked: int = 0
     streams_checked: int = 0
     cancels: dict = field(default_factory=dict)        # outcome -> count
@@ -361,9 +362,39 @@ class Load:
         except LoadError as e:
             raise LoadError(f"bad case {name}: {e}") from None
 
+    def task_abort(self, i):
+        """A client that leaves mid-request: headers that promise a body, part
+        of it, then close (a job document, or a volume upload, whose partial
+        file the daemon must drop); then a service read (/metrics,
+        /v1/device or /healthz) that must answer 200."""
+        ident = self.users[i % len(self.users)]
+        path = "/v1/volumes" if i % 2 else "/v1/jobs"
+        kind = "application/octet-stream" if i % 2 else "application/json"
+        head = (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: {kind}\r\n"
+                f"Content-Length: 100000\r\n")
+        if ident.token:
+            head += f"Authorization: Bearer {ident.token}\r\n"
+        part = b"\x1f\x8b" + bytes(range(256)) * 8 if i % 2 else b'{"inputs": {"odf": "sha'
+        if ident.unix_socket:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            addr = ident.unix_socket
+        else:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            addr = ("127.0.0.1", ident.port)
+        with s:
+            s.settimeout(10)
+            s.connect(addr)
+            s.sendall(head.encode() + b"\r\n" + part)
+            time.sleep(0.01 * (i % 3))
+        with self.stats.lock:
+            self.stats.aborted += 1
+        read = ("/metrics", "/v1/device", "/healthz")[i % 3]
+        self._expect(self._req(ident, "GET", read), 200)
+
     # ------------------------------------------------------------------ runs
 
-    def plan(self, n, shares=(("job", 40), ("stream", 10), ("cancel", 5), ("bad", 45))):
+    def plan(self, n, shares=(("job", 40), ("stream", 10), ("cancel", 5), ("abort", 5),
+                                ("bad", 40))):
         """About n (kind, index) tasks in a shuffled, seeded order, by their shares
         (percent)."""
         tasks = []
@@ -378,7 +409,7 @@ class Load:
         """Runs tasks on `clients` threads; returns the wall time (s).
         Failures are collected in stats.failures (not raised)."""
         fns = {"job": self.task_job, "stream": self.task_stream,
-               "cancel": self.task_cancel, "bad": self.task_bad}
+               "cancel": self.task_cancel, "abort": self.task_abort, "bad": self.task_bad}
 
         def one(task):
             kind, i = task
@@ -398,7 +429,8 @@ class Load:
         lines = [
             f"requests {s.requests} in {wall_s:.1f} s: {s.requests / wall_s:.1f} requests/s",
             f"jobs checked byte for byte: {s.jobs_checked} polled + {s.streams_checked} "
-            f"streamed; cancels {dict(sorted(s.cancels.items()))}; 429 retries {s.retries_429}",
+            f"streamed; cancels {dict(sorted(s.cancels.items()))}; {s.aborted} requests "
+            f"abandoned mid-body; 429 retries {s.retries_429}",
             "job latency (submit to TRK in hand) s: "
             + (f"p50 {percentile(lat, 50):.2f} p90 {percentile(lat, 90):.2f} "
                f"p99 {percentile(lat, 99):.2f} max {max(lat):.2f}" if lat else "none"),

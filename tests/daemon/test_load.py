@@ -3,12 +3,14 @@
 root on the Unix socket), a per-user queue limit of 4 so that 429 queue_full
 happens and round robin between users is exercised: several hundred
 requests of valid small jobs (each TRK equal byte for byte to `tractd run` of
-the same job), ?wait=stream jobs, cancels and deletes, status polling, and
-malformed requests, each with its 4xx and JSON error code. The daemon stays
+the same job), ?wait=stream jobs, cancels and deletes, status polling,
+clients that leave mid-body (no temporary upload stays), and malformed
+requests, each with its 4xx and JSON error code. The daemon stays
 healthy, its RSS stays flat from a warm-up wave to the end, and it exits 0
 on SIGTERM. A smaller run under the ASan build checks for leaks at exit
 (LeakSanitizer)."""
 import re
+import time
 
 import pytest
 
@@ -131,6 +133,16 @@ def _healthy(d):
     assert r.json()["queue"] == {"queued": 0, "running": 0}, r.json()
     r = loadgen.request(ident, "GET", "/v1/jobs")
     assert r.status == 200 and r.json() == {"jobs": []}, str(r)
+    # The uploads abandoned mid-body left no temporary file (the daemon
+    # drops it when it sees the connection go, which may take a moment).
+    deadline = time.monotonic() + 10
+    while True:
+        left = [p.name for p in (d.state_dir / "volumes").iterdir()
+                if p.name.startswith(".") and p.name != ".owners"]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert left == [], left
 
 
 def test_load(daemon_factory, phantom, references, tmp_path):
