@@ -86,7 +86,7 @@ def main():
         log = open(work / "daemon.log", "wb")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
-        root = loadgen.Ident("root", unix_socket=str(sock))
+        root = loadgen.Ident("root", unix_socket=str(sock), keepalive=True)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -98,7 +98,7 @@ def main():
                 sys.exit(f"the daemon did not start; see {work}/daemon.log")
             time.sleep(0.1)
 
-        users = [loadgen.Ident("alice", port=port, token=ALICE),
+        users = [loadgen.Ident("alice", port=port, token=ALICE, keepalive=True),
                  loadgen.Ident("bob", port=port, token=BOB), root]
         ids = {}
         for who in users:

@@ -38,6 +38,7 @@ class Ident:
     unix_socket: str = None
     port: int = None
     token: str = None
+    keepalive: bool = False     # reuse one connection per client thread
 
 
 @dataclass
@@ -65,14 +66,24 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock.connect(self._path)
 
 
-def request(ident, method, path, body=None, headers=None, timeout=JOB_TIMEOUT_S):
-    """One request on a fresh connection; returns a Resp (raises OSError /
-    http.client errors when the daemon does not answer)."""
+_conns = threading.local()
+
+
+def _connect(ident, timeout):
     if ident.unix_socket:
-        conn = _UnixConnection(ident.unix_socket, timeout)
-    else:
-        conn = http.client.HTTPConnection("127.0.0.1", ident.port, timeout=timeout)
-    hdrs = {"Connection": "close"}
+        return _UnixConnection(ident.unix_socket, timeout)
+    return http.client.HTTPConnection("127.0.0.1", ident.port, timeout=timeout)
+
+
+def request(ident, method, path, body=None, headers=None, timeout=JOB_TIMEOUT_S):
+    """One request; returns a Resp (raises OSError / http.client errors when
+    the daemon does not answer). A fresh connection closed after the answer,
+    or with ident.keepalive the calling thread's open connection to that
+    address, kept while the daemon keeps it (HTTP/1.1 persistent)."""
+    where = (ident.unix_socket, ident.port)
+    cache = _conns.__dict__.setdefault("by_addr", {}) if ident.keepalive else {}
+    conn = cache.pop(where, None) or _connect(ident, timeout)
+    hdrs = {} if ident.keepalive else {"Connection": "close"}
     if ident.token:
         hdrs["Authorization"] = f"Bearer {ident.token}"
     if body is not None:
@@ -80,14 +91,19 @@ def request(ident, method, path, body=None, headers=None, timeout=JOB_TIMEOUT_S)
             body = body.encode()
         hdrs["Content-Type"] = "application/json"
     hdrs.update(headers or {})
+    keep = False
     try:
         conn.request(method, path, body=body, headers=hdrs)
         r = conn.getresponse()
         data = r.read()
+        keep = ident.keepalive and not r.will_close
         return Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, data,
                     f"{method} {path} ({ident.name})")
     finally:
-        conn.close()
+        if keep:
+            cache[where] = conn
+        else:
+            conn.close()
 
 
 def rss_kib(pid):
