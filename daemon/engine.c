@@ -53,7 +53,7 @@ struct job_gpu {
 	struct gpu_pipeline *init, *track, *compact;
 	const struct resident *res;
 	struct gpu_buffer *seeds, *ndirs, *dirs;
-	struct gpu_buffer *line_start, *line_id, *points, *ranges, *dest, *readback;
+	struct gpu_buffer *line_start, *line_id, *points, *ranges, *dest;
 	struct paged_volume odf_scale;        /* ptt: daemon/ptt.h's tables for this job */
 	struct gpu_buffer *lut;
 };
@@ -65,14 +65,26 @@ struct job_host {
 	float *dirs;              /* 3 * max_peaks * chunk_seeds */
 	float *line_start;        /* 6 * chunk lines */
 	uint32_t *line_id;        /* 2 * chunk lines */
-	uint32_t *ranges;         /* 3 * batch_lines: first slot, points, length (float bits) */
-	uint32_t *dest;           /* batch_lines: first packed point, or DROP_LINE */
 	float *compressed;        /* 3 * slot_points when output.compress, else NULL */
 	uint32_t *kept;           /* slot_points: indices compression kept, with it */
 	struct compress_params compress;
 };
 
 #define DROP_LINE 0xffffffffu
+
+/* A tracked batch on its way to the output. A device has two: it tracks the
+ * next batch into one while its writer thread writes the other. */
+struct write_slot {
+	struct gpu_buffer *readback;   /* the batch's kept points, packed */
+	uint32_t *ranges;              /* 3 per line: first slot, points, length (float bits) */
+	uint32_t *dest;                /* per line: first packed point, or DROP_LINE */
+	uint64_t first_line, n_lines;  /* lines of the chunk (job_host's line arrays) */
+	uint64_t chunk, end_seed;      /* its chunk's index, and the seed after the chunk */
+	bool first_of_chunk, last_of_chunk;
+	bool full;                     /* tracked, not yet written */
+};
+
+#define WRITE_SLOTS 2
 
 /* ---- planning ----------------------------------------------------------- */
 
@@ -170,9 +182,10 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
 
 	/* Two thirds of the work budget for streamlines: point slots on the GPU and
-	 * in read-back memory, start (seed, direction), id, range, destination. */
+	 * in each write slot's read-back memory, start (seed, direction), id,
+	 * range, destination. */
 	line_slot_bytes = 12ull * plan->slot_points;
-	per_line = 2 * line_slot_bytes + 24 + 8 + 12 + 4;
+	per_line = (1 + WRITE_SLOTS) * line_slot_bytes + 24 + 8 + 12 + 4;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
 	/* The rest for seeds: position, direction count, directions. */
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
@@ -337,15 +350,13 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 		r = new_buffer(gpu, 12 * l, GPU_MEMORY_DEVICE, &g->ranges, err);
 	if (r == 0)
 		r = new_buffer(gpu, 4 * l, GPU_MEMORY_DEVICE, &g->dest, err);
-	if (r == 0)
-		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_READBACK, &g->readback, err);
 	return r;
 }
 
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
 	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_start, g->line_id,
-				     g->points, g->ranges, g->dest, g->readback, g->lut };
+				     g->points, g->ranges, g->dest, g->lut };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		gpu_buffer_free(gpu, all[i]);
@@ -355,7 +366,7 @@ static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 
 static int alloc_host(const struct job_plan *plan, struct job_host *h, struct errbuf *err)
 {
-	uint64_t s = plan->chunk_seeds, l = plan->batch_lines;
+	uint64_t s = plan->chunk_seeds;
 	uint64_t chunk_lines = s * plan->max_peaks;
 
 	h->seed_xyz = malloc(12 * s);
@@ -363,10 +374,7 @@ static int alloc_host(const struct job_plan *plan, struct job_host *h, struct er
 	h->dirs = malloc(12ull * plan->max_peaks * s);
 	h->line_start = malloc(24 * chunk_lines);
 	h->line_id = malloc(8 * chunk_lines);
-	h->ranges = malloc(12 * l);
-	h->dest = malloc(4 * l);
-	if (!h->seed_xyz || !h->ndirs || !h->dirs || !h->line_start || !h->line_id || !h->ranges ||
-	    !h->dest)
+	if (!h->seed_xyz || !h->ndirs || !h->dirs || !h->line_start || !h->line_id)
 		return errbuf_set(err, -ENOMEM, "", "out of host memory for %llu seeds per chunk",
 				  (unsigned long long)s);
 	return 0;
@@ -396,8 +404,6 @@ static void free_host(struct job_host *h)
 	free(h->dirs);
 	free(h->line_start);
 	free(h->line_id);
-	free(h->ranges);
-	free(h->dest);
 	free(h->compressed);
 	free(h->kept);
 	memset(h, 0, sizeof(*h));
@@ -421,7 +427,7 @@ struct run_shared {
 	uint64_t chunk_limit;     /* the smallest of the devices' chunk sizes */
 	double t0;
 	pthread_mutex_t lock;
-	pthread_cond_t turn_changed;
+	pthread_cond_t changed;   /* the turn, a slot or the error changed */
 	uint64_t next_seed;       /* first seed of the next chunk handed out */
 	uint64_t next_chunk;      /* index of that chunk */
 	uint64_t turn;            /* the chunk being written */
@@ -443,9 +449,13 @@ struct job_run {
 	struct engine_stats stats;   /* this device's kernels, chunks, batches */
 	double rate[3];              /* items per second of track, compact, init */
 	uint64_t chunk;              /* index of the chunk it tracks */
-	struct errbuf err;
-	pthread_t thread;
-	bool started;
+	struct write_slot slots[WRITE_SLOTS];
+	unsigned next_fill, next_write;   /* the slot tracked into next, written next */
+	bool tracking_done;          /* no more slots will be filled */
+	struct errbuf err;           /* the tracking thread's */
+	struct errbuf write_err;     /* the writer thread's */
+	pthread_t thread, writer;
+	bool started, writer_started;
 };
 
 static void fill_params(struct job_run *run)
@@ -545,21 +555,21 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 
 /* Gives each streamline to keep (>= 2 points, length within the job's limits)
  * its place in the packed read-back buffer: the others are never read back. */
-static void assign_destinations(struct job_host *h, uint64_t n_lines, double min_mm,
+static void assign_destinations(struct write_slot *w, uint64_t n_lines, double min_mm,
 				double max_mm)
 {
 	uint64_t next = 0;
 
 	for (uint64_t i = 0; i < n_lines; i++) {
-		uint32_t count = h->ranges[3 * i + 1];
+		uint32_t count = w->ranges[3 * i + 1];
 		float length_mm;
 
-		memcpy(&length_mm, &h->ranges[3 * i + 2], sizeof(length_mm));
+		memcpy(&length_mm, &w->ranges[3 * i + 2], sizeof(length_mm));
 		if (count < 2 || length_mm < min_mm || length_mm > max_mm) {
-			h->dest[i] = DROP_LINE;
+			w->dest[i] = DROP_LINE;
 			continue;
 		}
-		h->dest[i] = (uint32_t)next;
+		w->dest[i] = (uint32_t)next;
 		next += count;
 	}
 }
@@ -581,10 +591,11 @@ static void seed_ras(const struct job_run *run, uint64_t line, float out[3])
  * 2 * max_steps + 1 apart with the seed at max_steps, so the first point's
  * slot gives the backward count. Compression may drop the seed: then the
  * first kept point past it is named (tckgen's seeds never meet that case). */
-static uint32_t seed_vertex(const struct job_run *run, uint64_t i, uint32_t count)
+static uint32_t seed_vertex(const struct job_run *run, const struct write_slot *w, uint64_t i,
+			    uint32_t count)
 {
 	uint32_t max_steps = (uint32_t)run->job->max_steps;
-	uint32_t v = max_steps - run->h.ranges[3 * i] % (2 * max_steps + 1);
+	uint32_t v = max_steps - w->ranges[3 * i] % (2 * max_steps + 1);
 
 	if (!run->h.compressed)
 		return v;
@@ -594,17 +605,16 @@ static uint32_t seed_vertex(const struct job_run *run, uint64_t i, uint32_t coun
 	return count - 1;
 }
 
-/* Appends the packed streamlines of the batch starting at the chunk's line
- * first_line to the output. */
-static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
-		       struct errbuf *err)
+/* Appends the packed streamlines of a slot's batch to the output. */
+static int write_batch(struct job_run *run, const struct write_slot *w, struct errbuf *err)
 {
-	const float *packed = gpu_buffer_host(run->g.readback);
+	const float *packed = gpu_buffer_host(w->readback);
 	struct job_host *h = &run->h;
+	uint64_t first_line = w->first_line;
 	double t0 = timing_now();
 
-	for (uint64_t i = 0; i < n_lines; i++) {
-		uint32_t count = h->ranges[3 * i + 1];
+	for (uint64_t i = 0; i < w->n_lines; i++) {
+		uint32_t count = w->ranges[3 * i + 1];
 		const float *points;
 		float seed[3];
 		struct output_dps dps = {
@@ -613,9 +623,9 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 		};
 		int r;
 
-		if (h->dest[i] == DROP_LINE)
+		if (w->dest[i] == DROP_LINE)
 			continue;
-		points = packed + 3ull * h->dest[i];
+		points = packed + 3ull * w->dest[i];
 		/* After the length filter: min/max length judge the whole line. */
 		if (h->compressed) {
 			count = compress_streamline(&h->compress, points, count, h->kept,
@@ -623,7 +633,7 @@ static int write_batch(struct job_run *run, uint64_t first_line, uint64_t n_line
 			points = h->compressed;
 		}
 		dps.seed_index = h->line_id[2 * (first_line + i)];
-		dps.seed_vertex = seed_vertex(run, i, count);
+		dps.seed_vertex = seed_vertex(run, w, i, count);
 		if (run->job->save_seeds)
 			seed_ras(run, first_line + i, seed);
 		r = output_write_streamline_dps(run->sh->out, points, count, &dps);
@@ -680,27 +690,67 @@ static void init_bindings(const struct job_run *run, struct gpu_buffer **b)
 	memcpy(b, boot, sizeof(boot));
 }
 
-/* Waits until the chunk before this device's is written. -ECANCELED when
- * another device failed or the job was cancelled meanwhile. */
-static int wait_turn(struct job_run *run, struct errbuf *err)
+/* Waits until the chunk before `chunk` is written. -ECANCELED when a device
+ * failed or the job was cancelled meanwhile. */
+static int wait_turn(struct job_run *run, uint64_t chunk, struct errbuf *err)
 {
 	struct run_shared *sh = run->sh;
 	int r = 0;
 
 	pthread_mutex_lock(&sh->lock);
-	while (sh->turn != run->chunk && !sh->error)
-		pthread_cond_wait(&sh->turn_changed, &sh->lock);
-	if (sh->turn != run->chunk)
+	while (sh->turn != chunk && !sh->error)
+		pthread_cond_wait(&sh->changed, &sh->lock);
+	if (sh->turn != chunk)
 		r = errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
 	pthread_mutex_unlock(&sh->lock);
 	return r;
 }
 
-static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines, struct errbuf *err)
+/* The slot to track into next, once the writer is done with it; NULL when
+ * the run failed meanwhile. */
+static struct write_slot *take_slot(struct job_run *run)
+{
+	struct run_shared *sh = run->sh;
+	struct write_slot *w;
+
+	pthread_mutex_lock(&sh->lock);
+	while (run->slots[run->next_fill].full && !sh->error)
+		pthread_cond_wait(&sh->changed, &sh->lock);
+	w = sh->error ? NULL : &run->slots[run->next_fill];
+	run->next_fill = (run->next_fill + 1) % WRITE_SLOTS;
+	pthread_mutex_unlock(&sh->lock);
+	return w;
+}
+
+static void post_slot(struct job_run *run, struct write_slot *w)
+{
+	pthread_mutex_lock(&run->sh->lock);
+	w->full = true;
+	pthread_cond_broadcast(&run->sh->changed);
+	pthread_mutex_unlock(&run->sh->lock);
+}
+
+/* Waits until the writer has written every slot (it reads the chunk's line
+ * arrays, which the next chunk rewrites). */
+static void drain_slots(struct job_run *run)
+{
+	struct run_shared *sh = run->sh;
+
+	pthread_mutex_lock(&sh->lock);
+	for (unsigned k = 0; k < WRITE_SLOTS; k++)
+		while (run->slots[k].full && !sh->error)
+			pthread_cond_wait(&sh->changed, &sh->lock);
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/* Tracks lines [first_line, first_line + n_lines) of the chunk and packs the
+ * kept ones into the slot's read-back buffer. */
+static int run_batch(struct job_run *run, struct write_slot *w, uint64_t first_line,
+		     uint64_t n_lines, struct errbuf *err)
 {
 	struct job_gpu *g = &run->g;
 	struct gpu_buffer *buffers[MAX_BINDINGS];
-	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, g->readback };
+	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, w->readback };
 	int r = gpu_upload(run->gpu, g->line_start, 0, run->h.line_start + 6 * first_line,
 			   24 * n_lines, err);
 
@@ -710,18 +760,16 @@ static int run_batch(struct job_run *run, uint64_t first_line, uint64_t n_lines,
 	if (r == 0)
 		r = dispatch_items(run, "track", g->track, buffers, n_lines, &run->rate[0], err);
 	if (r == 0)
-		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 12 * n_lines, err);
+		r = gpu_download(run->gpu, g->ranges, 0, w->ranges, 12 * n_lines, err);
 	if (r < 0)
 		return r;
-	assign_destinations(&run->h, n_lines, run->job->min_length, run->job->max_length);
-	r = gpu_upload(run->gpu, g->dest, 0, run->h.dest, 4 * n_lines, err);
+	assign_destinations(w, n_lines, run->job->min_length, run->job->max_length);
+	r = gpu_upload(run->gpu, g->dest, 0, w->dest, 4 * n_lines, err);
 	if (r == 0)
 		r = dispatch_items(run, "compact", g->compact, pack_buffers, n_lines, &run->rate[1],
 				   err);
-	if (r == 0)
-		r = wait_turn(run, err);
-	if (r == 0)
-		r = write_batch(run, first_line, n_lines, err);
+	w->first_line = first_line;
+	w->n_lines = n_lines;
 	run->stats.batches++;
 	return r;
 }
@@ -770,9 +818,27 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 				 err);
 	if (r < 0)
 		return r;
+	drain_slots(run);
 	n_lines = build_lines(run, first_seed, n_seeds);
-	for (uint64_t first = 0; first < n_lines && r == 0; first += run->plan.batch_lines)
-		r = run_batch(run, first, min_u64(run->plan.batch_lines, n_lines - first), err);
+	/* A chunk without lines still posts a slot: its turn must pass. */
+	for (uint64_t first = 0; r == 0 && (first < n_lines || first == 0);
+	     first += run->plan.batch_lines) {
+		uint64_t n = min_u64(run->plan.batch_lines, n_lines - first);
+		struct write_slot *w = take_slot(run);
+		if (!w)
+			return errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
+		w->n_lines = 0;
+		if (n > 0)
+			r = run_batch(run, w, first, n, err);
+		w->chunk = run->chunk;
+		w->end_seed = first_seed + n_seeds;
+		w->first_of_chunk = first == 0;
+		w->last_of_chunk = first + n >= n_lines;
+		if (r == 0)
+			post_slot(run, w);
+		if (n_lines == 0)
+			break;
+	}
 	run->stats.chunks++;
 	return r;
 }
@@ -814,15 +880,15 @@ static bool take_chunk(struct job_run *run, uint64_t *first, uint64_t *n)
 	return got;
 }
 
-/* After the chunk is written (this device holds the turn): flushes the
+/* After a chunk is written (this device holds the turn): flushes the
  * output, reports progress and passes the turn on. */
 static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *err)
 {
 	struct run_shared *sh = run->sh;
 	const struct engine_options *o = sh->opts;
-	int r = wait_turn(run, err);
+	int r = 0;
 
-	if (r == 0 && output_flush(sh->out) < 0)
+	if (output_flush(sh->out) < 0)
 		r = errbuf_set(err, -EIO, "output.path", "cannot write the tractogram");
 	if (r == 0 && o->progress &&
 	    !o->progress(o->progress_userdata, end_seed, sh->total, sh->stats->streamlines))
@@ -831,39 +897,92 @@ static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *e
 	pthread_mutex_lock(&sh->lock);
 	if (r == 0)
 		sh->turn++;
-	pthread_cond_broadcast(&sh->turn_changed);
+	pthread_cond_broadcast(&sh->changed);
 	pthread_mutex_unlock(&sh->lock);
 	return r;
 }
 
-/* Records a device's failure; the first one is the run's. */
-static void fail_run(struct job_run *run, int r)
+/* Records a failure; the first one is the run's. */
+static void fail_run(struct run_shared *sh, int r, const struct errbuf *err)
 {
-	struct run_shared *sh = run->sh;
-
 	pthread_mutex_lock(&sh->lock);
 	if (!sh->error) {
 		sh->error = r;
-		sh->failed_err = run->err;
+		sh->failed_err = *err;
 	}
-	pthread_cond_broadcast(&sh->turn_changed);
+	pthread_cond_broadcast(&sh->changed);
 	pthread_mutex_unlock(&sh->lock);
 }
 
+/* Writes one slot: waits for its chunk's turn first, passes the turn on
+ * after the chunk's last batch. */
+static int write_slot(struct job_run *run, const struct write_slot *w)
+{
+	int r = w->first_of_chunk ? wait_turn(run, w->chunk, &run->write_err) : 0;
+
+	if (r == 0 && w->n_lines > 0)
+		r = write_batch(run, w, &run->write_err);
+	if (r == 0 && w->last_of_chunk)
+		r = finish_chunk(run, w->end_seed, &run->write_err);
+	return r;
+}
+
+/* The device's writer thread: writes its slots in the order they were
+ * filled until tracking is done and every slot is written. */
+static void *write_slots(void *arg)
+{
+	struct job_run *run = arg;
+	struct run_shared *sh = run->sh;
+
+	for (;;) {
+		struct write_slot *w = &run->slots[run->next_write];
+		int r;
+
+		pthread_mutex_lock(&sh->lock);
+		while (!w->full && !run->tracking_done && !sh->error)
+			pthread_cond_wait(&sh->changed, &sh->lock);
+		if (!w->full || sh->error) {
+			pthread_mutex_unlock(&sh->lock);
+			break;
+		}
+		pthread_mutex_unlock(&sh->lock);
+		r = write_slot(run, w);
+		if (r < 0) {
+			fail_run(sh, r, &run->write_err);
+			break;
+		}
+		pthread_mutex_lock(&sh->lock);
+		w->full = false;
+		run->next_write = (run->next_write + 1) % WRITE_SLOTS;
+		pthread_cond_broadcast(&sh->changed);
+		pthread_mutex_unlock(&sh->lock);
+	}
+	return NULL;
+}
+
+/* A device's tracking thread; its writer thread writes each batch while it
+ * tracks the next. */
 static void *track_chunks(void *arg)
 {
 	struct job_run *run = arg;
+	struct run_shared *sh = run->sh;
 	uint64_t first, n;
-	int r = 0;
+	int r = pthread_create(&run->writer, NULL, write_slots, run);
 
 	fill_params(run);
-	while (r == 0 && take_chunk(run, &first, &n)) {
+	run->writer_started = r == 0;
+	if (r != 0)
+		r = errbuf_set(&run->err, -r, "", "cannot start a writer thread: %s", strerror(r));
+	while (r == 0 && take_chunk(run, &first, &n))
 		r = run_chunk(run, first, n, &run->err);
-		if (r == 0)
-			r = finish_chunk(run, first + n, &run->err);
-	}
 	if (r < 0)
-		fail_run(run, r);
+		fail_run(sh, r, &run->err);
+	pthread_mutex_lock(&sh->lock);
+	run->tracking_done = true;
+	pthread_cond_broadcast(&sh->changed);
+	pthread_mutex_unlock(&sh->lock);
+	if (run->writer_started)
+		pthread_join(run->writer, NULL);
 	return NULL;
 }
 
@@ -912,6 +1031,34 @@ static int upload_ptt_tables(struct gpu_ctx *gpu, const struct jobspec *job,
 	return r;
 }
 
+static int alloc_slots(struct job_run *run, struct errbuf *err)
+{
+	uint64_t l = run->plan.batch_lines;
+	int r = 0;
+
+	for (unsigned k = 0; r == 0 && k < WRITE_SLOTS; k++) {
+		struct write_slot *w = &run->slots[k];
+		r = new_buffer(run->gpu, 12ull * run->plan.slot_points * l, GPU_MEMORY_READBACK,
+			       &w->readback, err);
+		w->ranges = malloc(12 * l);
+		w->dest = malloc(4 * l);
+		if (r == 0 && (!w->ranges || !w->dest))
+			r = errbuf_set(err, -ENOMEM, "", "out of host memory for %llu streamlines per "
+				       "batch", (unsigned long long)l);
+	}
+	return r;
+}
+
+static void free_slots(struct job_run *run)
+{
+	for (unsigned k = 0; k < WRITE_SLOTS; k++) {
+		gpu_buffer_free(run->gpu, run->slots[k].readback);
+		free(run->slots[k].ranges);
+		free(run->slots[k].dest);
+	}
+	memset(run->slots, 0, sizeof(run->slots));
+}
+
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu);
@@ -923,6 +1070,8 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 	if (r == 0 && run->job->direction_getter == JOBSPEC_DG_PTT)
 		r = upload_ptt_tables(run->gpu, run->job, run->in, &run->g, err);
 	if (r == 0)
+		r = alloc_slots(run, err);
+	if (r == 0)
 		r = alloc_host(&run->plan, &run->h, err);
 	if (r == 0)
 		r = alloc_compress(&run->plan, run->job, inputs_grid(run->in)->affine, &run->h, err);
@@ -931,6 +1080,7 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 
 static void free_device_run(struct job_run *run)
 {
+	free_slots(run);
 	free_host(&run->h);
 	free_job_gpu(run->gpu, &run->g);
 }
@@ -1006,7 +1156,7 @@ static int track_on_devices(struct run_shared *sh, struct job_run *runs, size_t 
 		int r = pthread_create(&runs[i].thread, NULL, track_chunks, &runs[i]);
 		if (r != 0) {
 			errbuf_set(&runs[i].err, -r, "device", "cannot start a thread: %s", strerror(r));
-			fail_run(&runs[i], -r);
+			fail_run(sh, -r, &runs[i].err);
 			break;
 		}
 		runs[i].started = true;
@@ -1050,7 +1200,7 @@ int engine_run_devices(const struct engine_device *devs, size_t n_devs, const st
 	stats->odf_storage = resident_storage(devs[0].resident);
 	stats->gpu_input_bytes = resident_bytes(devs[0].resident);
 	pthread_mutex_init(&sh.lock, NULL);
-	pthread_cond_init(&sh.turn_changed, NULL);
+	pthread_cond_init(&sh.changed, NULL);
 	r = check_seed_index(job, seeds, err);
 	if (r == 0)
 		r = prepare_devices(&sh, devs, runs, n_devs, err);
@@ -1073,7 +1223,7 @@ int engine_run_devices(const struct engine_device *devs, size_t n_devs, const st
 		if (runs[i].gpu)
 			free_device_run(&runs[i]);
 	}
-	pthread_cond_destroy(&sh.turn_changed);
+	pthread_cond_destroy(&sh.changed);
 	pthread_mutex_destroy(&sh.lock);
 	free(runs);
 	return r;
