@@ -384,6 +384,8 @@ JOB
 		opt=$device_opt
 		[ "$devs" != - ] && opt="--device $devs"
 		stats="$ph/stats_$n.json"
+		# Replacing a multi-GiB file would time its unlink too.
+		rm -f "$ph/tracks.trk"
 		start=$(now)
 		# shellcheck disable=SC2086
 		if ! "$tractd" -q run "$ph/job_$n.json" -o "$ph/tracks.trk" --stats-json "$stats" \
