@@ -1151,6 +1151,16 @@ static struct request *new_request(struct api *api, enum route route, const char
 	return req;
 }
 
+/* MHD refuses only options it does not know: a failure is a bug of ours,
+ * logged, and the connection keeps the timeout it had. */
+static void set_timeout(struct MHD_Connection *conn, uint64_t seconds)
+{
+	if (MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+				      (unsigned int)seconds) != MHD_YES)
+		log_error("http: cannot set a connection's timeout to %llu s",
+			  (unsigned long long)seconds);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
@@ -1185,8 +1195,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		req->who = who;
 		*con_cls = req;
 		/* The headers are in: the answer may take long (see REQUEST_TIMEOUT_S). */
-		MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
-					  (unsigned int)REQUEST_TIMEOUT_S);
+		set_timeout(conn, REQUEST_TIMEOUT_S);
 		if (req->kind != BODY_NONE)
 			return MHD_YES;   /* the body follows */
 	}
@@ -1207,8 +1216,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	(void)code;
 	/* Back to the short timeout while a keep-alive connection waits for its
 	 * next request's headers. */
-	MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
-				  (unsigned int)listener->api->cfg.header_timeout_s);
+	set_timeout(conn, listener->api->cfg.header_timeout_s);
 	if (!req)
 		return;
 	store_writer_abort(req->upload);   /* a client gone mid-upload */
