@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +35,15 @@
 
 #define STREAM_BLOCK_BYTES (256u << 10)
 #define FOLLOW_WAIT_MS 1000
-#define CONNECTION_LIMIT 256
-#define CONNECTION_TIMEOUT_S 600
+/* Each connection is a thread: the limit bounds threads and descriptors.
+ * max_connections_per_user (Unix) and max_connections_per_address (TCP)
+ * are what binds first, so one client cannot reach it alone. */
+#define CONNECTION_LIMIT 512
+/* Once its headers are in, a request may take long: an upload that stalls
+ * for a while, ?wait=stream following a job that writes nothing for
+ * minutes. Before that (and between keep-alive requests) the shorter
+ * header_timeout_seconds applies, so idle and half-sent connections go. */
+#define REQUEST_TIMEOUT_S 600
 
 enum api_error {
 #define X(name, code, status) name,
@@ -74,12 +82,24 @@ struct listener {
 	bool tcp;
 };
 
+/* Open connections of one uid on the Unix socket. */
+struct peer_count {
+	uid_t uid;
+	unsigned n;
+};
+
 struct api {
 	struct api_config cfg;
 	struct listener unix_listener, tcp_listener;
 	struct MHD_Daemon *unix_daemon;
 	struct MHD_Daemon *tcp_daemon;
 	atomic_uint_fast64_t answers[STATUS_SLOTS];
+	/* At most CONNECTION_LIMIT connections are open on the Unix socket, so
+	 * at most as many uids have one: the table never grows. */
+	pthread_mutex_t peers_lock;
+	struct peer_count peers[CONNECTION_LIMIT];
+	size_t n_peers;
+	atomic_uint_fast64_t refused_connections;
 };
 
 enum body_kind { BODY_NONE, BODY_JSON, BODY_UPLOAD };
@@ -1017,6 +1037,9 @@ static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
 		   st.cache_bytes);
 	metric_u64(f, "tractd_spool_bytes", "gauge", "Bytes of results in the spool.",
 		   st.spool_bytes);
+	metric_u64(f, "tractd_connections_refused_total", "counter", "Unix connections closed "
+		   "at once: their user had max_connections_per_user open.",
+		   atomic_load(&api->refused_connections));
 	metric(f, "tractd_http_requests_total", "counter", "Answers by HTTP status.");
 	for (unsigned code = 100; code < STATUS_SLOTS; code++) {
 		uint64_t n = atomic_load(&api->answers[code]);
@@ -1128,6 +1151,16 @@ static struct request *new_request(struct api *api, enum route route, const char
 	return req;
 }
 
+/* MHD refuses only options it does not know: a failure is a bug of ours,
+ * logged, and the connection keeps the timeout it had. */
+static void set_timeout(struct MHD_Connection *conn, uint64_t seconds)
+{
+	if (MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+				      (unsigned int)seconds) != MHD_YES)
+		log_error("http: cannot set a connection's timeout to %llu s",
+			  (unsigned long long)seconds);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
@@ -1161,6 +1194,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return MHD_NO;
 		req->who = who;
 		*con_cls = req;
+		/* The headers are in: the answer may take long (see REQUEST_TIMEOUT_S). */
+		set_timeout(conn, REQUEST_TIMEOUT_S);
 		if (req->kind != BODY_NONE)
 			return MHD_YES;   /* the body follows */
 	}
@@ -1175,11 +1210,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			 enum MHD_RequestTerminationCode code)
 {
+	struct listener *listener = cls;
 	struct request *req = *con_cls;
 
-	(void)cls;
-	(void)conn;
 	(void)code;
+	/* Back to the short timeout while a keep-alive connection waits for its
+	 * next request's headers. */
+	set_timeout(conn, listener->api->cfg.header_timeout_s);
 	if (!req)
 		return;
 	store_writer_abort(req->upload);   /* a client gone mid-upload */
@@ -1198,16 +1235,103 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	log_debug("http: %s", line);
 }
 
+/* ---- connections per user ------------------------------------------------ */
+
+/* Counts uid's connection in; false when it already has its share. Root is
+ * not counted: it can stop the daemon anyway, and health checks and admin
+ * tools run as root. */
+static bool peer_enter(struct api *api, uid_t uid)
+{
+	size_t i;
+	bool ok = true;
+
+	if (uid == 0)
+		return true;
+	pthread_mutex_lock(&api->peers_lock);
+	for (i = 0; i < api->n_peers && api->peers[i].uid != uid; i++)
+		;
+	if (i == api->n_peers && i < CONNECTION_LIMIT)
+		api->peers[api->n_peers++] = (struct peer_count){ .uid = uid, .n = 0 };
+	if (i == api->n_peers || api->peers[i].n >= api->cfg.max_connections_per_user)
+		ok = false;   /* the table is full only past MHD's own limit */
+	else
+		api->peers[i].n++;
+	pthread_mutex_unlock(&api->peers_lock);
+	return ok;
+}
+
+static void peer_leave(struct api *api, uid_t uid)
+{
+	pthread_mutex_lock(&api->peers_lock);
+	for (size_t i = 0; i < api->n_peers; i++) {
+		if (api->peers[i].uid != uid)
+			continue;
+		/* Emptied entries go, so that the table holds only uids connected now. */
+		if (--api->peers[i].n == 0)
+			api->peers[i] = api->peers[--api->n_peers];
+		break;
+	}
+	pthread_mutex_unlock(&api->peers_lock);
+}
+
+/* The socket context of a Unix connection counted by peer_enter: its uid
+ * plus one (NULL: not counted), so that nothing is allocated per connection. */
+static void *uid_context(uid_t uid)
+{
+	return (void *)((uintptr_t)uid + 1);
+}
+
+/* MHD's per-IP limit does not see Unix peers: on a shared server one user's
+ * idle or half-sent connections would fill CONNECTION_LIMIT and lock
+ * everyone out. A connection over its uid's share is shut down at once,
+ * before MHD reads from it, and MHD drops it without an answer. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct listener *listener = cls;
+	const union MHD_ConnectionInfo *ci;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (listener->tcp)
+		return;
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		if (*socket_context)
+			peer_leave(listener->api, (uid_t)((uintptr_t)*socket_context - 1));
+		*socket_context = NULL;
+		return;
+	}
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	/* A peer we cannot name could not be counted: it gets no connection. */
+	if (ci && getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+	    len == sizeof(cred) && peer_enter(listener->api, cred.uid)) {
+		*socket_context = cred.uid == 0 ? NULL : uid_context(cred.uid);
+		return;
+	}
+	atomic_fetch_add(&listener->api->refused_connections, 1);
+	log_debug("http: a Unix connection refused: its uid has %llu open "
+		  "(max_connections_per_user), or its credentials are unreadable",
+		  (unsigned long long)listener->api->cfg.max_connections_per_user);
+	if (ci && shutdown(ci->connect_fd, SHUT_RDWR) < 0)
+		log_warn("http: cannot shut a refused connection: %s", strerror(errno));
+}
+
 static struct MHD_Daemon *start_daemon(struct listener *listener, int fd)
 {
+	const struct api_config *cfg = &listener->api->cfg;
+
 	return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
 				MHD_USE_ERROR_LOG | MHD_USE_ITC,
 				0, NULL, NULL, on_request, listener,
 				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
 				MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
 				MHD_OPTION_NOTIFY_COMPLETED, on_completed, listener,
+				MHD_OPTION_NOTIFY_CONNECTION, on_connection, listener,
 				MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONNECTION_LIMIT,
-				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)CONNECTION_TIMEOUT_S,
+				/* 0 is no limit: MHD's per-IP count does not see Unix peers. */
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+				listener->tcp ? (unsigned int)cfg->max_connections_per_address : 0u,
+				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)cfg->header_timeout_s,
 				MHD_OPTION_END);
 }
 
@@ -1219,6 +1343,10 @@ int api_start(const struct api_config *cfg, int unix_fd, int tcp_fd, struct api 
 	if (!api)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	api->cfg = *cfg;
+	if (pthread_mutex_init(&api->peers_lock, NULL) != 0) {
+		free(api);
+		return errbuf_set(err, -ENOMEM, "", "cannot create a mutex");
+	}
 	api->unix_listener = (struct listener){ .api = api, .tcp = false };
 	api->tcp_listener = (struct listener){ .api = api, .tcp = true };
 	/* serve.c refuses TCP without tokens; this keeps the promise here too. */
@@ -1257,5 +1385,7 @@ void api_stop(struct api *api)
 		MHD_stop_daemon(api->unix_daemon);
 	if (api->tcp_daemon)
 		MHD_stop_daemon(api->tcp_daemon);
+	/* After the daemons: their last connections leave the table as they close. */
+	pthread_mutex_destroy(&api->peers_lock);
 	free(api);
 }

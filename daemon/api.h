@@ -42,6 +42,12 @@ struct api_config {
 	 * may name; "" = none, uploads only. Copied, so the caller's may go. */
 	char data_roots[1024];
 	uint64_t max_seeds_per_job;
+	/* Open connections of one uid on the Unix socket (root: no limit), of
+	 * one address on TCP; seconds a connection may stay silent before its
+	 * request's headers are complete, or between keep-alive requests. */
+	uint64_t max_connections_per_user;
+	uint64_t max_connections_per_address;
+	uint64_t header_timeout_s;
 	const struct tokens *tokens;   /* TCP's; borrowed, outlives the api */
 	bool has_admin_group;
 	gid_t admin_gid;               /* when has_admin_group */

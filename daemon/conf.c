@@ -201,6 +201,15 @@ static const struct conf_key keys[] = {
 	U64(max_seeds_per_job, CONF_COUNT, 1, JOBSPEC_MAX_SEEDS, "10000000",
 	    "seeds one job may track (seeds.count, explicit points, or count times the ROI's "
 	    "voxels with per_voxel)"),
+	U64(max_connections_per_user, CONF_COUNT, 1, 256, "32",
+	    "connections one user (uid; root has no limit) may hold open on the Unix socket; "
+	    "more are closed at once"),
+	U64(max_connections_per_address, CONF_COUNT, 1, 512, "64",
+	    "connections one client address may hold open on TCP (loopback clients share "
+	    "one); more are closed at once"),
+	U64(header_timeout_seconds, CONF_DURATION, 1, 3600, "30s",
+	    "a connection silent this long before its request's headers are complete, or "
+	    "between keep-alive requests, is closed"),
 	U64(spool_max_bytes, CONF_SIZE, MiB, UINT64_MAX, "50G",
 	    "disk space for finished results; the oldest expire first"),
 	U64(result_ttl_seconds, CONF_DURATION, 60, 3650 * DAY, "7d",

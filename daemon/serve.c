@@ -226,6 +226,9 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		.max_request_bytes = d->conf.max_request_bytes,
 		.max_upload_bytes = d->conf.max_upload_bytes,
 		.max_seeds_per_job = d->conf.max_seeds_per_job,
+		.max_connections_per_user = d->conf.max_connections_per_user,
+		.max_connections_per_address = d->conf.max_connections_per_address,
+		.header_timeout_s = d->conf.header_timeout_seconds,
 	};
 	int r;
 

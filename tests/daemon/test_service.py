@@ -28,6 +28,7 @@ API_METRICS = {
     "tractd_cache_misses_total": "counter",
     "tractd_cache_bytes": "gauge",
     "tractd_spool_bytes": "gauge",
+    "tractd_connections_refused_total": "counter",
     "tractd_http_requests_total": "counter",
 }
 

@@ -129,6 +129,9 @@ static void test_defaults(void **state)
 	assert_int_equal(c.max_queued_jobs, 256);
 	assert_int_equal(c.max_queued_jobs_per_user, 32);
 	assert_int_equal(c.max_seeds_per_job, 10000000);
+	assert_int_equal(c.max_connections_per_user, 32);
+	assert_int_equal(c.max_connections_per_address, 64);
+	assert_int_equal(c.header_timeout_seconds, 30);
 	assert_string_equal(c.tokens_file, "");   /* no tokens: TCP refuses to start */
 	assert_string_equal(c.admin_group, "");
 	assert_int_equal(c.spool_max_bytes, 50ull << 30);
@@ -230,6 +233,11 @@ static void test_good_values(void **state)
 		{ "max_queued_jobs_per_user", "1000000", "1000000" },
 		{ "max_seeds_per_job", "1", "1" },
 		{ "max_seeds_per_job", "100000000", "100000000" },
+		{ "max_connections_per_user", "1", "1" },
+		{ "max_connections_per_user", "256", "256" },
+		{ "max_connections_per_address", "512", "512" },
+		{ "header_timeout_seconds", "1", "1" },
+		{ "header_timeout_seconds", "1h", "1h" },
 		{ "tokens_file", "", "" },
 		{ "tokens_file", "/etc/tractd/tokens", "/etc/tractd/tokens" },
 		{ "admin_group", "", "" },
@@ -336,6 +344,11 @@ static void test_bad_values(void **state)
 		{ "max_queued_jobs_per_user", "1000001", "must be between 1 and 1000000" },
 		{ "max_seeds_per_job", "0", "must be between 1 and 100000000" },
 		{ "max_seeds_per_job", "100000001", "must be between 1 and 100000000" },
+		{ "max_connections_per_user", "0", "must be between 1 and 256" },
+		{ "max_connections_per_user", "257", "must be between 1 and 256" },
+		{ "max_connections_per_address", "513", "must be between 1 and 512" },
+		{ "header_timeout_seconds", "0", "must be between" },
+		{ "header_timeout_seconds", "2h", "must be between" },
 		{ "tokens_file", "tokens", "must be an absolute path, or empty" },
 		{ "admin_group", "-wheel", "must be a group name" },
 		{ "admin_group", "a b", "must be a group name" },
@@ -480,7 +493,8 @@ static void test_print_reparses(void **state)
 		{ "tokens_file", "/etc/tractd/tokens" }, { "admin_group", "gpu-admins" },
 		{ "result_ttl_seconds", "3601" }, { "device", "2" },
 		{ "gpu_memory_budget", "4G" }, { "volume_cache_bytes", "123456789" },
-		{ "fit_threads", "3" },
+		{ "fit_threads", "3" }, { "max_connections_per_user", "5" },
+		{ "max_connections_per_address", "6" }, { "header_timeout_seconds", "7" },
 		{ "pipeline_cache", "" }, { "log_level", "warning" },
 	};
 	struct conf c, back;
