@@ -422,39 +422,59 @@ static size_t load_threads(int64_t nx)
 	return n > (size_t)nx ? (size_t)nx : n;
 }
 
-/* Converts a block on up to load_threads() threads; returns the first
- * non-finite value's index (b * nvox + i) or SIZE_MAX. A thread that cannot
- * start leaves its share to the calling thread. */
-static size_t convert_block(const unsigned char *raw, const struct conversion *cv, size_t nb,
-			    size_t t0, struct volume *v)
-{
+/* A block being converted on up to load_threads() threads, while the calling
+ * thread reads the next one. */
+struct block_job {
 	struct block_part parts[MAX_LOAD_THREADS];
-	size_t n = load_threads(v->dim[0]), bad = SIZE_MAX;
-	bool started[MAX_LOAD_THREADS] = { false };
+	bool started[MAX_LOAD_THREADS];
+	size_t n;
+};
 
-	for (size_t k = 0; k < n; k++) {
-		parts[k] = (struct block_part){ .raw = raw, .cv = cv, .v = v, .nb = nb, .t0 = t0,
-						.x0 = v->dim[0] * (int64_t)k / (int64_t)n,
-						.x1 = v->dim[0] * (int64_t)(k + 1) / (int64_t)n };
-		if (k > 0)
-			started[k] = pthread_create(&parts[k].thread, NULL, convert_part,
-						    &parts[k]) == 0;
+static void start_block(struct block_job *job, const unsigned char *raw,
+			const struct conversion *cv, size_t nb, size_t t0, struct volume *v)
+{
+	job->n = load_threads(v->dim[0]);
+	for (size_t k = 0; k < job->n; k++) {
+		job->parts[k] = (struct block_part){ .raw = raw, .cv = cv, .v = v, .nb = nb,
+						     .t0 = t0,
+						     .x0 = v->dim[0] * (int64_t)k / (int64_t)job->n,
+						     .x1 = v->dim[0] * (int64_t)(k + 1) / (int64_t)job->n };
+		job->started[k] = pthread_create(&job->parts[k].thread, NULL, convert_part,
+						 &job->parts[k]) == 0;
 	}
-	convert_part(&parts[0]);
-	for (size_t k = 1; k < n; k++) {
-		if (started[k])
-			pthread_join(parts[k].thread, NULL);
+}
+
+/* Waits for the block (a share whose thread could not start is converted
+ * here); returns the first non-finite value's index (b * nvox + i) or
+ * SIZE_MAX. */
+static size_t finish_block(struct block_job *job)
+{
+	size_t bad = SIZE_MAX;
+
+	for (size_t k = 0; k < job->n; k++) {
+		if (job->started[k])
+			pthread_join(job->parts[k].thread, NULL);
 		else
-			convert_part(&parts[k]);
+			convert_part(&job->parts[k]);
+		bad = job->parts[k].bad < bad ? job->parts[k].bad : bad;
 	}
-	for (size_t k = 0; k < n; k++)
-		bad = parts[k].bad < bad ? parts[k].bad : bad;
 	return bad;
 }
 
+static bool read_block(znzFile fp, unsigned char *raw, size_t bytes, int swap, size_t values,
+		       int swapsize)
+{
+	if (znzread(raw, 1, bytes, fp) != bytes)
+		return false;
+	if (swap)
+		nifti_swap_Nbytes((int64_t)values, swapsize, raw);
+	return true;
+}
+
 /* Reads whole volumes a block at a time (the file is t-slowest, the data
- * t-fastest), converting and checking each value. Blocks of 16 volumes give
- * each voxel a cache line of float values per pass. */
+ * t-fastest), converting and checking each value; a block is read while
+ * the one before is converted. Blocks of 16 volumes give each voxel a
+ * cache line of float values per pass. */
 static int read_volumes(znzFile fp, const char *path, const char *field, const nifti_image *nim,
 			const struct conversion *cv, struct volume *v, struct errbuf *err)
 {
@@ -462,24 +482,35 @@ static int read_volumes(znzFile fp, const char *path, const char *field, const n
 	size_t vol_bytes = nvox * cv->size;
 	size_t block = BLOCK_BYTES / vol_bytes;
 	int swap = nim->swapsize > 1 && nim->byteorder != nifti_short_order();
-	unsigned char *raw;
+	unsigned char *raw[2];
+	struct block_job job;
+	bool have;
 	int rc = 0;
 
 	block = block < 1 ? 1 : block > BLOCK_VOLUMES ? BLOCK_VOLUMES : block;
 	block = block > nt ? nt : block;
-	raw = malloc(block * vol_bytes);
-	if (!raw)
+	raw[0] = malloc(block * vol_bytes);
+	raw[1] = nt > block ? malloc(block * vol_bytes) : NULL;
+	if (!raw[0] || (nt > block && !raw[1])) {
+		free(raw[0]);
+		free(raw[1]);
 		return errbuf_set(err, -ENOMEM, field, "%s: out of memory", path);
-	for (size_t t0 = 0; t0 < nt && rc == 0; t0 += block) {
+	}
+	have = read_block(fp, raw[0], (nt < block ? nt : block) * vol_bytes, swap,
+			  (nt < block ? nt : block) * nvox, nim->swapsize);
+	for (size_t t0 = 0, cur = 0; t0 < nt && rc == 0; t0 += block, cur ^= 1) {
 		size_t nb = nt - t0 < block ? nt - t0 : block, bad;
-		if (znzread(raw, 1, nb * vol_bytes, fp) != nb * vol_bytes) {
+		size_t next = nt - (t0 + nb) < block ? nt - (t0 + nb) : block;
+		if (!have) {
 			rc = errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: "
 					"voxel data ended early", path);
 			break;
 		}
-		if (swap)
-			nifti_swap_Nbytes((int64_t)(nb * nvox), nim->swapsize, raw);
-		bad = convert_block(raw, cv, nb, t0, v);
+		start_block(&job, raw[cur], cv, nb, t0, v);
+		if (next > 0)
+			have = read_block(fp, raw[cur ^ 1], next * vol_bytes, swap, next * nvox,
+					  nim->swapsize);
+		bad = finish_block(&job);
 		if (bad != SIZE_MAX) {
 			size_t i = bad % nvox;
 			rc = errbuf_set(err, -EINVAL, field,
@@ -490,7 +521,8 @@ static int read_volumes(znzFile fp, const char *path, const char *field, const n
 					t0 + bad / nvox);
 		}
 	}
-	free(raw);
+	free(raw[0]);
+	free(raw[1]);
 	return rc;
 }
 
