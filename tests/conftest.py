@@ -376,13 +376,26 @@ __all__ = ["RUN_TIMEOUT_S", "PHANTOM_FILES", "PHANTOM_ODF_FILES", "PHANTOM_DWI_F
 # --------------------------------------------------------------------------- parity comparisons
 
 def parity_figures(res, key):
-    """'tractd X, DIPY Y (DIPY run-to-run: Z)' for a failure message."""
-    return f"tractd {res['tractd'][key]:.4f}, DIPY {res['dipy'][key]:.4f} " \
-           f"(DIPY run-to-run: {res['dipy_alt'][key]:.4f})"
+    """'tractd X, DIPY Y (DIPY run-to-run: Z)' for a failure message; the
+    run-to-run figure only where a second DIPY run (dipy_alt) was made."""
+    text = f"tractd {res['tractd'][key]:.4f}, DIPY {res['dipy'][key]:.4f}"
+    if "dipy_alt" in res:
+        text += f" (DIPY run-to-run: {res['dipy_alt'][key]:.4f})"
+    return text
 
 
 def rel_diff(a, b):
     return abs(a - b) / abs(b) if b else float("inf")
+
+
+def assert_parity(res, key, tol, relative, label=""):
+    """tractd's summary figure `key` within tol of DIPY's in res: relative
+    (a fraction of DIPY's) or absolute (for fractions: percentage points)."""
+    got, want = res["tractd"][key], res["dipy"][key]
+    diff = rel_diff(got, want) if relative else abs(got - want)
+    unit = "%" if relative else "pp"
+    assert diff <= tol, (f"{label}{key} differs by {100 * diff:.2f} {unit} "
+                         f"(> {100 * tol:.0f} {unit}): {parity_figures(res, key)}")
 
 
 def bundle_fractions(res, bundles, tolerance):

@@ -42,8 +42,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (LocalTrackingMinusFirst, bundle_fractions, format_table, load_trk,
-                      parity_figures, rel_diff, run_job, summarize)
+from conftest import (LocalTrackingMinusFirst, assert_parity, bundle_fractions, format_table,
+                      load_trk, rel_diff, run_job, summarize)
 
 from dipy.core.gradients import gradient_table
 from dipy.data import get_sphere
@@ -246,35 +246,23 @@ def test_tractd_runs_boot_job(parity, model):
 
 
 def test_streamlines_per_seed(parity, model):
-    res = parity.all(model)
-    got, want = res["tractd"]["per_seed"], res["dipy"]["per_seed"]
-    assert rel_diff(got, want) <= TOL_PER_SEED_REL, (
-        f"{model}: streamlines per seed differ by {100 * rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_PER_SEED_REL:.0f} %): {parity_figures(res, 'per_seed')}")
+    assert_parity(parity.all(model), "per_seed", TOL_PER_SEED_REL, relative=True,
+                  label=f"{model}: ")
 
 
 def test_mean_length_points(parity, model):
-    res = parity.all(model)
-    got, want = res["tractd"]["mean_len_pts"], res["dipy"]["mean_len_pts"]
-    assert rel_diff(got, want) <= TOL_MEAN_LEN_REL, (
-        f"{model}: mean length (points) differs by {100 * rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_MEAN_LEN_REL:.0f} %): {parity_figures(res, 'mean_len_pts')}")
+    assert_parity(parity.all(model), "mean_len_pts", TOL_MEAN_LEN_REL, relative=True,
+                  label=f"{model}: ")
 
 
 def test_median_length_points(parity, model):
-    res = parity.all(model)
-    got, want = res["tractd"]["median_len_pts"], res["dipy"]["median_len_pts"]
-    assert rel_diff(got, want) <= TOL_MEDIAN_LEN_REL, (
-        f"{model}: median length (points) differs by {100 * rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_MEDIAN_LEN_REL:.0f} %): {parity_figures(res, 'median_len_pts')}")
+    assert_parity(parity.all(model), "median_len_pts", TOL_MEDIAN_LEN_REL, relative=True,
+                  label=f"{model}: ")
 
 
 def test_valid_connection_fraction(parity, model):
-    res = parity.all(model)
-    got, want = res["tractd"]["valid_fraction"], res["dipy"]["valid_fraction"]
-    assert abs(got - want) <= TOL_VALID_FRACTION_ABS, (
-        f"{model}: valid-connection fraction differs by {100 * abs(got - want):.2f} pp "
-        f"(> {100 * TOL_VALID_FRACTION_ABS:.0f} pp): {parity_figures(res, 'valid_fraction')}")
+    assert_parity(parity.all(model), "valid_fraction", TOL_VALID_FRACTION_ABS, relative=False,
+                  label=f"{model}: ")
 
 
 def test_per_bundle_breakdown(parity, phantom, model):

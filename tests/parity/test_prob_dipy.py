@@ -25,8 +25,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (LocalTrackingMinusFirst, bundle_fractions, format_table, load_trk,
-                      parity_figures, rel_diff, run_job, summarize)
+from conftest import (LocalTrackingMinusFirst, assert_parity, bundle_fractions, format_table,
+                      load_trk, run_job, summarize)
 
 from dipy.data import get_sphere
 from dipy.direction import ProbabilisticDirectionGetter
@@ -124,31 +124,19 @@ def parity(request, tractd, phantom, dipy_side, tmp_path_factory):
 
 
 def test_streamlines_per_seed(parity):
-    got, want = parity["tractd"]["per_seed"], parity["dipy"]["per_seed"]
-    assert rel_diff(got, want) <= TOL_PER_SEED_REL, (
-        f"streamlines per seed differ by {100 * rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_PER_SEED_REL:.0f} %): {parity_figures(parity, 'per_seed')}")
+    assert_parity(parity, "per_seed", TOL_PER_SEED_REL, relative=True)
 
 
 def test_mean_length_points(parity):
-    got, want = parity["tractd"]["mean_len_pts"], parity["dipy"]["mean_len_pts"]
-    assert rel_diff(got, want) <= TOL_MEAN_LEN_REL, (
-        f"mean length (points) differs by {100 * rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_MEAN_LEN_REL:.0f} %): {parity_figures(parity, 'mean_len_pts')}")
+    assert_parity(parity, "mean_len_pts", TOL_MEAN_LEN_REL, relative=True)
 
 
 def test_median_length_points(parity):
-    got, want = parity["tractd"]["median_len_pts"], parity["dipy"]["median_len_pts"]
-    assert rel_diff(got, want) <= TOL_MEDIAN_LEN_REL, (
-        f"median length (points) differs by {100 * rel_diff(got, want):.2f} % "
-        f"(> {100 * TOL_MEDIAN_LEN_REL:.0f} %): {parity_figures(parity, 'median_len_pts')}")
+    assert_parity(parity, "median_len_pts", TOL_MEDIAN_LEN_REL, relative=True)
 
 
 def test_valid_connection_fraction(parity):
-    got, want = parity["tractd"]["valid_fraction"], parity["dipy"]["valid_fraction"]
-    assert abs(got - want) <= TOL_VALID_FRACTION_ABS, (
-        f"valid-connection fraction differs by {100 * abs(got - want):.2f} pp "
-        f"(> {100 * TOL_VALID_FRACTION_ABS:.0f} pp): {parity_figures(parity, 'valid_fraction')}")
+    assert_parity(parity, "valid_fraction", TOL_VALID_FRACTION_ABS, relative=False)
 
 
 def test_per_bundle_breakdown(parity, phantom):

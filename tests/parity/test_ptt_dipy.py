@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import format_table, load_trk, rel_diff, run_job, summarize
+from conftest import assert_parity, format_table, load_trk, run_job, summarize
 
 from dipy.data import get_sphere
 from dipy.direction import ProbabilisticDirectionGetter
@@ -73,9 +73,6 @@ TOL_VALID_FRACTION_ABS = 0.05
 
 REFERENCE = Path(__file__).with_name("dipy_ptt_reference.py")
 
-
-def figures(res, key):
-    return f"tractd {res['tractd'][key]:.4f}, DIPY {res['dipy'][key]:.4f}"
 
 
 @pytest.fixture(scope="module")
@@ -157,28 +154,17 @@ def parity(tractd, phantom, dipy_python, tmp_path_factory):
 
 
 def test_streamlines_per_seed(parity):
-    got, want = parity["tractd"]["per_seed"], parity["dipy"]["per_seed"]
-    assert rel_diff(got, want) <= TOL_PER_SEED_REL, (
-        f"streamlines per seed differ by {100 * rel_diff(got, want):.2f} %: "
-        f"{figures(parity, 'per_seed')}")
+    assert_parity(parity, "per_seed", TOL_PER_SEED_REL, relative=True)
 
 
 def test_mean_length_points(parity):
-    got, want = parity["tractd"]["mean_len_pts"], parity["dipy"]["mean_len_pts"]
-    assert rel_diff(got, want) <= TOL_MEAN_LEN_REL, (
-        f"mean length (points) differs by {100 * rel_diff(got, want):.2f} %: "
-        f"{figures(parity, 'mean_len_pts')}")
+    assert_parity(parity, "mean_len_pts", TOL_MEAN_LEN_REL, relative=True)
 
 
 def test_median_length_points(parity):
-    got, want = parity["tractd"]["median_len_pts"], parity["dipy"]["median_len_pts"]
-    assert rel_diff(got, want) <= TOL_MEDIAN_LEN_REL, (
-        f"median length (points) differs by {100 * rel_diff(got, want):.2f} %: "
-        f"{figures(parity, 'median_len_pts')}")
+    assert_parity(parity, "median_len_pts", TOL_MEDIAN_LEN_REL, relative=True)
 
 
 def test_valid_connection_fraction(parity):
-    got, want = parity["tractd"]["valid_fraction"], parity["dipy"]["valid_fraction"]
-    assert abs(got - want) <= TOL_VALID_FRACTION_ABS, (
-        f"valid-connection fraction differs by {100 * abs(got - want):.2f} points: "
-        f"{figures(parity, 'valid_fraction')}")
+    assert_parity(parity, "valid_fraction", TOL_VALID_FRACTION_ABS, relative=False)
+

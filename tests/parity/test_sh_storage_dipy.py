@@ -18,7 +18,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import (LocalTrackingMinusFirst, format_table, load_trk, rel_diff, run_cli,
+from conftest import (LocalTrackingMinusFirst, assert_parity, format_table, load_trk, run_cli,
                       run_job, summarize)
 
 from dipy.data import get_sphere
@@ -106,22 +106,12 @@ def parity(tractd, phantom, fitted, tmp_path_factory):
     return res
 
 
-def figures(res, key):
-    return f"tractd {res['tractd'][key]:.4f}, DIPY {res['dipy'][key]:.4f}"
-
-
 @pytest.mark.parametrize("key,tol", [("per_seed", TOL_PER_SEED_REL),
                                      ("mean_len_pts", TOL_MEAN_LEN_REL),
                                      ("median_len_pts", TOL_MEDIAN_LEN_REL)])
 def test_relative_figures(parity, key, tol):
-    got, want = parity["tractd"][key], parity["dipy"][key]
-    assert rel_diff(got, want) <= tol, (
-        f"{key} differs by {100 * rel_diff(got, want):.2f} % (> {100 * tol:.0f} %): "
-        f"{figures(parity, key)}")
+    assert_parity(parity, key, tol, relative=True)
 
 
 def test_valid_connection_fraction(parity):
-    got, want = parity["tractd"]["valid_fraction"], parity["dipy"]["valid_fraction"]
-    assert abs(got - want) <= TOL_VALID_FRACTION_ABS, (
-        f"valid-connection fraction differs by {100 * abs(got - want):.2f} pp: "
-        f"{figures(parity, 'valid_fraction')}")
+    assert_parity(parity, "valid_fraction", TOL_VALID_FRACTION_ABS, relative=False)
