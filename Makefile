@@ -101,7 +101,7 @@ $(BUILD)/libtractd.a: $(DAEMON_LIB_OBJ)
 $(BUILD)/tractd: $(BUILD)/daemon/main.o $(BUILD)/libtractd.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtractd.a | $(BUILD)/tests
+$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libtractd.a | $(BUILD)/tests
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libtractd.a $(LIBS) -lcmocka
 
 $(BUILD)/client/%.o: client/%.c $(wildcard client/*.h) | $(BUILD)/client

@@ -10,7 +10,6 @@
 #include <cmocka.h>
 
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -22,6 +21,7 @@
 
 #include "phantom.h"
 #include "sphere.h"
+#include "tmpdir.h"
 #include "volume.h"
 
 #define DEG (M_PI / 180.0)
@@ -56,17 +56,9 @@ struct fixture {
 	json_t *job, *job_dwi;
 };
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path);
-}
-
 static void remove_tree(const char *dir)
 {
-	assert_int_equal(nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+	assert_int_equal(tmpdir_remove(dir), 0);
 }
 
 static void make_temp_dir(char *out, size_t size)

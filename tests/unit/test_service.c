@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -23,18 +22,11 @@
 #include <cmocka.h>
 
 #include "service.h"
+#include "tmpdir.h"
 
 #define LISTEN_FD 3   /* SD_LISTEN_FDS_START */
 
 static char tmpdir[64];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
 
 static int setup(void **state)
 {
@@ -46,7 +38,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	return nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	return tmpdir_remove(tmpdir);
 }
 
 /* A path in tmpdir; a test may hold a few of them at once. */

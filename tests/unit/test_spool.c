@@ -2,7 +2,6 @@
 /* Unit tests for spool.c: job records written and read back, what a load
  * keeps, skips and removes, and the records it refuses. */
 #include <errno.h>
-#include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,18 +15,11 @@
 #include <cmocka.h>
 
 #include "spool.h"
+#include "tmpdir.h"
 
 struct fixture {
 	char dir[64];
 };
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
 
 static int setup(void **state)
 {
@@ -44,7 +36,7 @@ static int teardown(void **state)
 {
 	struct fixture *f = *state;
 
-	assert_int_equal(nftw(f->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+	assert_int_equal(tmpdir_remove(f->dir), 0);
 	free(f);
 	return 0;
 }

@@ -2,7 +2,6 @@
 /* Unit tests for store.c: ids, kinds, limits, atomic publication, concurrency. */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +16,7 @@
 #include <cmocka.h>
 
 #include "store.h"
+#include "tmpdir.h"
 
 #define MAX_BYTES (1u << 20)
 #define N_THREADS 8
@@ -26,14 +26,6 @@ struct fixture {
 	char volumes[96];
 	struct store *store;
 };
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
 
 static int setup(void **state)
 {
@@ -53,7 +45,7 @@ static int teardown(void **state)
 	struct fixture *f = *state;
 
 	store_close(f->store);
-	assert_int_equal(nftw(f->root, remove_entry, 16, FTW_DEPTH | FTW_PHYS), 0);
+	assert_int_equal(tmpdir_remove(f->root), 0);
 	free(f);
 	return 0;
 }
