@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fdio.h"
 #include "log.h"
 
 #define RECORD_VERSION 1
@@ -121,21 +122,6 @@ static json_t *record_json(const struct job_info *info, const char *spec_json)
 			 "stats", stats_json(&info->stats), "error", error, "job", spec);
 }
 
-static int write_all(int fd, const char *p, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* The directory entry reaches the disk too, so a renamed record survives a
  * power cut, not only a crash of the process. */
 static int sync_dir(const char *dir)
@@ -170,9 +156,9 @@ int spool_record_write(const char *dir, const struct job_info *info, const char 
 		free(text);
 		return errbuf_set(err, r, "", "cannot create a record in %s: %s", dir, strerror(-r));
 	}
-	r = write_all(fd, text, strlen(text));
-	if (r == 0 && write_all(fd, "\n", 1) < 0)
-		r = -errno;
+	r = fdio_write_all(fd, text, strlen(text));
+	if (r == 0)
+		r = fdio_write_all(fd, "\n", 1);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
 	if (close(fd) < 0 && r == 0)

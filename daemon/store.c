@@ -15,6 +15,8 @@
 
 #include <openssl/evp.h>
 
+#include "fdio.h"
+
 #define ID_PREFIX "sha256:"
 #define ID_PREFIX_LEN (sizeof(ID_PREFIX) - 1)
 #define HEX_LEN 64
@@ -219,21 +221,6 @@ static void note_content(struct store_writer *w, const unsigned char *p, size_t 
 		w->text = is_text_byte(p[i]);
 }
 
-static int write_all(int fd, const unsigned char *p, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Records the first failure so that finish reports it too. */
 static int writer_fail(struct store_writer *w, int code, struct errbuf *err, const char *why)
 {
@@ -258,7 +245,7 @@ int store_writer_append(struct store_writer *w, const void *data, size_t len, st
 	note_content(w, data, len);
 	if (EVP_DigestUpdate(w->md, data, len) != 1)
 		return writer_fail(w, -EIO, err, "SHA-256 update failed");
-	rc = write_all(w->fd, data, len);
+	rc = fdio_write_all(w->fd, data, len);
 	if (rc < 0) {
 		snprintf(why, sizeof(why), "cannot write the upload: %s", strerror(-rc));
 		return writer_fail(w, no_space(-rc) ? -ENOSPC : -EIO, err, why);
