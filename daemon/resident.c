@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "boot.h"
 #include "log.h"
@@ -205,14 +206,52 @@ static int upload_boot(struct gpu_ctx *gpu, const struct inputs *in,
 	return r;
 }
 
-/* The ODF as its storage wants it: SH coefficients and the matrix that
- * samples them, or values on the vertices, sampled here from SH inputs
- * (the host copy lives only for the upload). */
-static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
-		      const struct fit_options *fit, const struct paged_layout *layout,
-		      struct resident *res, struct errbuf *err)
+/* The ODF on the vertices for the uploads of one resident_new_all: sampled
+ * from SH inputs once, by the first upload that needs it, the others
+ * waiting on the lock; the host copy lives only until they are done. */
+struct odf_values {
+	pthread_mutex_t lock;
+	bool done;
+	int r;
+	struct errbuf err;
+	struct volume sampled;
+	const struct volume *view;
+};
+
+static void odf_values_init(struct odf_values *v)
 {
-	struct volume sampled = { 0 };
+	memset(v, 0, sizeof(*v));
+	pthread_mutex_init(&v->lock, NULL);
+}
+
+static void odf_values_free(struct odf_values *v)
+{
+	volume_free(&v->sampled);
+	pthread_mutex_destroy(&v->lock);
+}
+
+static int odf_values_get(struct odf_values *v, const struct inputs *in,
+			  const struct fit_options *fit, const struct volume **ret,
+			  struct errbuf *err)
+{
+	pthread_mutex_lock(&v->lock);
+	if (!v->done) {
+		v->r = inputs_odf_view(in, fit, &v->sampled, &v->view, &v->err);
+		v->done = true;
+	}
+	pthread_mutex_unlock(&v->lock);
+	if (v->r < 0)
+		*err = v->err;
+	*ret = v->view;
+	return v->r;
+}
+
+/* The ODF as its storage wants it: SH coefficients and the matrix that
+ * samples them, or values on the vertices (odf_values). */
+static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
+		      const struct fit_options *fit, struct odf_values *values,
+		      const struct paged_layout *layout, struct resident *res, struct errbuf *err)
+{
 	const struct volume *odf;
 	int r;
 
@@ -227,10 +266,9 @@ static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 			r = paged_upload(gpu, layout, inputs_sh(in)->data, &res->odf, err);
 		return r;
 	}
-	r = inputs_odf_view(in, fit, &sampled, &odf, err);
+	r = odf_values_get(values, in, fit, &odf, err);
 	if (r == 0)
 		r = paged_upload(gpu, layout, odf->data, &res->odf, err);
-	volume_free(&sampled);
 	return r;
 }
 
@@ -244,7 +282,6 @@ static int upload_common(struct gpu_ctx *gpu, const struct inputs *in,
 
 	if (r == 0)
 		r = paged_upload(gpu, &layout, inputs_stop(in)->data, &res->stop, err);
-
 	if (r == 0)
 		r = gpu_upload_new(gpu, s->vertices, 12ull * (uint64_t)s->nv, &res->vertices, err);
 	if (r == 0)
@@ -256,8 +293,8 @@ static int upload_common(struct gpu_ctx *gpu, const struct inputs *in,
 }
 
 static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
-			   const struct resident_upload *up, struct resident *res,
-			   struct errbuf *err)
+			   const struct resident_upload *up, struct odf_values *values,
+			   struct resident *res, struct errbuf *err)
 {
 	const struct gpu_limits *lim = gpu_get_limits(gpu);
 	uint64_t budget = resident_budget(lim, up->memory_budget);
@@ -272,7 +309,7 @@ static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
 	} else {
 		r = choose_odf_storage(lim, in, up->odf_storage, budget, res, &layout, err);
 		if (r == 0)
-			r = upload_odf(gpu, in, up->fit, &layout, res, err);
+			r = upload_odf(gpu, in, up->fit, values, &layout, res, err);
 	}
 	if (r == 0)
 		r = upload_common(gpu, in, res, err);
@@ -284,15 +321,16 @@ static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
 	return r;
 }
 
-int resident_new(struct gpu_ctx *gpu, const struct inputs *in, const struct resident_upload *up,
-		 struct resident **ret, struct errbuf *err)
+static int new_resident(struct gpu_ctx *gpu, const struct inputs *in,
+			const struct resident_upload *up, struct odf_values *values,
+			struct resident **ret, struct errbuf *err)
 {
 	struct resident *res = calloc(1, sizeof(*res));
 	int r;
 
 	if (!res)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	r = upload_resident(gpu, in, up, res, err);
+	r = upload_resident(gpu, in, up, values, res, err);
 	if (r < 0) {
 		resident_free(gpu, res);
 		return r;
@@ -313,6 +351,7 @@ struct upload_task {
 	struct gpu_ctx *gpu;
 	const struct inputs *in;
 	const struct resident_upload *up;
+	struct odf_values *values;
 	struct resident *res;
 	struct errbuf err;
 	int r;
@@ -324,7 +363,7 @@ static void *upload_task_main(void *arg)
 {
 	struct upload_task *t = arg;
 
-	t->r = resident_new(t->gpu, t->in, t->up, &t->res, &t->err);
+	t->r = new_resident(t->gpu, t->in, t->up, t->values, &t->res, &t->err);
 	return NULL;
 }
 
@@ -332,12 +371,15 @@ int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs 
 		     const struct resident_upload *up, struct resident **ret, struct errbuf *err)
 {
 	struct upload_task *tasks = calloc(n ? n : 1, sizeof(*tasks));
+	struct odf_values values;
 	int r = 0;
 
 	if (!tasks)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	odf_values_init(&values);
 	for (size_t i = 0; i < n; i++) {
-		tasks[i] = (struct upload_task){ .gpu = gpus[i], .in = in, .up = up };
+		tasks[i] = (struct upload_task){ .gpu = gpus[i], .in = in, .up = up,
+						 .values = &values };
 		if (i > 0)
 			tasks[i].started = pthread_create(&tasks[i].thread, NULL, upload_task_main,
 							  &tasks[i]) == 0;
@@ -359,6 +401,7 @@ int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs 
 			resident_free(gpus[i], tasks[i].res);
 		ret[i] = r < 0 ? NULL : tasks[i].res;
 	}
+	odf_values_free(&values);
 	free(tasks);
 	return r;
 }

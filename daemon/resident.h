@@ -7,7 +7,7 @@
  *
  * Owns the storage choice (the requested one, or the first that fits the
  * job's GPU memory budget with room to track), the uploads and the buffers,
- * from resident_new() to resident_free(). Volumes go up in pages that only
+ * from resident_new_all() to resident_free(). Volumes go up in pages that only
  * the memory budget bounds (paged_volume.h). The engine binds the buffers
  * through resident_bindings(). Logs the upload at debug level; failures go
  * to the caller through errbuf.
@@ -43,14 +43,12 @@ struct resident_upload {
  * device's local memory. */
 uint64_t resident_budget(const struct gpu_limits *lim, uint64_t requested);
 
-/* Uploads in to the device. -E2BIG when the inputs do not fit the budget
- * (the message says how much each storage needs and what would help); GPU
- * errors with field "device". */
-int resident_new(struct gpu_ctx *gpu, const struct inputs *in, const struct resident_upload *up,
-		 struct resident **ret, struct errbuf *err);
-/* resident_new on n devices at once, a thread each, so that the
- * uploads overlap: ret[i] is gpus[i]'s. On failure none is kept (the first
- * device's error is reported). */
+/* Uploads in to each of n devices, a thread each so that the uploads
+ * overlap: ret[i] is gpus[i]'s. An ODF sampled from SH coefficients is
+ * sampled once for all of them. -E2BIG when the inputs do not fit the
+ * budget (the message says how much each storage needs and what would
+ * help); GPU errors with field "device". On failure none is kept (the
+ * first device's error is reported). */
 int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs *in,
 		     const struct resident_upload *up, struct resident **ret, struct errbuf *err);
 /* GPU bytes held. */
