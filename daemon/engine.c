@@ -1179,10 +1179,9 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 	total->compile_seconds += dev->compile_seconds;
 }
 
-int engine_run_devices(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
-		       const struct inputs *in, struct seeds *seeds,
-		       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
-		       struct errbuf *err)
+int engine_run(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
+	       const struct inputs *in, struct seeds *seeds, const struct engine_options *opts,
+	       FILE *out, struct engine_stats *stats, struct errbuf *err)
 {
 	struct engine_stats local_stats;
 	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts,
@@ -1227,14 +1226,4 @@ int engine_run_devices(const struct engine_device *devs, size_t n_devs, const st
 	pthread_mutex_destroy(&sh.lock);
 	free(runs);
 	return r;
-}
-
-int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct inputs *in,
-	       const struct resident *res, struct seeds *seeds,
-	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
-	       struct errbuf *err)
-{
-	struct engine_device dev = { .gpu = gpu, .resident = res };
-
-	return engine_run_devices(&dev, 1, job, in, seeds, opts, out, stats, err);
 }

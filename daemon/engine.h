@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * engine: runs one validated tracking job on one GPU context and streams the
- * streamlines to the job's output format (output.h: TRK or TCK).
+ * engine: runs one validated tracking job on one or more GPU contexts and
+ * streams the streamlines to the job's output format (output.h: TRK, TCK,
+ * TRX).
  *
  * Reads the job's inputs (inputs.h) and their GPU copies (resident.h), which
  * the caller loads and keeps. Owns, for the duration of engine_run(), the
@@ -30,8 +31,8 @@
 #include "resident.h"
 #include "seeds.h"
 
-/* Called after each seed chunk is written, with the chunks in seed order
- * (on the calling thread with one device). Returning false cancels the job:
+/* Called after each seed chunk is written, with the chunks in seed order.
+ * Returning false cancels the job:
  * engine_run then returns -ECANCELED. */
 typedef bool engine_progress_fn(void *userdata, uint64_t seeds_done, uint64_t seeds_total,
 				uint64_t streamlines);
@@ -83,25 +84,19 @@ struct engine_device {
 	const struct resident *resident;
 };
 
-/* engine_run over several devices at once (each with its own upload of the
- * same inputs): seed chunks go to whichever device is free, and each chunk's
- * streamlines are written in seed order, so the output is byte-identical
- * to a one-device run. The progress callback runs on one thread at a time,
- * not always the caller's. */
-int engine_run_devices(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
-		       const struct inputs *in, struct seeds *seeds,
-		       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
-		       struct errbuf *err);
-
-/* Runs job on resident inputs and seeds; writes the tractogram to out in
- * job->output_format (seekable: the count is patched). Returns 0 or a negative errno: -E2BIG when the job does
- * not fit the device (err says how much it needs), -ECANCELED when the
- * progress callback asked to stop, other codes with err's field "device" for
- * GPU failures or "output.path" for write failures. stats may be NULL; its
- * load and upload times are the caller's to fill. */
-int engine_run(struct gpu_ctx *gpu, const struct jobspec *job, const struct inputs *in,
-	       const struct resident *res, struct seeds *seeds,
-	       const struct engine_options *opts, FILE *out, struct engine_stats *stats,
-	       struct errbuf *err);
+/* Runs job on seeds over the devices (each with its own upload of the same
+ * inputs; one is the usual case) and writes the tractogram to out in
+ * job->output_format (seekable: the count is patched). Seed chunks go to
+ * whichever device is free, and each chunk's streamlines are written in
+ * seed order, so the output is byte-identical to a one-device run. The
+ * progress callback runs on one thread at a time, not always the caller's.
+ * Returns 0 or a negative errno: -E2BIG when the job does not fit a device
+ * (err says how much it needs), -ECANCELED when the progress callback asked
+ * to stop, other codes with err's field "device" for GPU failures or
+ * "output.path" for write failures. stats may be NULL; its load and upload
+ * times are the caller's to fill. */
+int engine_run(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
+	       const struct inputs *in, struct seeds *seeds, const struct engine_options *opts,
+	       FILE *out, struct engine_stats *stats, struct errbuf *err);
 
 #endif

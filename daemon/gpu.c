@@ -290,16 +290,29 @@ int gpu_parse_devices(const char *text, struct gpu_device_choice out[GPU_MAX_DEV
 	return 0;
 }
 
-struct gpu_options gpu_options_for(const struct gpu_options *opts,
-				   const struct gpu_device_choice *choice)
+int gpu_open_devices(const struct gpu_options *opts, const struct gpu_device_choice *choices,
+		     size_t n, struct gpu_ctx **ret, size_t *opened, struct errbuf *err)
 {
-	struct gpu_options o = *opts;
+	size_t want = n ? n : 1;
+	int r = 0;
 
-	if (choice) {
-		o.device_index = choice->index;
-		o.device_uuid = choice->uuid[0] ? choice->uuid : NULL;
+	*opened = 0;
+	for (size_t i = 0; r == 0 && i < want; i++) {
+		struct gpu_options o = *opts;
+		if (n) {
+			o.device_index = choices[i].index;
+			o.device_uuid = choices[i].uuid[0] ? choices[i].uuid : NULL;
+		}
+		r = gpu_open(&o, &ret[i], err);
+		if (r == 0)
+			(*opened)++;
 	}
-	return o;
+	if (r < 0) {
+		for (size_t i = 0; i < *opened; i++)
+			gpu_close(ret[i]);
+		*opened = 0;
+	}
+	return r;
 }
 
 static int index_of_uuid(VkPhysicalDevice *devs, uint32_t n, const char *uuid)

@@ -82,9 +82,11 @@ struct gpu_device_choice {
 int gpu_parse_devices(const char *text, struct gpu_device_choice out[GPU_MAX_DEVICES],
 		      size_t *n, struct errbuf *err);
 
-/* opts with the device of choice (NULL: the best one) selected. */
-struct gpu_options gpu_options_for(const struct gpu_options *opts,
-				   const struct gpu_device_choice *choice);
+/* Opens a context on each of the n devices chosen (n = 0: one, on the best
+ * device), each with opts otherwise: ret[0..*opened). On failure none stays
+ * open (*opened = 0). Errors as gpu_open. */
+int gpu_open_devices(const struct gpu_options *opts, const struct gpu_device_choice *choices,
+		     size_t n, struct gpu_ctx **ret, size_t *opened, struct errbuf *err);
 
 /* Waits for the device, saves the pipeline cache, destroys everything the
  * context owns (including buffers not yet freed). Accepts NULL. */

@@ -460,7 +460,7 @@ static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engin
 		struct engine_device devs[GPU_MAX_DEVICES];
 		for (size_t i = 0; i < jobs->n_gpus; i++)
 			devs[i] = (struct engine_device){ jobs->gpus[i], volumes.residents[i] };
-		r = engine_run_devices(devs, jobs->n_gpus, &job->spec, volumes.inputs, seeds, &opts,
+		r = engine_run(devs, jobs->n_gpus, &job->spec, volumes.inputs, seeds, &opts,
 			       out, stats, err);
 	}
 	stats->load_seconds = timing.load_seconds;
@@ -685,19 +685,9 @@ static void close_gpus(struct jobs *jobs)
 static int open_gpus(struct jobs *jobs, struct errbuf *err)
 {
 	const struct jobs_config *cfg = &jobs->cfg;
-	size_t n = cfg->n_devices ? cfg->n_devices : 1;
-	int r = 0;
 
-	for (size_t i = 0; r == 0 && i < n; i++) {
-		struct gpu_options o = gpu_options_for(&cfg->gpu, cfg->n_devices ? &cfg->devices[i]
-									    : NULL);
-		r = gpu_open(&o, &jobs->gpus[i], err);
-		if (r == 0)
-			jobs->n_gpus++;
-	}
-	if (r < 0)
-		close_gpus(jobs);
-	return r;
+	return gpu_open_devices(&cfg->gpu, cfg->devices, cfg->n_devices, jobs->gpus, &jobs->n_gpus,
+				err);
 }
 
 static bool any_gpu_lost(const struct jobs *jobs)

@@ -584,19 +584,13 @@ static int open_devices(struct cli *cli, struct cli_job *j, struct errbuf *err)
 	struct resident_upload up = { .odf_storage = j->spec.odf_storage,
 				      .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
 	struct gpu_ctx *gpus[GPU_MAX_DEVICES];
-	size_t n = cli->n_devices ? cli->n_devices : 1;
-	int r = 0;
+	int r = gpu_open_devices(&cli->gpu, cli->devices, cli->n_devices, gpus, &j->n_devices, err);
 
-	for (size_t i = 0; r == 0 && i < n; i++) {
-		struct gpu_options o = gpu_options_for(&cli->gpu, cli->n_devices ? &cli->devices[i]
-									  : NULL);
-		r = gpu_open(&o, &j->devices[i].gpu, err);
-		if (r == 0)
-			gpus[j->n_devices++] = j->devices[i].gpu;
-	}
+	for (size_t i = 0; i < j->n_devices; i++)
+		j->devices[i].gpu = gpus[i];
 	if (r == 0)
-		r = resident_new_all(gpus, n, j->inputs, &up, j->residents, err);
-	for (size_t i = 0; r == 0 && i < n; i++)
+		r = resident_new_all(gpus, j->n_devices, j->inputs, &up, j->residents, err);
+	for (size_t i = 0; r == 0 && i < j->n_devices; i++)
 		j->devices[i].resident = j->residents[i];
 	return r;
 }
@@ -657,8 +651,8 @@ static int run_job(struct cli *cli, const char *job_path)
 	r = seeds_open(&out, &j.spec, &err);
 	cli->engine.seeds_file = out.seeds;
 	if (r == 0)
-		r = engine_run_devices(j.devices, j.n_devices, &j.spec, j.inputs, j.seeds,
-				       &cli->engine, out.f, &stats, &err);
+		r = engine_run(j.devices, j.n_devices, &j.spec, j.inputs, j.seeds, &cli->engine, out.f,
+			       &stats, &err);
 	if (r < 0) {
 		report(&err);
 		code = exit_code_for(r, &err);
