@@ -39,6 +39,11 @@
 #define CHUNKS_PER_DEVICE 8
 #define MAX_CHUNK_SEEDS (1ull << 21)
 #define SUBMIT_SECONDS 0.25
+/* Each write slot's read-back buffer holds at most this much of a batch's
+ * packed points by default: host memory the driver pins (slow to allocate
+ * and free), so it is not sized for the worst case of every line running
+ * max_steps; a batch whose kept points do not fit goes out in pieces. */
+#define DEFAULT_READBACK_BYTES (256ull << 20)
 
 struct job_plan {
 	uint32_t subgroup;        /* lanes per item */
@@ -47,6 +52,7 @@ struct job_plan {
 	uint32_t slot_points;     /* 2 * max_steps + 1 */
 	uint64_t chunk_seeds;
 	uint64_t batch_lines;
+	uint64_t readback_bytes;  /* of each write slot */
 };
 
 struct job_gpu {
@@ -65,6 +71,8 @@ struct job_host {
 	float *dirs;              /* 3 * max_peaks * chunk_seeds */
 	float *line_start;        /* 6 * chunk lines */
 	uint32_t *line_id;        /* 2 * chunk lines */
+	uint32_t *ranges;         /* 3 * batch_lines: the tracked batch's ranges */
+	uint32_t *dest;           /* batch_lines: packed offsets within each piece */
 	float *compressed;        /* 3 * slot_points when output.compress, else NULL */
 	uint32_t *kept;           /* slot_points: indices compression kept, with it */
 	struct compress_params compress;
@@ -72,10 +80,11 @@ struct job_host {
 
 #define DROP_LINE 0xffffffffu
 
-/* A tracked batch on its way to the output. A device has two: it tracks the
- * next batch into one while its writer thread writes the other. */
+/* A piece of a tracked batch on its way to the output: lines whose kept
+ * points fit the read-back buffer (usually the whole batch). A device has
+ * two: it fills one while its writer thread writes the other. */
 struct write_slot {
-	struct gpu_buffer *readback;   /* the batch's kept points, packed */
+	struct gpu_buffer *readback;   /* the piece's kept points, packed */
 	uint32_t *ranges;              /* 3 per line: first slot, points, length (float bits) */
 	uint32_t *dest;                /* per line: first packed point, or DROP_LINE */
 	uint64_t first_line, n_lines;  /* lines of the chunk (job_host's line arrays) */
@@ -181,11 +190,10 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 				     inputs_sphere(in)->nv);
 	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
 
-	/* Two thirds of the work budget for streamlines: point slots on the GPU and
-	 * in each write slot's read-back memory, start (seed, direction), id,
-	 * range, destination. */
+	/* Two thirds of the work budget for streamlines: point slots on the GPU,
+	 * start (seed, direction), id, range, destination. */
 	line_slot_bytes = 12ull * plan->slot_points;
-	per_line = (1 + WRITE_SLOTS) * line_slot_bytes + 24 + 8 + 12 + 4;
+	per_line = line_slot_bytes + 24 + 8 + 12 + 4;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
 	/* The rest for seeds: position, direction count, directions. */
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
@@ -203,9 +211,16 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 		return errbuf_set(err, -E2BIG, "tracking.max_steps", "a streamline of up to %u points "
 				  "does not fit this device's buffer limit of %llu bytes",
 				  plan->slot_points, (unsigned long long)buffer_limit);
+	/* At least one whole streamline, so that every piece makes progress. */
+	plan->readback_bytes = opts->readback_bytes ? opts->readback_bytes : DEFAULT_READBACK_BYTES;
+	plan->readback_bytes = min_u64(plan->readback_bytes, line_slot_bytes * plan->batch_lines);
+	plan->readback_bytes = min_u64(plan->readback_bytes, buffer_limit);
+	if (plan->readback_bytes < line_slot_bytes)
+		plan->readback_bytes = line_slot_bytes;
 	log_debug("plan: %u lanes x %u items per workgroup, %u peaks/seed, %llu seeds/chunk, "
-		  "%llu streamlines/batch", plan->subgroup, plan->items, plan->max_peaks,
-		  (unsigned long long)plan->chunk_seeds, (unsigned long long)plan->batch_lines);
+		  "%llu streamlines/batch, %.1f MiB read-back per slot", plan->subgroup, plan->items,
+		  plan->max_peaks, (unsigned long long)plan->chunk_seeds,
+		  (unsigned long long)plan->batch_lines, (double)plan->readback_bytes / (1 << 20));
 	return 0;
 }
 
@@ -374,7 +389,10 @@ static int alloc_host(const struct job_plan *plan, struct job_host *h, struct er
 	h->dirs = malloc(12ull * plan->max_peaks * s);
 	h->line_start = malloc(24 * chunk_lines);
 	h->line_id = malloc(8 * chunk_lines);
-	if (!h->seed_xyz || !h->ndirs || !h->dirs || !h->line_start || !h->line_id)
+	h->ranges = malloc(12 * plan->batch_lines);
+	h->dest = malloc(4 * plan->batch_lines);
+	if (!h->seed_xyz || !h->ndirs || !h->dirs || !h->line_start || !h->line_id || !h->ranges ||
+	    !h->dest)
 		return errbuf_set(err, -ENOMEM, "", "out of host memory for %llu seeds per chunk",
 				  (unsigned long long)s);
 	return 0;
@@ -404,6 +422,8 @@ static void free_host(struct job_host *h)
 	free(h->dirs);
 	free(h->line_start);
 	free(h->line_id);
+	free(h->ranges);
+	free(h->dest);
 	free(h->compressed);
 	free(h->kept);
 	memset(h, 0, sizeof(*h));
@@ -512,13 +532,13 @@ static uint64_t items_per_submit(const struct job_run *run, double rate)
 	return sized >= (double)UINT32_MAX ? UINT32_MAX : (uint64_t)sized;
 }
 
-/* Dispatches items [0, n) of a kernel in submits of items_per_submit, each
- * split where the workgroup count limit requires it; *rate keeps the
+/* Dispatches items [first, n) of a kernel in submits of items_per_submit,
+ * each split where the workgroup count limit requires it; *rate keeps the
  * kernel's items per second. Items carry their global index (work[0]), so
  * the split changes no output. */
 static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipeline *pipe,
-			  struct gpu_buffer *const *buffers, uint64_t n, double *rate,
-			  struct errbuf *err)
+			  struct gpu_buffer *const *buffers, uint64_t first_item, uint64_t n,
+			  double *rate, struct errbuf *err)
 {
 	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
 	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan.items;
@@ -526,7 +546,7 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 	double t0 = timing_now();
 	int r = 0;
 
-	for (uint64_t start = 0; r == 0 && start < n; submits++) {
+	for (uint64_t start = first_item; r == 0 && start < n; submits++) {
 		uint64_t end = min_u64(n, start + items_per_submit(run, *rate));
 		double t_submit = timing_now(), took;
 
@@ -548,30 +568,39 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 	}
 	run->stats.submits += submits;
 	run->stats.kernel_seconds += timing_now() - t0;
-	log_debug("%s: %llu items in %llu submit(s), %.4f s", what, (unsigned long long)n,
-		  (unsigned long long)submits, timing_now() - t0);
+	log_debug("%s: %llu items in %llu submit(s), %.4f s", what,
+		  (unsigned long long)(n - first_item), (unsigned long long)submits,
+		  timing_now() - t0);
 	return r;
 }
 
-/* Gives each streamline to keep (>= 2 points, length within the job's limits)
- * its place in the packed read-back buffer: the others are never read back. */
-static void assign_destinations(struct write_slot *w, uint64_t n_lines, double min_mm,
-				double max_mm)
+/* Ends the piece of the batch's lines that starts at line first: as many
+ * lines as the read-back buffer holds the kept points of. Each streamline to
+ * keep (>= 2 points, length within the job's limits) gets its place there;
+ * the others are DROP_LINE and never read back. Returns the piece's end. */
+static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lines)
 {
-	uint64_t next = 0;
+	struct job_host *h = &run->h;
+	uint64_t capacity = run->plan.readback_bytes / 12, next = 0, i;
 
-	for (uint64_t i = 0; i < n_lines; i++) {
-		uint32_t count = w->ranges[3 * i + 1];
+	for (i = first; i < n_lines; i++) {
+		uint32_t count = h->ranges[3 * i + 1];
 		float length_mm;
 
-		memcpy(&length_mm, &w->ranges[3 * i + 2], sizeof(length_mm));
-		if (count < 2 || length_mm < min_mm || length_mm > max_mm) {
-			w->dest[i] = DROP_LINE;
+		memcpy(&length_mm, &h->ranges[3 * i + 2], sizeof(length_mm));
+		if (count < 2 || length_mm < run->job->min_length ||
+		    length_mm > run->job->max_length) {
+			h->dest[i] = DROP_LINE;
 			continue;
 		}
-		w->dest[i] = (uint32_t)next;
+		/* A streamline is never longer than a slot, which the plan keeps
+		 * within the capacity: a piece holds at least one. */
+		if (next + count > capacity)
+			break;
+		h->dest[i] = (uint32_t)next;
 		next += count;
 	}
+	return i;
 }
 
 /* The seed of a chunk's line in RAS+ mm, as saved per streamline. */
@@ -743,14 +772,51 @@ static void drain_slots(struct job_run *run)
 	pthread_mutex_unlock(&sh->lock);
 }
 
-/* Tracks lines [first_line, first_line + n_lines) of the chunk and packs the
- * kept ones into the slot's read-back buffer. */
-static int run_batch(struct job_run *run, struct write_slot *w, uint64_t first_line,
+/* Where a batch sits in its chunk, for the slots its pieces go out in. */
+struct batch_place {
+	uint64_t end_seed;        /* the seed after the chunk */
+	bool first, last;         /* the chunk's first and last batch */
+};
+
+/* Packs the batch's lines [first, end), tracked, into a write slot for the
+ * writer thread. */
+static int post_piece(struct job_run *run, const struct batch_place *at, uint64_t batch_line,
+		      uint64_t first, uint64_t end, bool batch_end, struct errbuf *err)
+{
+	struct job_gpu *g = &run->g;
+	struct job_host *h = &run->h;
+	struct write_slot *w = take_slot(run);
+	int r;
+
+	if (!w)
+		return errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
+	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, w->readback };
+	r = gpu_upload(run->gpu, g->dest, 4 * first, h->dest + first, 4 * (end - first), err);
+	if (r == 0)
+		r = dispatch_items(run, "compact", g->compact, pack_buffers, first, end,
+				   &run->rate[1], err);
+	if (r < 0)
+		return r;
+	memcpy(w->ranges, h->ranges + 3 * first, 12 * (end - first));
+	memcpy(w->dest, h->dest + first, 4 * (end - first));
+	w->first_line = batch_line + first;
+	w->n_lines = end - first;
+	w->chunk = run->chunk;
+	w->end_seed = at->end_seed;
+	w->first_of_chunk = at->first && first == 0;
+	w->last_of_chunk = at->last && batch_end;
+	post_slot(run, w);
+	run->stats.pieces++;
+	return 0;
+}
+
+/* Tracks lines [first_line, first_line + n_lines) of the chunk and hands
+ * the kept ones to the writer, in as many pieces as the read-back needs. */
+static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t first_line,
 		     uint64_t n_lines, struct errbuf *err)
 {
 	struct job_gpu *g = &run->g;
 	struct gpu_buffer *buffers[MAX_BINDINGS];
-	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, w->readback };
 	int r = gpu_upload(run->gpu, g->line_start, 0, run->h.line_start + 6 * first_line,
 			   24 * n_lines, err);
 
@@ -758,20 +824,31 @@ static int run_batch(struct job_run *run, struct write_slot *w, uint64_t first_l
 		r = gpu_upload(run->gpu, g->line_id, 0, run->h.line_id + 2 * first_line, 8 * n_lines, err);
 	track_bindings(run, buffers);
 	if (r == 0)
-		r = dispatch_items(run, "track", g->track, buffers, n_lines, &run->rate[0], err);
+		r = dispatch_items(run, "track", g->track, buffers, 0, n_lines, &run->rate[0], err);
 	if (r == 0)
-		r = gpu_download(run->gpu, g->ranges, 0, w->ranges, 12 * n_lines, err);
-	if (r < 0)
-		return r;
-	assign_destinations(w, n_lines, run->job->min_length, run->job->max_length);
-	r = gpu_upload(run->gpu, g->dest, 0, w->dest, 4 * n_lines, err);
-	if (r == 0)
-		r = dispatch_items(run, "compact", g->compact, pack_buffers, n_lines, &run->rate[1],
-				   err);
-	w->first_line = first_line;
-	w->n_lines = n_lines;
+		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 12 * n_lines, err);
+	for (uint64_t first = 0, end; r == 0 && first < n_lines; first = end) {
+		end = assign_piece(run, first, n_lines);
+		r = post_piece(run, at, first_line, first, end, end == n_lines, err);
+	}
 	run->stats.batches++;
 	return r;
+}
+
+/* A chunk without streamlines still posts an empty slot: its turn must pass. */
+static int post_empty_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *err)
+{
+	struct write_slot *w = take_slot(run);
+
+	if (!w)
+		return errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
+	w->n_lines = 0;
+	w->chunk = run->chunk;
+	w->end_seed = end_seed;
+	w->first_of_chunk = true;
+	w->last_of_chunk = true;
+	post_slot(run, w);
+	return 0;
 }
 
 /* Lists the chunk's streamlines: one per initial direction of each seed, in
@@ -810,7 +887,7 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 				  (unsigned long long)(first_seed + n_seeds));
 	r = gpu_upload(run->gpu, g->seeds, 0, h->seed_xyz, 12 * n_seeds, err);
 	if (r == 0)
-		r = dispatch_items(run, "init", g->init, buffers, n_seeds, &run->rate[2], err);
+		r = dispatch_items(run, "init", g->init, buffers, 0, n_seeds, &run->rate[2], err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
 	if (r == 0)
@@ -820,24 +897,12 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 		return r;
 	drain_slots(run);
 	n_lines = build_lines(run, first_seed, n_seeds);
-	/* A chunk without lines still posts a slot: its turn must pass. */
-	for (uint64_t first = 0; r == 0 && (first < n_lines || first == 0);
-	     first += run->plan.batch_lines) {
+	if (n_lines == 0)
+		r = post_empty_chunk(run, first_seed + n_seeds, err);
+	for (uint64_t first = 0; r == 0 && first < n_lines; first += run->plan.batch_lines) {
 		uint64_t n = min_u64(run->plan.batch_lines, n_lines - first);
-		struct write_slot *w = take_slot(run);
-		if (!w)
-			return errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
-		w->n_lines = 0;
-		if (n > 0)
-			r = run_batch(run, w, first, n, err);
-		w->chunk = run->chunk;
-		w->end_seed = first_seed + n_seeds;
-		w->first_of_chunk = first == 0;
-		w->last_of_chunk = first + n >= n_lines;
-		if (r == 0)
-			post_slot(run, w);
-		if (n_lines == 0)
-			break;
+		struct batch_place at = { first_seed + n_seeds, first == 0, first + n >= n_lines };
+		r = run_batch(run, &at, first, n, err);
 	}
 	run->stats.chunks++;
 	return r;
@@ -1038,8 +1103,8 @@ static int alloc_slots(struct job_run *run, struct errbuf *err)
 
 	for (unsigned k = 0; r == 0 && k < WRITE_SLOTS; k++) {
 		struct write_slot *w = &run->slots[k];
-		r = new_buffer(run->gpu, 12ull * run->plan.slot_points * l, GPU_MEMORY_READBACK,
-			       &w->readback, err);
+		r = new_buffer(run->gpu, run->plan.readback_bytes, GPU_MEMORY_READBACK, &w->readback,
+			       err);
 		w->ranges = malloc(12 * l);
 		w->dest = malloc(4 * l);
 		if (r == 0 && (!w->ranges || !w->dest))
@@ -1061,10 +1126,11 @@ static void free_slots(struct job_run *run)
 
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
-	double compile_before = gpu_compile_seconds(run->gpu);
+	double compile_before = gpu_compile_seconds(run->gpu), t0;
 	int r = get_pipelines(run->gpu, run->job, &run->plan, run->in, &run->g, err);
 
 	run->stats.compile_seconds = gpu_compile_seconds(run->gpu) - compile_before;
+	t0 = timing_now();
 	if (r == 0)
 		r = alloc_work_buffers(run->gpu, &run->plan, &run->g, err);
 	if (r == 0 && run->job->direction_getter == JOBSPEC_DG_PTT)
@@ -1075,6 +1141,8 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 		r = alloc_host(&run->plan, &run->h, err);
 	if (r == 0)
 		r = alloc_compress(&run->plan, run->job, inputs_grid(run->in)->affine, &run->h, err);
+	if (r == 0)
+		log_debug("work buffers allocated in %.3f s", timing_now() - t0);
 	return r;
 }
 
@@ -1174,6 +1242,7 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 {
 	total->chunks += dev->chunks;
 	total->batches += dev->batches;
+	total->pieces += dev->pieces;
 	total->kernel_seconds += dev->kernel_seconds;
 	total->submits += dev->submits;
 	total->compile_seconds += dev->compile_seconds;

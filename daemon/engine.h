@@ -48,6 +48,9 @@ struct engine_options {
 	uint64_t max_dispatch_steps; /* tracking steps one GPU submit may run at most
 				     * (items x max_steps); 0: ENGINE_MAX_DISPATCH_STEPS */
 	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
+	uint64_t readback_bytes;    /* host memory of each of a device's two read-back
+				     * buffers, at most; 0: 256 MiB. Smaller ones
+				     * split batches into more pieces, same output */
 	double chunk_seconds;       /* > 0: size chunks to take about this long, so that
 				     * progress, streaming and cancellation stay responsive */
 	engine_progress_fn *progress;   /* may be NULL */
@@ -62,6 +65,7 @@ struct engine_stats {
 	uint64_t points;
 	uint64_t chunks;            /* seed chunks */
 	uint64_t batches;           /* streamline batches */
+	uint64_t pieces;            /* read-backs of them (engine_options.readback_bytes) */
 	uint64_t submits;           /* kernel submits (each within max_dispatch_steps) */
 	double load_seconds;        /* reading inputs, seeds, sphere */
 	double upload_seconds;

@@ -65,6 +65,9 @@ static const char usage_text[] =
 "      --max-chunk-seeds N   seeds per GPU chunk at most (default: from the limits)\n"
 "      --max-dispatch-steps N  streamline steps one GPU submit runs at most\n"
 "                            (default 4194304; bounds a submit's duration)\n"
+"      --readback-bytes B    host memory of each of the two buffers tracked\n"
+"                            points are read back through (default 256M; a\n"
+"                            batch that does not fit goes in pieces)\n"
 "      --max-binding-bytes B lower the device's storage-buffer range (testing)\n"
 "      --max-alloc-bytes B   lower the device's allocation size limit, which\n"
 "                            bounds volume pages and work buffers (testing)\n"
@@ -117,6 +120,7 @@ enum option_id {
 	OPT_BUDGET,
 	OPT_MAX_CHUNK_SEEDS,
 	OPT_MAX_DISPATCH_STEPS,
+	OPT_READBACK,
 	OPT_MAX_BINDING,
 	OPT_MAX_ALLOC,
 	OPT_PIPELINE_CACHE,
@@ -142,6 +146,7 @@ static const struct option long_options[] = {
 	{ "gpu-memory-budget", required_argument, NULL, OPT_BUDGET },
 	{ "max-chunk-seeds", required_argument, NULL, OPT_MAX_CHUNK_SEEDS },
 	{ "max-dispatch-steps", required_argument, NULL, OPT_MAX_DISPATCH_STEPS },
+	{ "readback-bytes", required_argument, NULL, OPT_READBACK },
 	{ "max-binding-bytes", required_argument, NULL, OPT_MAX_BINDING },
 	{ "max-alloc-bytes", required_argument, NULL, OPT_MAX_ALLOC },
 	{ "pipeline-cache", required_argument, NULL, OPT_PIPELINE_CACHE },
@@ -330,6 +335,10 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 		    !cli->engine.max_dispatch_steps)
 			return usage_error("invalid --max-dispatch-steps '%s'", arg);
 		return -1;
+	case OPT_READBACK:
+		if (parse_size(arg, &cli->engine.readback_bytes) < 0 || !cli->engine.readback_bytes)
+			return usage_error("invalid --readback-bytes '%s'", arg);
+		return -1;
 	case OPT_MAX_BINDING:
 		if (parse_size(arg, &cli->gpu.max_binding_bytes) < 0 || cli->gpu.max_binding_bytes < 4096)
 			return usage_error("invalid --max-binding-bytes '%s' (at least 4096)", arg);
@@ -405,11 +414,12 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 	for (size_t i = 0; i < n_devs; i++)
 		if (gpu_peak_buffer_bytes(devs[i].gpu) > gpu_peak)
 			gpu_peak = gpu_peak_buffer_bytes(devs[i].gpu);
-	doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
+	doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
 				"s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
 				"seeds", (json_int_t)s->seeds, "streamlines", (json_int_t)s->streamlines,
 				"points", (json_int_t)s->points, "chunks", (json_int_t)s->chunks,
-				"batches", (json_int_t)s->batches, "submits", (json_int_t)s->submits,
+				"batches", (json_int_t)s->batches, "pieces", (json_int_t)s->pieces,
+				"submits", (json_int_t)s->submits,
 				"device",
 				gpu_get_limits(devs[0].gpu)->device_name, "devices", (json_int_t)n_devs,
 				"odf_storage", s->odf_storage, "gpu_input_bytes",

@@ -17,6 +17,8 @@ SMALL_CHUNK_SEEDS = 7
 TIGHT_BUDGET = "85M"
 # A bound on one GPU submit's work (streamline steps) far below the default.
 DISPATCH_STEPS = "20000"
+# Read-back buffers far below the default 256 MiB.
+READBACK_BYTES = "64K"
 
 
 def _roi_job(phantom, rng_seed=0):
@@ -60,6 +62,9 @@ def test_same_job_twice(tractd, phantom, workdir, reference):
     # One submit of at most DISPATCH_STEPS steps: max_steps 500 -> 40 items per
     # submit, so every seed chunk and streamline batch is split many times.
     ("--max-dispatch-steps", DISPATCH_STEPS, "submits", N_SEEDS // 40),
+    # Read-back buffers of 64 KiB hold five streamlines of max_steps each and
+    # about a hundred of the phantom's: every batch goes out in many pieces.
+    ("--readback-bytes", READBACK_BYTES, "pieces", 10),
 ])
 def test_chunking_does_not_change_output(tractd, phantom, workdir, reference, flag, value,
                                          counter, minimum):
