@@ -87,7 +87,10 @@ struct write_slot {
 	struct gpu_buffer *readback;   /* the piece's kept points, packed */
 	uint32_t *ranges;              /* 3 per line: first slot, points, length (float bits) */
 	uint32_t *dest;                /* per line: first packed point, or DROP_LINE */
-	uint64_t first_line, n_lines;  /* lines of the chunk (job_host's line arrays) */
+	uint32_t *seed_index;          /* per line: its seed's global index */
+	float *seed_vox;               /* 3 per line with output.save_seeds: its seed
+					* (voxels), else NULL */
+	uint64_t n_lines;
 	uint64_t chunk, end_seed;      /* its chunk's index, and the seed after the chunk */
 	bool first_of_chunk, last_of_chunk;
 	bool full;                     /* tracked, not yet written */
@@ -603,13 +606,14 @@ static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lin
 	return i;
 }
 
-/* The seed of a chunk's line in RAS+ mm, as saved per streamline. */
-static void seed_ras(const struct job_run *run, uint64_t line, float out[3])
+/* The seed of a slot's line i in RAS+ mm, as saved per streamline. */
+static void seed_ras(const struct job_run *run, const struct write_slot *w, uint64_t i,
+		     float out[3])
 {
 	double vox[3], ras[3];
 
 	for (int a = 0; a < 3; a++)
-		vox[a] = run->h.line_start[6 * line + (uint64_t)a];
+		vox[a] = w->seed_vox[3 * i + (uint64_t)a];
 	affine_apply(inputs_grid(run->in)->affine, vox, ras);
 	for (int a = 0; a < 3; a++)
 		out[a] = (float)ras[a];
@@ -639,7 +643,6 @@ static int write_batch(struct job_run *run, const struct write_slot *w, struct e
 {
 	const float *packed = gpu_buffer_host(w->readback);
 	struct job_host *h = &run->h;
-	uint64_t first_line = w->first_line;
 	double t0 = timing_now();
 
 	for (uint64_t i = 0; i < w->n_lines; i++) {
@@ -647,7 +650,7 @@ static int write_batch(struct job_run *run, const struct write_slot *w, struct e
 		const float *points;
 		float seed[3];
 		struct output_dps dps = {
-			.seed_ras = run->job->save_seeds ? seed : NULL,
+			.seed_ras = w->seed_vox ? seed : NULL,
 			.direction_getter = (uint8_t)run->job->direction_getter,
 		};
 		int r;
@@ -661,10 +664,10 @@ static int write_batch(struct job_run *run, const struct write_slot *w, struct e
 						    h->compressed);
 			points = h->compressed;
 		}
-		dps.seed_index = h->line_id[2 * (first_line + i)];
+		dps.seed_index = w->seed_index[i];
 		dps.seed_vertex = seed_vertex(run, w, i, count);
-		if (run->job->save_seeds)
-			seed_ras(run, first_line + i, seed);
+		if (w->seed_vox)
+			seed_ras(run, w, i, seed);
 		r = output_write_streamline_dps(run->sh->out, points, count, &dps);
 		if (r < 0)
 			return errbuf_set(err, r, "output.path", "cannot write the tractogram: %s",
@@ -759,24 +762,23 @@ static void post_slot(struct job_run *run, struct write_slot *w)
 	pthread_mutex_unlock(&run->sh->lock);
 }
 
-/* Waits until the writer has written every slot (it reads the chunk's line
- * arrays, which the next chunk rewrites). */
-static void drain_slots(struct job_run *run)
-{
-	struct run_shared *sh = run->sh;
-
-	pthread_mutex_lock(&sh->lock);
-	for (unsigned k = 0; k < WRITE_SLOTS; k++)
-		while (run->slots[k].full && !sh->error)
-			pthread_cond_wait(&sh->changed, &sh->lock);
-	pthread_mutex_unlock(&sh->lock);
-}
-
 /* Where a batch sits in its chunk, for the slots its pieces go out in. */
 struct batch_place {
 	uint64_t end_seed;        /* the seed after the chunk */
 	bool first, last;         /* the chunk's first and last batch */
 };
+
+/* The seeds of a slot's lines: the writer needs them after the chunk's line
+ * arrays are rebuilt for the next chunk, which need not wait for it. */
+static void copy_line_seeds(const struct job_run *run, struct write_slot *w, uint64_t first_line,
+			    uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		w->seed_index[i] = run->h.line_id[2 * (first_line + i)];
+		if (w->seed_vox)
+			memcpy(&w->seed_vox[3 * i], &run->h.line_start[6 * (first_line + i)], 12);
+	}
+}
 
 /* Packs the batch's lines [first, end), tracked, into a write slot for the
  * writer thread. */
@@ -799,7 +801,7 @@ static int post_piece(struct job_run *run, const struct batch_place *at, uint64_
 		return r;
 	memcpy(w->ranges, h->ranges + 3 * first, 12 * (end - first));
 	memcpy(w->dest, h->dest + first, 4 * (end - first));
-	w->first_line = batch_line + first;
+	copy_line_seeds(run, w, batch_line + first, end - first);
 	w->n_lines = end - first;
 	w->chunk = run->chunk;
 	w->end_seed = at->end_seed;
@@ -895,7 +897,6 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 				 err);
 	if (r < 0)
 		return r;
-	drain_slots(run);
 	n_lines = build_lines(run, first_seed, n_seeds);
 	if (n_lines == 0)
 		r = post_empty_chunk(run, first_seed + n_seeds, err);
@@ -1107,7 +1108,10 @@ static int alloc_slots(struct job_run *run, struct errbuf *err)
 			       err);
 		w->ranges = malloc(12 * l);
 		w->dest = malloc(4 * l);
-		if (r == 0 && (!w->ranges || !w->dest))
+		w->seed_index = malloc(4 * l);
+		w->seed_vox = run->job->save_seeds ? malloc(12 * l) : NULL;
+		if (r == 0 && (!w->ranges || !w->dest || !w->seed_index ||
+			       (run->job->save_seeds && !w->seed_vox)))
 			r = errbuf_set(err, -ENOMEM, "", "out of host memory for %llu streamlines per "
 				       "batch", (unsigned long long)l);
 	}
@@ -1120,6 +1124,8 @@ static void free_slots(struct job_run *run)
 		gpu_buffer_free(run->gpu, run->slots[k].readback);
 		free(run->slots[k].ranges);
 		free(run->slots[k].dest);
+		free(run->slots[k].seed_index);
+		free(run->slots[k].seed_vox);
 	}
 	memset(run->slots, 0, sizeof(run->slots));
 }
