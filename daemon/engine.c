@@ -881,6 +881,7 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 	struct job_host *h = &run->h;
 	struct gpu_buffer *buffers[MAX_BINDINGS];
 	uint64_t n_lines;
+	double t0 = timing_now();
 	int r = seeds_fill(run->sh->seeds, first_seed, n_seeds, h->seed_xyz);
 
 	init_bindings(run, buffers);
@@ -901,6 +902,9 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 	if (r < 0)
 		return r;
 	n_lines = build_lines(run, first_seed, n_seeds);
+	log_debug("chunk %llu: %llu seeds, %llu streamlines, listed in %.4f s",
+		  (unsigned long long)run->chunk, (unsigned long long)n_seeds,
+		  (unsigned long long)n_lines, timing_now() - t0);
 	if (n_lines == 0)
 		r = post_empty_chunk(run, first_seed + n_seeds, err);
 	for (uint64_t first = 0; r == 0 && first < n_lines; first += run->plan.batch_lines) {

@@ -631,7 +631,7 @@ static int run_job(struct cli *cli, const char *job_path)
 	struct errbuf err = { 0 };
 	struct engine_stats stats;
 	struct output_file out = { 0 };
-	double load_s = 0, upload_s = 0;
+	double load_s = 0, upload_s = 0, t_free;
 	const char *path;
 	int r, code = EXIT_OK;
 
@@ -683,7 +683,9 @@ static int run_job(struct cli *cli, const char *job_path)
 		}
 	}
 done:
+	t_free = timing_now();
 	cli_job_free(&j);
+	log_debug("inputs and devices released in %.3f s", timing_now() - t_free);
 	return code;
 }
 
