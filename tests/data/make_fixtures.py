@@ -15,6 +15,9 @@ expected-value files are needed:
   qform_only.nii     float32, value = i + j + k; qform code 1, sform code 0
   mask_uint8.nii     uint8 (i + j + k) % 2; no qform/sform (pixdim fallback)
   nan_4d.nii         float32 zeros with NaN at voxel (2, 1, 3), volume 1
+  float32_bigendian_4d.nii  big-endian float32, value = i*100000 + j*10000 +
+                     k*1000 + t; shape (5, 3, 4, 70): more volumes than the
+                     reader takes at once
   five_d.nii         shape (2, 2, 2, 1, 3): five used dimensions
   five_d_trailing1.nii shape (2, 2, 2, 3, 1): accepted as 4D
   complex64.nii      complex data (rejected)
@@ -114,6 +117,14 @@ def nan_4d():
     save(nib.Nifti1Image(data, np.eye(4)), "nan_4d.nii")
 
 
+def float32_bigendian_4d():
+    i, j, k, t = np.indices((5, 3, 4, 70))
+    header = nib.Nifti1Header(endianness=">")
+    header.set_data_dtype(">f4")
+    data = (i * 100000 + j * 10000 + k * 1000 + t).astype(">f4")
+    save(nib.Nifti1Image(data, np.eye(4), header), "float32_bigendian_4d.nii")
+
+
 def five_d():
     save(nib.Nifti1Image(np.ones((2, 2, 2, 1, 3), np.float32), np.eye(4)), "five_d.nii")
     save(nib.Nifti1Image(np.ones((2, 2, 2, 3, 1), np.float32), np.eye(4)), "five_d_trailing1.nii")
@@ -159,6 +170,7 @@ def main():
     qform_only()
     mask_uint8()
     nan_4d()
+    float32_bigendian_4d()
     five_d()
     complex64()
     patched_headers()

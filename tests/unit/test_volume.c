@@ -16,6 +16,7 @@
 #include <cmocka.h>
 #include <nifti2_io.h>
 
+#include "tmpdir.h"
 #include "volume.h"
 
 #ifndef TESTS_DATA_DIR
@@ -231,6 +232,119 @@ static void test_rejections(void **state)
 	expect_rejected("make_fixtures.py", -EINVAL, "not a readable NIfTI");
 }
 
+/* Values of the multi-block tests: unique per voxel and volume, exact in float32. */
+static float block_value(int64_t x, int64_t y, int64_t z, int64_t t)
+{
+	return (float)(x * 100000 + y * 10000 + z * 1000 + t);
+}
+
+static void assert_block_values(const struct volume *v)
+{
+	for (int64_t x = 0; x < v->dim[0]; x++)
+		for (int64_t y = 0; y < v->dim[1]; y++)
+			for (int64_t z = 0; z < v->dim[2]; z++)
+				for (int64_t t = 0; t < v->dim[3]; t++)
+					if (at(v, x, y, z, t) != block_value(x, y, z, t))
+						fail_msg("(%lld, %lld, %lld, %lld) = %g", (long long)x,
+							 (long long)y, (long long)z, (long long)t,
+							 (double)at(v, x, y, z, t));
+}
+
+/* A 4D float32 image of more volumes than the reader takes at once (and a
+ * last group that is not full), written by volume_save as path. */
+static void save_blocks(const char *path, const float *nan_at)
+{
+	static const int64_t dim[4] = { 5, 3, 4, 70 };
+	struct volume v;
+
+	assert_int_equal(volume_alloc(&v, dim, 2.0), 0);
+	for (int64_t x = 0; x < dim[0]; x++)
+		for (int64_t y = 0; y < dim[1]; y++)
+			for (int64_t z = 0; z < dim[2]; z++)
+				for (int64_t t = 0; t < dim[3]; t++)
+					v.data[volume_index(&v, x, y, z) * 70 + (size_t)t] =
+						block_value(x, y, z, t);
+	/* nan_at: (x, y, z, t, value) quintuples, ended by x < 0. */
+	for (; nan_at && nan_at[0] >= 0; nan_at += 5)
+		v.data[volume_index(&v, (int64_t)nan_at[0], (int64_t)nan_at[1], (int64_t)nan_at[2]) *
+		       70 + (size_t)nan_at[3]] = nan_at[4];
+	assert_int_equal(volume_save(path, &v, NULL), 0);
+	volume_free(&v);
+}
+
+static void test_many_volumes_in_blocks(void **state)
+{
+	static const char *const names[] = { "blocks.nii", "blocks.nii.gz" };
+	char dir[] = "/tmp/test_volume_blocksXXXXXX", path[128];
+	struct volume v;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	for (size_t n = 0; n < 2; n++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[n]);
+		save_blocks(path, NULL);
+		assert_int_equal(volume_load(path, FIELD, &v, NULL), 0);
+		assert_dims(&v, 5, 3, 4, 70);
+		assert_block_values(&v);
+		volume_free(&v);
+	}
+	assert_int_equal(tmpdir_remove(dir), 0);
+}
+
+static void test_bigendian_float32_in_blocks(void **state)
+{
+	struct volume v;
+
+	(void)state;
+	assert_int_equal(volume_load(fixture("float32_bigendian_4d.nii"), FIELD, &v, NULL), 0);
+	assert_dims(&v, 5, 3, 4, 70);
+	assert_block_values(&v);
+	volume_free(&v);
+}
+
+/* Non-finite values in several groups of volumes: the one reported is the
+ * first in file order (the lowest volume, then z, y, x), whichever thread
+ * or block met it first. */
+static void test_first_non_finite_reported(void **state)
+{
+	static const char *const names[] = { "bad.nii", "bad.nii.gz" };
+	const float bad[] = { 4, 2, 3, 65, NAN, 0, 0, 0, 66, INFINITY, 3, 1, 2, 40, -INFINITY,
+			      1, 2, 3, 40, NAN, -1 };
+	char dir[] = "/tmp/test_volume_badXXXXXX", path[128];
+	struct errbuf err = { "", "" };
+	struct volume v;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	for (size_t n = 0; n < 2; n++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[n]);
+		save_blocks(path, bad);
+		assert_int_equal(volume_load(path, FIELD, &v, &err), -EINVAL);
+		if (!strstr(err.message, "voxel (3, 1, 2), volume 40"))
+			fail_msg("%s: \"%s\"", names[n], err.message);
+	}
+	assert_int_equal(tmpdir_remove(dir), 0);
+}
+
+/* A file cut inside a later group of volumes. */
+static void test_truncated_in_later_block(void **state)
+{
+	char dir[] = "/tmp/test_volume_cutXXXXXX", path[128];
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/cut.nii", dir);
+	save_blocks(path, NULL);
+	assert_int_equal(truncate(path, 352 + 5 * 3 * 4 * 4 * 50), 0);
+	{
+		struct errbuf err = { "", "" };
+		struct volume v;
+		assert_int_equal(volume_load(path, FIELD, &v, &err), -EIO);
+		assert_non_null(strstr(err.message, "truncated"));
+	}
+	assert_int_equal(tmpdir_remove(dir), 0);
+}
+
 static void test_garbage_header_rejected(void **state)
 {
 	char path[] = "/tmp/test_volume_garbageXXXXXX.nii";
@@ -418,6 +532,10 @@ int main(void)
 		cmocka_unit_test(test_uint8_mask_pixdim_fallback),
 		cmocka_unit_test(test_trailing_unit_fifth_dim_accepted),
 		cmocka_unit_test(test_rejections),
+		cmocka_unit_test(test_many_volumes_in_blocks),
+		cmocka_unit_test(test_bigendian_float32_in_blocks),
+		cmocka_unit_test(test_first_non_finite_reported),
+		cmocka_unit_test(test_truncated_in_later_block),
 		cmocka_unit_test(test_garbage_header_rejected),
 		cmocka_unit_test(test_save_load_round_trip),
 		cmocka_unit_test(test_save_errors),
