@@ -11,6 +11,7 @@
 #include <strings.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <shaderc/shaderc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -23,7 +24,13 @@
 #include "shaders.h"
 #include "timing.h"
 
-#define STAGING_BYTES (32u << 20)
+/* Transfers go through UPLOAD_SLOTS staging buffers of STAGING_BYTES each:
+ * the CPU fills one (on up to FILL_THREADS threads, each at least
+ * FILL_MIN_BYTES) while the GPU copies another out. */
+#define STAGING_BYTES (64u << 20)
+#define UPLOAD_SLOTS 2
+#define FILL_THREADS 16
+#define FILL_MIN_BYTES (4u << 20)
 #define DESCRIPTOR_SETS_PER_BATCH 256
 #define MAX_BINDINGS 16
 
@@ -50,6 +57,14 @@ struct gpu_pipeline {
 	struct gpu_pipeline *next;
 };
 
+/* A staging buffer with the command buffer and fence of the copy out of it. */
+struct upload_slot {
+	struct gpu_buffer *staging;
+	VkCommandBuffer cmd;
+	VkFence fence;
+	bool pending;            /* submitted, not yet waited for */
+};
+
 struct gpu_ctx {
 	VkInstance instance;
 	VkPhysicalDevice physical;
@@ -66,7 +81,7 @@ struct gpu_ctx {
 	bool size_control;       /* can require the subgroup size and full subgroups */
 	bool recording;
 	bool batch_has_commands;
-	struct gpu_buffer *staging;
+	struct upload_slot slots[UPLOAD_SLOTS];   /* created at the first transfer */
 	struct gpu_buffer *buffers;
 	uint64_t buffer_bytes, peak_buffer_bytes;   /* held by buffers, and at most */
 	struct gpu_pipeline *pipelines;
@@ -752,6 +767,9 @@ void gpu_close(struct gpu_ctx *ctx)
 			vkDestroyDescriptorPool(ctx->device, ctx->descriptor_pool, NULL);
 		if (ctx->fence)
 			vkDestroyFence(ctx->device, ctx->fence, NULL);
+		for (int i = 0; i < UPLOAD_SLOTS; i++)
+			if (ctx->slots[i].fence)
+				vkDestroyFence(ctx->device, ctx->slots[i].fence, NULL);
 		if (ctx->command_pool)
 			vkDestroyCommandPool(ctx->device, ctx->command_pool, NULL);
 		vkDestroyDevice(ctx->device, NULL);
@@ -976,15 +994,6 @@ static int check_range(const struct gpu_buffer *b, uint64_t offset, uint64_t siz
 	return 0;
 }
 
-static int ensure_staging(struct gpu_ctx *ctx, struct errbuf *err)
-{
-	uint64_t size = STAGING_BYTES < ctx->limits.max_alloc_bytes ? STAGING_BYTES
-								    : ctx->limits.max_alloc_bytes;
-	if (ctx->staging)
-		return 0;
-	return gpu_buffer_new(ctx, size, GPU_MEMORY_READBACK, &ctx->staging, err);
-}
-
 static int batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
 		      const struct gpu_copy_region *regions, uint32_t n_regions, struct errbuf *err);
 
@@ -1002,33 +1011,216 @@ static int staged_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t src
 	return gpu_batch_submit_wait(ctx, err);
 }
 
-int gpu_upload(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset,
-	       const void *src, uint64_t size, struct errbuf *err)
+/* A failed submit or wait. Out of memory leaves the device usable; anything
+ * else (DEVICE_LOST, a driver reset) leaves the context's state unknown. */
+static int gpu_failed(struct gpu_ctx *ctx, VkResult vr, struct errbuf *err)
 {
-	const char *bytes = src;
+	if (vr != VK_ERROR_OUT_OF_HOST_MEMORY && vr != VK_ERROR_OUT_OF_DEVICE_MEMORY)
+		ctx->lost = true;
+	return errbuf_set(err, vk_errno(vr), "device", "the GPU work failed: %s",
+			  vk_result_name(vr));
+}
+
+/* The staging slots, their command buffers and fences; made once per context. */
+static int ensure_slots(struct gpu_ctx *ctx, struct errbuf *err)
+{
+	/* Whole 64-byte units, so that every fill starts at a multiple of 64. */
+	uint64_t size = STAGING_BYTES < ctx->limits.max_alloc_bytes ? STAGING_BYTES
+								    : ctx->limits.max_alloc_bytes & ~63ull;
+	VkCommandBufferAllocateInfo alloc = {
+		.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+		.commandPool = ctx->command_pool,
+		.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+		.commandBufferCount = 1,
+	};
+	VkFenceCreateInfo fence = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
+
+	for (int i = 0; i < UPLOAD_SLOTS; i++) {
+		struct upload_slot *slot = &ctx->slots[i];
+		if (slot->staging)
+			continue;
+		if (!slot->cmd)
+			GPU_TRY(err, vkAllocateCommandBuffers(ctx->device, &alloc, &slot->cmd));
+		if (!slot->fence)
+			GPU_TRY(err, vkCreateFence(ctx->device, &fence, NULL, &slot->fence));
+		int r = gpu_buffer_new(ctx, size, GPU_MEMORY_READBACK, &slot->staging, err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* Submits cmd with fence (the injected fault and a lost device included). */
+static int submit(struct gpu_ctx *ctx, VkCommandBuffer cmd, VkFence fence, struct errbuf *err)
+{
+	VkSubmitInfo info = {
+		.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+		.commandBufferCount = 1,
+		.pCommandBuffers = &cmd,
+	};
+	VkResult vr;
+
+	if (ctx->lost)
+		return errbuf_set(err, -ENODEV, "device", "the device was lost by an earlier "
+				  "submit");
+	GPU_TRY(err, vkResetFences(ctx->device, 1, &fence));
+	if (ctx->fault_armed && ctx->submits >= ctx->fault_after) {
+		ctx->lost = true;
+		return errbuf_set(err, -ENODEV, "device", "the GPU work failed: VK_ERROR_DEVICE_LOST "
+				  "(injected by TRACTD_FAULT_DEVICE_LOST_AFTER)");
+	}
+	ctx->submits++;
+	vr = vkQueueSubmit(ctx->queue, 1, &info, fence);
+	return vr == VK_SUCCESS ? 0 : gpu_failed(ctx, vr, err);
+}
+
+static int wait_fence(struct gpu_ctx *ctx, VkFence fence, struct errbuf *err)
+{
+	VkResult vr = vkWaitForFences(ctx->device, 1, &fence, VK_TRUE, UINT64_MAX);
+
+	return vr == VK_SUCCESS ? 0 : gpu_failed(ctx, vr, err);
+}
+
+/* Waits for a slot's copy, if one is under way. */
+static int settle_slot(struct gpu_ctx *ctx, struct upload_slot *slot, struct errbuf *err)
+{
+	if (!slot->pending)
+		return 0;
+	slot->pending = false;
+	return wait_fence(ctx, slot->fence, err);
+}
+
+/* Waits for every slot; the first error is kept. */
+static int settle_slots(struct gpu_ctx *ctx, int r, struct errbuf *err)
+{
+	for (int i = 0; i < UPLOAD_SLOTS; i++) {
+		int rs = settle_slot(ctx, &ctx->slots[i], r < 0 ? NULL : err);
+		r = r < 0 ? r : rs;
+	}
+	return r;
+}
+
+/* Records and submits the copy of a slot's first size bytes into dst at
+ * offset, made visible to whatever the queue runs next. */
+static int submit_slot_copy(struct gpu_ctx *ctx, struct upload_slot *slot, struct gpu_buffer *dst,
+			    uint64_t offset, uint64_t size, struct errbuf *err)
+{
+	VkCommandBufferBeginInfo begin = {
+		.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+		.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+	};
+	VkBufferCopy region = { 0, offset, size };
+	VkMemoryBarrier done = {
+		.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+		.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+		.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+				 VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+	};
+	int r;
+
+	GPU_TRY(err, vkResetCommandBuffer(slot->cmd, 0));
+	GPU_TRY(err, vkBeginCommandBuffer(slot->cmd, &begin));
+	vkCmdCopyBuffer(slot->cmd, slot->staging->buffer, dst->buffer, 1, &region);
+	vkCmdPipelineBarrier(slot->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
+			     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+			     0, 1, &done, 0, NULL, 0, NULL);
+	GPU_TRY(err, vkEndCommandBuffer(slot->cmd));
+	r = submit(ctx, slot->cmd, slot->fence, err);
+	slot->pending = r == 0;
+	return r;
+}
+
+/* One thread's part of a fill: [offset, offset + size) of the upload. */
+struct fill_part {
+	gpu_fill_fn *fill;
+	void *userdata;
+	char *dst;
+	uint64_t offset, size;
+	pthread_t thread;
+	bool started;
+};
+
+static void *fill_part_main(void *arg)
+{
+	struct fill_part *p = arg;
+
+	p->fill(p->dst, p->offset, p->size, p->userdata);
+	return NULL;
+}
+
+static uint32_t fill_threads(uint64_t size)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t n = size / FILL_MIN_BYTES;
+
+	n = n < 1 ? 1 : n;
+	n = cpus > 0 && n > (uint64_t)cpus ? (uint64_t)cpus : n;
+	return n > FILL_THREADS ? FILL_THREADS : (uint32_t)n;
+}
+
+/* Calls fill for [offset, offset + size) into dst, split over threads at
+ * multiples of 64 bytes; a part whose thread cannot start runs here. */
+static void fill_parallel(char *dst, uint64_t offset, uint64_t size, gpu_fill_fn *fill,
+			  void *userdata)
+{
+	struct fill_part parts[FILL_THREADS];
+	uint32_t n = fill_threads(size);
+	uint64_t share = (size / n + 63) & ~63ull, at = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t len = size - at < share ? size - at : share;
+		parts[i] = (struct fill_part){ .fill = fill, .userdata = userdata, .dst = dst + at,
+					       .offset = offset + at, .size = len };
+		at += len;
+		if (i > 0 && len > 0)
+			parts[i].started = pthread_create(&parts[i].thread, NULL, fill_part_main,
+							  &parts[i]) == 0;
+	}
+	fill_part_main(&parts[0]);
+	for (uint32_t i = 1; i < n; i++) {
+		if (parts[i].started)
+			pthread_join(parts[i].thread, NULL);
+		else if (parts[i].size > 0)
+			fill_part_main(&parts[i]);
+	}
+}
+
+int gpu_upload_fill(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset, uint64_t size,
+		    gpu_fill_fn *fill, void *userdata, struct errbuf *err)
+{
 	int r = check_range(dst, offset, size, err);
 
 	if (r < 0)
 		return r;
 	if (dst->host) {
-		memcpy((char *)dst->host + offset, src, size);
+		fill_parallel((char *)dst->host + offset, 0, size, fill, userdata);
 		return sync_host_range(ctx, dst, true, err);
 	}
-	r = ensure_staging(ctx, err);
-	if (r < 0)
-		return r;
-	for (uint64_t done = 0; done < size;) {
-		uint64_t n = size - done < ctx->staging->size ? size - done : ctx->staging->size;
-		memcpy(ctx->staging->host, bytes + done, n);
-		r = sync_host_range(ctx, ctx->staging, true, err);
+	r = ensure_slots(ctx, err);
+	for (uint64_t done = 0, k = 0; r == 0 && done < size; k++) {
+		struct upload_slot *slot = &ctx->slots[k % UPLOAD_SLOTS];
+		uint64_t n = size - done < slot->staging->size ? size - done : slot->staging->size;
+		r = settle_slot(ctx, slot, err);
 		if (r < 0)
-			return r;
-		r = staged_copy(ctx, ctx->staging, 0, dst, offset + done, n, err);
-		if (r < 0)
-			return r;
+			break;
+		fill_parallel(slot->staging->host, done, n, fill, userdata);
+		r = sync_host_range(ctx, slot->staging, true, err);
+		if (r == 0)
+			r = submit_slot_copy(ctx, slot, dst, offset + done, n, err);
 		done += n;
 	}
-	return 0;
+	return settle_slots(ctx, r, err);
+}
+
+static void fill_copy(void *dst, uint64_t offset, uint64_t size, void *src)
+{
+	memcpy(dst, (const char *)src + offset, size);
+}
+
+int gpu_upload(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset,
+	       const void *src, uint64_t size, struct errbuf *err)
+{
+	return gpu_upload_fill(ctx, dst, offset, size, fill_copy, (void *)src, err);
 }
 
 int gpu_upload_new(struct gpu_ctx *ctx, const void *src, uint64_t size,
@@ -1045,6 +1237,7 @@ int gpu_download(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t offset,
 		 void *dst, uint64_t size, struct errbuf *err)
 {
 	char *bytes = dst;
+	struct gpu_buffer *staging;
 	int r = check_range(src, offset, size, err);
 
 	if (r < 0)
@@ -1056,18 +1249,19 @@ int gpu_download(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t offset,
 		memcpy(dst, (const char *)src->host + offset, size);
 		return 0;
 	}
-	r = ensure_staging(ctx, err);
+	r = ensure_slots(ctx, err);
 	if (r < 0)
 		return r;
+	staging = ctx->slots[0].staging;
 	for (uint64_t done = 0; done < size;) {
-		uint64_t n = size - done < ctx->staging->size ? size - done : ctx->staging->size;
-		r = staged_copy(ctx, src, offset + done, ctx->staging, 0, n, err);
+		uint64_t n = size - done < staging->size ? size - done : staging->size;
+		r = staged_copy(ctx, src, offset + done, staging, 0, n, err);
 		if (r < 0)
 			return r;
-		r = sync_host_range(ctx, ctx->staging, false, err);
+		r = sync_host_range(ctx, staging, false, err);
 		if (r < 0)
 			return r;
-		memcpy(bytes + done, ctx->staging->host, n);
+		memcpy(bytes + done, staging->host, n);
 		done += n;
 	}
 	return 0;
@@ -1450,12 +1644,7 @@ int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err)
 		.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
 		.dstAccessMask = VK_ACCESS_HOST_READ_BIT,
 	};
-	VkSubmitInfo submit = {
-		.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
-		.commandBufferCount = 1,
-		.pCommandBuffers = &ctx->cmd,
-	};
-	VkResult vr;
+	int r;
 
 	if (!ctx->recording)
 		return errbuf_set(err, -EINVAL, "device", "no batch to submit");
@@ -1464,24 +1653,8 @@ int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err)
 			     VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
 			     &to_host, 0, NULL, 0, NULL);
 	GPU_TRY(err, vkEndCommandBuffer(ctx->cmd));
-	GPU_TRY(err, vkResetFences(ctx->device, 1, &ctx->fence));
-	if (ctx->fault_armed && ctx->submits >= ctx->fault_after) {
-		ctx->lost = true;
-		return errbuf_set(err, -ENODEV, "device", "the GPU work failed: VK_ERROR_DEVICE_LOST "
-				  "(injected by TRACTD_FAULT_DEVICE_LOST_AFTER)");
-	}
-	ctx->submits++;
-	vr = vkQueueSubmit(ctx->queue, 1, &submit, ctx->fence);
-	if (vr == VK_SUCCESS)
-		vr = vkWaitForFences(ctx->device, 1, &ctx->fence, VK_TRUE, UINT64_MAX);
-	if (vr == VK_SUCCESS)
-		return 0;
-	/* Out of memory leaves the device usable; anything else at submit or wait
-	 * (DEVICE_LOST, a driver reset) leaves the context's state unknown. */
-	if (vr != VK_ERROR_OUT_OF_HOST_MEMORY && vr != VK_ERROR_OUT_OF_DEVICE_MEMORY)
-		ctx->lost = true;
-	return errbuf_set(err, vk_errno(vr), "device", "the GPU work failed: %s",
-			  vk_result_name(vr));
+	r = submit(ctx, ctx->cmd, ctx->fence, err);
+	return r < 0 ? r : wait_fence(ctx, ctx->fence, err);
 }
 
 bool gpu_lost(const struct gpu_ctx *ctx)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * gpu: the Vulkan context. Owns the instance, the chosen physical and logical
- * device, one compute queue, a command pool, descriptor pool, a staging
- * buffer, every compiled pipeline (cached by shader name + defines for the life
+ * device, one compute queue, a command pool, descriptor pool, two staging
+ * buffers, every compiled pipeline (cached by shader name + defines for the life
  * of the context, backed by a VkPipelineCache on disk) and the buffers it hands
  * out (each buffer owns its VkBuffer, memory and mapping).
  *
@@ -108,8 +108,18 @@ void *gpu_buffer_host(const struct gpu_buffer *buf);
  * reference rather than a binding (no maxStorageBufferRange limit). */
 uint64_t gpu_buffer_address(struct gpu_ctx *ctx, const struct gpu_buffer *buf);
 
-/* Copies host data into a buffer (directly when mapped, else through the
- * staging buffer, waiting for completion). Returns 0 or a negative errno. */
+/* Writes bytes [offset, offset + size) of an upload to dst. Called on
+ * several threads at once, for disjoint ranges that start at multiples of
+ * 64 bytes. */
+typedef void gpu_fill_fn(void *dst, uint64_t offset, uint64_t size, void *userdata);
+
+/* Uploads the size bytes that fill writes into a buffer at offset:
+ * directly when it is mapped, else through the staging buffers, the CPU
+ * filling one on several threads while the GPU copies another out.
+ * Returns when the data are in place: 0 or a negative errno. */
+int gpu_upload_fill(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset, uint64_t size,
+		    gpu_fill_fn *fill, void *userdata, struct errbuf *err);
+/* gpu_upload_fill of a copy of host data. */
 int gpu_upload(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset,
 	       const void *src, uint64_t size, struct errbuf *err);
 /* A DEVICE buffer holding a copy of size bytes of src (4 bytes when size

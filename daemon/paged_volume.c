@@ -7,8 +7,6 @@
 
 #include "half.h"
 
-/* float16 conversion goes through a host buffer of this many values. */
-#define CONVERT_VALUES (4u << 20)
 /* The table: uvec4 (voxels per page, channels, 0, 0), then uvec2 addresses. */
 #define TABLE_HEADER_BYTES 16u
 
@@ -74,28 +72,21 @@ uint64_t paged_bytes(const struct paged_layout *l)
 	       table_bytes(l->n_pages);
 }
 
-/* Uploads n values as float16 at byte offset 0 of page, converting them in
- * pieces of an even count so that each piece starts a 32-bit word. */
-static int upload_halves(struct gpu_ctx *gpu, struct gpu_buffer *page, const float *src,
-			 uint64_t n, struct errbuf *err)
-{
-	uint16_t *piece = malloc(sizeof(*piece) * CONVERT_VALUES);
-	int r = 0;
+/* The float16 bytes of a page from its float32 values: byte 2i is value
+ * i, and the pad value of an odd count is 0. */
+struct halves {
+	const float *src;
+	uint64_t n;
+};
 
-	if (!piece)
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
-	for (uint64_t done = 0; done < n && r == 0;) {
-		uint64_t count = n - done < CONVERT_VALUES ? n - done : CONVERT_VALUES;
-		uint64_t padded = (count + 1) & ~1ull;
-		for (uint64_t i = 0; i < count; i++)
-			piece[i] = half_from_float(src[done + i]);
-		if (padded > count)
-			piece[count] = 0;
-		r = gpu_upload(gpu, page, 2 * done, piece, 2 * padded, err);
-		done += count;
-	}
-	free(piece);
-	return r;
+static void fill_halves(void *dst, uint64_t offset, uint64_t size, void *userdata)
+{
+	const struct halves *h = userdata;
+	uint16_t *out = dst;
+	uint64_t first = offset / 2;
+
+	for (uint64_t i = 0; i < size / 2; i++)
+		out[i] = first + i < h->n ? half_from_float(h->src[first + i]) : 0;
 }
 
 static int upload_page(struct gpu_ctx *gpu, const struct paged_layout *l, uint32_t k,
@@ -103,14 +94,15 @@ static int upload_page(struct gpu_ctx *gpu, const struct paged_layout *l, uint32
 {
 	uint64_t first = (uint64_t)k * l->voxels_per_page;
 	uint64_t n = l->voxels - first < l->voxels_per_page ? l->voxels - first : l->voxels_per_page;
-	const float *src = data + first * l->channels;
-	int r = gpu_buffer_new(gpu, page_bytes(l->type, l->channels, n), GPU_MEMORY_DEVICE, ret, err);
+	uint64_t bytes = page_bytes(l->type, l->channels, n);
+	struct halves halves = { data + first * l->channels, n * l->channels };
+	int r = gpu_buffer_new(gpu, bytes, GPU_MEMORY_DEVICE, ret, err);
 
 	if (r < 0)
 		return r;
 	if (l->type == PAGED_FLOAT16)
-		return upload_halves(gpu, *ret, src, n * l->channels, err);
-	return gpu_upload(gpu, *ret, 0, src, 4 * n * l->channels, err);
+		return gpu_upload_fill(gpu, *ret, 0, bytes, fill_halves, &halves, err);
+	return gpu_upload(gpu, *ret, 0, halves.src, bytes, err);
 }
 
 static int upload_table(struct gpu_ctx *gpu, struct paged_volume *v, struct errbuf *err)
