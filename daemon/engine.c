@@ -61,8 +61,8 @@ struct job_plan {
 struct job_gpu {
 	struct gpu_pipeline *init, *track, *compact;
 	const struct resident *res;
-	struct gpu_buffer *seeds, *ndirs, *dirs;
-	struct gpu_buffer *line_start, *line_id, *points, *ranges, *dest;
+	struct gpu_buffer *seeds, *ndirs, *dirs;   /* the chunk's seeds and their directions */
+	struct gpu_buffer *line_id, *points, *ranges, *dest;
 	struct paged_volume odf_scale;        /* ptt: daemon/ptt.h's tables for this job */
 	struct gpu_buffer *lut;
 };
@@ -71,9 +71,7 @@ struct job_gpu {
 struct job_host {
 	float *seed_xyz;          /* 3 * chunk_seeds */
 	uint32_t *ndirs;          /* chunk_seeds */
-	float *dirs;              /* 3 * max_peaks * chunk_seeds */
-	float *line_start;        /* 6 * chunk lines */
-	uint32_t *line_id;        /* 2 * chunk lines */
+	uint32_t *line_id;        /* 2 * chunk lines: (global seed, direction index) */
 	uint32_t *ranges;         /* 3 * batch_lines: the tracked batch's ranges */
 	uint32_t *dest;           /* batch_lines: packed offsets within each piece */
 	float *compressed;        /* 3 * slot_points when output.compress, else NULL */
@@ -197,17 +195,18 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
 
 	/* Two thirds of the work budget for streamlines: point slots on the GPU,
-	 * start (seed, direction), id, range, destination. */
+	 * id (seed, direction), range, destination. */
 	line_slot_bytes = 12ull * plan->slot_points;
-	per_line = line_slot_bytes + 24 + 8 + 12 + 4;
+	per_line = line_slot_bytes + 8 + 12 + 4;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
 	/* The rest for seeds: position, direction count, directions. */
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
 	plan->chunk_seeds = min_u64(buffer_limit / (12ull * plan->max_peaks), work / 3 / per_seed);
 	plan->chunk_seeds = min_u64(plan->chunk_seeds, seeds_count(seeds));
-	/* The chunk's host arrays grow with it (~100 bytes a seed at the peak
-	 * bound): a cap keeps a large GPU budget from costing gigabytes of host
-	 * memory; two million seeds keep the largest GPU busy already. */
+	/* The chunk's host arrays grow with it (16 bytes a seed and 8 for each
+	 * of its possible streamlines: 120 at 13 peaks): a cap keeps a large
+	 * GPU budget from costing gigabytes of host memory; two million seeds
+	 * keep the largest GPU busy already. */
 	plan->chunk_seeds = min_u64(plan->chunk_seeds, MAX_CHUNK_SEEDS);
 	if (opts->max_chunk_seeds)
 		plan->chunk_seeds = min_u64(plan->chunk_seeds, opts->max_chunk_seeds);
@@ -235,10 +234,10 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 /* Bindings of the kernels (see their .comp headers); prob binds the SH
  * sampling matrix after these with SH storage. */
 #define PROB_INIT_BINDINGS 7
-#define PROB_TRACK_BINDINGS 7
+#define PROB_TRACK_BINDINGS 8
 #define BOOT_INIT_BINDINGS 8
-#define BOOT_TRACK_BINDINGS 10
-#define PTT_TRACK_BINDINGS 9
+#define BOOT_TRACK_BINDINGS 11
+#define PTT_TRACK_BINDINGS 10
 #define COMPACT_BINDINGS 4
 #define MAX_BINDINGS BOOT_TRACK_BINDINGS
 
@@ -362,8 +361,6 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 	if (r == 0)
 		r = new_buffer(gpu, 12ull * plan->max_peaks * s, GPU_MEMORY_DEVICE, &g->dirs, err);
 	if (r == 0)
-		r = new_buffer(gpu, 24 * l, GPU_MEMORY_DEVICE, &g->line_start, err);
-	if (r == 0)
 		r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &g->line_id, err);
 	if (r == 0)
 		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_DEVICE, &g->points, err);
@@ -376,8 +373,8 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
-	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_start, g->line_id,
-				     g->points, g->ranges, g->dest, g->lut };
+	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
+				     g->ranges, g->dest, g->lut };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		gpu_buffer_free(gpu, all[i]);
@@ -392,13 +389,10 @@ static int alloc_host(const struct job_plan *plan, struct job_host *h, struct er
 
 	h->seed_xyz = malloc(12 * s);
 	h->ndirs = malloc(4 * s);
-	h->dirs = malloc(12ull * plan->max_peaks * s);
-	h->line_start = malloc(24 * chunk_lines);
 	h->line_id = malloc(8 * chunk_lines);
 	h->ranges = malloc(12 * plan->batch_lines);
 	h->dest = malloc(4 * plan->batch_lines);
-	if (!h->seed_xyz || !h->ndirs || !h->dirs || !h->line_start || !h->line_id || !h->ranges ||
-	    !h->dest)
+	if (!h->seed_xyz || !h->ndirs || !h->line_id || !h->ranges || !h->dest)
 		return errbuf_set(err, -ENOMEM, "", "out of host memory for %llu seeds per chunk",
 				  (unsigned long long)s);
 	return 0;
@@ -425,8 +419,6 @@ static void free_host(struct job_host *h)
 {
 	free(h->seed_xyz);
 	free(h->ndirs);
-	free(h->dirs);
-	free(h->line_start);
 	free(h->line_id);
 	free(h->ranges);
 	free(h->dest);
@@ -689,21 +681,21 @@ static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 
 	if (run->job->direction_getter == JOBSPEC_DG_PTT) {
 		struct gpu_buffer *const ptt[PTT_TRACK_BINDINGS + 1] = {
-			res.odf, res.stop, res.vertices, g->odf_scale.table, g->lut,
-			g->line_start, g->line_id, g->points, g->ranges, res.odf_basis };
+			res.odf, res.stop, res.vertices, g->odf_scale.table, g->lut, g->seeds,
+			g->dirs, g->line_id, g->points, g->ranges, res.odf_basis };
 		memcpy(b, ptt, sizeof(ptt));
 		return;
 	}
 	if (!inputs_boot(run->in)) {
 		struct gpu_buffer *const prob[PROB_TRACK_BINDINGS + 1] = {
-			res.odf, res.stop, res.vertices, g->line_start, g->line_id, g->points,
-			g->ranges, res.odf_basis };
+			res.odf, res.stop, res.vertices, g->seeds, g->dirs, g->line_id,
+			g->points, g->ranges, res.odf_basis };
 		memcpy(b, prob, sizeof(prob));
 		return;
 	}
 	struct gpu_buffer *const boot[BOOT_TRACK_BINDINGS] = {
-		res.stop, res.vertices, res.nbr_offset, res.nbr, res.matrices, g->line_start,
-		g->line_id, g->points, g->ranges, res.dwi };
+		res.stop, res.vertices, res.nbr_offset, res.nbr, res.matrices, g->seeds,
+		g->dirs, g->line_id, g->points, g->ranges, res.dwi };
 	memcpy(b, boot, sizeof(boot));
 }
 
@@ -771,15 +763,17 @@ struct batch_place {
 	bool first, last;         /* the chunk's first and last batch */
 };
 
-/* The seeds of a slot's lines: the writer needs them after the chunk's line
+/* The seeds of a slot's lines: the writer needs them after the chunk's
  * arrays are rebuilt for the next chunk, which need not wait for it. */
 static void copy_line_seeds(const struct job_run *run, struct write_slot *w, uint64_t first_line,
 			    uint64_t n)
 {
 	for (uint64_t i = 0; i < n; i++) {
-		w->seed_index[i] = run->h.line_id[2 * (first_line + i)];
+		uint32_t seed = run->h.line_id[2 * (first_line + i)];
+		w->seed_index[i] = seed;
 		if (w->seed_vox)
-			memcpy(&w->seed_vox[3 * i], &run->h.line_start[6 * (first_line + i)], 12);
+			memcpy(&w->seed_vox[3 * i],
+			       &run->h.seed_xyz[3 * (uint64_t)(seed - run->params.rng[2])], 12);
 	}
 }
 
@@ -822,11 +816,9 @@ static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t
 {
 	struct job_gpu *g = &run->g;
 	struct gpu_buffer *buffers[MAX_BINDINGS];
-	int r = gpu_upload(run->gpu, g->line_start, 0, run->h.line_start + 6 * first_line,
-			   24 * n_lines, err);
+	int r = gpu_upload(run->gpu, g->line_id, 0, run->h.line_id + 2 * first_line, 8 * n_lines,
+			   err);
 
-	if (r == 0)
-		r = gpu_upload(run->gpu, g->line_id, 0, run->h.line_id + 2 * first_line, 8 * n_lines, err);
 	track_bindings(run, buffers);
 	if (r == 0)
 		r = dispatch_items(run, "track", g->track, buffers, 0, n_lines, &run->rate[0], err);
@@ -857,17 +849,15 @@ static int post_empty_chunk(struct job_run *run, uint64_t end_seed, struct errbu
 }
 
 /* Lists the chunk's streamlines: one per initial direction of each seed, in
- * (seed, direction) order. */
+ * (seed, direction) order. The seeds and directions stay on the GPU, where
+ * the track kernels read them by these ids. */
 static uint64_t build_lines(struct job_run *run, uint64_t first_seed, uint64_t n_seeds)
 {
 	struct job_host *h = &run->h;
-	uint32_t max_peaks = run->plan.max_peaks;
 	uint64_t n = 0;
 
 	for (uint64_t s = 0; s < n_seeds; s++) {
 		for (uint32_t d = 0; d < h->ndirs[s]; d++, n++) {
-			memcpy(&h->line_start[6 * n], &h->seed_xyz[3 * s], 12);
-			memcpy(&h->line_start[6 * n + 3], &h->dirs[3 * (s * max_peaks + d)], 12);
 			h->line_id[2 * n] = (uint32_t)(first_seed + s);
 			h->line_id[2 * n + 1] = d;
 		}
@@ -896,9 +886,6 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 		r = dispatch_items(run, "init", g->init, buffers, 0, n_seeds, &run->rate[2], err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
-	if (r == 0)
-		r = gpu_download(run->gpu, g->dirs, 0, h->dirs, 12ull * run->plan.max_peaks * n_seeds,
-				 err);
 	if (r < 0)
 		return r;
 	n_lines = build_lines(run, first_seed, n_seeds);

@@ -11,12 +11,13 @@
 //   2 nbr_offset int[NV + 1]
 //   3 nbr        int[]
 //   4 matrices   float[]          boot.glsl's layout
-//   5 line_start float[6 * n]     seed xyz, initial direction xyz
-//   6 line_id    uint[2 * n]      global seed index, direction index at the seed
-//   7 points     float[3 * (2 max_steps + 1) * n]   out
-//   8 ranges     uint[3 * n]      out: first point slot, number of points, length
+//   5 seeds      float[3 * s]     the chunk's seeds (voxels), from pass 1
+//   6 dirs       float[3 * MAX_PEAKS * s]  their initial directions, from pass 1
+//   7 line_id    uint[2 * n]      global seed index, direction index at the seed
+//   8 points     float[3 * (2 max_steps + 1) * n]   out
+//   9 ranges     uint[3 * n]      out: first point slot, number of points, length
 //                                 in mm (float bits)
-//   9 dwi        page table (volume.glsl)
+//  10 dwi        page table (volume.glsl)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -29,10 +30,11 @@ layout(std430, binding = 1) readonly buffer Vertices { float vertices[]; };
 layout(std430, binding = 2) readonly buffer NbrOffset { int nbr_offset[]; };
 layout(std430, binding = 3) readonly buffer Nbr { int nbr[]; };
 layout(std430, binding = 4) readonly buffer Matrices { float matrices[]; };
-layout(std430, binding = 5) readonly buffer LineStart { float line_start[]; };
-layout(std430, binding = 6) readonly buffer LineId { uint line_id[]; };
-layout(std430, binding = 7) writeonly buffer Points { float points[]; };
-layout(std430, binding = 8) writeonly buffer Ranges { uint ranges[]; };
+layout(std430, binding = 5) readonly buffer Seeds { float seeds[]; };
+layout(std430, binding = 6) readonly buffer Dirs { float dirs[]; };
+layout(std430, binding = 7) readonly buffer LineId { uint line_id[]; };
+layout(std430, binding = 8) writeonly buffer Points { float points[]; };
+layout(std430, binding = 9) writeonly buffer Ranges { uint ranges[]; };
 
 shared float s_pmf[ITEMS][NV];
 shared float s_cand[ITEMS][NV];

@@ -7,12 +7,13 @@
 //   0 odf        page table (pmf.glsl)
 //   1 fa         page table (volume.glsl)   stop map
 //   2 vertices   float[3 * NV]
-//   3 line_start float[6 * n]     seed xyz, initial direction xyz
-//   4 line_id    uint[2 * n]      global seed index, direction index at the seed
-//   5 points     float[3 * (2 max_steps + 1) * n]   out
-//   6 ranges     uint[3 * n]      out: first point slot, number of points, length
+//   3 seeds      float[3 * s]     the chunk's seeds (voxels), from pass 1
+//   4 dirs       float[3 * MAX_PEAKS * s]  their initial directions, from pass 1
+//   5 line_id    uint[2 * n]      global seed index, direction index at the seed
+//   6 points     float[3 * (2 max_steps + 1) * n]   out
+//   7 ranges     uint[3 * n]      out: first point slot, number of points, length
 //                                 in mm (float bits)
-//   7 odf_basis  float[NC * NV]   ODF_SH only (pmf.glsl)
+//   8 odf_basis  float[NC * NV]   ODF_SH only (pmf.glsl)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -22,16 +23,17 @@
 
 PAGED_TABLE(fa, 1);
 layout(std430, binding = 2) readonly buffer Vertices { float vertices[]; };
-layout(std430, binding = 3) readonly buffer LineStart { float line_start[]; };
-layout(std430, binding = 4) readonly buffer LineId { uint line_id[]; };
-layout(std430, binding = 5) writeonly buffer Points { float points[]; };
-layout(std430, binding = 6) writeonly buffer Ranges { uint ranges[]; };
+layout(std430, binding = 3) readonly buffer Seeds { float seeds[]; };
+layout(std430, binding = 4) readonly buffer Dirs { float dirs[]; };
+layout(std430, binding = 5) readonly buffer LineId { uint line_id[]; };
+layout(std430, binding = 6) writeonly buffer Points { float points[]; };
+layout(std430, binding = 7) writeonly buffer Ranges { uint ranges[]; };
 
 // Sphere directions for the cone test, loaded once per workgroup.
 shared vec3 s_vertex[NV];
 
 #define ODF_BINDING 0
-#define ODF_BASIS_BINDING 7
+#define ODF_BASIS_BINDING 8
 #include "pmf.glsl"
 
 // Samples a vertex from the PMF restricted to the cone around dir, in vertex

@@ -15,12 +15,13 @@
 //   2 vertices   float[3 * NV]
 //   3 odf_scale  page table       1 / the voxel's ODF maximum, 0 where not tracked
 //   4 lut        uint[]           nearest-vertex table (daemon/ptt.h)
-//   5 line_start float[6 * n]     seed xyz, initial direction xyz
-//   6 line_id    uint[2 * n]      global seed index, direction index at the seed
-//   7 points     float[3 * (2 max_steps + 1) * n]   out
-//   8 ranges     uint[3 * n]      out: first point slot, number of points, length
+//   5 seeds      float[3 * s]     the chunk's seeds (voxels), from pass 1
+//   6 dirs       float[3 * MAX_PEAKS * s]  their initial directions, from pass 1
+//   7 line_id    uint[2 * n]      global seed index, direction index at the seed
+//   8 points     float[3 * (2 max_steps + 1) * n]   out
+//   9 ranges     uint[3 * n]      out: first point slot, number of points, length
 //                                 in mm (float bits)
-//   9 odf_basis  float[NC * NV]   ODF_SH only (pmf.glsl)
+//  10 odf_basis  float[NC * NV]   ODF_SH only (pmf.glsl)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -32,15 +33,16 @@ PAGED_TABLE(fa, 1);
 layout(std430, binding = 2) readonly buffer Vertices { float vertices[]; };
 PAGED_TABLE(odf_scale, 3);
 layout(std430, binding = 4) readonly buffer Lut { uint lut[]; };
-layout(std430, binding = 5) readonly buffer LineStart { float line_start[]; };
-layout(std430, binding = 6) readonly buffer LineId { uint line_id[]; };
-layout(std430, binding = 7) writeonly buffer Points { float points[]; };
-layout(std430, binding = 8) writeonly buffer Ranges { uint ranges[]; };
+layout(std430, binding = 5) readonly buffer Seeds { float seeds[]; };
+layout(std430, binding = 6) readonly buffer Dirs { float dirs[]; };
+layout(std430, binding = 7) readonly buffer LineId { uint line_id[]; };
+layout(std430, binding = 8) writeonly buffer Points { float points[]; };
+layout(std430, binding = 9) writeonly buffer Ranges { uint ranges[]; };
 
 shared vec3 s_vertex[NV];
 
 #define ODF_BINDING 0
-#define ODF_BASIS_BINDING 9
+#define ODF_BASIS_BINDING 10
 #include "pmf.glsl"
 #include "ptt.glsl"
 

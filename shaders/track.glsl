@@ -7,7 +7,7 @@
 // (along -first) is stored below the seed's slot and the forward half above
 // it, so the streamline is contiguous without reversing.
 //
-// The including kernel declares the buffers line_start, line_id, points and
+// The including kernel declares the buffers seeds, dirs, line_id, points and
 // ranges (layout in prob_track.comp's header), the stop map's page table fa
 // (volume.glsl's PAGED_TABLE), and defines
 //   bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
@@ -54,8 +54,12 @@ void main()
 		return;
 	uint lane = gl_SubgroupInvocationID;
 	uint max_steps = pc.work.z;
-	vec3 seed = vec3(line_start[6 * item], line_start[6 * item + 1], line_start[6 * item + 2]);
-	vec3 first = vec3(line_start[6 * item + 3], line_start[6 * item + 4], line_start[6 * item + 5]);
+	// A line is (seed, direction index): both are where pass 1 left them,
+	// indexed within the chunk, whose first seed is pc.rng.z.
+	uint s = line_id[2 * item] - pc.rng.z;
+	uint d = s * MAX_PEAKS + line_id[2 * item + 1];
+	vec3 seed = vec3(seeds[3 * s], seeds[3 * s + 1], seeds[3 * s + 2]);
+	vec3 first = vec3(dirs[3 * d], dirs[3 * d + 1], dirs[3 * d + 2]);
 	uint seed_slot = item * (2 * max_steps + 1) + max_steps;
 	uvec4 counter = uvec4(0, line_id[2 * item], 2 * line_id[2 * item + 1], 0);
 
