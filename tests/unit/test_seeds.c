@@ -261,6 +261,34 @@ static void test_chunking_independent(void **state)
 	free_mask(&m);
 }
 
+/* A fill large enough to be drawn on several threads gives the seeds that
+ * small single-threaded fills give, whatever the split. */
+static void test_large_fill_matches_small_fills(void **state)
+{
+	const uint64_t n = 300007, piece = 4099;
+	struct mask m;
+	struct seeds *s;
+	float *whole, *part;
+
+	(void)state;
+	make_mask(&m, 20, 16, 12, 1);
+	s = from_mask(&m, n + 10, false, 4242);
+	whole = malloc(n * 3 * sizeof(float));
+	part = malloc(piece * 3 * sizeof(float));
+	assert_non_null(whole);
+	assert_non_null(part);
+	assert_int_equal(seeds_fill(s, 7, n, whole), 0);
+	for (uint64_t first = 0; first < n; first += piece) {
+		uint64_t k = n - first < piece ? n - first : piece;
+		assert_int_equal(seeds_fill(s, 7 + first, k, part), 0);
+		assert_memory_equal(part, whole + 3 * first, (size_t)k * 3 * sizeof(float));
+	}
+	free(part);
+	free(whole);
+	seeds_free(s);
+	free_mask(&m);
+}
+
 static void test_fill_range_checked(void **state)
 {
 	struct mask m;
@@ -513,6 +541,7 @@ int main(void)
 		cmocka_unit_test(test_fractional_rounds),
 		cmocka_unit_test(test_per_voxel_count),
 		cmocka_unit_test(test_chunking_independent),
+		cmocka_unit_test(test_large_fill_matches_small_fills),
 		cmocka_unit_test(test_fill_range_checked),
 		cmocka_unit_test(test_jitter_uniform_in_voxel),
 		cmocka_unit_test(test_order_unbiased),
