@@ -36,6 +36,10 @@ struct voxel_loop {
 	atomic_size_t done;
 	atomic_bool stop;
 	atomic_bool failed;        /* a worker could not get its scratch */
+	/* The reporting thread sleeps on finished between progress reports;
+	 * the worker that ends the last block wakes it. */
+	pthread_mutex_t lock;
+	pthread_cond_t finished;
 };
 
 struct worker_arg {
@@ -55,9 +59,30 @@ static void *worker_main(void *p)
 			break;
 		end = begin + FIT_BLOCK_VOXELS < loop->voxels ? begin + FIT_BLOCK_VOXELS : loop->voxels;
 		loop->block(loop, arg->index, begin, end);
-		atomic_fetch_add(&loop->done, end - begin);
+		if (atomic_fetch_add(&loop->done, end - begin) + (end - begin) == loop->voxels) {
+			pthread_mutex_lock(&loop->lock);
+			pthread_cond_broadcast(&loop->finished);
+			pthread_mutex_unlock(&loop->lock);
+		}
 	}
 	return NULL;
+}
+
+/* Sleeps until the loop is done or FIT_PROGRESS_NS have passed. */
+static void wait_progress(struct voxel_loop *loop)
+{
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += FIT_PROGRESS_NS;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&loop->lock);
+	if (atomic_load(&loop->done) < loop->voxels)
+		pthread_cond_timedwait(&loop->finished, &loop->lock, &until);
+	pthread_mutex_unlock(&loop->lock);
 }
 
 static int thread_count(const struct fit_options *o)
@@ -79,27 +104,32 @@ static int run_loop(struct voxel_loop *loop, int threads, const struct fit_optio
 {
 	pthread_t tid[FIT_MAX_THREADS];
 	struct worker_arg args[FIT_MAX_THREADS];
-	struct timespec pause = { 0, FIT_PROGRESS_NS };
-	int started = 0;
+	int started = 0, r = 0;
 
 	atomic_init(&loop->next, 0);
 	atomic_init(&loop->done, 0);
 	atomic_init(&loop->stop, false);
 	atomic_init(&loop->failed, false);
+	pthread_mutex_init(&loop->lock, NULL);
+	pthread_cond_init(&loop->finished, NULL);
 	for (; started < threads; started++) {
 		args[started] = (struct worker_arg){ loop, started };
 		if (pthread_create(&tid[started], NULL, worker_main, &args[started]) != 0)
 			break;
 	}
 	if (started == 0)
-		return -EAGAIN;
-	while (atomic_load(&loop->done) < loop->voxels && !atomic_load(&loop->stop)) {
-		nanosleep(&pause, NULL);
+		r = -EAGAIN;
+	while (started > 0 && atomic_load(&loop->done) < loop->voxels && !atomic_load(&loop->stop)) {
+		wait_progress(loop);
 		if (!report(o, stage, (double)atomic_load(&loop->done) / (double)loop->voxels))
 			atomic_store(&loop->stop, true);
 	}
 	for (int i = 0; i < started; i++)
 		pthread_join(tid[i], NULL);
+	pthread_cond_destroy(&loop->finished);
+	pthread_mutex_destroy(&loop->lock);
+	if (r < 0)
+		return r;
 	if (atomic_load(&loop->failed))
 		return -ENOMEM;
 	if (atomic_load(&loop->stop))
@@ -483,9 +513,15 @@ static void odf_block(struct voxel_loop *loop, int worker, size_t begin, size_t 
 
 	(void)worker;
 	for (size_t v = begin; v < end; v++) {
-		float *f = c->odf->data + v * (size_t)nv;
+		float *f = c->odf->data + v * (size_t)nv, lowest = 0.0f;
+		/* Only voxels with a negative value are written: most have none,
+		 * and writing back gigabytes that did not change doubles the
+		 * memory traffic of this pass. */
 		for (int j = 0; j < nv; j++)
-			f[j] = f[j] < 0.0f ? 0.0f : f[j];
+			lowest = f[j] < lowest ? f[j] : lowest;
+		if (lowest < 0.0f)
+			for (int j = 0; j < nv; j++)
+				f[j] = f[j] < 0.0f ? 0.0f : f[j];
 		if (check && !voxel_symmetric(f, c->anti, nv)) {
 			atomic_store(&c->asymmetric, true);
 			check = false;
