@@ -594,7 +594,10 @@ static int open_devices(struct cli *cli, struct cli_job *j, struct errbuf *err)
 	struct resident_upload up = { .odf_storage = j->spec.odf_storage,
 				      .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
 	struct gpu_ctx *gpus[GPU_MAX_DEVICES];
+	double t0 = timing_now();
 	int r = gpu_open_devices(&cli->gpu, cli->devices, cli->n_devices, gpus, &j->n_devices, err);
+
+	log_debug("%zu device(s) opened in %.3f s", j->n_devices, timing_now() - t0);
 
 	for (size_t i = 0; i < j->n_devices; i++)
 		j->devices[i].gpu = gpus[i];

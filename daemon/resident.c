@@ -20,6 +20,7 @@
 #include "log.h"
 #include "paged_volume.h"
 #include "sphere.h"
+#include "timing.h"
 #include "volume.h"
 
 struct resident {
@@ -326,22 +327,25 @@ static int new_resident(struct gpu_ctx *gpu, const struct inputs *in,
 			struct resident **ret, struct errbuf *err)
 {
 	struct resident *res = calloc(1, sizeof(*res));
+	double t0 = timing_now(), seconds;
 	int r;
 
 	if (!res)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	r = upload_resident(gpu, in, up, values, res, err);
+	seconds = timing_now() - t0;
 	if (r < 0) {
 		resident_free(gpu, res);
 		return r;
 	}
 	{
 		const struct paged_volume *v = inputs_boot(in) ? &res->dwi : &res->odf;
-		log_debug("%s on the GPU%s%s: %u pages of %llu voxels, %.1f MiB",
-			  inputs_boot(in) ? "DWI" : "ODF", inputs_boot(in) ? "" : " as ",
-			  inputs_boot(in) ? "" : resident_storage(res),
+		log_debug("%s on the GPU%s%s: %u pages of %llu voxels, %.1f MiB; inputs uploaded "
+			  "in %.3f s (%.1f GB/s)", inputs_boot(in) ? "DWI" : "ODF",
+			  inputs_boot(in) ? "" : " as ", inputs_boot(in) ? "" : resident_storage(res),
 			  v->layout.n_pages, (unsigned long long)v->layout.voxels_per_page,
-			  (double)v->bytes / (1 << 20));
+			  (double)v->bytes / (1 << 20), seconds,
+			  seconds > 0 ? (double)res->bytes / seconds * 1e-9 : 0.0);
 	}
 	*ret = res;
 	return 0;
