@@ -465,12 +465,14 @@ static void sample_block(struct voxel_loop *loop, int worker, size_t begin, size
 
 /* ---- an ODF as given --------------------------------------------------------- */
 
-/* Values this far apart relative to the voxel's maximum count as equal. */
 #define ODF_SYMMETRY_TOLERANCE 1e-3
 
 struct odf_ctx {
 	struct volume *odf;
-	const int *anti;          /* antipodal vertex of each vertex, or -1 */
+	/* The antipodal vertex pairs (first[i], second[i]) to compare; none on
+	 * a hemisphere. */
+	int *first, *second;
+	int n_pairs;
 	atomic_bool asymmetric;
 };
 
@@ -493,36 +495,60 @@ static int *antipodes(const struct sphere *s)
 	return anti;
 }
 
-static bool voxel_symmetric(const float *f, const int *anti, int nv)
+/* Each antipodal pair once (the vertex whose antipode comes after it, and
+ * that antipode), for the symmetry check. -ENOMEM. */
+static int antipodal_pairs(const struct sphere *s, struct odf_ctx *c)
 {
-	float top = 0.0f;
+	int *anti = antipodes(s);
 
-	for (int j = 0; j < nv; j++)
-		top = f[j] > top ? f[j] : top;
-	for (int j = 0; j < nv; j++)
-		if (anti[j] > j && fabsf(f[j] - f[anti[j]]) > ODF_SYMMETRY_TOLERANCE * top)
-			return false;
-	return true;
+	c->first = malloc(sizeof(*c->first) * (size_t)s->nv);
+	c->second = malloc(sizeof(*c->second) * (size_t)s->nv);
+	c->n_pairs = 0;
+	for (int j = 0; anti && c->first && c->second && j < s->nv; j++)
+		if (anti[j] > j) {
+			c->first[c->n_pairs] = j;
+			c->second[c->n_pairs++] = anti[j];
+		}
+	free(anti);
+	return anti && c->first && c->second ? 0 : -ENOMEM;
+}
+
+/* The largest difference between antipodal values. Branch-free over all
+ * pairs: this check reads every value of a symmetric ODF, gigabytes for a
+ * whole brain, and a loop that may stop early does not vectorize. */
+static float antipodal_gap(const float *f, const struct odf_ctx *c)
+{
+	float gap = 0.0f;
+
+	for (int i = 0; i < c->n_pairs; i++) {
+		float d = fabsf(f[c->first[i]] - f[c->second[i]]);
+		gap = d > gap ? d : gap;
+	}
+	return gap;
 }
 
 static void odf_block(struct voxel_loop *loop, int worker, size_t begin, size_t end)
 {
 	struct odf_ctx *c = loop->ctx;
 	int nv = (int)c->odf->dim[3];
-	bool check = c->anti && !atomic_load(&c->asymmetric);
+	bool check = c->n_pairs > 0 && !atomic_load(&c->asymmetric);
 
 	(void)worker;
 	for (size_t v = begin; v < end; v++) {
-		float *f = c->odf->data + v * (size_t)nv, lowest = 0.0f;
+		float *f = c->odf->data + v * (size_t)nv, lowest = 0.0f, top = 0.0f;
+		for (int j = 0; j < nv; j++) {
+			lowest = f[j] < lowest ? f[j] : lowest;
+			top = f[j] > top ? f[j] : top;
+		}
 		/* Only voxels with a negative value are written: most have none,
 		 * and writing back gigabytes that did not change doubles the
 		 * memory traffic of this pass. */
-		for (int j = 0; j < nv; j++)
-			lowest = f[j] < lowest ? f[j] : lowest;
 		if (lowest < 0.0f)
 			for (int j = 0; j < nv; j++)
 				f[j] = f[j] < 0.0f ? 0.0f : f[j];
-		if (check && !voxel_symmetric(f, c->anti, nv)) {
+		/* Values this far apart relative to the voxel's maximum (after
+		 * clipping) count as equal. */
+		if (check && antipodal_gap(f, c) > ODF_SYMMETRY_TOLERANCE * top) {
 			atomic_store(&c->asymmetric, true);
 			check = false;
 		}
@@ -534,19 +560,18 @@ int fit_prepare_odf(struct volume *odf, const struct sphere *s, const struct fit
 {
 	struct odf_ctx ctx = { .odf = odf };
 	struct voxel_loop loop = { .voxels = volume_voxels(odf), .block = odf_block, .ctx = &ctx };
-	int *anti = NULL;
 	int r;
 
 	atomic_init(&ctx.asymmetric, false);
 	/* On a hemisphere an ODF is symmetric by convention: nothing to compare. */
-	if (s->antipodal) {
-		anti = antipodes(s);
-		if (!anti)
-			return errbuf_set(err, -ENOMEM, "inputs.odf", "out of memory");
+	if (s->antipodal && antipodal_pairs(s, &ctx) < 0) {
+		free(ctx.first);
+		free(ctx.second);
+		return errbuf_set(err, -ENOMEM, "inputs.odf", "out of memory");
 	}
-	ctx.anti = anti;
 	r = run_loop(&loop, thread_count(o), o, "odf");
-	free(anti);
+	free(ctx.first);
+	free(ctx.second);
 	if (r < 0)
 		return loop_error(r, "odf", err);
 	*symmetric = !atomic_load(&ctx.asymmetric);
