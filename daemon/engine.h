@@ -70,8 +70,12 @@ struct engine_stats {
 	double load_seconds;        /* reading inputs, seeds, sphere */
 	double upload_seconds;
 	double compile_seconds;     /* pipelines compiled during this job */
-	double track_seconds;       /* GPU work and transfers */
-	double kernel_seconds;      /* of which: waiting for the tracking kernels */
+	double track_seconds;       /* the run's wall time less write_seconds,
+				     * which the writer threads spend while the
+				     * GPU tracks: less than the GPU's time when
+				     * there are several batches */
+	double kernel_seconds;      /* in the kernels' submits; overlaps
+				     * write_seconds */
 	double write_seconds;       /* TRK encoding and writing */
 	const char *odf_storage;    /* resident_storage() of the inputs used */
 	uint64_t gpu_input_bytes;   /* resident_bytes() of them */
