@@ -11,7 +11,6 @@
 #include <strings.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <shaderc/shaderc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -21,15 +20,15 @@
 #include <vulkan/vulkan.h>
 
 #include "log.h"
+#include "parallel.h"
 #include "shaders.h"
 #include "timing.h"
 
 /* Transfers go through UPLOAD_SLOTS staging buffers of STAGING_BYTES each:
- * the CPU fills one (on up to FILL_THREADS threads, each at least
- * FILL_MIN_BYTES) while the GPU copies another out. */
+ * the CPU fills one (on threads, each at least FILL_MIN_BYTES) while the GPU
+ * copies another out. */
 #define STAGING_BYTES (64u << 20)
 #define UPLOAD_SLOTS 2
-#define FILL_THREADS 16
 #define FILL_MIN_BYTES (4u << 20)
 #define DESCRIPTOR_SETS_PER_BATCH 256
 #define MAX_BINDINGS 16
@@ -1136,53 +1135,32 @@ struct fill_part {
 	void *userdata;
 	char *dst;
 	uint64_t offset, size;
-	pthread_t thread;
-	bool started;
 };
 
-static void *fill_part_main(void *arg)
+static void fill_part(void *arg)
 {
 	struct fill_part *p = arg;
 
-	p->fill(p->dst, p->offset, p->size, p->userdata);
-	return NULL;
-}
-
-static uint32_t fill_threads(uint64_t size)
-{
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	uint64_t n = size / FILL_MIN_BYTES;
-
-	n = n < 1 ? 1 : n;
-	n = cpus > 0 && n > (uint64_t)cpus ? (uint64_t)cpus : n;
-	return n > FILL_THREADS ? FILL_THREADS : (uint32_t)n;
+	if (p->size > 0)
+		p->fill(p->dst, p->offset, p->size, p->userdata);
 }
 
 /* Calls fill for [offset, offset + size) into dst, split over threads at
- * multiples of 64 bytes; a part whose thread cannot start runs here. */
+ * multiples of 64 bytes. */
 static void fill_parallel(char *dst, uint64_t offset, uint64_t size, gpu_fill_fn *fill,
 			  void *userdata)
 {
-	struct fill_part parts[FILL_THREADS];
-	uint32_t n = fill_threads(size);
+	struct fill_part parts[PARALLEL_MAX_PARTS];
+	size_t n = parallel_parts(size, FILL_MIN_BYTES);
 	uint64_t share = (size / n + 63) & ~63ull, at = 0;
 
-	for (uint32_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		uint64_t len = size - at < share ? size - at : share;
 		parts[i] = (struct fill_part){ .fill = fill, .userdata = userdata, .dst = dst + at,
 					       .offset = offset + at, .size = len };
 		at += len;
-		if (i > 0 && len > 0)
-			parts[i].started = pthread_create(&parts[i].thread, NULL, fill_part_main,
-							  &parts[i]) == 0;
 	}
-	fill_part_main(&parts[0]);
-	for (uint32_t i = 1; i < n; i++) {
-		if (parts[i].started)
-			pthread_join(parts[i].thread, NULL);
-		else if (parts[i].size > 0)
-			fill_part_main(&parts[i]);
-	}
+	parallel_run(fill_part, parts, sizeof(parts[0]), n);
 }
 
 int gpu_upload_fill(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset, uint64_t size,

@@ -19,6 +19,7 @@
 #include "boot.h"
 #include "log.h"
 #include "paged_volume.h"
+#include "parallel.h"
 #include "sphere.h"
 #include "timing.h"
 #include "volume.h"
@@ -359,16 +360,13 @@ struct upload_task {
 	struct resident *res;
 	struct errbuf err;
 	int r;
-	pthread_t thread;
-	bool started;
 };
 
-static void *upload_task_main(void *arg)
+static void upload_task_main(void *arg)
 {
 	struct upload_task *t = arg;
 
 	t->r = new_resident(t->gpu, t->in, t->up, t->values, &t->res, &t->err);
-	return NULL;
 }
 
 int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs *in,
@@ -381,20 +379,10 @@ int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs 
 	if (!tasks)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	odf_values_init(&values);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++)
 		tasks[i] = (struct upload_task){ .gpu = gpus[i], .in = in, .up = up,
 						 .values = &values };
-		if (i > 0)
-			tasks[i].started = pthread_create(&tasks[i].thread, NULL, upload_task_main,
-							  &tasks[i]) == 0;
-	}
-	upload_task_main(&tasks[0]);
-	for (size_t i = 1; i < n; i++) {
-		if (tasks[i].started)
-			pthread_join(tasks[i].thread, NULL);
-		else
-			upload_task_main(&tasks[i]);
-	}
+	parallel_run(upload_task_main, tasks, sizeof(*tasks), n);
 	for (size_t i = 0; i < n && r == 0; i++)
 		if (tasks[i].r < 0) {
 			r = tasks[i].r;

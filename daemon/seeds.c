@@ -3,13 +3,12 @@
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "affine.h"
+#include "parallel.h"
 #include "philox.h"
 
 struct seeds {
@@ -220,54 +219,37 @@ static void fill_from_mask(const struct seeds *s, uint64_t first, uint64_t n, fl
 	}
 }
 
-/* Seeds are drawn on up to FILL_THREADS threads, each taking at least
- * FILL_MIN_SEEDS: a chunk of two million takes ~0.1 s on one core. */
-#define FILL_THREADS 16
+/* A chunk of two million seeds takes ~0.1 s on one core: they are drawn
+ * in parts of at least FILL_MIN_SEEDS on threads (each seed depends on its
+ * index alone, so the parts are independent). */
 #define FILL_MIN_SEEDS 65536
 
 struct fill_part {
 	const struct seeds *s;
 	uint64_t first, n;
 	float *out;
-	pthread_t thread;
-	bool started;
 };
 
-static void *fill_part_main(void *arg)
+static void fill_part(void *arg)
 {
 	struct fill_part *p = arg;
 
 	fill_from_mask(p->s, p->first, p->n, p->out);
-	return NULL;
 }
 
-/* Each seed depends on its index alone, so parts are independent; a part
- * whose thread cannot start is drawn here. */
 static void fill_from_mask_parallel(const struct seeds *s, uint64_t first, uint64_t n,
 				    float *out)
 {
-	struct fill_part parts[FILL_THREADS];
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	uint64_t k = n / FILL_MIN_SEEDS, at = 0;
+	struct fill_part parts[PARALLEL_MAX_PARTS];
+	size_t k = parallel_parts(n, FILL_MIN_SEEDS);
+	uint64_t at = 0;
 
-	k = k < 1 ? 1 : k > FILL_THREADS ? FILL_THREADS : k;
-	k = cpus > 0 && k > (uint64_t)cpus ? (uint64_t)cpus : k;
-	for (uint64_t i = 0; i < k; i++) {
+	for (size_t i = 0; i < k; i++) {
 		uint64_t len = n / k + (i < n % k);
-		parts[i] = (struct fill_part){ .s = s, .first = first + at, .n = len,
-					       .out = out + 3 * at };
+		parts[i] = (struct fill_part){ s, first + at, len, out + 3 * at };
 		at += len;
-		if (i > 0)
-			parts[i].started = pthread_create(&parts[i].thread, NULL, fill_part_main,
-							  &parts[i]) == 0;
 	}
-	fill_part_main(&parts[0]);
-	for (uint64_t i = 1; i < k; i++) {
-		if (parts[i].started)
-			pthread_join(parts[i].thread, NULL);
-		else
-			fill_part_main(&parts[i]);
-	}
+	parallel_run(fill_part, parts, sizeof(parts[0]), k);
 }
 
 int seeds_fill(struct seeds *s, uint64_t first, uint64_t n, float *out)

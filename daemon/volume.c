@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,14 +21,14 @@
 #include <nifti2_io.h>
 
 #include "affine.h"
+#include "parallel.h"
 
 /* Writing: voxel data move through a buffer of whole x-rows of about this size. */
 #define IO_CHUNK_BYTES ((size_t)4 << 20)
 /* Reading (see "reading voxel data" below): pieces of up to BLOCK_VOLUMES
- * volumes' z-planes, on up to MAX_LOAD_THREADS threads; a compressed file is
- * inflated in blocks of at most BLOCK_BYTES of whole volumes. */
+ * volumes' z-planes, on threads (parallel.h); a compressed file is inflated
+ * in blocks of at most BLOCK_BYTES of whole volumes. */
 #define BLOCK_VOLUMES 32
-#define MAX_LOAD_THREADS 16
 #define BLOCK_BYTES ((size_t)256 << 20)
 /* Voxel data of at least HUGE_DATA_BYTES are aligned for huge pages. */
 #define HUGE_DATA_BYTES ((size_t)64 << 20)
@@ -455,7 +454,6 @@ struct load_worker {
 	unsigned char *buf;       /* an uncompressed file's piece */
 	size_t bad;               /* first non-finite value's file index, or SIZE_MAX */
 	int error;                /* 0, -EIO (the file ended early) or a read's -errno */
-	pthread_t thread;
 };
 
 /* Reads size bytes at offset; -EIO when the file ends first. */
@@ -499,7 +497,7 @@ static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *p
 	return 0;
 }
 
-static void *load_worker_main(void *arg)
+static void load_worker_main(void *arg)
 {
 	struct load_worker *w = arg;
 	struct load_job *job = w->job;
@@ -524,39 +522,13 @@ static void *load_worker_main(void *arg)
 		bad = interleave_plane(&piece, job->cv, job->v);
 		w->bad = bad < w->bad ? bad : w->bad;
 	}
-	return NULL;
 }
 
+/* A worker per thread (at most one per item): they take items from one
+ * counter, so any of them may do all the work. */
 static size_t load_threads(size_t items)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t n = cpus > 0 ? (size_t)cpus : 1;
-
-	n = n > MAX_LOAD_THREADS ? MAX_LOAD_THREADS : n;
-	return n > items ? items : n;
-}
-
-/* Runs the job's items on workers[0..n): workers 1.. on threads of their
- * own (those that cannot start leave their share to the others), worker 0
- * on the calling thread unless it is busy inflating (caller_busy), in which
- * case it runs here after. call end_workers() to wait for them. */
-static void start_workers(struct load_worker *w, size_t n, bool *started, bool caller_busy)
-{
-	for (size_t i = caller_busy ? 0 : 1; i < n; i++)
-		started[i] = pthread_create(&w[i].thread, NULL, load_worker_main, &w[i]) == 0;
-	if (!caller_busy)
-		load_worker_main(&w[0]);
-}
-
-static void end_workers(struct load_worker *w, size_t n, bool *started)
-{
-	for (size_t i = 0; i < n; i++)
-		if (started[i]) {
-			pthread_join(w[i].thread, NULL);
-			started[i] = false;
-		}
-	/* Items left by threads that never started. */
-	load_worker_main(&w[0]);
+	return parallel_parts(items, 1);
 }
 
 /* The result of the workers: the first failure, or the first non-finite value. */
@@ -610,7 +582,6 @@ static int read_uncompressed(const char *path, const char *field, const nifti_im
 {
 	size_t n = load_threads(job->n_items);
 	struct load_worker *w;
-	bool started[MAX_LOAD_THREADS] = { false };
 	int r;
 
 	job->fd = open(nim->iname, O_RDONLY | O_CLOEXEC);
@@ -622,8 +593,7 @@ static int read_uncompressed(const char *path, const char *field, const nifti_im
 		close(job->fd);
 		return errbuf_set(err, -ENOMEM, field, "%s: out of memory", path);
 	}
-	start_workers(w, n, started, false);
-	end_workers(w, n, started);
+	parallel_run(load_worker_main, w, sizeof(*w), n);
 	r = workers_result(w, n, path, field, job->v, err);
 	free_workers(w, n);
 	close(job->fd);
@@ -648,7 +618,7 @@ static int read_compressed(const char *path, const char *field, const nifti_imag
 	struct volume *v = job->v;
 	size_t nt = (size_t)v->dim[3], vol_bytes = volume_voxels(v) * job->cv->size;
 	size_t block = BLOCK_BYTES / vol_bytes, n = load_threads((size_t)v->dim[2]);
-	bool started[MAX_LOAD_THREADS] = { false };
+	struct parallel workers;
 	unsigned char *raw[2] = { NULL, NULL };
 	struct load_worker *w = new_workers(job, n, 0);
 	znzFile fp;
@@ -687,11 +657,11 @@ static int read_compressed(const char *path, const char *field, const nifti_imag
 		job->block_t0 = t0;
 		job->block_nb = nb;
 		atomic_store(&job->next, 0);
-		start_workers(w, n, started, next > 0);
+		parallel_start(&workers, load_worker_main, w, sizeof(*w), n);
 		if (next > 0)
 			have = inflate_block(fp, raw[cur ^ 1], next * vol_bytes, job->swapsize,
 					     job->cv->size);
-		end_workers(w, n, started);
+		parallel_finish(&workers);
 		r = workers_result(w, n, path, field, v, err);
 	}
 	znzclose(fp);
