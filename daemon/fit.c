@@ -500,17 +500,19 @@ static int *antipodes(const struct sphere *s)
 static int antipodal_pairs(const struct sphere *s, struct odf_ctx *c)
 {
 	int *anti = antipodes(s);
+	bool ok;
 
 	c->first = malloc(sizeof(*c->first) * (size_t)s->nv);
 	c->second = malloc(sizeof(*c->second) * (size_t)s->nv);
 	c->n_pairs = 0;
-	for (int j = 0; anti && c->first && c->second && j < s->nv; j++)
+	ok = anti && c->first && c->second;
+	for (int j = 0; ok && j < s->nv; j++)
 		if (anti[j] > j) {
 			c->first[c->n_pairs] = j;
 			c->second[c->n_pairs++] = anti[j];
 		}
 	free(anti);
-	return anti && c->first && c->second ? 0 : -ENOMEM;
+	return ok ? 0 : -ENOMEM;
 }
 
 /* The largest difference between antipodal values. Branch-free over all
