@@ -74,10 +74,14 @@ void parallel_run(parallel_fn *fn, void *args, size_t arg_size, size_t n)
 
 size_t parallel_parts(uint64_t units, uint64_t min_units)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	uint64_t n = min_units ? units / min_units : units;
+	long cpus;
 
-	n = n < 1 ? 1 : n;
+	/* Small uploads and seed fills, several a batch, end here: glibc reads
+	 * the CPU count from a file in /sys. */
+	if (n <= 1)
+		return 1;
+	cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	n = cpus > 0 && n > (uint64_t)cpus ? (uint64_t)cpus : n;
 	return n > PARALLEL_MAX_PARTS ? PARALLEL_MAX_PARTS : (size_t)n;
 }
