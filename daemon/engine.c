@@ -53,6 +53,7 @@ struct job_plan {
 	uint32_t items;           /* items (subgroups) per workgroup */
 	uint32_t max_peaks;       /* initial directions kept per seed, at most */
 	uint32_t slot_points;     /* 2 * max_steps + 1 */
+	uint32_t resume_bytes_per_line;  /* track.glsl's resume state (LOOP_LIMITED), else 0 */
 	uint64_t chunk_seeds;
 	uint64_t batch_lines;
 	uint64_t readback_bytes;  /* of each write slot */
@@ -63,6 +64,7 @@ struct job_gpu {
 	const struct resident *res;
 	struct gpu_buffer *seeds, *ndirs, *dirs;   /* the chunk's seeds and their directions */
 	struct gpu_buffer *line_id, *points, *ranges, *dest;
+	struct gpu_buffer *resume;          /* track.glsl's suspended streamlines */
 	struct paged_volume odf_scale;        /* ptt: daemon/ptt.h's tables for this job */
 	struct gpu_buffer *lut;
 };
@@ -117,6 +119,13 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
+/* track.glsl's RESUME_WORDS: a status and the walk (12 words), and ptt's
+ * state across steps (27, ptt_track.comp's GETTER_WORDS). */
+static uint32_t resume_words(const struct jobspec *job)
+{
+	return 12u + (job->direction_getter == JOBSPEC_DG_PTT ? 27u : 0u);
+}
+
 /* Shared memory of a kernel: per item (subgroup) and per workgroup. */
 struct shared_use {
 	uint32_t per_item, per_workgroup;
@@ -127,32 +136,43 @@ static uint32_t shared_bytes(struct shared_use u, uint32_t items)
 	return items * u.per_item + u.per_workgroup;
 }
 
-/* The shared memory of the pass-1 and pass-2 kernels. prob_init: two floats
- * per vertex per subgroup; prob_track: one vec3, 16 bytes, per vertex per
- * workgroup; boot: two floats per vertex and one per residual per subgroup. */
-static void kernel_shared_use(const struct inputs *in, struct shared_use use[2])
+/* The shared memory of the pass-1 and pass-2 kernels (their .glsl files
+ * declare it): per subgroup, prob and boot keep a float per vertex for the
+ * PMF (pmf.glsl), pass 1 and boot one more for peak marks (peaks.glsl); SH
+ * storage adds the interpolated coefficients; boot adds two floats per
+ * diffusion-weighted volume and its coefficients (boot.glsl). ptt's pass 2
+ * keeps the sphere's vertices, a vec3 (16 bytes) each, per workgroup. */
+static void kernel_shared_use(const struct jobspec *job, const struct inputs *in,
+			      const struct resident *res, struct shared_use use[2])
 {
 	uint32_t nv = (uint32_t)inputs_sphere(in)->nv;
+	uint32_t coefs;
 
 	if (inputs_boot(in)) {
 		uint32_t hr = (uint32_t)inputs_boot_matrices(in)->n_dwi;
-		use[0] = (struct shared_use){ 4u * (2u * nv + hr), 0 };
+		uint32_t nc = (uint32_t)inputs_boot_matrices(in)->n_coef;
+		use[0] = (struct shared_use){ 4u * (2u * nv + 2u * hr + nc), 0 };
 		use[1] = use[0];
 		return;
 	}
-	use[0] = (struct shared_use){ 8u * nv, 0 };
-	use[1] = (struct shared_use){ 0, 16u * nv };
+	coefs = resident_odf_storage(res) == JOBSPEC_ODF_SH ? resident_sh_coefs(res) : 0;
+	use[0] = (struct shared_use){ 4u * (2u * nv + coefs), 0 };
+	if (job->direction_getter == JOBSPEC_DG_PTT)
+		use[1] = (struct shared_use){ 0, 16u * nv };
+	else
+		use[1] = (struct shared_use){ 4u * (nv + coefs), 0 };
 }
 
 /* Subgroups per workgroup: as many as fill TARGET_WORKGROUP_LANES while the
  * shared memory of both kernels fits. */
-static int choose_items(const struct gpu_limits *lim, const struct inputs *in,
-			uint32_t *ret, struct errbuf *err)
+static int choose_items(const struct gpu_limits *lim, const struct jobspec *job,
+			const struct inputs *in, const struct resident *res, uint32_t *ret,
+			struct errbuf *err)
 {
 	struct shared_use use[2];
 	uint32_t items = TARGET_WORKGROUP_LANES / lim->subgroup_size;
 
-	kernel_shared_use(in, use);
+	kernel_shared_use(job, in, res, use);
 	for (int k = 0; k < 2; k++)
 		if (shared_bytes(use[k], 1) > lim->max_shared_bytes)
 			return errbuf_set(err, -E2BIG, "tracking.sphere", "a sphere of %d vertices "
@@ -186,19 +206,23 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 				  "memory, over the job's budget of %.1f MiB",
 				  (double)inputs / (1 << 20), (double)budget / (1 << 20));
 	work = budget - inputs > RESIDENT_MIN_WORK_BYTES ? budget - inputs : RESIDENT_MIN_WORK_BYTES;
-	r = choose_items(lim, in, &plan->items, err);
+	r = choose_items(lim, job, in, res, &plan->items, err);
 	if (r < 0)
 		return r;
 	plan->subgroup = lim->subgroup_size;
 	plan->max_peaks = peak_bound(job->min_separation_angle, inputs_symmetric(in),
 				     inputs_sphere(in)->nv);
 	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
+	plan->resume_bytes_per_line = lim->loop_limited ? 4u * resume_words(job) : 0u;
 
 	/* Two thirds of the work budget for streamlines: point slots on the GPU,
 	 * id (seed, direction), range, destination. */
 	line_slot_bytes = 12ull * plan->slot_points;
-	per_line = line_slot_bytes + 8 + 12 + 4;
+	per_line = line_slot_bytes + 8 + 12 + 4 + plan->resume_bytes_per_line;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
+	if (plan->resume_bytes_per_line)
+		plan->batch_lines = min_u64(plan->batch_lines,
+					    (buffer_limit - 4) / plan->resume_bytes_per_line);
 	/* The rest for seeds: position, direction count, directions. */
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
 	plan->chunk_seeds = min_u64(buffer_limit / (12ull * plan->max_peaks), work / 3 / per_seed);
@@ -234,10 +258,10 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 /* Bindings of the kernels (see their .comp headers); prob binds the SH
  * sampling matrix after these with SH storage. */
 #define PROB_INIT_BINDINGS 7
-#define PROB_TRACK_BINDINGS 8
+#define PROB_TRACK_BINDINGS 9
 #define BOOT_INIT_BINDINGS 8
-#define BOOT_TRACK_BINDINGS 11
-#define PTT_TRACK_BINDINGS 10
+#define BOOT_TRACK_BINDINGS 12
+#define PTT_TRACK_BINDINGS 11
 #define COMPACT_BINDINGS 4
 #define MAX_BINDINGS BOOT_TRACK_BINDINGS
 
@@ -266,7 +290,7 @@ static void boot_defines(const struct inputs *in, struct defines *d)
 	define(d, "MODEL_CSA", inputs_boot_model(in) == BOOT_MODEL_CSA);
 }
 
-/* pmf.glsl's ODF_STORAGE codes. */
+/* odf.glsl's ODF_STORAGE codes. */
 static int odf_storage_code(enum jobspec_odf_storage storage)
 {
 	return storage == JOBSPEC_ODF_SH ? 2 : storage == JOBSPEC_ODF_FLOAT16 ? 1 : 0;
@@ -300,6 +324,7 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 	define(&d, "NV", inputs_sphere(in)->nv);
 	define(&d, "MAX_PEAKS", plan->max_peaks);
 	define(&d, "SYMMETRIC", inputs_symmetric(in));
+	define(&d, "LOOP_LIMITED", gpu_get_limits(gpu)->loop_limited);
 	r = gpu_pipeline_get(gpu, "compact.comp", d.list, COMPACT_BINDINGS,
 			     sizeof(struct kernel_params), &g->compact, err);
 	if (r < 0 || !inputs_boot(in)) {
@@ -368,13 +393,16 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 		r = new_buffer(gpu, 12 * l, GPU_MEMORY_DEVICE, &g->ranges, err);
 	if (r == 0)
 		r = new_buffer(gpu, 4 * l, GPU_MEMORY_DEVICE, &g->dest, err);
+	if (r == 0)
+		r = new_buffer(gpu, 4 + plan->resume_bytes_per_line * l, GPU_MEMORY_DEVICE, &g->resume,
+			       err);
 	return r;
 }
 
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
 	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
-				     g->ranges, g->dest, g->lut };
+				     g->ranges, g->dest, g->resume, g->lut };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		gpu_buffer_free(gpu, all[i]);
@@ -505,6 +533,7 @@ static void fill_params(struct job_run *run)
 	run->params.rng[1] = key[1];
 	run->params.work[2] = (uint32_t)job->max_steps;
 	run->params.work[3] = (uint32_t)job->max_attempts;
+	run->params.dim[3] = 2;
 	/* DIPY: the curvature of the circle on which a step of step_size turns
 	 * by max_angle, 2 sin(max_angle / 2) / step_size. */
 	run->params.ptt[0] = (float)(2.0 * sin(job->max_angle * M_PI / 360.0) / job->step_size);
@@ -682,20 +711,20 @@ static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 	if (run->job->direction_getter == JOBSPEC_DG_PTT) {
 		struct gpu_buffer *const ptt[PTT_TRACK_BINDINGS + 1] = {
 			res.odf, res.stop, res.vertices, g->odf_scale.table, g->lut, g->seeds,
-			g->dirs, g->line_id, g->points, g->ranges, res.odf_basis };
+			g->dirs, g->line_id, g->points, g->ranges, g->resume, res.odf_basis };
 		memcpy(b, ptt, sizeof(ptt));
 		return;
 	}
 	if (!inputs_boot(run->in)) {
 		struct gpu_buffer *const prob[PROB_TRACK_BINDINGS + 1] = {
 			res.odf, res.stop, res.vertices, g->seeds, g->dirs, g->line_id,
-			g->points, g->ranges, res.odf_basis };
+			g->points, g->ranges, g->resume, res.odf_basis };
 		memcpy(b, prob, sizeof(prob));
 		return;
 	}
 	struct gpu_buffer *const boot[BOOT_TRACK_BINDINGS] = {
 		res.stop, res.vertices, res.nbr_offset, res.nbr, res.matrices, g->seeds,
-		g->dirs, g->line_id, g->points, g->ranges, res.dwi };
+		g->dirs, g->line_id, g->points, g->ranges, g->resume, res.dwi };
 	memcpy(b, boot, sizeof(boot));
 }
 
@@ -809,6 +838,33 @@ static int post_piece(struct job_run *run, const struct batch_place *at, uint64_
 	return 0;
 }
 
+/* Tracks the batch's n_lines lines. On a LOOP_LIMITED device the kernel
+ * suspends the streamlines whose loops the device would cut, and runs again
+ * over the batch, resuming them, until none is left (shaders/track.glsl). */
+static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, uint64_t n_lines,
+		       struct errbuf *err)
+{
+	struct job_gpu *g = &run->g;
+	const uint32_t none = 0;
+	uint32_t suspended = 0;
+	int r = 0;
+
+	for (uint32_t pass = 0; r == 0 && (pass == 0 || suspended > 0); pass++) {
+		run->params.rng[3] = pass > 0;
+		if (run->plan.resume_bytes_per_line)
+			r = gpu_upload(run->gpu, g->resume, 0, &none, sizeof(none), err);
+		if (r == 0)
+			r = dispatch_items(run, "track", g->track, buffers, 0, n_lines,
+					   &run->rate[0], err);
+		if (r == 0 && run->plan.resume_bytes_per_line)
+			r = gpu_download(run->gpu, g->resume, 0, &suspended, sizeof(suspended), err);
+		if (r == 0 && suspended > 0)
+			log_debug("track: %u streamlines suspended in pass %u", suspended, pass);
+	}
+	run->params.rng[3] = 0;
+	return r;
+}
+
 /* Tracks lines [first_line, first_line + n_lines) of the chunk and hands
  * the kept ones to the writer, in as many pieces as the read-back needs. */
 static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t first_line,
@@ -821,7 +877,7 @@ static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t
 
 	track_bindings(run, buffers);
 	if (r == 0)
-		r = dispatch_items(run, "track", g->track, buffers, 0, n_lines, &run->rate[0], err);
+		r = track_lines(run, buffers, n_lines, err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 12 * n_lines, err);
 	for (uint64_t first = 0, end; r == 0 && first < n_lines; first = end) {

@@ -444,8 +444,12 @@ static uint64_t lower_limit(uint64_t device_value, uint64_t requested)
  * (required size + full subgroups) is available for compute shaders. */
 static int read_limits(struct gpu_ctx *ctx, const struct gpu_options *opts, struct errbuf *err)
 {
+	VkPhysicalDeviceDriverProperties driver = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES,
+	};
 	VkPhysicalDeviceSubgroupSizeControlProperties size_ctl = {
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES,
+		.pNext = &driver,
 	};
 	VkPhysicalDeviceSubgroupProperties sg = {
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
@@ -480,6 +484,10 @@ static int read_limits(struct gpu_ctx *ctx, const struct gpu_options *opts, stru
 	l->max_workgroup_invocations = props.properties.limits.maxComputeWorkGroupInvocations;
 	l->max_workgroup_count_x = props.properties.limits.maxComputeWorkGroupCount[0];
 	l->max_push_constant_bytes = props.properties.limits.maxPushConstantsSize;
+	/* llvmpipe ends every loop of a shader invocation past 65535 iterations
+	 * in all (shaders/track.glsl resumes the streamlines it cut). */
+	l->loop_limited = props.properties.apiVersion >= VK_API_VERSION_1_2 &&
+		driver.driverID == VK_DRIVER_ID_MESA_LLVMPIPE;
 
 	ctx->size_control = props.properties.apiVersion >= VK_API_VERSION_1_3 &&
 		(size_ctl.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&

@@ -52,6 +52,7 @@ struct gpu_limits {
 	uint32_t max_workgroup_invocations;
 	uint32_t max_workgroup_count_x;
 	uint32_t max_push_constant_bytes;
+	bool loop_limited;           /* loops end after a fixed number of iterations (lavapipe) */
 };
 
 enum gpu_memory {

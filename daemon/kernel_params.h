@@ -10,12 +10,14 @@
 #include <stdint.h>
 
 struct kernel_params {
-	int32_t dim[4];         /* nx, ny, nz, unused */
+	int32_t dim[4];         /* nx, ny, nz, and 2: the loop count of track.glsl's
+				 * loop_limit_reached (LOOP_LIMITED devices) */
 	float track[4];         /* step_size, cos(max_angle), pmf_threshold, fa_threshold */
 	float peak[4];          /* relative_peak_threshold, cos(min_separation_angle),
 				 * min_signal (boot), 0 */
 	uint32_t rng[4];        /* Philox key (2 words), global index of the chunk's
-				 * first seed, 0 */
+				 * first seed, 1 when a track dispatch resumes the
+				 * suspended streamlines (track.glsl) */
 	uint32_t work[4];       /* first item, item count, max_steps, max_attempts (boot) */
 	float metric[8];        /* A^T A of the affine's 3x3 part (mm^2 per voxel^2):
 				 * 00 01 02 11 12 22, 0, 0 */

@@ -13,12 +13,11 @@
 // are b0s and the next HR diffusion-weighted; NC SH coefficients; MODEL_CSA
 // (0: OPDT); DWI_BINDING: the binding of the DWI's page table (volume.glsl).
 //
-// The including kernel declares the matrices[] buffer (layout below, written
-// by resident.c) and s_pmf[ITEMS][NV], s_res[ITEMS][HR] in shared memory, and
-// includes common.glsl, interp.glsl, volume.glsl and philox.glsl first.
-
-const uint J_PER_LANE = (HR + SG - 1) / SG;
-const uint B0_PER_LANE = (NB0 + SG - 1) / SG;
+// The signal, the residuals and the coefficients live in shared memory, a row
+// per subgroup like s_pmf; lane l owns the volumes j = l, l + SG, ... The
+// including kernel declares the matrices[] buffer (layout below, written by
+// resident.c) and includes common.glsl, interp.glsl, volume.glsl,
+// philox.glsl and pmf.glsl first.
 
 // matrices[]: U^T (NC x HR), 1/sqrt(1 - H_jj) (HR), Q (NC x HR), B (NC x HR),
 // S^T (NC x NV); row-major, so lanes read consecutive floats.
@@ -30,55 +29,55 @@ const uint M_ST = M_B + NC * HR;
 
 PAGED_TABLE(dwi, DWI_BINDING);
 
+shared float s_signal[ITEMS][HR];  // d, then the fit h, then the sample d*
+shared float s_res[ITEMS][HR];     // residuals, then the model's transform of d*
+shared float s_coef[ITEMS][NC];    // U^T d, then the model's coefficients
+
+void sync_subgroup()
+{
+	subgroupMemoryBarrierShared();
+	subgroupBarrier();
+}
+
 // Volume t of the signal interpolated from the corners' values.
 float interpolate_volume(Corners c, PageSpot spots[8], uint t)
 {
 	float v = 0.0;
-	for (int q = 0; q < 8; q++)
+	[[unroll]] for (int q = 0; q < 8; q++)
 		v += c.weight[q] * page_f32(spots[q], t);
 	return v;
 }
 
-// The diffusion-weighted signal at p (this lane's volumes j = lane + k SG)
-// and the mean of the b0s floored at min_signal. False outside the volume.
-bool interpolate_signal(vec3 p, out float d[J_PER_LANE], out float b0_mean)
+// Fills s_signal with the diffusion-weighted signal at p and returns the
+// mean of the b0s floored at min_signal; false outside the volume.
+bool interpolate_signal(vec3 p, out float b0_mean)
 {
+	uint sg = gl_SubgroupID;
 	Corners c;
-	for (uint k = 0; k < J_PER_LANE; k++)
-		d[k] = 0.0;
 	b0_mean = 1.0;
 	if (!corners_at(p, pc.dim.xyz, c))
 		return false;
 	PageSpot spots[8];
-	for (int q = 0; q < 8; q++)
+	[[unroll]] for (int q = 0; q < 8; q++)
 		spots[q] = PAGE_SPOT(dwi, c.voxel[q]);
 	float b0_sum = 0.0;
-	for (uint k = 0; k < B0_PER_LANE; k++) {
-		uint t = gl_SubgroupInvocationID + k * SG;
-		if (t < NB0)
-			b0_sum += max(interpolate_volume(c, spots, t), pc.peak.z);
-	}
+	for (uint t = gl_SubgroupInvocationID; t < NB0; t += SG)
+		b0_sum += max(interpolate_volume(c, spots, t), pc.peak.z);
 	b0_mean = subgroupAdd(b0_sum) / float(NB0);
-	for (uint k = 0; k < J_PER_LANE; k++) {
-		uint j = gl_SubgroupInvocationID + k * SG;
-		if (j < HR)
-			d[k] = interpolate_volume(c, spots, NB0 + j);
-	}
+	for (uint j = gl_SubgroupInvocationID; j < HR; j += SG)
+		s_signal[sg][j] = interpolate_volume(c, spots, NB0 + j);
 	return true;
 }
 
-// coef[m] = sum over j of matrices[row + m HR + j] * x_j, for every m < NC.
-void project(uint row, float x[J_PER_LANE], out float coef[NC])
+// The sum over j of matrices[row + j] * x_j, all lanes alike; x is s_res
+// (residuals true) or s_signal.
+float row_dot(uint row, bool residuals)
 {
-	for (uint m = 0; m < NC; m++) {
-		float acc = 0.0;
-		for (uint k = 0; k < J_PER_LANE; k++) {
-			uint j = gl_SubgroupInvocationID + k * SG;
-			if (j < HR)
-				acc += matrices[row + m * HR + j] * x[k];
-		}
-		coef[m] = subgroupAdd(acc);
-	}
+	uint sg = gl_SubgroupID;
+	float acc = 0.0;
+	for (uint j = gl_SubgroupInvocationID; j < HR; j += SG)
+		acc += matrices[row + j] * (residuals ? s_res[sg][j] : s_signal[sg][j]);
+	return subgroupAdd(acc);
 }
 
 // Which residual diffusion-weighted volume j takes: uniform over [0, HR).
@@ -87,67 +86,66 @@ void project(uint row, float x[J_PER_LANE], out float coef[NC])
 uint residual_index(uvec4 counter, uint j)
 {
 	counter.w += (j >> 2) << 16;
-	uint word = philox4x32_10(counter, pc.rng.xy)[j & 3u];
+	uvec4 block = philox4x32_10(counter, pc.rng.xy);
+	uvec2 pair = (j & 2u) != 0u ? block.zw : block.xy;
+	uint word = (j & 1u) != 0u ? pair.y : pair.x;
 	uint hi, lo;
 	umulExtended(word, uint(HR), hi, lo);
 	return hi;
 }
 
-// Replaces d by one bootstrap sample of it, normalised by b0_mean.
-void resample(inout float d[J_PER_LANE], float b0_mean, uvec4 counter)
+// Replaces s_signal by one bootstrap sample of it, normalised by b0_mean.
+void resample(float b0_mean, uvec4 counter)
 {
 	uint sg = gl_SubgroupID;
-	float t[NC];
-	project(M_UT, d, t);
-	float fit[J_PER_LANE];
+	for (uint m = 0; m < NC; m++) {
+		float t = row_dot(M_UT + m * HR, false);
+		if (gl_SubgroupInvocationID == 0)
+			s_coef[sg][m] = t;
+	}
+	sync_subgroup();
 	float r_sum = 0.0;
-	for (uint k = 0; k < J_PER_LANE; k++) {
-		uint j = gl_SubgroupInvocationID + k * SG;
+	for (uint j = gl_SubgroupInvocationID; j < HR; j += SG) {
 		float h = 0.0;
-		if (j < HR) {
-			for (uint m = 0; m < NC; m++)
-				h += matrices[M_UT + m * HR + j] * t[m];
-			float r = (d[k] - h) * matrices[M_LEV + j];
-			s_res[sg][j] = r;
-			r_sum += r;
-		}
-		fit[k] = h;
+		for (uint m = 0; m < NC; m++)
+			h += matrices[M_UT + m * HR + j] * s_coef[sg][m];
+		float r = (s_signal[sg][j] - h) * matrices[M_LEV + j];
+		s_res[sg][j] = r;
+		s_signal[sg][j] = h;
+		r_sum += r;
 	}
 	float r_mean = subgroupAdd(r_sum) / float(HR);
-	subgroupMemoryBarrierShared();
-	subgroupBarrier();
-	for (uint k = 0; k < J_PER_LANE; k++) {
-		uint j = gl_SubgroupInvocationID + k * SG;
-		if (j < HR) {
-			float drawn = fit[k] + s_res[sg][residual_index(counter, j)] - r_mean;
-			d[k] = max(drawn, pc.peak.z) / b0_mean;
-		}
+	sync_subgroup();
+	for (uint j = gl_SubgroupInvocationID; j < HR; j += SG) {
+		float drawn = s_signal[sg][j] + s_res[sg][residual_index(counter, j)] - r_mean;
+		s_signal[sg][j] = max(drawn, pc.peak.z) / b0_mean;
 	}
-	subgroupBarrier();   // s_res is rewritten by the next sample
+	subgroupBarrier();   // s_res is rewritten by fit_model
 }
 
-// The model's SH coefficients of the normalised signal d.
-void fit_model(float d[J_PER_LANE], out float coef[NC])
+// Fills s_coef with the model's SH coefficients of the sample in s_signal.
+void fit_model()
 {
-	float q[J_PER_LANE];
-	for (uint k = 0; k < J_PER_LANE; k++) {
+	uint sg = gl_SubgroupID;
+	for (uint j = gl_SubgroupInvocationID; j < HR; j += SG) {
+		float d = s_signal[sg][j];
 #if MODEL_CSA
-		float x = clamp(d[k], 0.001, 0.999);
-		q[k] = log(-log(x));
+		s_res[sg][j] = log(-log(clamp(d, 0.001, 0.999)));
 #else
-		float l = -log(d[k]);
-		q[k] = l * (1.5 - l) * d[k];
+		float l = -log(d);
+		s_res[sg][j] = l * (1.5 - l) * d;
 #endif
 	}
-	project(M_Q, q, coef);
+	for (uint m = 0; m < NC; m++) {
 #if MODEL_CSA
-	coef[0] = 0.28209479177387814;   // 0.5 / sqrt(pi)
+		float coef = m == 0 ? 0.28209479177387814 : row_dot(M_Q + m * HR, true); // 0.5 / sqrt(pi)
 #else
-	float cb[NC];
-	project(M_B, d, cb);
-	for (uint m = 0; m < NC; m++)
-		coef[m] -= cb[m];
+		float coef = row_dot(M_Q + m * HR, true) - row_dot(M_B + m * HR, false);
 #endif
+		if (gl_SubgroupInvocationID == 0)
+			s_coef[sg][m] = coef;
+	}
+	sync_subgroup();
 }
 
 // Fills s_pmf[this subgroup] with a bootstrap ODF at p, thresholded at
@@ -156,29 +154,21 @@ void fit_model(float d[J_PER_LANE], out float coef[NC])
 void sample_boot_pmf(vec3 p, uvec4 counter)
 {
 	uint sg = gl_SubgroupID;
-	float d[J_PER_LANE];
 	float b0_mean;
-	float values[VERTS_PER_LANE];
-	bool inside = interpolate_signal(p, d, b0_mean);
-	for (uint k = 0; k < VERTS_PER_LANE; k++)
-		values[k] = 0.0;
+	bool inside = interpolate_signal(p, b0_mean);
 	if (inside) {
-		float coef[NC];
-		resample(d, b0_mean, counter);
-		fit_model(d, coef);
-		for (uint k = 0; k < VERTS_PER_LANE; k++) {
-			uint v = min(gl_SubgroupInvocationID + k * SG, NV - 1);
-			for (uint m = 0; m < NC; m++)
-				values[k] += matrices[M_ST + m * NV + v] * coef[m];
-		}
+		resample(b0_mean, counter);
+		fit_model();
 	}
 	float lane_max = 0.0;
-	for (uint k = 0; k < VERTS_PER_LANE; k++)
-		lane_max = max(lane_max, values[k]);
-	float floor_value = pmf_floor(lane_max);
-	for (uint k = 0; k < VERTS_PER_LANE; k++) {
-		uint j = gl_SubgroupInvocationID + k * SG;
-		if (j < NV)
-			s_pmf[sg][j] = values[k] < floor_value ? 0.0 : values[k];
+	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG) {
+		float v = 0.0;
+		if (inside)
+			for (uint m = 0; m < NC; m++)
+				v += matrices[M_ST + m * NV + j] * s_coef[sg][m];
+		s_pmf[sg][j] = v;
+		lane_max = max(lane_max, v);
 	}
+	subgroupBarrier();   // s_coef is rewritten by the next sample
+	zero_below(pmf_floor(lane_max));
 }

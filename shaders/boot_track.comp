@@ -17,7 +17,8 @@
 //   8 points     float[3 * (2 max_steps + 1) * n]   out
 //   9 ranges     uint[3 * n]      out: first point slot, number of points, length
 //                                 in mm (float bits)
-//  10 dwi        page table (volume.glsl)
+//  10 resume     uint[]           suspended streamlines (track.glsl)
+//  11 dwi        page table (volume.glsl)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -26,7 +27,8 @@
 #include "philox.glsl"
 
 PAGED_TABLE(fa, 0);
-layout(std430, binding = 1) readonly buffer Vertices { float vertices[]; };
+#define VERTICES_BINDING 1
+#include "sphere.glsl"
 layout(std430, binding = 2) readonly buffer NbrOffset { int nbr_offset[]; };
 layout(std430, binding = 3) readonly buffer Nbr { int nbr[]; };
 layout(std430, binding = 4) readonly buffer Matrices { float matrices[]; };
@@ -36,41 +38,49 @@ layout(std430, binding = 7) readonly buffer LineId { uint line_id[]; };
 layout(std430, binding = 8) writeonly buffer Points { float points[]; };
 layout(std430, binding = 9) writeonly buffer Ranges { uint ranges[]; };
 
-shared float s_pmf[ITEMS][NV];
-shared float s_cand[ITEMS][NV];
-shared float s_res[ITEMS][HR];
-
+#define RESUME_BINDING 10
+#include "resume.glsl"
+#include "pmf.glsl"
 #include "boot.glsl"
 #include "peaks.glsl"
 
-// DIPY closest_peak: the peak with the largest |cos| to dir (the first on
-// ties), turned to point forward, if within max_angle.
-bool closest_peak(vec3 kept[MAX_PEAKS], uint n, inout vec3 dir)
+// DIPY closest_peak: the peak with the largest |cos| to dir (the lowest rank
+// on ties), turned to point forward, if within max_angle. Each lane looks at
+// the peaks among its own vertices (peaks.glsl's marks).
+bool closest_peak(inout vec3 dir)
 {
+	uint sg = gl_SubgroupID;
 	float best = 0.0;
-	int best_i = -1;
-	for (uint a = 0; a < n; a++) {
-		float c = dot(kept[a], dir);
-		if (abs(c) > abs(best)) {
+	uint best_rank = 0xffffffffu;
+	uint best_j = 0u;
+	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG) {
+		float cand = s_cand[sg][j];
+		if (!is_peak(cand))
+			continue;
+		float c = abs(dot(vertex(j), dir));
+		uint rank = peak_rank(cand);
+		if (c > best || (c == best && c > 0.0 && rank < best_rank)) {
 			best = c;
-			best_i = int(a);
+			best_rank = rank;
+			best_j = j;
 		}
 	}
-	if (best_i < 0 || abs(best) < pc.track.y)
+	float top = subgroupMax(best);
+	if (top == 0.0 || top < pc.track.y)
 		return false;
-	dir = best > 0.0 ? kept[best_i] : -kept[best_i];
+	uint first_rank = subgroupMin(best == top ? best_rank : 0xffffffffu);
+	vec3 v = vertex(subgroupMin(best_rank == first_rank ? best_j : 0xffffffffu));
+	dir = dot(v, dir) > 0.0 ? v : -v;
 	return true;
 }
 
 bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 {
 	for (uint attempt = 0; attempt < pc.work.w; attempt++) {
-		vec3 kept[MAX_PEAKS];
 		counter.w = PHILOX_STREAM_BOOT | (attempt << 8);
 		sample_boot_pmf(p, counter);
-		uint n = find_peaks(kept);
-		if (n > 0)
-			return closest_peak(kept, n, dir);
+		if (find_peaks() > 0)
+			return closest_peak(dir);
 	}
 	return false;
 }
@@ -78,5 +88,12 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 void prepare_workgroup()
 {
 }
+
+// Each step's bootstrap samples are drawn afresh: no state across steps.
+const uint GETTER_WORDS = 0u;
+void getter_mark() {}
+void getter_rewind() {}
+void getter_save(uint at) {}
+void getter_load(uint at) {}
 
 #include "track.glsl"

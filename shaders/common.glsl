@@ -15,15 +15,16 @@
 #extension GL_KHR_shader_subgroup_vote : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_ballot : require
+#extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x = SG * ITEMS) in;
 
 // Mirrored by daemon/kernel_params.h.
 layout(push_constant, std430) uniform Params {
-	ivec4 dim;    // nx, ny, nz, unused
+	ivec4 dim;    // nx, ny, nz, loop count of loop_limit_reached (track.glsl)
 	vec4 track;   // step_size, cos(max_angle), pmf_threshold, fa_threshold
 	vec4 peak;    // relative_peak_threshold, cos(min_separation_angle), min_signal (boot), 0
-	uvec4 rng;    // Philox key (x, y), global index of the chunk's first seed, unused
+	uvec4 rng;    // Philox key (x, y), global index of the chunk's first seed, resuming (track.glsl)
 	uvec4 work;   // first item, item count, max_steps, max_attempts (boot)
 	vec4 metric0; // A^T A of the affine: 00 01 02 11
 	vec4 metric1; // 12 22, unused
@@ -39,11 +40,13 @@ float step_mm(vec3 d)
 	return sqrt(dot(d, g));
 }
 
-// Arrays in registers (values[VERTS_PER_LANE] and the like) are indexed by
-// loop counters of loops that unroll: lavapipe gives a private array indexed
-// at run time stack space on every use, so a kernel that calls such code at
-// each step runs out of it after a few dozen steps and computes garbage.
-const uint VERTS_PER_LANE = (NV + SG - 1) / SG;
+// Per-lane storage does not grow with the sphere or the number of volumes:
+// functions on the sphere live in shared memory, one row per subgroup
+// (pmf.glsl), and lanes walk them SG entries at a time; the only private
+// arrays are fixed blocks of 8 (a voxel's corners). lavapipe, which runs
+// each subgroup as one CPU thread, gives a private array indexed at run time
+// memory of its own and ends every loop of an invocation past 65535
+// iterations in all: track.glsl resumes the streamlines it cuts that way.
 
 // Index of the item (seed or streamline) of this subgroup; >= item count
 // for the idle subgroups of the last workgroup.
@@ -59,11 +62,4 @@ float axis_cos(vec3 a, vec3 b)
 #else
 	return dot(a, b);
 #endif
-}
-
-// The value below which PMF entries are ignored (pmf_threshold of the
-// maximum, DIPY's absolute_pmf_threshold), given this lane's maximum.
-float pmf_floor(float lane_max)
-{
-	return pc.track.z * subgroupMax(lane_max);
 }

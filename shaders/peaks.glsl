@@ -5,13 +5,33 @@
 // descending order (lowest index first on ties, as DIPY's stable sort) and
 // dropped when closer than min_separation_angle to a peak already kept.
 //
-// The including kernel declares the buffers vertices, nbr_offset and nbr
-// (sphere.h's CSR neighbour lists) and the shared arrays
-// s_pmf[ITEMS][NV] (the function) and s_cand[ITEMS][NV] (scratch).
+// The function is this subgroup's row of s_pmf (pmf.glsl). The peaks are
+// left in s_cand, by vertex, rather than in a list: the peak of rank a
+// (0 = the largest) is the vertex whose s_cand is peak_mark(a), so no lane
+// holds an array that grows with the number of peaks.
+//
+// The including kernel declares the buffers nbr_offset and nbr (sphere.h's
+// CSR neighbour lists) and includes sphere.glsl and pmf.glsl first.
 
-vec3 vertex(uint j)
+// Per vertex: its value above the base if it is a candidate, NOT_CANDIDATE,
+// or a peak's mark.
+shared float s_cand[ITEMS][NV];
+
+const float NOT_CANDIDATE = -1.0;
+
+float peak_mark(uint rank)
 {
-	return vec3(vertices[3 * j], vertices[3 * j + 1], vertices[3 * j + 2]);
+	return -2.0 - float(rank);
+}
+
+bool is_peak(float cand)
+{
+	return cand <= -2.0;
+}
+
+uint peak_rank(float mark)
+{
+	return uint(-2.0 - mark);
 }
 
 // DIPY _compare_neighbors: a vertex is a maximum when no neighbour is larger
@@ -35,37 +55,43 @@ float mark_candidates()
 {
 	uint sg = gl_SubgroupID;
 	float lane_min = 3.0e38;
-	for (uint k = 0; k < VERTS_PER_LANE; k++) {
-		uint j = gl_SubgroupInvocationID + k * SG;
-		if (j < NV)
-			lane_min = min(lane_min, s_pmf[sg][j]);
-	}
+	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG)
+		lane_min = min(lane_min, s_pmf[sg][j]);
 	float base = max(subgroupMin(lane_min), 0.0);
 	float lane_top = -1.0;
-	for (uint k = 0; k < VERTS_PER_LANE; k++) {
-		uint j = gl_SubgroupInvocationID + k * SG;
-		if (j < NV) {
-			float cand = is_local_max(j) ? s_pmf[sg][j] - base : -1.0;
-			s_cand[sg][j] = cand;
-			lane_top = max(lane_top, cand);
-		}
+	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG) {
+		float cand = is_local_max(j) ? s_pmf[sg][j] - base : NOT_CANDIDATE;
+		s_cand[sg][j] = cand;
+		lane_top = max(lane_top, cand);
 	}
 	return subgroupMax(lane_top);
 }
 
+// Whether v is more than min_separation_angle from every peak kept so far.
+bool separated_from_peaks(vec3 v)
+{
+	uint sg = gl_SubgroupID;
+	bool separated = true;
+	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG)
+		if (is_peak(s_cand[sg][j]))
+			separated = separated && axis_cos(v, vertex(j)) <= pc.peak.y;
+	return subgroupAll(separated);
+}
+
 // Takes candidates of at least keep_from in descending order and keeps those
-// separated from every kept one; returns how many, all lanes alike.
-uint select_peaks(float keep_from, out vec3 kept[MAX_PEAKS])
+// separated from every kept one; returns how many, all lanes alike. Each
+// lane reads and writes only the s_cand entries of its own vertices.
+uint select_peaks(float keep_from)
 {
 	uint sg = gl_SubgroupID;
 	uint n = 0;
 	while (n < MAX_PEAKS) {
 		float best = -1.0;
 		uint best_j = 0xffffffffu;
-		for (uint k = 0; k < VERTS_PER_LANE; k++) {
-			uint j = gl_SubgroupInvocationID + k * SG;
-			if (j < NV && s_cand[sg][j] >= keep_from && s_cand[sg][j] > best) {
-				best = s_cand[sg][j];
+		for (uint j = gl_SubgroupInvocationID; j < NV; j += SG) {
+			float cand = s_cand[sg][j];
+			if (cand >= keep_from && cand > best) {
+				best = cand;
 				best_j = j;
 			}
 		}
@@ -73,27 +99,23 @@ uint select_peaks(float keep_from, out vec3 kept[MAX_PEAKS])
 		if (top < 0.0)
 			break;
 		uint top_j = subgroupMin(best == top ? best_j : 0xffffffffu);
+		bool kept = separated_from_peaks(vertex(top_j));
 		if (gl_SubgroupInvocationID == top_j % SG)
-			s_cand[sg][top_j] = -1.0;
-		vec3 v = vertex(top_j);
-		bool separated = true;
-		for (uint a = 0; a < n; a++)
-			separated = separated && axis_cos(v, kept[a]) <= pc.peak.y;
-		if (separated)
-			kept[n++] = v;
+			s_cand[sg][top_j] = kept ? peak_mark(n) : NOT_CANDIDATE;
+		if (kept)
+			n++;
 	}
 	return n;
 }
 
-// The peaks of s_pmf[this subgroup], which the caller has filled.
-uint find_peaks(out vec3 kept[MAX_PEAKS])
+// The number of peaks of s_pmf[this subgroup], which the caller has filled;
+// the peaks are marked in s_cand.
+uint find_peaks()
 {
 	subgroupMemoryBarrierShared();
 	subgroupBarrier();   // neighbours of a vertex belong to other lanes
 	float top = mark_candidates();
-	subgroupMemoryBarrierShared();
-	subgroupBarrier();
 	if (top < 0.0)
 		return 0;
-	return select_peaks(pc.peak.x * top, kept);
+	return select_peaks(pc.peak.x * top);
 }

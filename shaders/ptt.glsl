@@ -23,7 +23,7 @@
 //
 // The including kernel declares the page table odf_scale, lut[] and the
 // shared s_vertex[NV], and includes common.glsl, interp.glsl, volume.glsl,
-// philox.glsl and pmf.glsl first.
+// philox.glsl and odf.glsl first.
 
 struct Frame {
 	vec3 t, n, b;

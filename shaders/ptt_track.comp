@@ -10,7 +10,7 @@
 // the new point; when none is found that point is not kept (DIPY).
 //
 // Bindings:
-//   0 odf        page table (pmf.glsl)
+//   0 odf        page table (odf.glsl)
 //   1 fa         page table (volume.glsl)   stop map
 //   2 vertices   float[3 * NV]
 //   3 odf_scale  page table       1 / the voxel's ODF maximum, 0 where not tracked
@@ -21,7 +21,8 @@
 //   8 points     float[3 * (2 max_steps + 1) * n]   out
 //   9 ranges     uint[3 * n]      out: first point slot, number of points, length
 //                                 in mm (float bits)
-//  10 odf_basis  float[NC * NV]   ODF_SH only (pmf.glsl)
+//  10 resume     uint[]           suspended streamlines (track.glsl)
+//  11 odf_basis  float[NC * NV]   ODF_SH only (odf.glsl)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -42,8 +43,10 @@ layout(std430, binding = 9) writeonly buffer Ranges { uint ranges[]; };
 shared vec3 s_vertex[NV];
 
 #define ODF_BINDING 0
-#define ODF_BASIS_BINDING 10
-#include "pmf.glsl"
+#define ODF_BASIS_BINDING 11
+#include "odf.glsl"
+#define RESUME_BINDING 10
+#include "resume.glsl"
 #include "ptt.glsl"
 
 // Sub-streams of the candidates' random numbers within one step.
@@ -52,17 +55,23 @@ const uint PHASE_SEED_REVERSED = 1u;
 const uint PHASE_RESUME = 2u;
 const uint PHASE_STEP = 3u;
 
-// The walk of the current half (every lane holds the same), and the start of
-// the forward half, prepared at the seed before the backward half runs.
-Frame g_frame;
-vec2 g_k;
-float g_first;            // support()'s carried-over first amplitude, < 0: none
-bool g_resample;          // the arc is to be sampled before the next step
-Frame g_fwd_frame;
-vec2 g_fwd_k;
-float g_fwd_first;
-bool g_fwd_resample;
+// The arc a half follows, every lane alike.
+struct Arc {
+	Frame frame;
+	vec2 k;
+	float first;      // support()'s carried-over first amplitude, < 0: none
+	bool resample;    // the arc is to be sampled before the next step
+};
+
+// The current half's arc, and the start of the forward half, prepared at the
+// seed before the backward half runs; g_mark: their copy before the step
+// (track.glsl's getter_mark).
+Arc g_arc;
+Arc g_fwd;
 bool g_started;
+Arc g_mark_arc;
+Arc g_mark_fwd;
+bool g_mark_started;
 
 Frame reversed(Frame f)
 {
@@ -79,25 +88,15 @@ bool start_streamline(vec3 p, vec3 first, uvec4 counter)
 	f.t = first;
 	float c0 = -1.0;
 	if (select_curve(p, f, k, c0, counter, PHASE_SEED, true)) {
-		g_fwd_first = c0;
-		g_first = -1.0;
-		g_fwd_frame = f;
-		g_fwd_k = k;
-		g_fwd_resample = false;
-		g_frame = reversed(f);
-		g_resample = true;
+		g_fwd = Arc(f, k, c0, false);
+		g_arc = Arc(reversed(f), k, -1.0, true);
 		return true;
 	}
 	f.t = -first;
 	c0 = -1.0;
 	if (select_curve(p, f, k, c0, counter, PHASE_SEED_REVERSED, true)) {
-		g_first = c0;
-		g_fwd_first = -1.0;
-		g_frame = f;
-		g_k = k;
-		g_resample = false;
-		g_fwd_frame = reversed(f);
-		g_fwd_resample = true;
+		g_arc = Arc(f, k, c0, false);
+		g_fwd = Arc(reversed(f), k, -1.0, true);
 		return true;
 	}
 	return false;
@@ -107,22 +106,19 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 {
 	if (counter.x == 1u) {
 		// track.glsl runs the backward half (along -first) first.
-		if ((counter.z & 1u) == 0u) {
+		if ((counter.z & 1u) == 0u)
 			g_started = start_streamline(p, -dir, counter);
-		} else {
-			g_frame = g_fwd_frame;
-			g_k = g_fwd_k;
-			g_resample = g_fwd_resample;
-			g_first = g_fwd_first;
-		}
+		else
+			g_arc = g_fwd;
 		if (!g_started)
 			return false;
 	}
-	if (g_resample && !select_curve(p, g_frame, g_k, g_first, counter, PHASE_RESUME, false))
+	if (g_arc.resample &&
+	    !select_curve(p, g_arc.frame, g_arc.k, g_arc.first, counter, PHASE_RESUME, false))
 		return false;
-	g_resample = false;
-	vec3 disp = ptt_move(g_frame, g_k, pc.track.x);
-	if (!select_curve(p + disp, g_frame, g_k, g_first, counter, PHASE_STEP, false))
+	g_arc.resample = false;
+	vec3 disp = ptt_move(g_arc.frame, g_arc.k, pc.track.x);
+	if (!select_curve(p + disp, g_arc.frame, g_arc.k, g_arc.first, counter, PHASE_STEP, false))
 		return false;
 	// track.glsl steps step_size * dir: the chord of the arc.
 	dir = disp / pc.track.x;
@@ -134,6 +130,55 @@ void prepare_workgroup()
 	for (uint j = gl_LocalInvocationIndex; j < NV; j += SG * ITEMS)
 		s_vertex[j] = vec3(vertices[3 * j], vertices[3 * j + 1], vertices[3 * j + 2]);
 	barrier();
+}
+
+const uint ARC_WORDS = 13u;
+const uint GETTER_WORDS = 2u * ARC_WORDS + 1u;
+
+void getter_mark()
+{
+	g_mark_arc = g_arc;
+	g_mark_fwd = g_fwd;
+	g_mark_started = g_started;
+}
+
+void getter_rewind()
+{
+	g_arc = g_mark_arc;
+	g_fwd = g_mark_fwd;
+	g_started = g_mark_started;
+}
+
+void save_arc(uint at, Arc a)
+{
+	save_vec3(at, a.frame.t);
+	save_vec3(at + 3u, a.frame.n);
+	save_vec3(at + 6u, a.frame.b);
+	resume[at + 9u] = floatBitsToUint(a.k.x);
+	resume[at + 10u] = floatBitsToUint(a.k.y);
+	resume[at + 11u] = floatBitsToUint(a.first);
+	resume[at + 12u] = a.resample ? 1u : 0u;
+}
+
+Arc load_arc(uint at)
+{
+	Frame f = Frame(load_vec3(at), load_vec3(at + 3u), load_vec3(at + 6u));
+	vec2 k = uintBitsToFloat(uvec2(resume[at + 9u], resume[at + 10u]));
+	return Arc(f, k, uintBitsToFloat(resume[at + 11u]), resume[at + 12u] != 0u);
+}
+
+void getter_save(uint at)
+{
+	save_arc(at, g_arc);
+	save_arc(at + ARC_WORDS, g_fwd);
+	resume[at + 2u * ARC_WORDS] = g_started ? 1u : 0u;
+}
+
+void getter_load(uint at)
+{
+	g_arc = load_arc(at);
+	g_fwd = load_arc(at + ARC_WORDS);
+	g_started = resume[at + 2u * ARC_WORDS] != 0u;
 }
 
 #include "track.glsl"

@@ -7,12 +7,37 @@
 // (along -first) is stored below the seed's slot and the forward half above
 // it, so the streamline is contiguous without reversing.
 //
+// Devices that end loops after a fixed number of iterations (LOOP_LIMITED,
+// lavapipe: see loop_limit_reached) may stop a streamline in mid-walk: it is
+// suspended before the step whose loops were cut, its walk saved in the
+// resume buffer, and the host dispatches the kernel again (pc.rng.w = 1)
+// until no streamline is suspended. A resumed step draws the same random
+// numbers, so the output is the same as in one pass.
+//
 // The including kernel declares the buffers seeds, dirs, line_id, points and
 // ranges (layout in prob_track.comp's header), the stop map's page table fa
-// (volume.glsl's PAGED_TABLE), and defines
+// (volume.glsl's PAGED_TABLE), includes resume.glsl, and defines
 //   bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 //   void prepare_workgroup()   (runs once per workgroup before tracking)
+//   GETTER_WORDS, getter_mark(), getter_rewind(), getter_save(uint at),
+//   getter_load(uint at)   (the getter's own state across steps: a copy kept
+//                           before each step, and its GETTER_WORDS words in the
+//                           resume buffer; LOOP_LIMITED only)
 // counter = (step, global seed index, 2 * direction index + half, 0).
+
+const uint LINE_SUSPENDED = 1u;
+const uint LINE_DONE = 2u;
+const uint WALK_WORDS = 11u;
+const uint RESUME_WORDS = 1u + WALK_WORDS + GETTER_WORDS;
+
+// Where a streamline stands between two steps.
+struct Walk {
+	vec3 p, dir;
+	uint half_index;  // 0: backward, 1: forward
+	uint step;        // the next step, from 1
+	uint n_back;      // points of the backward half, the seed included
+	float length_mm;
+};
 
 // DIPY ThresholdStoppingCriterion: TRACKPOINT only inside and above threshold.
 bool still_tracking(vec3 p)
@@ -26,24 +51,85 @@ bool still_tracking(vec3 p)
 	return v > pc.track.w;
 }
 
-// Tracks one half; returns its number of points including the seed and adds
-// its length in mm to length_mm.
-uint track_half(vec3 p, vec3 dir, uint seed_slot, int sign, uvec4 counter, inout float length_mm)
+#if LOOP_LIMITED
+// llvmpipe (lavapipe) counts the loop iterations of an invocation, every
+// loop together, and past 65535 ends each loop after its current iteration
+// (LP_MAX_TGSI_LOOP_ITERATIONS, its guard against endless loops): a step
+// then computes garbage. A loop of pc.dim.w = 2 iterations, a count the
+// compiler cannot see, runs fewer once that happened, or is about to.
+bool loop_limit_reached()
 {
-	uint lane = gl_SubgroupInvocationID;
-	uint i;
-	for (i = 1; i <= pc.work.z; i++) {
-		counter.x = i;
-		if (!next_direction(p, dir, counter))
-			break;
-		p += pc.track.x * dir;
-		if (!still_tracking(p))
-			break;
-		length_mm += step_mm(pc.track.x * dir);
-		if (lane < 3)
-			points[uint(int(seed_slot) + sign * int(i)) * 3 + lane] = p[lane];
+	uint trips = 0u;
+	for (uint i = 0u; i < uint(pc.dim.w); i++)
+		trips++;
+	return trips < uint(pc.dim.w);
+}
+
+void save_walk(uint at, Walk w)
+{
+	save_vec3(at, w.p);
+	save_vec3(at + 3u, w.dir);
+	resume[at + 6u] = w.half_index;
+	resume[at + 7u] = w.step;
+	resume[at + 8u] = w.n_back;
+	resume[at + 9u] = floatBitsToUint(w.length_mm);
+}
+
+Walk load_walk(uint at)
+{
+	Walk w;
+	w.p = load_vec3(at);
+	w.dir = load_vec3(at + 3u);
+	w.half_index = resume[at + 6u];
+	w.step = resume[at + 7u];
+	w.n_back = resume[at + 8u];
+	w.length_mm = uintBitsToFloat(resume[at + 9u]);
+	return w;
+}
+
+void suspend(uint item, Walk w)
+{
+	if (gl_SubgroupInvocationID == 0u) {
+		uint at = item * RESUME_WORDS;
+		resume[at] = LINE_SUSPENDED;
+		save_walk(at + 1u, w);
+		getter_save(at + 1u + WALK_WORDS);
+		atomicAdd(suspended, 1u);
 	}
-	return i;
+}
+#endif
+
+// Walks the current half from w.step on; false when it was suspended (w then
+// holds the step to run again). At the end w.step is the half's number of
+// points, the seed included.
+bool track_half(inout Walk w, uint seed_slot, uvec4 counter)
+{
+	int sign = w.half_index == 0u ? -1 : 1;
+	for (; w.step <= pc.work.z; w.step++) {
+		counter.x = w.step;
+#if LOOP_LIMITED
+		getter_mark();
+#endif
+		vec3 dir = w.dir;
+		bool found = next_direction(w.p, dir, counter);
+		vec3 p = w.p + pc.track.x * dir;
+		bool inside = found && still_tracking(p);
+#if LOOP_LIMITED
+		if (loop_limit_reached()) {
+			getter_rewind();
+			return false;
+		}
+#endif
+		if (!inside)
+			break;
+		w.length_mm += step_mm(pc.track.x * dir);
+		if (gl_SubgroupInvocationID < 3)
+			points[uint(int(seed_slot) + sign * int(w.step)) * 3 + gl_SubgroupInvocationID] =
+				p[gl_SubgroupInvocationID];
+		w.p = p;
+		w.dir = dir;
+	}
+	return true;
 }
 
 void main()
@@ -63,15 +149,43 @@ void main()
 	uint seed_slot = item * (2 * max_steps + 1) + max_steps;
 	uvec4 counter = uvec4(0, line_id[2 * item], 2 * line_id[2 * item + 1], 0);
 
-	if (lane < 3)
-		points[seed_slot * 3 + lane] = seed[lane];
-	float length_mm = 0.0;
-	uint n_back = track_half(seed, -first, seed_slot, -1, counter, length_mm);
+	Walk w;
+#if LOOP_LIMITED
+	if (pc.rng.w != 0u) {
+		uint at = item * RESUME_WORDS;
+		if (resume[at] == LINE_DONE)
+			return;
+		w = load_walk(at + 1u);
+		getter_load(at + 1u + WALK_WORDS);
+	} else
+#endif
+	{
+		w = Walk(seed, -first, 0u, 1u, 0u, 0.0);
+		if (lane < 3)
+			points[seed_slot * 3 + lane] = seed[lane];
+	}
+	if (w.half_index == 0u) {
+		if (!track_half(w, seed_slot, counter)) {
+#if LOOP_LIMITED
+			suspend(item, w);
+#endif
+			return;
+		}
+		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm);
+	}
 	counter.z += 1;
-	uint n_fwd = track_half(seed, first, seed_slot, 1, counter, length_mm);
+	if (!track_half(w, seed_slot, counter)) {
+#if LOOP_LIMITED
+		suspend(item, w);
+#endif
+		return;
+	}
 	if (lane == 0) {
-		ranges[3 * item] = seed_slot - (n_back - 1);
-		ranges[3 * item + 1] = n_back - 1 + n_fwd;
-		ranges[3 * item + 2] = floatBitsToUint(length_mm);
+		ranges[3 * item] = seed_slot - (w.n_back - 1);
+		ranges[3 * item + 1] = w.n_back - 1 + w.step;
+		ranges[3 * item + 2] = floatBitsToUint(w.length_mm);
+#if LOOP_LIMITED
+		resume[item * RESUME_WORDS] = LINE_DONE;
+#endif
 	}
 }

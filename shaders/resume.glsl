@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: MIT
+// The resume buffer of the track kernels (binding RESUME_BINDING, defined by
+// the including kernel): where track.glsl keeps the streamlines it suspends
+// on LOOP_LIMITED devices. Word 0 counts the streamlines suspended by this
+// dispatch (the host zeroes it); then each streamline has RESUME_WORDS words:
+// its status, its walk (track.glsl) and its getter's state (GETTER_WORDS).
+
+layout(std430, binding = RESUME_BINDING) buffer Resume {
+	uint suspended;
+	uint resume[];
+};
+
+void save_vec3(uint at, vec3 v)
+{
+	resume[at] = floatBitsToUint(v.x);
+	resume[at + 1u] = floatBitsToUint(v.y);
+	resume[at + 2u] = floatBitsToUint(v.z);
+}
+
+vec3 load_vec3(uint at)
+{
+	return uintBitsToFloat(uvec3(resume[at], resume[at + 1u], resume[at + 2u]));
+}
