@@ -210,6 +210,26 @@ def phantom(tractd, tmp_path_factory):
                    job_dwi=job_dwi)
 
 
+# --------------------------------------------------------------------------- real scans
+
+# The real data sets (../shared/data/real/README.md): beside the clone, at the
+# same relative path in CI (read-only there).
+REAL_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "real"
+REAL_DATA_SETS = ("prisma_xa30", "canon_oblique")
+
+
+@pytest.fixture(scope="session")
+def real_data():
+    """<repo>/../shared/data/real. Fails (never skips) when it or one of its data
+    sets is missing: the real-scan tests are part of the suite, not optional."""
+    missing = [d for d in REAL_DATA_SETS if not (REAL_DATA / d).is_dir()]
+    if missing:
+        pytest.fail(f"real scans missing: {', '.join(str(REAL_DATA / d) for d in missing)} "
+                    f"(the tests expect ../shared/data/real beside the repository, "
+                    f"see its README.md)", pytrace=False)
+    return REAL_DATA
+
+
 # --------------------------------------------------------------------------- TRK loading
 
 @dataclass
@@ -367,7 +387,7 @@ def format_table(rows, columns):
     return "\n".join(lines)
 
 
-__all__ = ["RUN_TIMEOUT_S", "PHANTOM_FILES", "PHANTOM_ODF_FILES", "PHANTOM_DWI_FILES", "Phantom", "Trk", "run_cli", "run_job", "write_job", "load_trk",
+__all__ = ["RUN_TIMEOUT_S", "REAL_DATA", "PHANTOM_FILES", "PHANTOM_ODF_FILES", "PHANTOM_DWI_FILES", "Phantom", "Trk", "run_cli", "run_job", "write_job", "load_trk",
            "tractd_asan_path", "LocalTrackingMinusFirst", "drop_single_points", "lengths_points", "lengths_mm",
            "voxel_of", "endpoint_labels", "connection_stats", "summarize", "trilinear",
            "format_table"]
