@@ -6,7 +6,7 @@
 #   make check-fuzz          runs each harness briefly over its seed corpus
 #   make install PREFIX=/usr/local DESTDIR=...
 #   make venv                the tests' Python environment (VENV, default build/venv)
-#   make venv-dipy           DIPY >= 1.11 for the PTT parity test (VENV_DIPY)
+#   make venv-dipy           DIPY 1.12.1 for the PTT parity tests (VENV_DIPY)
 
 CC ?= cc
 PREFIX ?= /usr/local
@@ -159,8 +159,8 @@ $(VENV)/.stamp: tests/requirements.txt
 
 venv: $(VENV)/.stamp
 
-# DIPY >= 1.11 (PTT) apart from the main venv, which keeps Debian's DIPY 1.6 for
-# the other parity tests; test_ptt_dipy.py runs DIPY's side with this Python.
+# DIPY 1.12.1 (PTT) apart from the main venv, which keeps Debian's DIPY 1.6 for
+# the other parity tests; the PTT parity tests run DIPY's side with this Python.
 $(VENV_DIPY)/.stamp: tests/requirements-dipy.txt
 	$(SYSTEM_PYTHON) -m venv $(VENV_DIPY)
 	$(VENV_DIPY)/bin/pip install -q --disable-pip-version-check -r tests/requirements-dipy.txt

@@ -9,6 +9,7 @@ Everything here works in tractd's voxel space: voxel centres at integer
 coordinates, a voxel i covering [i - 0.5, i + 0.5) on each axis.
 """
 import json
+import math
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -17,7 +18,15 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
+from dipy.core.gradients import gradient_table
+from dipy.data import get_sphere
+from dipy.direction import BootDirectionGetter, ProbabilisticDirectionGetter
+from dipy.io import read_bvals_bvecs
+from dipy.reconst.dti import TensorModel
+from dipy.reconst.shm import CsaOdfModel, OpdtModel
 from dipy.tracking.local_tracking import LocalTracking
+from dipy.tracking.stopping_criterion import ThresholdStoppingCriterion
+from scipy.stats import ks_2samp
 
 # A run on the default phantom takes seconds on lavapipe; 300 s only catches hangs.
 RUN_TIMEOUT_S = 300
@@ -107,17 +116,21 @@ def run_job(binary, job, workdir, name="job", extra_args=(), env=None, check=Tru
 
 @dataclass
 class Phantom:
-    """The engine's built-in phantom (files written by `tractd phantom`)."""
+    """The engine's built-in phantom (files written by `tractd phantom`), or a
+    test's own phantom in the same layout: volumes odf, fa, seed_roi, labels,
+    dwi and mask ending in `suffix`, bundle b's end zones labelled 2b+1, 2b+2."""
     dir: Path
     job: dict
     bundles: list          # [{"name": str, "labels": [2b+1, 2b+2]}, ...]
     job_dwi: dict = None   # job_dwi.json: the same seeds and tracking on the raw DWI
+    suffix: str = ".nii.gz"   # of the volumes (odf, fa, seed_roi, labels, dwi, mask)
     _cache: dict = field(default_factory=dict, repr=False)
 
     def path(self, name):
         return self.dir / name
 
-    def _load(self, name, dtype):
+    def _load(self, stem, dtype):
+        name = stem + self.suffix
         if name not in self._cache:
             img = nib.load(str(self.path(name)))
             self._cache[name] = (img, np.asarray(img.get_fdata(), dtype=dtype))
@@ -125,7 +138,7 @@ class Phantom:
 
     @property
     def odf_img(self):
-        return self._load("odf.nii.gz", np.float32)[0]
+        return self._load("odf", np.float32)[0]
 
     @property
     def affine(self):
@@ -134,19 +147,19 @@ class Phantom:
     @property
     def odf(self):
         """ODF as float64 [x, y, z, NV] (not clipped)."""
-        return self._load("odf.nii.gz", np.float32)[1].astype(np.float64)
+        return self._load("odf", np.float32)[1].astype(np.float64)
 
     @property
     def fa(self):
-        return self._load("fa.nii.gz", np.float64)[1]
+        return self._load("fa", np.float64)[1]
 
     @property
     def roi(self):
-        return self._load("seed_roi.nii.gz", np.float64)[1] > 0
+        return self._load("seed_roi", np.float64)[1] > 0
 
     @property
     def labels(self):
-        return np.rint(self._load("labels.nii.gz", np.float64)[1]).astype(np.int32)
+        return np.rint(self._load("labels", np.float64)[1]).astype(np.int32)
 
     @property
     def shape(self):
@@ -155,12 +168,12 @@ class Phantom:
     @property
     def dwi(self):
         """The raw DWI as float64 [x, y, z, volumes] (stored as float32)."""
-        return self._load("dwi.nii.gz", np.float32)[1].astype(np.float64)
+        return self._load("dwi", np.float32)[1].astype(np.float64)
 
     @property
     def mask(self):
-        """mask.nii.gz (the grid less a one-voxel border) as bool."""
-        return self._load("mask.nii.gz", np.float64)[1] > 0
+        """The DWI fit mask (the grid less a one-voxel border) as bool."""
+        return self._load("mask", np.float64)[1] > 0
 
     def job_with(self, **sections):
         """The phantom's job.json with absolute input paths, sections replaced or
@@ -309,8 +322,14 @@ def connection_stats(streamlines, labels, bundles):
             "per_bundle": per_bundle}
 
 
+LENGTH_QUANTILES = (10, 25, 50, 75, 90)
+
+
 def summarize(streamlines, n_seeds, labels=None, bundles=None, affine=None):
-    """Figures compared between DIPY and tractd (1-point lines dropped first)."""
+    """Figures compared between DIPY and tractd (1-point lines dropped first):
+    counts, mean, median and the LENGTH_QUANTILES of the lengths in points
+    ("q10_len_pts"...), and the lengths themselves ("lengths_pts", for
+    assert_length_distribution)."""
     lines = drop_single_points(streamlines)
     lp = lengths_points(lines)
     out = {
@@ -319,7 +338,10 @@ def summarize(streamlines, n_seeds, labels=None, bundles=None, affine=None):
         "per_seed": len(lines) / n_seeds if n_seeds else 0.0,
         "mean_len_pts": float(lp.mean()) if len(lp) else 0.0,
         "median_len_pts": float(np.median(lp)) if len(lp) else 0.0,
+        "lengths_pts": lp,
     }
+    for q in LENGTH_QUANTILES:
+        out[f"q{q}_len_pts"] = float(np.percentile(lp, q)) if len(lp) else 0.0
     if affine is not None:
         lm = lengths_mm(lines, affine)
         out["mean_len_mm"] = float(lm.mean()) if len(lm) else 0.0
@@ -346,6 +368,141 @@ class LocalTrackingMinusFirst(LocalTracking):
 
     def _tracker(self, seed, first_step, streamline):
         return super()._tracker(seed, first_step.copy(), streamline)
+
+
+# The DIPY side of the parity tests. `tracking` is the job's tracking section
+# (tractd's names; every key these functions read must be there), seeds are
+# voxel coordinates, and DIPY tracks in voxel space (identity affine) as the
+# engine does.
+
+def dipy_prob_track(odf, fa, seeds, tracking, random_seed):
+    """DIPY 1.6's ProbabilisticDirectionGetter.from_pmf on the ODF clipped at
+    0 (tractd clips it before interpolating) and on tracking's sphere,
+    ThresholdStoppingCriterion(fa, fa_threshold), LocalTrackingMinusFirst
+    (maxlen = max_steps, return_all). Returns the streamlines (float64)."""
+    t = tracking
+    sphere = get_sphere(t["sphere"])
+    odf = np.clip(odf, 0, None)
+    assert odf.shape[3] == len(sphere.vertices)
+    dg = ProbabilisticDirectionGetter.from_pmf(
+        odf, max_angle=t["max_angle"], sphere=sphere, pmf_threshold=t["pmf_threshold"],
+        relative_peak_threshold=t["relative_peak_threshold"],
+        min_separation_angle=t["min_separation_angle"])
+    sc = ThresholdStoppingCriterion(fa, t["fa_threshold"])
+    tracker = LocalTrackingMinusFirst(dg, sc, seeds, affine=np.eye(4), step_size=t["step_size"],
+                                      maxlen=t["max_steps"], return_all=True,
+                                      random_seed=random_seed)
+    return [np.asarray(s, dtype=np.float64) for s in tracker]
+
+
+class DipyDwi:
+    """A phantom's DWI as DIPY reads it: gtab (b <= b0_threshold are b0s, as
+    tractd reads them), float64 data, and the DTI (WLS) FA inside the mask (0
+    outside): tractd's default stop map for a dwi job."""
+
+    def __init__(self, phantom, b0_threshold=50):
+        bvals, bvecs = read_bvals_bvecs(str(phantom.path("dwi.bval")),
+                                        str(phantom.path("dwi.bvec")))
+        self.gtab = gradient_table(bvals, bvecs, b0_threshold=b0_threshold)
+        self.data = phantom.dwi
+        fa = TensorModel(self.gtab, fit_method="WLS").fit(self.data, mask=phantom.mask).fa
+        self.fa = np.where(phantom.mask, np.nan_to_num(fa), 0.0)
+
+
+DIPY_BOOT_MODELS = {"opdt": OpdtModel, "csa": CsaOdfModel}
+
+
+def dipy_boot_track(dwi, model, seeds, tracking, random_seed):
+    """DIPY 1.6's BootDirectionGetter.from_data on a DipyDwi with model (a
+    boot job's model section: name, sh_order, sh_lambda, min_signal), the
+    tracking section's sphere, max_angle, max_attempts, pmf_threshold and peak
+    parameters; stopped on dwi.fa; LocalTrackingMinusFirst as dipy_prob_track."""
+    t = tracking
+    fit_model = DIPY_BOOT_MODELS[model["name"]](dwi.gtab, sh_order=model["sh_order"],
+                                                smooth=model["sh_lambda"],
+                                                min_signal=model["min_signal"])
+    dg = BootDirectionGetter.from_data(
+        dwi.data, fit_model, max_angle=t["max_angle"], sphere=get_sphere(t["sphere"]),
+        max_attempts=t["max_attempts"], pmf_threshold=t["pmf_threshold"],
+        relative_peak_threshold=t["relative_peak_threshold"],
+        min_separation_angle=t["min_separation_angle"])
+    sc = ThresholdStoppingCriterion(dwi.fa, t["fa_threshold"])
+    tracker = LocalTrackingMinusFirst(dg, sc, seeds, affine=np.eye(4), step_size=t["step_size"],
+                                      maxlen=t["max_steps"], return_all=True,
+                                      random_seed=random_seed)
+    return [np.asarray(s, dtype=np.float64) for s in tracker]
+
+
+# DIPY's PTT (ptt_tracking) is not in Debian's DIPY 1.6: it runs in
+# build/venv-dipy (tests/requirements-dipy.txt, `make venv-dipy`) as a
+# subprocess, this script, with the interpreter $TRACTD_DIPY_PYTHON names.
+DIPY_PTT_REFERENCE = Path(__file__).parent / "parity" / "dipy_ptt_reference.py"
+DIPY_PTT_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="session")
+def dipy_python():
+    """The Python of build/venv-dipy ($TRACTD_DIPY_PYTHON). Fails the test when unset."""
+    path = os.environ.get("TRACTD_DIPY_PYTHON")
+    if not path or not os.access(path, os.X_OK):
+        pytest.fail("TRACTD_DIPY_PYTHON must name the Python of build/venv-dipy (DIPY "
+                    "from tests/requirements-dipy.txt, `make venv-dipy`); got " + repr(path),
+                    pytrace=False)
+    return path
+
+
+def ptt_odf(phantom, fa_threshold):
+    """The ODF as tractd's ptt samples it (engine.c upload_ptt_tables): clipped
+    at 0, divided by each voxel's maximum, zero where FA < fa_threshold."""
+    odf = np.clip(phantom.odf, 0, None)
+    top = odf.max(axis=3)
+    scale = np.where((phantom.fa >= fa_threshold) & (top > 0),
+                     1.0 / np.where(top > 0, top, 1), 0)
+    return odf * scale[..., None]
+
+
+def ptt_seed_directions(phantom, seeds, tracking):
+    """One (seed, direction) pair per initial direction, as tractd's pass 1
+    finds them: the peaks DIPY 1.6's ProbabilisticDirectionGetter finds at the
+    seed with the tracking section's sphere, pmf_threshold and peak parameters."""
+    t = tracking
+    dg = ProbabilisticDirectionGetter.from_pmf(
+        np.clip(phantom.odf, 0, None), max_angle=t["max_angle"], sphere=get_sphere(t["sphere"]),
+        pmf_threshold=t["pmf_threshold"], relative_peak_threshold=t["relative_peak_threshold"],
+        min_separation_angle=t["min_separation_angle"])
+    pairs = [(s, d) for s in seeds for d in dg.initial_direction(s)]
+    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+
+def dipy_ptt_track(dipy_python, phantom, seeds, tracking, workdir, random_seed):
+    """DIPY's ptt_tracking (dipy_ptt_reference.py) from the seeds and initial
+    directions tractd's ptt starts from, on ptt_odf, stopped on the phantom's
+    FA; the tracking section's step, max_angle, pmf_threshold, probe_length and
+    probe_quality (one probe line, radius 0), one thread. Returns the
+    streamlines in seed order (float64)."""
+    t = tracking
+    pair_seeds, directions = ptt_seed_directions(phantom, seeds, t)
+    params = {"fa_threshold": t["fa_threshold"], "step_size": t["step_size"],
+              "max_angle": t["max_angle"], "pmf_threshold": t["pmf_threshold"],
+              "probe_length": t["probe_length"], "probe_quality": t["probe_quality"],
+              "probe_count": 1, "probe_radius": 0.0,
+              # DIPY >= 1.12 takes min_len and max_len in mm (points = mm /
+              # step_size; voxel space: 1 mm a voxel). max_len bounds both a
+              # half's points and the whole line's: 2 max_steps + 1 points
+              # keeps every line whose halves tractd would keep.
+              "min_len": 0, "max_len": (2 * t["max_steps"] + 1) * t["step_size"],
+              "random_seed": random_seed, "nbr_threads": 1}
+    workdir = Path(workdir)
+    src, dst = workdir / "dipy_ptt_in.npz", workdir / "dipy_ptt_out.npz"
+    np.savez(src, sf=ptt_odf(phantom, t["fa_threshold"]), fa=phantom.fa,
+             vertices=get_sphere(t["sphere"]).vertices, seeds=pair_seeds,
+             directions=directions, params=json.dumps(params))
+    proc = subprocess.run([dipy_python, str(DIPY_PTT_REFERENCE), str(src), str(dst)],
+                          capture_output=True, text=True, timeout=DIPY_PTT_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = np.load(dst)
+    ends = np.cumsum(out["counts"])
+    return np.split(out["points"], ends[:-1]) if len(ends) else []
 
 
 # --------------------------------------------------------------------------- interpolation
@@ -416,6 +573,53 @@ def assert_parity(res, key, tol, relative, label=""):
     unit = "%" if relative else "pp"
     assert diff <= tol, (f"{label}{key} differs by {100 * diff:.2f} {unit} "
                          f"(> {100 * tol:.0f} {unit}): {parity_figures(res, key)}")
+
+
+def ks_critical(n, m, alpha):
+    """The two-sample Kolmogorov-Smirnov statistic that samples of n and m
+    draws from one continuous distribution exceed with probability alpha
+    (the asymptotic c(alpha) sqrt((n + m) / (n m)), c(alpha) =
+    sqrt(-ln(alpha / 2) / 2): 1.95 at 0.001). Lengths in points are discrete;
+    ties make the test conservative (the true level is below alpha)."""
+    return math.sqrt(-math.log(alpha / 2) / 2) * math.sqrt((n + m) / (n * m))
+
+
+def length_ks(res, shift=0):
+    """The two-sample KS statistic between tractd's and DIPY's lengths in
+    points (summarize's lengths_pts): the largest gap between their empirical
+    distribution functions F_t and F_d. With shift > 0, the gap left once
+    either side may be moved by up to shift points, max over x of
+    max(F_d(x - shift) - F_t(x), F_t(x) - F_d(x + shift)): 0 when tractd's
+    lengths are DIPY's plus a constant within shift, and never above the
+    plain statistic, so ks_critical bounds it too (conservatively)."""
+    a = np.asarray(res["tractd"]["lengths_pts"])
+    b = np.asarray(res["dipy"]["lengths_pts"])
+    if shift == 0:
+        return float(ks_2samp(a, b).statistic)
+    x = np.arange(min(a.min(), b.min()) - shift, max(a.max(), b.max()) + shift + 1)
+    cdf_a = np.searchsorted(np.sort(a), x, side="right") / len(a)
+
+    def cdf_b(at):
+        return np.searchsorted(np.sort(b), at, side="right") / len(b)
+
+    return float(max(np.max(cdf_b(x - shift) - cdf_a), np.max(cdf_a - cdf_b(x + shift)), 0.0))
+
+
+def assert_length_distribution(res, alpha, shift=0, label=""):
+    """tractd's lengths in points (summarize's lengths_pts) and DIPY's pass a
+    two-sample KS test at level alpha: length_ks(res, shift) is within
+    ks_critical(n, m, alpha). The message lists both sides' quantiles."""
+    a, b = res["tractd"]["lengths_pts"], res["dipy"]["lengths_pts"]
+    assert len(a) and len(b), f"{label}no streamlines: tractd {len(a)}, DIPY {len(b)}"
+    d = length_ks(res, shift)
+    bound = ks_critical(len(a), len(b), alpha)
+    quantiles = ", ".join(
+        f"q{q} {res['tractd'][f'q{q}_len_pts']:g}/{res['dipy'][f'q{q}_len_pts']:g}"
+        for q in LENGTH_QUANTILES)
+    shifted = f" with lengths shifted by up to {shift} points" if shift else ""
+    assert d <= bound, (f"{label}lengths in points differ: KS statistic{shifted} {d:.4f} > "
+                        f"{bound:.4f} (alpha {alpha:g}, {len(a)} and {len(b)} lines); "
+                        f"quantiles tractd/DIPY: {quantiles}")
 
 
 def bundle_fractions(res, bundles, tolerance):

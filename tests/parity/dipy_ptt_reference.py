@@ -1,14 +1,16 @@
-"""DIPY's PTT on given seeds, run by tests/parity/test_ptt_dipy.py with the
-interpreter of build/venv-dipy (DIPY >= 1.11 from tests/requirements-dipy.txt;
-the main test venv keeps Debian's DIPY 1.6, which has no PTT).
+"""DIPY's PTT on given seeds, run by conftest's dipy_ptt_track (the PTT parity
+tests) with the interpreter of build/venv-dipy (DIPY 1.12.1 from
+tests/requirements-dipy.txt; the main test venv keeps Debian's DIPY 1.6, which
+has no PTT).
 
     dipy_ptt_reference.py IN.npz OUT.npz
 
 IN.npz: sf (x, y, z, NV float64: the ODF as tractd's ptt samples it), fa,
 vertices (NV x 3), seeds and directions (n x 3, one row per streamline, voxel
-coordinates), params (a JSON string: ptt_tracking's keyword arguments and
-fa_threshold). OUT.npz: points (all streamlines' points, voxel coordinates)
-and counts (points per streamline), in seed order.
+coordinates), params (a JSON string: ptt_tracking's keyword arguments, min_len
+and max_len in mm as DIPY >= 1.12 takes them, and fa_threshold). OUT.npz:
+points (all streamlines' points, voxel coordinates) and counts (points per
+streamline), in seed order.
 """
 import json
 import sys

@@ -42,16 +42,9 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (LocalTrackingMinusFirst, assert_parity, bundle_fractions, format_table,
+from conftest import (DipyDwi, assert_parity, bundle_fractions, dipy_boot_track, format_table,
                       load_trk, rel_diff, run_job, summarize)
 
-from dipy.core.gradients import gradient_table
-from dipy.data import get_sphere
-from dipy.direction import BootDirectionGetter
-from dipy.io import read_bvals_bvecs
-from dipy.reconst.dti import TensorModel
-from dipy.reconst.shm import CsaOdfModel, OpdtModel
-from dipy.tracking.stopping_criterion import ThresholdStoppingCriterion
 from dipy.tracking.utils import random_seeds_from_mask
 
 # Every test runs once per model. DIPY 1.6 warns on every use of its default
@@ -77,9 +70,7 @@ SEED_PLACEMENT_SEED = 1234     # random_seeds_from_mask(random_seed=...)
 DIPY_RANDOM_SEED = 42          # LocalTracking(random_seed=...): reproducible DIPY side
 DIPY_RANDOM_SEED_ALT = 4242    # second DIPY run, for DIPY's own run-to-run spread
 
-B0_THRESHOLD = 50              # DIPY's gradient_table default, tractd's too
 MODEL = {"sh_order": 4, "sh_lambda": 0.006, "min_signal": 1}   # tractd's boot defaults
-DIPY_MODELS = {"opdt": OpdtModel, "csa": CsaOdfModel}
 MAX_ATTEMPTS = 5
 
 # pmf_threshold 0.1: DIPY's default; tractd's tracking.pmf_threshold maps to it.
@@ -110,38 +101,6 @@ TOL_MEDIAN_LEN_REL = 0.05
 TOL_VALID_FRACTION_ABS = 0.05
 
 
-# --------------------------------------------------------------------------- DIPY side
-
-class DipyData:
-    """The phantom's DWI as DIPY reads it: gtab, float64 data, and the DTI (WLS)
-    FA inside the mask (0 outside), tractd's default stop map."""
-
-    def __init__(self, phantom):
-        bvals, bvecs = read_bvals_bvecs(str(phantom.path("dwi.bval")),
-                                        str(phantom.path("dwi.bvec")))
-        self.gtab = gradient_table(bvals, bvecs, b0_threshold=B0_THRESHOLD)
-        self.data = phantom.dwi
-        fa = TensorModel(self.gtab, fit_method="WLS").fit(self.data, mask=phantom.mask).fa
-        self.fa = np.where(phantom.mask, np.nan_to_num(fa), 0.0)
-
-
-def dipy_track(dwi, model_name, seeds, random_seed):
-    """DIPY reference tracking in voxel space; returns the list of streamlines."""
-    t = TRACKING
-    model = DIPY_MODELS[model_name](dwi.gtab, sh_order=MODEL["sh_order"],
-                                    smooth=MODEL["sh_lambda"], min_signal=MODEL["min_signal"])
-    dg = BootDirectionGetter.from_data(
-        dwi.data, model, max_angle=t["max_angle"], sphere=get_sphere(t["sphere"]),
-        max_attempts=t["max_attempts"], pmf_threshold=t["pmf_threshold"],
-        relative_peak_threshold=t["relative_peak_threshold"],
-        min_separation_angle=t["min_separation_angle"])
-    sc = ThresholdStoppingCriterion(dwi.fa, t["fa_threshold"])
-    tracker = LocalTrackingMinusFirst(dg, sc, seeds, affine=np.eye(4), step_size=t["step_size"],
-                                      maxlen=t["max_steps"], return_all=True,
-                                      random_seed=random_seed)
-    return [np.asarray(s, dtype=np.float64) for s in tracker]
-
-
 # --------------------------------------------------------------------------- both sides, cached
 
 class Parity:
@@ -163,11 +122,12 @@ class Parity:
         """{"dipy": summary, "dipy_alt": summary} for one model."""
         if model not in self._dipy:
             if self._dwi is None:
-                self._dwi = DipyData(self.phantom)
+                self._dwi = DipyDwi(self.phantom)
             res = {}
             for key, rng in (("dipy", DIPY_RANDOM_SEED), ("dipy_alt", DIPY_RANDOM_SEED_ALT)):
                 t0 = time.perf_counter()
-                lines = dipy_track(self._dwi, model, self.seeds, rng)
+                lines = dipy_boot_track(self._dwi, {"name": model, **MODEL}, self.seeds,
+                                        TRACKING, rng)
                 res[key] = summarize(lines, N_SEEDS, **self.common)
                 res[key]["seconds"] = time.perf_counter() - t0
             self._dipy[model] = res

@@ -25,12 +25,9 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (LocalTrackingMinusFirst, assert_parity, bundle_fractions, format_table,
-                      load_trk, run_job, summarize)
+from conftest import (assert_parity, bundle_fractions, dipy_prob_track, format_table, load_trk,
+                      run_job, summarize)
 
-from dipy.data import get_sphere
-from dipy.direction import ProbabilisticDirectionGetter
-from dipy.tracking.stopping_criterion import ThresholdStoppingCriterion
 from dipy.tracking.utils import random_seeds_from_mask
 
 # 5000 seeds: DIPY tracks them in 7-10 s on the default phantom (2 cores; 2000
@@ -66,22 +63,6 @@ TOL_MEDIAN_LEN_REL = 0.05
 TOL_VALID_FRACTION_ABS = 0.05
 
 
-def dipy_track(phantom, seeds, random_seed):
-    """DIPY reference tracking in voxel space; returns the list of streamlines."""
-    t = TRACKING
-    sphere = get_sphere(t["sphere"])
-    odf = np.clip(phantom.odf, 0, None)     # tractd clips the ODF at 0 before interpolation
-    assert odf.shape[3] == len(sphere.vertices)
-    dg = ProbabilisticDirectionGetter.from_pmf(
-        odf, max_angle=t["max_angle"], sphere=sphere, pmf_threshold=t["pmf_threshold"],
-        relative_peak_threshold=t["relative_peak_threshold"],
-        min_separation_angle=t["min_separation_angle"])
-    sc = ThresholdStoppingCriterion(phantom.fa, t["fa_threshold"])
-    tracker = LocalTrackingMinusFirst(dg, sc, seeds, affine=np.eye(4), step_size=t["step_size"],
-                            maxlen=t["max_steps"], return_all=True, random_seed=random_seed)
-    return [np.asarray(s, dtype=np.float64) for s in tracker]
-
-
 @pytest.fixture(scope="module")
 def dipy_side(phantom):
     """DIPY's runs, once for every storage tractd is compared in."""
@@ -90,9 +71,11 @@ def dipy_side(phantom):
     assert len(seeds) == N_SEEDS
     common = dict(labels=phantom.labels, bundles=phantom.bundles, affine=phantom.affine)
     t0 = time.perf_counter()
-    dipy = summarize(dipy_track(phantom, seeds, DIPY_RANDOM_SEED), N_SEEDS, **common)
+    dipy = summarize(dipy_prob_track(phantom.odf, phantom.fa, seeds, TRACKING, DIPY_RANDOM_SEED),
+                     N_SEEDS, **common)
     dipy["seconds"] = time.perf_counter() - t0
-    dipy_alt = summarize(dipy_track(phantom, seeds, DIPY_RANDOM_SEED_ALT), N_SEEDS, **common)
+    dipy_alt = summarize(dipy_prob_track(phantom.odf, phantom.fa, seeds, TRACKING,
+                                         DIPY_RANDOM_SEED_ALT), N_SEEDS, **common)
     return seeds, dipy, dipy_alt
 
 

@@ -1,9 +1,9 @@
 """Distribution parity of tractd's PTT direction getter with DIPY's ptt_tracking.
 
-Debian's DIPY 1.6 has no PTT: DIPY's side runs in build/venv-dipy (DIPY 1.11
-from tests/requirements-dipy.txt, `make venv-dipy`) as a subprocess,
-tests/parity/dipy_ptt_reference.py, with the interpreter named by
-$TRACTD_DIPY_PYTHON (the test fails without it).
+Debian's DIPY 1.6 has no PTT: DIPY's side runs in build/venv-dipy (DIPY
+1.12.1 from tests/requirements-dipy.txt, `make venv-dipy`) as a subprocess,
+tests/parity/dipy_ptt_reference.py (conftest's dipy_ptt_track), with the
+interpreter named by $TRACTD_DIPY_PYTHON (the test fails without it).
 
 Both sides track the default phantom from the SAME seeds and initial
 directions: seeds drawn with random_seeds_from_mask and passed to tractd as
@@ -18,25 +18,26 @@ and rejection sampling (10 samples, 100 tries), identity affine.
 Known differences, which the tolerances absorb: DIPY draws a fresh frame for
 each half (tractd: one curve through the seed, the backward half starting from
 the reversed frame); DIPY moves along a second-order expansion of the arc
-(tractd: the exact arc); DIPY 1.11 stores each point one step along the
-initial direction from its PTT position (so its lengths in mm are ~1 mm
-longer); float32 vs float64; the random streams. Compared: streamlines per seed, mean and
-median length in points (within 10 %), valid-connection fraction (within 5
-points). 1-point lines are dropped on both sides.
+(tractd: the exact arc), its steps 0.5 % longer; DIPY stores each half's
+points one step further out than its PTT position, so its first step either
+side of the seed is a full voxel and its lines have 2 points fewer for the
+same path; float32 vs float64; the random streams. Compared: streamlines per
+seed, mean and median length in points (within 10 %), valid-connection
+fraction (within 5 points). 1-point lines are dropped on both sides.
+
+DIPY 1.12.1 thresholds a curve's first probe amplitude at pmf_threshold, as
+tractd does (1.11 did not; DIPY PR #3948). Measured with it (1500 seeds,
+tractd / DIPY): 54.6 / 52.8 points (3.6 %), 26.8 / 27.0 mm, valid
+connections 56.4 / 56.8 %. tests/parity/test_long_bundles_dipy.py compares
+ptt on repulsion724 and lines of 160 steps.
 """
-import json
-import os
-import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import assert_parity, format_table, load_trk, run_job, summarize
+from conftest import assert_parity, dipy_ptt_track, format_table, load_trk, run_job, summarize
 
-from dipy.data import get_sphere
-from dipy.direction import ProbabilisticDirectionGetter
 from dipy.tracking.utils import random_seeds_from_mask
 
 # 1500 seeds: about 1650 streamlines; tractd's PTT tracks them in ~5 s on
@@ -45,7 +46,6 @@ from dipy.tracking.utils import random_seeds_from_mask
 N_SEEDS = 1500
 SEED_PLACEMENT_SEED = 1234
 DIPY_RANDOM_SEED = 42
-DIPY_TIMEOUT_S = 600
 
 TRACKING = {
     "sphere": "symmetric362",
@@ -59,8 +59,9 @@ TRACKING = {
     "relative_peak_threshold": 0.25,
     "min_separation_angle": 45.0,
     "pmf_threshold": 0.05,
-    # DIPY 1.11's max_len bounds both a half's points and the whole line's:
-    # 1000 steps a half on both sides, and DIPY's 2001 keeps every line.
+    # DIPY's max_len bounds both a half's points and the whole line's:
+    # 1000 steps a half on both sides, and DIPY's 2001 points (1000.5 mm,
+    # dipy_ptt_track) keep every line.
     "max_steps": 1000,
     "probe_length": 2.0,
     "probe_quality": 9,
@@ -71,59 +72,6 @@ TOL_MEAN_LEN_REL = 0.10
 TOL_MEDIAN_LEN_REL = 0.10
 TOL_VALID_FRACTION_ABS = 0.05
 
-REFERENCE = Path(__file__).with_name("dipy_ptt_reference.py")
-
-
-
-@pytest.fixture(scope="module")
-def dipy_python():
-    path = os.environ.get("TRACTD_DIPY_PYTHON")
-    if not path or not os.access(path, os.X_OK):
-        pytest.fail("TRACTD_DIPY_PYTHON must name the Python of build/venv-dipy (DIPY >= 1.11, "
-                    "`make venv-dipy`); got " + repr(path), pytrace=False)
-    return path
-
-
-def ptt_odf(phantom, threshold):
-    """The ODF as tractd's ptt samples it (engine.c upload_ptt_tables)."""
-    odf = np.clip(phantom.odf, 0, None)
-    top = odf.max(axis=3)
-    scale = np.where((phantom.fa >= threshold) & (top > 0), 1.0 / np.where(top > 0, top, 1), 0)
-    return odf * scale[..., None]
-
-
-def seed_direction_pairs(phantom, seeds):
-    """One (seed, peak) pair per initial direction, as tractd's pass 1 finds them."""
-    t = TRACKING
-    dg = ProbabilisticDirectionGetter.from_pmf(
-        np.clip(phantom.odf, 0, None), max_angle=t["max_angle"], sphere=get_sphere(t["sphere"]),
-        pmf_threshold=t["pmf_threshold"], relative_peak_threshold=t["relative_peak_threshold"],
-        min_separation_angle=t["min_separation_angle"])
-    pairs = [(s, d) for s in seeds for d in dg.initial_direction(s)]
-    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
-
-
-def dipy_ptt(dipy_python, phantom, seeds, workdir):
-    t = TRACKING
-    pair_seeds, directions = seed_direction_pairs(phantom, seeds)
-    params = {"fa_threshold": t["fa_threshold"], "step_size": t["step_size"],
-              "max_angle": t["max_angle"], "pmf_threshold": t["pmf_threshold"],
-              "probe_length": t["probe_length"], "probe_quality": t["probe_quality"],
-              "probe_count": 1, "probe_radius": 0.0, "min_len": 0,
-              "max_len": 2 * t["max_steps"] + 1, "random_seed": DIPY_RANDOM_SEED,
-              "nbr_threads": 1}
-    src, dst = workdir / "dipy_in.npz", workdir / "dipy_out.npz"
-    np.savez(src, sf=ptt_odf(phantom, t["fa_threshold"]), fa=phantom.fa,
-             vertices=get_sphere(t["sphere"]).vertices, seeds=pair_seeds,
-             directions=directions, params=json.dumps(params))
-    proc = subprocess.run([dipy_python, str(REFERENCE), str(src), str(dst)],
-                          capture_output=True, text=True, timeout=DIPY_TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = np.load(dst)
-    ends = np.cumsum(out["counts"])
-    return np.split(out["points"], ends[:-1]) if len(ends) else []
-
-
 @pytest.fixture(scope="module")
 def parity(tractd, phantom, dipy_python, tmp_path_factory):
     seeds = random_seeds_from_mask(phantom.roi, np.eye(4), seeds_count=N_SEEDS,
@@ -132,7 +80,7 @@ def parity(tractd, phantom, dipy_python, tmp_path_factory):
     common = dict(labels=phantom.labels, bundles=phantom.bundles, affine=phantom.affine)
 
     t0 = time.perf_counter()
-    dipy_lines = dipy_ptt(dipy_python, phantom, seeds, workdir)
+    dipy_lines = dipy_ptt_track(dipy_python, phantom, seeds, TRACKING, workdir, DIPY_RANDOM_SEED)
     dipy_s = time.perf_counter() - t0
 
     job = phantom.job_with(direction_getter="ptt",
