@@ -391,6 +391,16 @@ static void volume_ids_for_paths(const char *in, char *out, size_t len)
 	}
 }
 
+/* What a client is told of a failed job: its error, with the store's
+ * paths as the volume ids the client knows. Every answer that carries a
+ * job's error goes through here. */
+enum { JOB_MESSAGE_LEN = sizeof(((struct job_info *)0)->error.message) + 64 };
+
+static void job_error_message(const struct job_info *info, char *out, size_t len)
+{
+	volume_ids_for_paths(info->error.message, out, len);
+}
+
 static json_t *job_to_json(const struct job_info *info)
 {
 	json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id",
@@ -421,8 +431,8 @@ static json_t *job_to_json(const struct job_info *info)
 		json_object_set_new(doc, "seconds", json_null());
 	}
 	if (info->state == JOB_FAILED) {
-		char message[sizeof(info->error.message) + 64];
-		volume_ids_for_paths(info->error.message, message, sizeof(message));
+		char message[JOB_MESSAGE_LEN];
+		job_error_message(info, message, sizeof(message));
 		json_object_set_new(doc, "error", json_pack("{s:s, s:s, s:s}", "code",
 				    error_code(job_error_kind(info)), "field", info->error.field,
 				    "message", message));
@@ -789,8 +799,9 @@ static enum MHD_Result answer_stream(struct api *api, struct MHD_Connection *con
 			      &info) < 0)
 			return answer_error(api, conn, ERR_GONE, "", "job %s was deleted", queued->id);
 	if (info.state == JOB_FAILED) {
-		enum api_error e = job_error_kind(&info);
-		return answer_error(api, conn, e, info.error.field, "%s", info.error.message);
+		char message[JOB_MESSAGE_LEN];
+		job_error_message(&info, message, sizeof(message));
+		return answer_error(api, conn, job_error_kind(&info), info.error.field, "%s", message);
 	}
 	if (info.state == JOB_CANCELLED)
 		return answer_error(api, conn, ERR_CONFLICT, "", "job %s was cancelled", info.id);
