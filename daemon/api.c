@@ -985,22 +985,39 @@ static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *con
 	return answer_json(api, conn, r == 1 ? MHD_HTTP_CREATED : MHD_HTTP_OK, volume_json(&entry));
 }
 
-static enum MHD_Result device_info(struct api *api, struct MHD_Connection *conn)
+/* /v1/device's cache section. An admin sees the whole cache; anyone else
+ * its budget and its own hits and misses: what is held, and others' hits,
+ * would tell whether another user has run the same inputs. */
+static json_t *cache_json(struct api *api, const struct identity *who,
+			  const struct jobs_status *st)
+{
+	uint64_t hits = st->cache_hits, misses = st->cache_misses;
+
+	if (who->admin)
+		return json_pack("{s:I, s:I, s:I, s:I, s:I}", "budget_bytes",
+				 (json_int_t)st->cache_budget, "used_bytes", (json_int_t)st->cache_bytes,
+				 "entries", (json_int_t)st->cache_entries, "hits", (json_int_t)hits,
+				 "misses", (json_int_t)misses);
+	jobs_owner_cache(api->cfg.jobs, who->name, &hits, &misses);
+	return json_pack("{s:I, s:I, s:I}", "budget_bytes", (json_int_t)st->cache_budget, "hits",
+			 (json_int_t)hits, "misses", (json_int_t)misses);
+}
+
+static enum MHD_Result device_info(struct api *api, struct MHD_Connection *conn,
+				   const struct identity *who)
 {
 	struct jobs_status st;
 
 	jobs_status(api->cfg.jobs, &st);
 	return answer_json(api, conn, MHD_HTTP_OK, json_pack(
-		"{s:{s:s, s:s, s:i, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}}",
+		"{s:{s:s, s:s, s:i, s:I, s:I, s:I, s:I}, s:o, s:{s:I, s:I}}",
 		"device", "name", st.device.device_name, "type", st.device.device_type,
 		"count", (json_int_t)st.devices,
 		"subgroup_size", (int)st.device.subgroup_size,
 		"max_binding_bytes", (json_int_t)st.device.max_binding_bytes,
 		"max_alloc_bytes", (json_int_t)st.device.max_alloc_bytes,
 		"device_local_bytes", (json_int_t)st.device.device_local_bytes,
-		"cache", "budget_bytes", (json_int_t)st.cache_budget,
-		"used_bytes", (json_int_t)st.cache_bytes, "entries", (json_int_t)st.cache_entries,
-		"hits", (json_int_t)st.cache_hits, "misses", (json_int_t)st.cache_misses,
+		"cache", cache_json(api, who, &st),
 		"queue", "queued", (json_int_t)st.queued, "running", (json_int_t)st.running));
 }
 
@@ -1093,7 +1110,7 @@ static enum MHD_Result dispatch(struct api *api, struct MHD_Connection *conn, en
 	case ROUTE_METRICS:
 		return metrics(api, conn);
 	case ROUTE_DEVICE:
-		return device_info(api, conn);
+		return device_info(api, conn, &req->who);
 	case ROUTE_VOLUMES:
 		return finish_upload(api, conn, req);
 	case ROUTE_VOLUME:
