@@ -88,6 +88,15 @@ struct peer_count {
 	unsigned n;
 };
 
+/* A TCP connection that has not yet sent a request with a valid token. Its
+ * socket stays MHD's: it is only shut down from here, under pending_lock,
+ * which MHD's close notification takes before the descriptor goes. */
+struct pending_conn {
+	struct MHD_Connection *conn;
+	int fd;
+	uint64_t deadline_ms;     /* accept time plus header_timeout_s */
+};
+
 struct api {
 	struct api_config cfg;
 	struct listener unix_listener, tcp_listener;
@@ -100,6 +109,17 @@ struct api {
 	struct peer_count peers[CONNECTION_LIMIT];
 	size_t n_peers;
 	atomic_uint_fast64_t refused_connections;
+	/* TCP connections without a valid token yet, oldest first; the reaper
+	 * closes them at their deadline, a new one past the cap closes the
+	 * oldest. Fixed size: MHD admits no more than CONNECTION_LIMIT. */
+	pthread_mutex_t pending_lock;
+	pthread_cond_t pending_wake;   /* stopping (CLOCK_MONOTONIC) */
+	struct pending_conn pending[CONNECTION_LIMIT];
+	size_t n_pending;
+	bool reaper_stopping;
+	bool reaper_started;
+	pthread_t reaper;
+	atomic_uint_fast64_t unauthenticated_closed;
 };
 
 enum body_kind { BODY_NONE, BODY_JSON, BODY_UPLOAD };
@@ -1068,6 +1088,10 @@ static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
 	metric_u64(f, "tractd_connections_refused_total", "counter", "Unix connections closed "
 		   "at once: their user had max_connections_per_user open.",
 		   atomic_load(&api->refused_connections));
+	metric_u64(f, "tractd_tcp_unauthenticated_closed_total", "counter", "TCP connections "
+		   "closed without a request with a valid token: past header_timeout_seconds "
+		   "from opening, or the oldest at max_unauthenticated_connections.",
+		   atomic_load(&api->unauthenticated_closed));
 	metric(f, "tractd_http_requests_total", "counter", "Answers by HTTP status.");
 	for (unsigned code = 100; code < STATUS_SLOTS; code++) {
 		uint64_t n = atomic_load(&api->answers[code]);
@@ -1179,6 +1203,143 @@ static struct request *new_request(struct api *api, enum route route, const char
 	return req;
 }
 
+/* ---- unauthenticated connections on TCP ---------------------------------- */
+
+/* MHD's connection timeout restarts with every byte, and its per-IP limit
+ * counts each address alone: clients without a token, trickling a byte now
+ * and then from many addresses, could hold every connection. Here such a
+ * connection has a deadline from its accept that no activity moves, and
+ * together they hold at most max_unauthenticated_connections. A request
+ * with a valid token takes its connection off this list. */
+
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	/* CLOCK_MONOTONIC is always there; 0 would only make deadlines early. */
+	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Shuts pending[i] down and forgets it, keeping the oldest-first order. MHD
+ * reads the end of the stream and closes the connection itself. With
+ * pending_lock held. */
+static void pending_close(struct api *api, size_t i, const char *why)
+{
+	struct pending_conn *p = api->pending;
+
+	/* ENOTCONN: the client has gone already, and MHD will see it. */
+	if (shutdown(p[i].fd, SHUT_RDWR) < 0 && errno != ENOTCONN)
+		log_warn("http: cannot shut an unauthenticated connection: %s", strerror(errno));
+	atomic_fetch_add(&api->unauthenticated_closed, 1);
+	log_debug("http: a TCP connection closed: %s", why);
+	memmove(&p[i], &p[i + 1], (api->n_pending - i - 1) * sizeof(*p));
+	api->n_pending--;
+}
+
+/* A new TCP connection: pending until a request with a valid token. At the
+ * cap the oldest pending one goes, not the newcomer: a client that sends
+ * its request at once is authenticated long before it is the oldest, so
+ * token holders get in however many connections others keep open. */
+static void pending_enter(struct api *api, struct MHD_Connection *conn, int fd)
+{
+	pthread_mutex_lock(&api->pending_lock);
+	if (api->n_pending >= api->cfg.max_unauthenticated_connections)
+		pending_close(api, 0, "the oldest without a valid token, to make room "
+			      "(max_unauthenticated_connections)");
+	/* Appended in accept order: deadlines ascend, pending[0] is due first. */
+	api->pending[api->n_pending++] = (struct pending_conn){
+		.conn = conn, .fd = fd,
+		.deadline_ms = monotonic_ms() + api->cfg.header_timeout_s * 1000u,
+	};
+	pthread_mutex_unlock(&api->pending_lock);
+}
+
+/* conn authenticated, or closed: off the list (a no-op when not on it). */
+static void pending_leave(struct api *api, struct MHD_Connection *conn)
+{
+	pthread_mutex_lock(&api->pending_lock);
+	for (size_t i = 0; i < api->n_pending; i++) {
+		if (api->pending[i].conn != conn)
+			continue;
+		memmove(&api->pending[i], &api->pending[i + 1],
+			(api->n_pending - i - 1) * sizeof(api->pending[0]));
+		api->n_pending--;
+		break;
+	}
+	pthread_mutex_unlock(&api->pending_lock);
+}
+
+/* The reaper thread: closes pending connections at their deadline. */
+static void *pending_reaper(void *cls)
+{
+	struct api *api = cls;
+
+	pthread_mutex_lock(&api->pending_lock);
+	while (!api->reaper_stopping) {
+		uint64_t now = monotonic_ms(), wake = now + 1000;
+		struct timespec ts;
+
+		while (api->n_pending > 0 && api->pending[0].deadline_ms <= now)
+			pending_close(api, 0, "no request with a valid token within "
+				      "header_timeout_seconds of opening");
+		if (api->n_pending > 0 && api->pending[0].deadline_ms < wake)
+			wake = api->pending[0].deadline_ms;
+		ts.tv_sec = (time_t)(wake / 1000u);
+		ts.tv_nsec = (long)(wake % 1000u) * 1000000L;
+		/* ETIMEDOUT is the usual wake-up; spurious ones just loop. */
+		(void)pthread_cond_timedwait(&api->pending_wake, &api->pending_lock, &ts);
+	}
+	pthread_mutex_unlock(&api->pending_lock);
+	return NULL;
+}
+
+/* TCP's connection notifications: onto the pending list, and off it. */
+static void tcp_on_connection(struct api *api, struct MHD_Connection *conn,
+			      enum MHD_ConnectionNotificationCode toe)
+{
+	const union MHD_ConnectionInfo *ci;
+
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		pending_leave(api, conn);
+		return;
+	}
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci)
+		pending_enter(api, conn, ci->connect_fd);
+	else
+		log_error("http: MHD gives no socket for a TCP connection: it cannot be timed");
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+/* RFC 9112 6.1: Content-Length beside Transfer-Encoding is how requests are
+ * smuggled. MHD frames such a body by the chunks; a proxy in front that
+ * frames by the length would forward the chunks' tail as a request of its
+ * own, or the reverse. */
+static bool ambiguous_framing(struct MHD_Connection *conn)
+{
+	return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) &&
+	       MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+					   MHD_HTTP_HEADER_TRANSFER_ENCODING);
+}
+
+/* 400, and the connection closes after it: nothing it sends later can be
+ * told apart from this request's body. */
+static enum MHD_Result answer_ambiguous_framing(struct api *api, struct MHD_Connection *conn)
+{
+	const char *message = "a request may not have both Content-Length and "
+			      "Transfer-Encoding (RFC 9112 6.1)";
+
+	log_debug("answer 400 %s: %s", error_code(ERR_INVALID_PARAMETER), message);
+	return answer_json_with(api, conn, MHD_HTTP_BAD_REQUEST,
+				json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
+					  error_code(ERR_INVALID_PARAMETER), "field",
+					  "Transfer-Encoding", "message", message),
+				MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 /* MHD refuses only options it does not know: a failure is a bug of ours,
  * logged, and the connection keeps the timeout it had. */
 static void set_timeout(struct MHD_Connection *conn, uint64_t seconds)
@@ -1208,8 +1369,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		int r = listener->tcp ? tcp_identity(api, conn, &who)
 				      : unix_identity(api, conn, &who);
 
+		/* Before anything else is decided: where this request's body
+		 * ends, and so where the next request starts, is not known. */
+		if (ambiguous_framing(conn))
+			return answer_ambiguous_framing(api, conn);
 		if (r < 0 && listener->tcp)
 			return answer_unauthorized(api, conn, r);
+		if (listener->tcp)
+			pending_leave(api, conn);   /* a valid token: no deadline now */
 		if (r < 0)
 			return answer_error(api, conn, ERR_INTERNAL, "", "cannot read the peer's "
 					    "credentials of the Unix socket");
@@ -1321,8 +1488,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 
-	if (listener->tcp)
+	if (listener->tcp) {
+		tcp_on_connection(listener->api, conn, toe);
 		return;
+	}
 	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
 		if (*socket_context)
 			peer_leave(listener->api, (uid_t)((uintptr_t)*socket_context - 1));
@@ -1363,6 +1532,32 @@ static struct MHD_Daemon *start_daemon(struct listener *listener, int fd)
 				MHD_OPTION_END);
 }
 
+/* The locks and the reaper's condition (on the monotonic clock, as its
+ * deadlines are); all or none: api_stop destroys them. */
+static bool init_locks(struct api *api)
+{
+	pthread_condattr_t attr;
+	bool cond_ok;
+
+	if (pthread_condattr_init(&attr) != 0)
+		return false;
+	cond_ok = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
+		  pthread_cond_init(&api->pending_wake, &attr) == 0;
+	pthread_condattr_destroy(&attr);
+	if (!cond_ok)
+		return false;
+	if (pthread_mutex_init(&api->pending_lock, NULL) != 0) {
+		pthread_cond_destroy(&api->pending_wake);
+		return false;
+	}
+	if (pthread_mutex_init(&api->peers_lock, NULL) != 0) {
+		pthread_mutex_destroy(&api->pending_lock);
+		pthread_cond_destroy(&api->pending_wake);
+		return false;
+	}
+	return true;
+}
+
 int api_start(const struct api_config *cfg, int unix_fd, int tcp_fd, struct api **ret,
 	      struct errbuf *err)
 {
@@ -1371,9 +1566,24 @@ int api_start(const struct api_config *cfg, int unix_fd, int tcp_fd, struct api 
 	if (!api)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	api->cfg = *cfg;
-	if (pthread_mutex_init(&api->peers_lock, NULL) != 0) {
+	/* The pending table has room for what MHD admits, and conf keeps the
+	 * cap well under it so that authenticated connections have room too. */
+	if (cfg->max_unauthenticated_connections == 0 ||
+	    cfg->max_unauthenticated_connections >= CONNECTION_LIMIT) {
+		free(api);
+		return errbuf_set(err, -EINVAL, "max_unauthenticated_connections", "must be 1 to %u",
+				  CONNECTION_LIMIT - 1);
+	}
+	if (!init_locks(api)) {
 		free(api);
 		return errbuf_set(err, -ENOMEM, "", "cannot create a mutex");
+	}
+	if (tcp_fd >= 0) {
+		if (pthread_create(&api->reaper, NULL, pending_reaper, api) != 0) {
+			api_stop(api);
+			return errbuf_set(err, -EAGAIN, "", "cannot start the connection reaper");
+		}
+		api->reaper_started = true;
 	}
 	api->unix_listener = (struct listener){ .api = api, .tcp = false };
 	api->tcp_listener = (struct listener){ .api = api, .tcp = true };
@@ -1413,7 +1623,16 @@ void api_stop(struct api *api)
 		MHD_stop_daemon(api->unix_daemon);
 	if (api->tcp_daemon)
 		MHD_stop_daemon(api->tcp_daemon);
-	/* After the daemons: their last connections leave the table as they close. */
+	/* After the daemons, whose last connections leave the tables as they close. */
+	if (api->reaper_started) {
+		pthread_mutex_lock(&api->pending_lock);
+		api->reaper_stopping = true;
+		pthread_cond_signal(&api->pending_wake);
+		pthread_mutex_unlock(&api->pending_lock);
+		pthread_join(api->reaper, NULL);
+	}
 	pthread_mutex_destroy(&api->peers_lock);
+	pthread_mutex_destroy(&api->pending_lock);
+	pthread_cond_destroy(&api->pending_wake);
 	free(api);
 }

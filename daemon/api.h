@@ -48,6 +48,10 @@ struct api_config {
 	uint64_t max_connections_per_user;
 	uint64_t max_connections_per_address;
 	uint64_t header_timeout_s;
+	/* TCP connections (all addresses) not yet authenticated by a request
+	 * with a valid token; header_timeout_s after it opened, such a
+	 * connection is closed however slowly it keeps sending. */
+	uint64_t max_unauthenticated_connections;
 	const struct tokens *tokens;   /* TCP's; borrowed, outlives the api */
 	bool has_admin_group;
 	gid_t admin_gid;               /* when has_admin_group */

@@ -229,6 +229,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		.max_connections_per_user = d->conf.max_connections_per_user,
 		.max_connections_per_address = d->conf.max_connections_per_address,
 		.header_timeout_s = d->conf.header_timeout_seconds,
+		.max_unauthenticated_connections = d->conf.max_unauthenticated_connections,
 	};
 	int r;
 
