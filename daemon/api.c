@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "redact.h"
 #include "route.h"
 #include "tractogram_read.h"
 
@@ -205,16 +206,18 @@ static enum MHD_Result answer_error(struct api *api, struct MHD_Connection *conn
 static enum MHD_Result answer_error(struct api *api, struct MHD_Connection *conn, enum api_error e,
 				    const char *field, const char *fmt, ...)
 {
-	char message[600];
+	char message[600], told[700];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(message, sizeof(message), fmt, ap);
 	va_end(ap);
+	/* The log keeps the paths, for whoever runs the server. */
 	log_debug("answer %u %s: %s: %s", error_status(e), error_code(e), field ? field : "", message);
+	redact_server_paths(message, api->cfg.state_dir, told, sizeof(told));
 	return answer_json(api, conn, error_status(e),
 			   json_pack("{s:{s:s, s:s, s:s}}", "error", "code", error_code(e), "field",
-				     field ? field : "", "message", message));
+				     field ? field : "", "message", told));
 }
 
 static enum MHD_Result answer_empty(struct api *api, struct MHD_Connection *conn, unsigned status)
@@ -380,48 +383,19 @@ static enum api_error job_error_kind(const struct job_info *info)
 	return ERR_INVALID_INPUT;
 }
 
-/* Messages about a job's inputs name the files the engine read: stored
- * volumes appear as ".../volumes/<hex>.nii.gz". Show the client the id it
- * sent (sha256:<hex>) instead of the server's path. */
-static void volume_ids_for_paths(const char *in, char *out, size_t len)
-{
-	static const char hexdigits[] = "0123456789abcdef";
-	const char *p = in;
-	size_t o = 0;
-
-	for (;;) {
-		const char *tag = strstr(p, "/volumes/");
-		const char *start, *hex;
-
-		if (!tag || strspn(tag + 9, hexdigits) < 64) {
-			size_t n = tag ? (size_t)(tag + 9 - p) : strlen(p);
-			o += (size_t)snprintf(out + o, len - o, "%.*s", (int)n, p);
-			if (!tag || o >= len)
-				break;
-			p = tag + 9;
-			continue;
-		}
-		hex = tag + 9;
-		for (start = tag; start > p && start[-1] != ' ' && start[-1] != '\''; start--)
-			;
-		o += (size_t)snprintf(out + o, len - o, "%.*ssha256:%.64s", (int)(start - p), p, hex);
-		if (o >= len)
-			break;
-		p = hex + 64 + strspn(hex + 64, ".niigztx");
-	}
-}
-
 /* What a client is told of a failed job: its error, with the store's
- * paths as the volume ids the client knows. Every answer that carries a
- * job's error goes through here. */
+ * paths as the volume ids the client knows and no other path under
+ * state_dir (redact.h). Every answer that carries a job's error goes
+ * through here. */
 enum { JOB_MESSAGE_LEN = sizeof(((struct job_info *)0)->error.message) + 64 };
 
-static void job_error_message(const struct job_info *info, char *out, size_t len)
+static void job_error_message(struct api *api, const struct job_info *info, char *out,
+			      size_t len)
 {
-	volume_ids_for_paths(info->error.message, out, len);
+	redact_server_paths(info->error.message, api->cfg.state_dir, out, len);
 }
 
-static json_t *job_to_json(const struct job_info *info)
+static json_t *job_to_json(struct api *api, const struct job_info *info)
 {
 	json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id",
 				info->id, "owner", info->owner, "status",
@@ -452,7 +426,7 @@ static json_t *job_to_json(const struct job_info *info)
 	}
 	if (info->state == JOB_FAILED) {
 		char message[JOB_MESSAGE_LEN];
-		job_error_message(info, message, sizeof(message));
+		job_error_message(api, info, message, sizeof(message));
 		json_object_set_new(doc, "error", json_pack("{s:s, s:s, s:s}", "code",
 				    error_code(job_error_kind(info)), "field", info->error.field,
 				    "message", message));
@@ -465,7 +439,7 @@ static json_t *job_to_json(const struct job_info *info)
 static enum MHD_Result answer_job(struct api *api, struct MHD_Connection *conn, unsigned status,
 				  const struct job_info *info)
 {
-	return answer_json(api, conn, status, job_to_json(info));
+	return answer_json(api, conn, status, job_to_json(api, info));
 }
 
 /* ---- streamed tractograms ------------------------------------------------- */
@@ -820,7 +794,7 @@ static enum MHD_Result answer_stream(struct api *api, struct MHD_Connection *con
 			return answer_error(api, conn, ERR_GONE, "", "job %s was deleted", queued->id);
 	if (info.state == JOB_FAILED) {
 		char message[JOB_MESSAGE_LEN];
-		job_error_message(&info, message, sizeof(message));
+		job_error_message(api, &info, message, sizeof(message));
 		return answer_error(api, conn, job_error_kind(&info), info.error.field, "%s", message);
 	}
 	if (info.state == JOB_CANCELLED)
@@ -919,7 +893,7 @@ static enum MHD_Result list_jobs(struct api *api, struct MHD_Connection *conn,
 	arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
 		if (may_see(who, &list[i]))
-			json_array_append_new(arr, job_to_json(&list[i]));
+			json_array_append_new(arr, job_to_json(api, &list[i]));
 	free(list);
 	return answer_json(api, conn, MHD_HTTP_OK, json_pack("{s:o}", "jobs", arr));
 }

@@ -41,6 +41,9 @@ struct api_config {
 	/* ':'-separated absolute directories (checked by conf) whose files jobs
 	 * may name; "" = none, uploads only. Copied, so the caller's may go. */
 	char data_roots[1024];
+	/* Where the store and the spool live: never named to clients (redact.h).
+	 * Copied, like data_roots. */
+	char state_dir[1024];
 	uint64_t max_seeds_per_job;
 	/* Open connections of one uid on the Unix socket (root: no limit), of
 	 * one address on TCP; seconds a connection may stay silent before its
