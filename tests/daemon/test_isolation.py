@@ -11,9 +11,10 @@ log lines carry client strings escaped; errors never name the store.
 """
 import json
 import socket
+import subprocess
 import time
 
-from .support import TEST_TOKENS, Endpoint, server_job, upload_phantom
+from .support import TEST_TOKENS, Endpoint, daemon_env, server_job, upload_phantom
 
 HALF = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n"
 # CONNECTION_LIMIT of api.c: what the review's 64 addresses x 8 filled.
@@ -168,7 +169,7 @@ def test_log_lines_cannot_be_forged(daemon_factory):
     assert [l for l in lines if "\\x0a" + forged in l], "\n".join(lines[-20:])
 
 
-def test_cache_tells_only_of_ones_own_jobs(daemon_factory, phantom):
+def test_cache_tells_only_of_ones_own_jobs(daemon_factory, phantom, tractctl):
     """Alice runs a job; Bob uploads the same files and runs the same job
     on the warm cache: his job reports a load time, as if he had loaded
     them, and his /v1/device shows his own miss and none of Alice's hits;
@@ -205,5 +206,9 @@ def test_cache_tells_only_of_ones_own_jobs(daemon_factory, phantom):
     assert "entries" not in cache and "used_bytes" not in cache, cache
     assert run(bob)["seconds"]["load"] == 0
     assert bob.get_json("/v1/device")["cache"]["hits"] == 1
+    p = subprocess.run([tractctl, "--server", f"http://127.0.0.1:{d.port}", "--token", BOB,
+                        "device"], capture_output=True, text=True, timeout=60, env=daemon_env())
+    assert p.returncode == 0, p.stderr
+    assert "your jobs' hits 1, misses 1" in p.stdout, p.stdout
     admin = d.tcp.get_json("/v1/device")["cache"]
     assert (admin["hits"], admin["misses"], admin["entries"]) == (2, 2, 1), admin
