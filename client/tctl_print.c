@@ -238,11 +238,18 @@ void print_device(const json_t *doc)
 
 	if (json_is_object(device))
 		print_device_line(device);
-	if (json_is_object(cache)) {
+	/* Only admins are told what the cache holds; others get their own
+	 * hits and misses (proto/API.md). */
+	if (json_is_object(cache) && json_object_get(cache, "used_bytes")) {
 		snprintf(line, sizeof(line), "%s of %s used; entries %llu, hits %llu, misses %llu",
 			 msg_size(count_of(cache, "used_bytes"), used),
 			 msg_size(count_of(cache, "budget_bytes"), budget), count_of(cache, "entries"),
 			 count_of(cache, "hits"), count_of(cache, "misses"));
+		print_member_line("cache", line);
+	} else if (json_is_object(cache)) {
+		snprintf(line, sizeof(line), "%s budget; your jobs' hits %llu, misses %llu",
+			 msg_size(count_of(cache, "budget_bytes"), budget), count_of(cache, "hits"),
+			 count_of(cache, "misses"));
 		print_member_line("cache", line);
 	}
 	if (json_is_object(queue)) {

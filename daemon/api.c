@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "redact.h"
 #include "route.h"
 #include "tractogram_read.h"
 
@@ -88,6 +89,15 @@ struct peer_count {
 	unsigned n;
 };
 
+/* A TCP connection that has not yet sent a request with a valid token. Its
+ * socket stays MHD's: it is only shut down from here, under pending_lock,
+ * which MHD's close notification takes before the descriptor goes. */
+struct pending_conn {
+	struct MHD_Connection *conn;
+	int fd;
+	uint64_t deadline_ms;     /* accept time plus header_timeout_s */
+};
+
 struct api {
 	struct api_config cfg;
 	struct listener unix_listener, tcp_listener;
@@ -100,6 +110,17 @@ struct api {
 	struct peer_count peers[CONNECTION_LIMIT];
 	size_t n_peers;
 	atomic_uint_fast64_t refused_connections;
+	/* TCP connections without a valid token yet, oldest first; the reaper
+	 * closes them at their deadline, a new one past the cap closes the
+	 * oldest. Fixed size: MHD admits no more than CONNECTION_LIMIT. */
+	pthread_mutex_t pending_lock;
+	pthread_cond_t pending_wake;   /* stopping (CLOCK_MONOTONIC) */
+	struct pending_conn pending[CONNECTION_LIMIT];
+	size_t n_pending;
+	bool reaper_stopping;
+	bool reaper_started;
+	pthread_t reaper;
+	atomic_uint_fast64_t unauthenticated_closed;
 };
 
 enum body_kind { BODY_NONE, BODY_JSON, BODY_UPLOAD };
@@ -185,16 +206,18 @@ static enum MHD_Result answer_error(struct api *api, struct MHD_Connection *conn
 static enum MHD_Result answer_error(struct api *api, struct MHD_Connection *conn, enum api_error e,
 				    const char *field, const char *fmt, ...)
 {
-	char message[600];
+	char message[600], told[700];
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(message, sizeof(message), fmt, ap);
 	va_end(ap);
+	/* The log keeps the paths, for whoever runs the server. */
 	log_debug("answer %u %s: %s: %s", error_status(e), error_code(e), field ? field : "", message);
+	redact_server_paths(message, api->cfg.state_dir, told, sizeof(told));
 	return answer_json(api, conn, error_status(e),
 			   json_pack("{s:{s:s, s:s, s:s}}", "error", "code", error_code(e), "field",
-				     field ? field : "", "message", message));
+				     field ? field : "", "message", told));
 }
 
 static enum MHD_Result answer_empty(struct api *api, struct MHD_Connection *conn, unsigned status)
@@ -360,38 +383,19 @@ static enum api_error job_error_kind(const struct job_info *info)
 	return ERR_INVALID_INPUT;
 }
 
-/* Messages about a job's inputs name the files the engine read: stored
- * volumes appear as ".../volumes/<hex>.nii.gz". Show the client the id it
- * sent (sha256:<hex>) instead of the server's path. */
-static void volume_ids_for_paths(const char *in, char *out, size_t len)
+/* What a client is told of a failed job: its error, with the store's
+ * paths as the volume ids the client knows and no other path under
+ * state_dir (redact.h). Every answer that carries a job's error goes
+ * through here. */
+enum { JOB_MESSAGE_LEN = sizeof(((struct job_info *)0)->error.message) + 64 };
+
+static void job_error_message(struct api *api, const struct job_info *info, char *out,
+			      size_t len)
 {
-	static const char hexdigits[] = "0123456789abcdef";
-	const char *p = in;
-	size_t o = 0;
-
-	for (;;) {
-		const char *tag = strstr(p, "/volumes/");
-		const char *start, *hex;
-
-		if (!tag || strspn(tag + 9, hexdigits) < 64) {
-			size_t n = tag ? (size_t)(tag + 9 - p) : strlen(p);
-			o += (size_t)snprintf(out + o, len - o, "%.*s", (int)n, p);
-			if (!tag || o >= len)
-				break;
-			p = tag + 9;
-			continue;
-		}
-		hex = tag + 9;
-		for (start = tag; start > p && start[-1] != ' ' && start[-1] != '\''; start--)
-			;
-		o += (size_t)snprintf(out + o, len - o, "%.*ssha256:%.64s", (int)(start - p), p, hex);
-		if (o >= len)
-			break;
-		p = hex + 64 + strspn(hex + 64, ".niigztx");
-	}
+	redact_server_paths(info->error.message, api->cfg.state_dir, out, len);
 }
 
-static json_t *job_to_json(const struct job_info *info)
+static json_t *job_to_json(struct api *api, const struct job_info *info)
 {
 	json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id",
 				info->id, "owner", info->owner, "status",
@@ -421,8 +425,8 @@ static json_t *job_to_json(const struct job_info *info)
 		json_object_set_new(doc, "seconds", json_null());
 	}
 	if (info->state == JOB_FAILED) {
-		char message[sizeof(info->error.message) + 64];
-		volume_ids_for_paths(info->error.message, message, sizeof(message));
+		char message[JOB_MESSAGE_LEN];
+		job_error_message(api, info, message, sizeof(message));
 		json_object_set_new(doc, "error", json_pack("{s:s, s:s, s:s}", "code",
 				    error_code(job_error_kind(info)), "field", info->error.field,
 				    "message", message));
@@ -435,7 +439,7 @@ static json_t *job_to_json(const struct job_info *info)
 static enum MHD_Result answer_job(struct api *api, struct MHD_Connection *conn, unsigned status,
 				  const struct job_info *info)
 {
-	return answer_json(api, conn, status, job_to_json(info));
+	return answer_json(api, conn, status, job_to_json(api, info));
 }
 
 /* ---- streamed tractograms ------------------------------------------------- */
@@ -789,8 +793,9 @@ static enum MHD_Result answer_stream(struct api *api, struct MHD_Connection *con
 			      &info) < 0)
 			return answer_error(api, conn, ERR_GONE, "", "job %s was deleted", queued->id);
 	if (info.state == JOB_FAILED) {
-		enum api_error e = job_error_kind(&info);
-		return answer_error(api, conn, e, info.error.field, "%s", info.error.message);
+		char message[JOB_MESSAGE_LEN];
+		job_error_message(api, &info, message, sizeof(message));
+		return answer_error(api, conn, job_error_kind(&info), info.error.field, "%s", message);
 	}
 	if (info.state == JOB_CANCELLED)
 		return answer_error(api, conn, ERR_CONFLICT, "", "job %s was cancelled", info.id);
@@ -888,7 +893,7 @@ static enum MHD_Result list_jobs(struct api *api, struct MHD_Connection *conn,
 	arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
 		if (may_see(who, &list[i]))
-			json_array_append_new(arr, job_to_json(&list[i]));
+			json_array_append_new(arr, job_to_json(api, &list[i]));
 	free(list);
 	return answer_json(api, conn, MHD_HTTP_OK, json_pack("{s:o}", "jobs", arr));
 }
@@ -974,22 +979,39 @@ static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *con
 	return answer_json(api, conn, r == 1 ? MHD_HTTP_CREATED : MHD_HTTP_OK, volume_json(&entry));
 }
 
-static enum MHD_Result device_info(struct api *api, struct MHD_Connection *conn)
+/* /v1/device's cache section. An admin sees the whole cache; anyone else
+ * its budget and its own hits and misses: what is held, and others' hits,
+ * would tell whether another user has run the same inputs. */
+static json_t *cache_json(struct api *api, const struct identity *who,
+			  const struct jobs_status *st)
+{
+	uint64_t hits = st->cache_hits, misses = st->cache_misses;
+
+	if (who->admin)
+		return json_pack("{s:I, s:I, s:I, s:I, s:I}", "budget_bytes",
+				 (json_int_t)st->cache_budget, "used_bytes", (json_int_t)st->cache_bytes,
+				 "entries", (json_int_t)st->cache_entries, "hits", (json_int_t)hits,
+				 "misses", (json_int_t)misses);
+	jobs_owner_cache(api->cfg.jobs, who->name, &hits, &misses);
+	return json_pack("{s:I, s:I, s:I}", "budget_bytes", (json_int_t)st->cache_budget, "hits",
+			 (json_int_t)hits, "misses", (json_int_t)misses);
+}
+
+static enum MHD_Result device_info(struct api *api, struct MHD_Connection *conn,
+				   const struct identity *who)
 {
 	struct jobs_status st;
 
 	jobs_status(api->cfg.jobs, &st);
 	return answer_json(api, conn, MHD_HTTP_OK, json_pack(
-		"{s:{s:s, s:s, s:i, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}}",
+		"{s:{s:s, s:s, s:i, s:I, s:I, s:I, s:I}, s:o, s:{s:I, s:I}}",
 		"device", "name", st.device.device_name, "type", st.device.device_type,
 		"count", (json_int_t)st.devices,
 		"subgroup_size", (int)st.device.subgroup_size,
 		"max_binding_bytes", (json_int_t)st.device.max_binding_bytes,
 		"max_alloc_bytes", (json_int_t)st.device.max_alloc_bytes,
 		"device_local_bytes", (json_int_t)st.device.device_local_bytes,
-		"cache", "budget_bytes", (json_int_t)st.cache_budget,
-		"used_bytes", (json_int_t)st.cache_bytes, "entries", (json_int_t)st.cache_entries,
-		"hits", (json_int_t)st.cache_hits, "misses", (json_int_t)st.cache_misses,
+		"cache", cache_json(api, who, &st),
 		"queue", "queued", (json_int_t)st.queued, "running", (json_int_t)st.running));
 }
 
@@ -1040,6 +1062,10 @@ static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
 	metric_u64(f, "tractd_connections_refused_total", "counter", "Unix connections closed "
 		   "at once: their user had max_connections_per_user open.",
 		   atomic_load(&api->refused_connections));
+	metric_u64(f, "tractd_tcp_unauthenticated_closed_total", "counter", "TCP connections "
+		   "closed without a request with a valid token: past header_timeout_seconds "
+		   "from opening, or the oldest at max_unauthenticated_connections.",
+		   atomic_load(&api->unauthenticated_closed));
 	metric(f, "tractd_http_requests_total", "counter", "Answers by HTTP status.");
 	for (unsigned code = 100; code < STATUS_SLOTS; code++) {
 		uint64_t n = atomic_load(&api->answers[code]);
@@ -1082,7 +1108,7 @@ static enum MHD_Result dispatch(struct api *api, struct MHD_Connection *conn, en
 	case ROUTE_METRICS:
 		return metrics(api, conn);
 	case ROUTE_DEVICE:
-		return device_info(api, conn);
+		return device_info(api, conn, &req->who);
 	case ROUTE_VOLUMES:
 		return finish_upload(api, conn, req);
 	case ROUTE_VOLUME:
@@ -1151,6 +1177,143 @@ static struct request *new_request(struct api *api, enum route route, const char
 	return req;
 }
 
+/* ---- unauthenticated connections on TCP ---------------------------------- */
+
+/* MHD's connection timeout restarts with every byte, and its per-IP limit
+ * counts each address alone: clients without a token, trickling a byte now
+ * and then from many addresses, could hold every connection. Here such a
+ * connection has a deadline from its accept that no activity moves, and
+ * together they hold at most max_unauthenticated_connections. A request
+ * with a valid token takes its connection off this list. */
+
+static uint64_t monotonic_ms(void)
+{
+	struct timespec ts;
+
+	/* CLOCK_MONOTONIC is always there; 0 would only make deadlines early. */
+	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Shuts pending[i] down and forgets it, keeping the oldest-first order. MHD
+ * reads the end of the stream and closes the connection itself. With
+ * pending_lock held. */
+static void pending_close(struct api *api, size_t i, const char *why)
+{
+	struct pending_conn *p = api->pending;
+
+	/* ENOTCONN: the client has gone already, and MHD will see it. */
+	if (shutdown(p[i].fd, SHUT_RDWR) < 0 && errno != ENOTCONN)
+		log_warn("http: cannot shut an unauthenticated connection: %s", strerror(errno));
+	atomic_fetch_add(&api->unauthenticated_closed, 1);
+	log_debug("http: a TCP connection closed: %s", why);
+	memmove(&p[i], &p[i + 1], (api->n_pending - i - 1) * sizeof(*p));
+	api->n_pending--;
+}
+
+/* A new TCP connection: pending until a request with a valid token. At the
+ * cap the oldest pending one goes, not the newcomer: a client that sends
+ * its request at once is authenticated long before it is the oldest, so
+ * token holders get in however many connections others keep open. */
+static void pending_enter(struct api *api, struct MHD_Connection *conn, int fd)
+{
+	pthread_mutex_lock(&api->pending_lock);
+	if (api->n_pending >= api->cfg.max_unauthenticated_connections)
+		pending_close(api, 0, "the oldest without a valid token, to make room "
+			      "(max_unauthenticated_connections)");
+	/* Appended in accept order: deadlines ascend, pending[0] is due first. */
+	api->pending[api->n_pending++] = (struct pending_conn){
+		.conn = conn, .fd = fd,
+		.deadline_ms = monotonic_ms() + api->cfg.header_timeout_s * 1000u,
+	};
+	pthread_mutex_unlock(&api->pending_lock);
+}
+
+/* conn authenticated, or closed: off the list (a no-op when not on it). */
+static void pending_leave(struct api *api, struct MHD_Connection *conn)
+{
+	pthread_mutex_lock(&api->pending_lock);
+	for (size_t i = 0; i < api->n_pending; i++) {
+		if (api->pending[i].conn != conn)
+			continue;
+		memmove(&api->pending[i], &api->pending[i + 1],
+			(api->n_pending - i - 1) * sizeof(api->pending[0]));
+		api->n_pending--;
+		break;
+	}
+	pthread_mutex_unlock(&api->pending_lock);
+}
+
+/* The reaper thread: closes pending connections at their deadline. */
+static void *pending_reaper(void *cls)
+{
+	struct api *api = cls;
+
+	pthread_mutex_lock(&api->pending_lock);
+	while (!api->reaper_stopping) {
+		uint64_t now = monotonic_ms(), wake = now + 1000;
+		struct timespec ts;
+
+		while (api->n_pending > 0 && api->pending[0].deadline_ms <= now)
+			pending_close(api, 0, "no request with a valid token within "
+				      "header_timeout_seconds of opening");
+		if (api->n_pending > 0 && api->pending[0].deadline_ms < wake)
+			wake = api->pending[0].deadline_ms;
+		ts.tv_sec = (time_t)(wake / 1000u);
+		ts.tv_nsec = (long)(wake % 1000u) * 1000000L;
+		/* ETIMEDOUT is the usual wake-up; spurious ones just loop. */
+		(void)pthread_cond_timedwait(&api->pending_wake, &api->pending_lock, &ts);
+	}
+	pthread_mutex_unlock(&api->pending_lock);
+	return NULL;
+}
+
+/* TCP's connection notifications: onto the pending list, and off it. */
+static void tcp_on_connection(struct api *api, struct MHD_Connection *conn,
+			      enum MHD_ConnectionNotificationCode toe)
+{
+	const union MHD_ConnectionInfo *ci;
+
+	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+		pending_leave(api, conn);
+		return;
+	}
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci)
+		pending_enter(api, conn, ci->connect_fd);
+	else
+		log_error("http: MHD gives no socket for a TCP connection: it cannot be timed");
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+/* RFC 9112 6.1: Content-Length beside Transfer-Encoding is how requests are
+ * smuggled. MHD frames such a body by the chunks; a proxy in front that
+ * frames by the length would forward the chunks' tail as a request of its
+ * own, or the reverse. */
+static bool ambiguous_framing(struct MHD_Connection *conn)
+{
+	return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) &&
+	       MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+					   MHD_HTTP_HEADER_TRANSFER_ENCODING);
+}
+
+/* 400, and the connection closes after it: nothing it sends later can be
+ * told apart from this request's body. */
+static enum MHD_Result answer_ambiguous_framing(struct api *api, struct MHD_Connection *conn)
+{
+	const char *message = "a request may not have both Content-Length and "
+			      "Transfer-Encoding (RFC 9112 6.1)";
+
+	log_debug("answer 400 %s: %s", error_code(ERR_INVALID_PARAMETER), message);
+	return answer_json_with(api, conn, MHD_HTTP_BAD_REQUEST,
+				json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
+					  error_code(ERR_INVALID_PARAMETER), "field",
+					  "Transfer-Encoding", "message", message),
+				MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 /* MHD refuses only options it does not know: a failure is a bug of ours,
  * logged, and the connection keeps the timeout it had. */
 static void set_timeout(struct MHD_Connection *conn, uint64_t seconds)
@@ -1180,8 +1343,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		int r = listener->tcp ? tcp_identity(api, conn, &who)
 				      : unix_identity(api, conn, &who);
 
+		/* Before anything else is decided: where this request's body
+		 * ends, and so where the next request starts, is not known. */
+		if (ambiguous_framing(conn))
+			return answer_ambiguous_framing(api, conn);
 		if (r < 0 && listener->tcp)
 			return answer_unauthorized(api, conn, r);
+		if (listener->tcp)
+			pending_leave(api, conn);   /* a valid token: no deadline now */
 		if (r < 0)
 			return answer_error(api, conn, ERR_INTERNAL, "", "cannot read the peer's "
 					    "credentials of the Unix socket");
@@ -1293,8 +1462,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 
-	if (listener->tcp)
+	if (listener->tcp) {
+		tcp_on_connection(listener->api, conn, toe);
 		return;
+	}
 	if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
 		if (*socket_context)
 			peer_leave(listener->api, (uid_t)((uintptr_t)*socket_context - 1));
@@ -1335,6 +1506,32 @@ static struct MHD_Daemon *start_daemon(struct listener *listener, int fd)
 				MHD_OPTION_END);
 }
 
+/* The locks and the reaper's condition (on the monotonic clock, as its
+ * deadlines are); all or none: api_stop destroys them. */
+static bool init_locks(struct api *api)
+{
+	pthread_condattr_t attr;
+	bool cond_ok;
+
+	if (pthread_condattr_init(&attr) != 0)
+		return false;
+	cond_ok = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
+		  pthread_cond_init(&api->pending_wake, &attr) == 0;
+	pthread_condattr_destroy(&attr);
+	if (!cond_ok)
+		return false;
+	if (pthread_mutex_init(&api->pending_lock, NULL) != 0) {
+		pthread_cond_destroy(&api->pending_wake);
+		return false;
+	}
+	if (pthread_mutex_init(&api->peers_lock, NULL) != 0) {
+		pthread_mutex_destroy(&api->pending_lock);
+		pthread_cond_destroy(&api->pending_wake);
+		return false;
+	}
+	return true;
+}
+
 int api_start(const struct api_config *cfg, int unix_fd, int tcp_fd, struct api **ret,
 	      struct errbuf *err)
 {
@@ -1343,9 +1540,24 @@ int api_start(const struct api_config *cfg, int unix_fd, int tcp_fd, struct api 
 	if (!api)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	api->cfg = *cfg;
-	if (pthread_mutex_init(&api->peers_lock, NULL) != 0) {
+	/* The pending table has room for what MHD admits, and conf keeps the
+	 * cap well under it so that authenticated connections have room too. */
+	if (cfg->max_unauthenticated_connections == 0 ||
+	    cfg->max_unauthenticated_connections >= CONNECTION_LIMIT) {
+		free(api);
+		return errbuf_set(err, -EINVAL, "max_unauthenticated_connections", "must be 1 to %u",
+				  CONNECTION_LIMIT - 1);
+	}
+	if (!init_locks(api)) {
 		free(api);
 		return errbuf_set(err, -ENOMEM, "", "cannot create a mutex");
+	}
+	if (tcp_fd >= 0) {
+		if (pthread_create(&api->reaper, NULL, pending_reaper, api) != 0) {
+			api_stop(api);
+			return errbuf_set(err, -EAGAIN, "", "cannot start the connection reaper");
+		}
+		api->reaper_started = true;
 	}
 	api->unix_listener = (struct listener){ .api = api, .tcp = false };
 	api->tcp_listener = (struct listener){ .api = api, .tcp = true };
@@ -1385,7 +1597,16 @@ void api_stop(struct api *api)
 		MHD_stop_daemon(api->unix_daemon);
 	if (api->tcp_daemon)
 		MHD_stop_daemon(api->tcp_daemon);
-	/* After the daemons: their last connections leave the table as they close. */
+	/* After the daemons, whose last connections leave the tables as they close. */
+	if (api->reaper_started) {
+		pthread_mutex_lock(&api->pending_lock);
+		api->reaper_stopping = true;
+		pthread_cond_signal(&api->pending_wake);
+		pthread_mutex_unlock(&api->pending_lock);
+		pthread_join(api->reaper, NULL);
+	}
 	pthread_mutex_destroy(&api->peers_lock);
+	pthread_mutex_destroy(&api->pending_lock);
+	pthread_cond_destroy(&api->pending_wake);
 	free(api);
 }

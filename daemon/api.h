@@ -41,6 +41,9 @@ struct api_config {
 	/* ':'-separated absolute directories (checked by conf) whose files jobs
 	 * may name; "" = none, uploads only. Copied, so the caller's may go. */
 	char data_roots[1024];
+	/* Where the store and the spool live: never named to clients (redact.h).
+	 * Copied, like data_roots. */
+	char state_dir[1024];
 	uint64_t max_seeds_per_job;
 	/* Open connections of one uid on the Unix socket (root: no limit), of
 	 * one address on TCP; seconds a connection may stay silent before its
@@ -48,6 +51,10 @@ struct api_config {
 	uint64_t max_connections_per_user;
 	uint64_t max_connections_per_address;
 	uint64_t header_timeout_s;
+	/* TCP connections (all addresses) not yet authenticated by a request
+	 * with a valid token; header_timeout_s after it opened, such a
+	 * connection is closed however slowly it keeps sending. */
+	uint64_t max_unauthenticated_connections;
 	const struct tokens *tokens;   /* TCP's; borrowed, outlives the api */
 	bool has_admin_group;
 	gid_t admin_gid;               /* when has_admin_group */

@@ -209,7 +209,12 @@ static const struct conf_key keys[] = {
 	    "one); more are closed at once"),
 	U64(header_timeout_seconds, CONF_DURATION, 1, 3600, "30s",
 	    "a connection silent this long before its request's headers are complete, or "
-	    "between keep-alive requests, is closed"),
+	    "between keep-alive requests, is closed; on TCP, a connection without an "
+	    "authenticated request this long after it opened is closed however it trickles"),
+	U64(max_unauthenticated_connections, CONF_COUNT, 1, 384, "128",
+	    "TCP connections of all addresses that have not yet sent a request with a valid "
+	    "token; at the cap the oldest of them is closed to make room, so that token "
+	    "holders always get in"),
 	U64(spool_max_bytes, CONF_SIZE, MiB, UINT64_MAX, "50G",
 	    "disk space for finished results; the oldest expire first"),
 	U64(result_ttl_seconds, CONF_DURATION, 60, 3650 * DAY, "7d",

@@ -31,6 +31,7 @@ struct conf {
 	uint64_t max_connections_per_user;    /* Unix socket, per uid but root (default 32) */
 	uint64_t max_connections_per_address; /* TCP, per client address (default 64) */
 	uint64_t header_timeout_seconds;      /* silence before a request's headers (default 30) */
+	uint64_t max_unauthenticated_connections; /* TCP, all addresses (default 128) */
 	uint64_t spool_max_bytes;   /* results kept on disk at most (default 50G) */
 	uint64_t result_ttl_seconds;/* finished results expire after (default 7 days) */
 	char device[1024];          /* Vulkan devices: indices or UUIDs, comma-separated;

@@ -52,6 +52,7 @@ struct job {
 struct owner_turn {
 	char owner[JOB_OWNER_LEN + 1];
 	uint64_t last_start;        /* a jobs->start_clock value */
+	uint64_t cache_hits, cache_misses;   /* this owner's, as count_cache counts */
 };
 
 struct cache_entry {
@@ -60,6 +61,12 @@ struct cache_entry {
 	struct resident *residents[GPU_MAX_DEVICES];   /* one upload per device */
 	uint64_t bytes;                                         /* on each device */
 	uint64_t last_used;
+	/* What loading and uploading took, told to an owner whose first use
+	 * this is; and the owners who used it, so that a job hears of a warm
+	 * cache only from its own owner's earlier jobs. */
+	double load_seconds, upload_seconds;
+	char (*users)[JOB_OWNER_LEN + 1];
+	size_t n_users;
 };
 
 struct jobs {
@@ -270,7 +277,26 @@ static void cache_entry_free(struct jobs *jobs, struct cache_entry *e)
 	for (size_t i = 0; i < jobs->n_gpus; i++)
 		resident_free(jobs->gpus[i], e->residents[i]);
 	inputs_free(e->inputs);
+	free(e->users);
 	free(e->key);
+}
+
+/* Whether owner used e before; records that it has now. Out of memory the
+ * owner stays unrecorded, and its next use reads as its first again: that
+ * costs it a cache hit in its statistics, and tells it nothing of others. */
+static bool cache_entry_seen_by(struct cache_entry *e, const char *owner)
+{
+	char (*grown)[JOB_OWNER_LEN + 1];
+
+	for (size_t i = 0; i < e->n_users; i++)
+		if (strcmp(e->users[i], owner) == 0)
+			return true;
+	grown = realloc(e->users, sizeof(*grown) * (e->n_users + 1));
+	if (grown) {
+		e->users = grown;
+		snprintf(grown[e->n_users++], sizeof(*grown), "%s", owner);
+	}
+	return false;
 }
 
 static void cache_evict(struct jobs *jobs, size_t i)
@@ -304,20 +330,34 @@ static struct cache_entry *cache_find(struct jobs *jobs, const char *key)
 	return NULL;
 }
 
-static void count_cache(struct jobs *jobs, bool hit)
+static struct owner_turn *find_turn(struct jobs *jobs, const char *owner);
+
+/* A hit is a reuse by the same owner; another owner's first use of a warm
+ * entry counts as a miss, overall and for that owner, so that no counter
+ * moves differently when someone else has run the same inputs. */
+static void count_cache(struct jobs *jobs, const char *owner, bool hit)
 {
+	struct owner_turn *t;
+
 	pthread_mutex_lock(&jobs->lock);
-	if (hit)
+	/* The job's start recorded its owner's turn (unless out of memory). */
+	t = find_turn(jobs, owner);
+	if (hit) {
 		jobs->status.cache_hits++;
-	else
+		if (t)
+			t->cache_hits++;
+	} else {
 		jobs->status.cache_misses++;
+		if (t)
+			t->cache_misses++;
+	}
 	pthread_mutex_unlock(&jobs->lock);
 }
 
-/* The loaded and uploaded volumes of spec: from the cache, or read, uploaded
- * and cached (when they fit the budget). *owned is set when the caller must
- * free the entry after the job (not cached). */
-static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
+/* The loaded and uploaded volumes of spec for owner's job: from the cache,
+ * or read, uploaded and cached (when they fit the budget). *owned is set
+ * when the caller must free the entry after the job (not cached). */
+static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec, const char *owner,
 			   const struct fit_options *fit, struct cache_entry *out,
 			   bool *owned, struct engine_stats *stats, struct errbuf *err)
 {
@@ -329,14 +369,24 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
 	double t0, t1;
 	int r;
 
-	count_cache(jobs, hit != NULL);
 	if (hit) {
+		bool seen = cache_entry_seen_by(hit, owner);
+
+		count_cache(jobs, owner, seen);
+		/* Loaded for someone else: this owner is told what loading cost,
+		 * as if its job had loaded them (the job's wall time still tells;
+		 * see README, "Security"). */
+		if (!seen) {
+			stats->load_seconds = hit->load_seconds;
+			stats->upload_seconds = hit->upload_seconds;
+		}
 		free(key);
 		hit->last_used = ++jobs->cache_clock;
 		*out = *hit;
 		*owned = false;
 		return 0;
 	}
+	count_cache(jobs, owner, false);
 	t0 = timing_now();
 	r = inputs_load(spec, fit, &fresh.inputs, err);
 	t1 = timing_now();
@@ -351,6 +401,9 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
 	}
 	fresh.bytes = resident_bytes(fresh.residents[0]);
 	fresh.last_used = ++jobs->cache_clock;
+	fresh.load_seconds = stats->load_seconds;
+	fresh.upload_seconds = stats->upload_seconds;
+	cache_entry_seen_by(&fresh, owner);
 	*owned = true;
 	if (key && fresh.bytes <= jobs->status.cache_budget) {
 		struct cache_entry *grown;
@@ -442,7 +495,8 @@ static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engin
 	int r;
 
 	on_stage(&ctx, "load", 0.0);
-	r = acquire_volumes(jobs, &job->spec, &fit, &volumes, &owned, &timing, err);
+	r = acquire_volumes(jobs, &job->spec, job->info.owner, &fit, &volumes, &owned, &timing,
+			    err);
 	if (r < 0)
 		return r;
 	r = inputs_seeds_load(&job->spec, volumes.inputs, &seeds, err);
@@ -616,13 +670,21 @@ static void finish_job(struct jobs *jobs, struct job *job, int r, const struct e
 			 ended.error.field[0] ? ": " : "", ended.error.message);
 }
 
-/* When owner's most recent job started (a start_clock value; 0: never). */
-static uint64_t owner_last_start(const struct jobs *jobs, const char *owner)
+/* owner's record, or NULL if none of its jobs started yet. Lock held. */
+static struct owner_turn *find_turn(struct jobs *jobs, const char *owner)
 {
 	for (size_t i = 0; i < jobs->n_turns; i++)
 		if (strcmp(jobs->turns[i].owner, owner) == 0)
-			return jobs->turns[i].last_start;
-	return 0;
+			return &jobs->turns[i];
+	return NULL;
+}
+
+/* When owner's most recent job started (a start_clock value; 0: never). */
+static uint64_t owner_last_start(struct jobs *jobs, const char *owner)
+{
+	const struct owner_turn *t = find_turn(jobs, owner);
+
+	return t ? t->last_start : 0;
 }
 
 /* Records that one of owner's jobs starts now. Lock held. Out of memory,
@@ -630,21 +692,20 @@ static uint64_t owner_last_start(const struct jobs *jobs, const char *owner)
  * once more, which is unfair to others by one job, not unsafe. */
 static void note_start(struct jobs *jobs, const char *owner)
 {
-	struct owner_turn *grown;
+	struct owner_turn *grown, *t = find_turn(jobs, owner);
 	uint64_t now = ++jobs->start_clock;
 
-	for (size_t i = 0; i < jobs->n_turns; i++) {
-		if (strcmp(jobs->turns[i].owner, owner) == 0) {
-			jobs->turns[i].last_start = now;
-			return;
-		}
+	if (t) {
+		t->last_start = now;
+		return;
 	}
 	grown = realloc(jobs->turns, sizeof(*grown) * (jobs->n_turns + 1));
 	if (!grown)
 		return;
 	jobs->turns = grown;
+	grown[jobs->n_turns] = (struct owner_turn){ .last_start = now };
 	snprintf(grown[jobs->n_turns].owner, sizeof(grown[jobs->n_turns].owner), "%s", owner);
-	grown[jobs->n_turns++].last_start = now;
+	jobs->n_turns++;
 }
 
 /* The next job to run, or NULL: round robin between owners (the owner
@@ -1132,6 +1193,17 @@ int jobs_result_path(struct jobs *jobs, const char *id, char *path, size_t len)
 {
 	result_path(jobs, id, path, len);
 	return 0;
+}
+
+void jobs_owner_cache(struct jobs *jobs, const char *owner, uint64_t *hits, uint64_t *misses)
+{
+	const struct owner_turn *t;
+
+	pthread_mutex_lock(&jobs->lock);
+	t = find_turn(jobs, owner);
+	*hits = t ? t->cache_hits : 0;
+	*misses = t ? t->cache_misses : 0;
+	pthread_mutex_unlock(&jobs->lock);
 }
 
 void jobs_status(struct jobs *jobs, struct jobs_status *ret)

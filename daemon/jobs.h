@@ -130,4 +130,9 @@ int jobs_result_path(struct jobs *jobs, const char *id, char *path, size_t len);
 
 void jobs_status(struct jobs *jobs, struct jobs_status *ret);
 
+/* owner's own cache hits (reuses of volumes its earlier jobs used) and
+ * misses (loads, and first uses of volumes others loaded): what it may be
+ * told without learning of other users' jobs. */
+void jobs_owner_cache(struct jobs *jobs, const char *owner, uint64_t *hits, uint64_t *misses);
+
 #endif

@@ -10,11 +10,20 @@
 #ifndef TRACTD_LOG_H
 #define TRACTD_LOG_H
 
+#include <stddef.h>
+
 enum log_level { LOG_LEVEL_ERROR, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 
 void log_set_level(enum log_level level);
 enum log_level log_get_level(void);
 
+/* Copies in to out (len bytes, NUL included), control characters (below
+ * 0x20, and 0x7f) written as \xNN, so that a message is one line whatever
+ * a client put into it; cut at an escape's boundary when out is full.
+ * Returns the length written. log_msg escapes every message with it. */
+size_t log_escape(const char *in, char *out, size_t len);
+
+/* Each message is one line: control characters are escaped (log_escape). */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)

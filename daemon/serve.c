@@ -229,6 +229,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		.max_connections_per_user = d->conf.max_connections_per_user,
 		.max_connections_per_address = d->conf.max_connections_per_address,
 		.header_timeout_s = d->conf.header_timeout_seconds,
+		.max_unauthenticated_connections = d->conf.max_unauthenticated_connections,
 	};
 	int r;
 
@@ -253,6 +254,8 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 	_Static_assert(sizeof(ac.data_roots) == sizeof(d->conf.data_roots),
 		       "data_roots is copied whole");
 	memcpy(ac.data_roots, d->conf.data_roots, sizeof(ac.data_roots));
+	_Static_assert(sizeof(ac.state_dir) == sizeof(d->conf.state_dir), "state_dir is copied whole");
+	memcpy(ac.state_dir, d->conf.state_dir, sizeof(ac.state_dir));
 	ac.jobs = d->jobs;
 	ac.store = d->store;
 	ac.tokens = d->tokens;

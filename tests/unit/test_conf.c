@@ -132,6 +132,7 @@ static void test_defaults(void **state)
 	assert_int_equal(c.max_connections_per_user, 32);
 	assert_int_equal(c.max_connections_per_address, 64);
 	assert_int_equal(c.header_timeout_seconds, 30);
+	assert_int_equal(c.max_unauthenticated_connections, 128);
 	assert_string_equal(c.tokens_file, "");   /* no tokens: TCP refuses to start */
 	assert_string_equal(c.admin_group, "");
 	assert_int_equal(c.spool_max_bytes, 50ull << 30);
@@ -238,6 +239,7 @@ static void test_good_values(void **state)
 		{ "max_connections_per_address", "512", "512" },
 		{ "header_timeout_seconds", "1", "1" },
 		{ "header_timeout_seconds", "1h", "1h" },
+		{ "max_unauthenticated_connections", "384", "384" },
 		{ "tokens_file", "", "" },
 		{ "tokens_file", "/etc/tractd/tokens", "/etc/tractd/tokens" },
 		{ "admin_group", "", "" },
@@ -348,6 +350,8 @@ static void test_bad_values(void **state)
 		{ "max_connections_per_user", "257", "must be between 1 and 256" },
 		{ "max_connections_per_address", "513", "must be between 1 and 512" },
 		{ "header_timeout_seconds", "0", "must be between" },
+		{ "max_unauthenticated_connections", "385", "must be between 1 and 384" },
+		{ "max_unauthenticated_connections", "0", "must be between" },
 		{ "header_timeout_seconds", "2h", "must be between" },
 		{ "tokens_file", "tokens", "must be an absolute path, or empty" },
 		{ "admin_group", "-wheel", "must be a group name" },
@@ -495,6 +499,7 @@ static void test_print_reparses(void **state)
 		{ "gpu_memory_budget", "4G" }, { "volume_cache_bytes", "123456789" },
 		{ "fit_threads", "3" }, { "max_connections_per_user", "5" },
 		{ "max_connections_per_address", "6" }, { "header_timeout_seconds", "7" },
+		{ "max_unauthenticated_connections", "8" },
 		{ "pipeline_cache", "" }, { "log_level", "warning" },
 	};
 	struct conf c, back;
