@@ -329,12 +329,15 @@ def test_demo_is_what_users_run():
 
 def test_demo(tractd, tmp_path, user_env):
     """scripts/demo.sh TRACTD OUTDIR (what `make demo` runs, OUTDIR for build/demo)
-    exits 0, its TRK holds the streamlines its statistics count, and they are
-    whole along the phantom's long bundles."""
+    exits 0, tracks on the default sphere, its TRK holds the streamlines its
+    statistics count, and they are whole along the phantom's long bundles."""
     outdir = tmp_path / "demo"
     proc = subprocess.run(["sh", str(DEMO_SCRIPT), tractd, str(outdir)], capture_output=True,
                           timeout=RUN_TIMEOUT_S, env=user_env, cwd=REPO_ROOT)
     assert_ok(proc, "scripts/demo.sh")
+    tracking = json.loads((outdir / "job_dwi.json").read_text()).get("tracking", {})
+    assert tracking.get("sphere", DEFAULT_SPHERE) == DEFAULT_SPHERE, (
+        f"the demo's job tracks on {tracking['sphere']}, not on the default {DEFAULT_SPHERE}")
     stats = json.loads((outdir / "stats.json").read_text())
     trk = nib.streamlines.load(str(outdir / "tracks.trk"))
     assert stats["streamlines"] > 0 and len(trk.streamlines) == stats["streamlines"], (
