@@ -126,6 +126,16 @@ class Phantom:
     suffix: str = ".nii.gz"   # of the volumes (odf, fa, seed_roi, labels, dwi, mask)
     _cache: dict = field(default_factory=dict, repr=False)
 
+    @classmethod
+    def from_dir(cls, directory):
+        """The phantom `tractd phantom` wrote to directory (every file checked)."""
+        directory = Path(directory)
+        missing = [f for f in PHANTOM_FILES if not (directory / f).is_file()]
+        assert not missing, f"`tractd phantom` did not write {missing} in {directory}"
+        return cls(dir=directory, job=json.loads((directory / "job.json").read_text()),
+                   bundles=_read_bundles(directory / "bundles.json"),
+                   job_dwi=json.loads((directory / "job_dwi.json").read_text()))
+
     def path(self, name):
         return self.dir / name
 
@@ -215,12 +225,7 @@ def phantom(tractd, tmp_path_factory):
     """The default phantom (48x48x24, 1 mm, symmetric362), made once per session."""
     outdir = tmp_path_factory.mktemp("phantom")
     run_cli(tractd, ["phantom", outdir], check=True)
-    missing = [f for f in PHANTOM_FILES if not (outdir / f).is_file()]
-    assert not missing, f"`tractd phantom` did not write {missing} in {outdir}"
-    job = json.loads((outdir / "job.json").read_text())
-    job_dwi = json.loads((outdir / "job_dwi.json").read_text())
-    return Phantom(dir=outdir, job=job, bundles=_read_bundles(outdir / "bundles.json"),
-                   job_dwi=job_dwi)
+    return Phantom.from_dir(outdir)
 
 
 # --------------------------------------------------------------------------- real scans
@@ -320,6 +325,52 @@ def connection_stats(streamlines, labels, bundles):
     n = len(streamlines)
     return {"n": n, "valid": valid, "valid_fraction": valid / n if n else 0.0,
             "per_bundle": per_bundle}
+
+
+# Whole streamlines on the phantom: every bundle at least this long (the straight
+# one, 40 voxels, and the arc, 31.4) has at least WHOLE_MIN_FRACTION of the
+# streamlines joining its two end zones, their median length at least
+# WHOLE_MIN_LENGTH of the bundle's. On lavapipe, repulsion724 (2000 seeds, every
+# direction getter) gives 10-20 % and 1.01-1.08; lines cut at ~60 steps (30
+# voxels), as before the shaders' loop-limit fix, join neither bundle's ends.
+WHOLE_LONG_BUNDLE_VOXELS = 30.0
+WHOLE_MIN_FRACTION = 0.05
+WHOLE_MIN_LENGTH = 0.95
+
+
+def assert_whole_streamlines(trk_path, phantom, label=""):
+    """The tractogram at trk_path (TRK, TCK or anything nibabel reads as RAS+
+    mm), tracked on phantom's grid, holds whole streamlines
+    along the phantom's long bundles (see WHOLE_LONG_BUNDLE_VOXELS): lengths in
+    voxels against bundles.json's length_voxels. Returns {bundle: (fraction,
+    median length / bundle length)} for the long bundles."""
+    to_voxel = np.linalg.inv(phantom.affine)
+    lines = [nib.affines.apply_affine(to_voxel, np.asarray(s, dtype=np.float64))
+             for s in nib.streamlines.load(str(trk_path)).streamlines]
+    assert lines, f"{label}: {trk_path} holds no streamlines"
+    lengths = lengths_mm(lines, np.eye(4))          # voxel units
+    ends = np.sort(endpoint_labels(lines, phantom.labels), axis=1)
+    longest = max(b["length_voxels"] for b in phantom.bundles)
+    assert lengths.max() >= longest, (
+        f"{label}: the longest of {len(lines)} streamlines is {lengths.max():.1f} voxels, "
+        f"shorter than the longest bundle ({longest:.1f}): streamlines are cut")
+    found = {}
+    for b, bundle in enumerate(phantom.bundles):
+        if bundle["length_voxels"] < WHOLE_LONG_BUNDLE_VOXELS:
+            continue
+        joined = (ends[:, 0] == 2 * b + 1) & (ends[:, 1] == 2 * b + 2)
+        fraction = joined.sum() / len(lines)
+        ratio = float(np.median(lengths[joined]) / bundle["length_voxels"]) if joined.any() else 0.0
+        found[bundle["name"]] = (fraction, ratio)
+    assert found, f"{label}: the phantom has no bundle of {WHOLE_LONG_BUNDLE_VOXELS} voxels or more"
+    short = {name: f"{100 * fr:.1f} % join its ends, median {r:.2f} of its length"
+             for name, (fr, r) in found.items()
+             if fr < WHOLE_MIN_FRACTION or r < WHOLE_MIN_LENGTH}
+    assert not short, (
+        f"{label}: streamlines do not run the length of the long bundles (want at least "
+        f"{100 * WHOLE_MIN_FRACTION:.0f} % joining each one's end zones, median at least "
+        f"{WHOLE_MIN_LENGTH} of its length; longest line {lengths.max():.1f} voxels): {short}")
+    return found
 
 
 LENGTH_QUANTILES = (10, 25, 50, 75, 90)

@@ -6,8 +6,7 @@
 - the pipeline cache option (a path, 'none');
 - output handling: standard output, atomic writes, unwritable paths;
 - the documented command-line contract: --help, --version, usage errors,
-  `tractd phantom` and its errors;
-- scripts/demo.sh.
+  `tractd phantom` and its errors (scripts/demo.sh: test_examples.py).
 
 MRtrix3 is not tested here: Debian's MRtrix3 3.0.3 `tckconvert` reads only
 .tck, .txt and .vtk input ("Unsupported input file type" for .trk) and
@@ -32,8 +31,6 @@ EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 EXIT_INVALID = 3
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEMO_SCRIPT = REPO_ROOT / "scripts" / "demo.sh"
 
 # Small jobs: a few hundred seeds track in well under a second on lavapipe.
 N_SEEDS = 200
@@ -378,19 +375,3 @@ def test_phantom_invalid_parameters(tractd, tmp_path, args, pattern):
     proc = run_cli(tractd, ["phantom", *args, outdir])
     assert_fails(proc, EXIT_INVALID, pattern)
     assert not outdir.exists() or files_in(outdir) == []
-
-
-# ------------------------------------------------------------------ demo script
-
-def test_demo_script(tractd, tmp_path):
-    """scripts/demo.sh TRACTD OUTDIR exits 0 and writes tracks.trk and stats.json,
-    with streamlines > 0 and the TRK holding that many."""
-    outdir = tmp_path / "demo"
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
-    proc = subprocess.run(["sh", str(DEMO_SCRIPT), tractd, str(outdir)], capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S, env=env, cwd=REPO_ROOT)
-    assert proc.returncode == EXIT_OK, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    stats = json.loads((outdir / "stats.json").read_text())
-    assert stats["streamlines"] > 0
-    trk = nib.streamlines.load(str(outdir / "tracks.trk"))
-    assert len(trk.streamlines) == stats["streamlines"]

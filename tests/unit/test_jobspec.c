@@ -1411,8 +1411,8 @@ static void test_example_valid(void **state)
 	snprintf(want, sizeof(want), "%s/seed_roi.nii.gz", path);
 	assert_string_equal(js.seed_roi_path, want);
 	assert_int_equal(js.seed_kind, JOBSPEC_SEEDS_ROI);
-	assert_int_equal(js.seed_count, 2000);
-	assert_string_equal(js.sphere_name, "symmetric362");
+	assert_int_equal(js.seed_count, 500);
+	assert_string_equal(js.sphere_name, "repulsion724"); /* the default */
 	jobspec_free(&js);
 
 	example_path(path, sizeof(path), "dwi-phantom.json");
