@@ -145,8 +145,8 @@ static void print_seconds(json_t *seconds)
 	putchar('\n');
 }
 
-/* "stop_map 0, outside 32, ...: streamline ends; 0 seeds without direction",
- * the reasons in the daemon's order. */
+/* "stopped   stop_map 0, outside 32, ... (streamline ends); 0 seeds without
+ * direction", the reasons in the daemon's order. */
 static void print_stop_reasons(const json_t *result)
 {
 	json_t *reasons = json_object_get(result, "stop_reasons");

@@ -60,7 +60,8 @@ struct engine_options {
 };
 
 /* Why an end of a streamline stopped (proto/stop_reasons.def, in the order
- * of the track kernels' codes). */
+ * of the track kernels' codes; the last, ENGINE_STOP_UNKNOWN, is the host's
+ * for codes no kernel should write). */
 enum engine_stop {
 #define X(name, key, words) name,
 #include "stop_reasons.def"
