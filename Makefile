@@ -83,7 +83,7 @@ CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 	clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
-$(BUILD)/daemon/%.o: daemon/%.c $(wildcard daemon/*.h) proto/errors.def | $(BUILD)/daemon
+$(BUILD)/daemon/%.o: daemon/%.c $(wildcard daemon/*.h) $(wildcard proto/*.def) | $(BUILD)/daemon
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 $(BUILD)/embed: scripts/embed.c | $(BUILD)

@@ -145,6 +145,28 @@ static void print_seconds(json_t *seconds)
 	putchar('\n');
 }
 
+/* "stopped   stop_map 0, outside 32, ... (streamline ends); 0 seeds without
+ * direction", the reasons in the daemon's order. */
+static void print_stop_reasons(const json_t *result)
+{
+	json_t *reasons = json_object_get(result, "stop_reasons");
+	const char *reason;
+	json_t *value;
+	const char *separator = "";
+
+	if (!json_is_object(reasons))
+		return;
+	printf("%-9s ", "stopped");
+	json_object_foreach(reasons, reason, value) {
+		if (json_is_integer(value)) {
+			printf("%s%s %llu", separator, reason, count_of(reasons, reason));
+			separator = ", ";
+		}
+	}
+	printf(" (streamline ends); %llu seeds without direction\n",
+	       count_of(result, "seeds_without_direction"));
+}
+
 static void print_result(const json_t *job)
 {
 	const json_t *result = json_object_get(job, "result");
@@ -156,6 +178,7 @@ static void print_result(const json_t *job)
 		 count_of(result, "streamlines"), count_of(result, "points"),
 		 msg_size(count_of(result, "bytes"), size));
 	print_member_line("result", line);
+	print_stop_reasons(result);
 }
 
 void print_job(const json_t *job)

@@ -32,6 +32,7 @@
 #include "log.h"
 #include "redact.h"
 #include "route.h"
+#include "stats_json.h"
 #include "tractogram_read.h"
 
 #define STREAM_BLOCK_BYTES (256u << 10)
@@ -395,6 +396,20 @@ static void job_error_message(struct api *api, const struct job_info *info, char
 	redact_server_paths(info->error.message, api->cfg.state_dir, out, len);
 }
 
+/* A done job's result: its file and counts; NULL when out of memory. */
+static json_t *result_json(const struct job_info *info)
+{
+	json_t *result = json_pack("{s:I, s:I, s:I, s:b}", "bytes", (json_int_t)info->bytes,
+				   "streamlines", (json_int_t)info->streamlines, "points",
+				   (json_int_t)info->points, "expired", info->expired);
+
+	if (result && stats_json_add(result, &info->stats) < 0) {
+		json_decref(result);
+		return NULL;
+	}
+	return result;
+}
+
 static json_t *job_to_json(struct api *api, const struct job_info *info)
 {
 	json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id",
@@ -413,9 +428,7 @@ static json_t *job_to_json(struct api *api, const struct job_info *info)
 	json_object_set_new(json_object_get(doc, "progress"), "stage_fraction",
 			    json_real(info->stage ? info->stage_fraction : 0.0));
 	if (info->state == JOB_DONE) {
-		json_object_set_new(doc, "result", json_pack("{s:I, s:I, s:I, s:b}", "bytes",
-				    (json_int_t)info->bytes, "streamlines", (json_int_t)info->streamlines,
-				    "points", (json_int_t)info->points, "expired", info->expired));
+		json_object_set_new(doc, "result", result_json(info));
 		json_object_set_new(doc, "seconds", json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "load",
 				    s->load_seconds, "upload", s->upload_seconds, "compile",
 				    s->compile_seconds, "track", s->track_seconds, "kernels",

@@ -69,12 +69,21 @@ struct job_gpu {
 	struct gpu_buffer *lut;
 };
 
+/* A streamline's words in the track kernels' ranges (shaders/track.glsl). */
+enum range_word {
+	RANGE_FIRST_SLOT,
+	RANGE_POINTS,
+	RANGE_LENGTH,             /* in mm, float bits */
+	RANGE_STOPS,              /* why each half stopped: count_stop_reasons() */
+	RANGE_WORDS
+};
+
 /* Host-side arrays reused across chunks and batches. */
 struct job_host {
 	float *seed_xyz;          /* 3 * chunk_seeds */
 	uint32_t *ndirs;          /* chunk_seeds */
 	uint32_t *line_id;        /* 2 * chunk lines: (global seed, direction index) */
-	uint32_t *ranges;         /* 3 * batch_lines: the tracked batch's ranges */
+	uint32_t *ranges;         /* RANGE_WORDS * batch_lines: the tracked batch's ranges */
 	uint32_t *dest;           /* batch_lines: packed offsets within each piece */
 	float *compressed;        /* 3 * slot_points when output.compress, else NULL */
 	uint32_t *kept;           /* slot_points: indices compression kept, with it */
@@ -88,7 +97,7 @@ struct job_host {
  * two: it fills one while its writer thread writes the other. */
 struct write_slot {
 	struct gpu_buffer *readback;   /* the piece's kept points, packed */
-	uint32_t *ranges;              /* 3 per line: first slot, points, length (float bits) */
+	uint32_t *ranges;              /* RANGE_WORDS per line */
 	uint32_t *dest;                /* per line: first packed point, or DROP_LINE */
 	uint32_t *seed_index;          /* per line: its seed's global index */
 	float *seed_vox;               /* 3 per line with output.save_seeds: its seed
@@ -218,7 +227,7 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	/* Two thirds of the work budget for streamlines: point slots on the GPU,
 	 * id (seed, direction), range, destination. */
 	line_slot_bytes = 12ull * plan->slot_points;
-	per_line = line_slot_bytes + 8 + 12 + 4 + plan->resume_bytes_per_line;
+	per_line = line_slot_bytes + 8 + 4 * RANGE_WORDS + 4 + plan->resume_bytes_per_line;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
 	if (plan->resume_bytes_per_line)
 		plan->batch_lines = min_u64(plan->batch_lines,
@@ -390,7 +399,7 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 	if (r == 0)
 		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_DEVICE, &g->points, err);
 	if (r == 0)
-		r = new_buffer(gpu, 12 * l, GPU_MEMORY_DEVICE, &g->ranges, err);
+		r = new_buffer(gpu, 4 * RANGE_WORDS * l, GPU_MEMORY_DEVICE, &g->ranges, err);
 	if (r == 0)
 		r = new_buffer(gpu, 4 * l, GPU_MEMORY_DEVICE, &g->dest, err);
 	if (r == 0)
@@ -418,7 +427,7 @@ static int alloc_host(const struct job_plan *plan, struct job_host *h, struct er
 	h->seed_xyz = malloc(12 * s);
 	h->ndirs = malloc(4 * s);
 	h->line_id = malloc(8 * chunk_lines);
-	h->ranges = malloc(12 * plan->batch_lines);
+	h->ranges = malloc(4 * RANGE_WORDS * plan->batch_lines);
 	h->dest = malloc(4 * plan->batch_lines);
 	if (!h->seed_xyz || !h->ndirs || !h->line_id || !h->ranges || !h->dest)
 		return errbuf_set(err, -ENOMEM, "", "out of host memory for %llu seeds per chunk",
@@ -611,10 +620,10 @@ static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lin
 	uint64_t capacity = run->plan.readback_bytes / 12, next = 0, i;
 
 	for (i = first; i < n_lines; i++) {
-		uint32_t count = h->ranges[3 * i + 1];
+		uint32_t count = h->ranges[RANGE_WORDS * i + RANGE_POINTS];
 		float length_mm;
 
-		memcpy(&length_mm, &h->ranges[3 * i + 2], sizeof(length_mm));
+		memcpy(&length_mm, &h->ranges[RANGE_WORDS * i + RANGE_LENGTH], sizeof(length_mm));
 		if (count < 2 || length_mm < run->job->min_length ||
 		    length_mm > run->job->max_length) {
 			h->dest[i] = DROP_LINE;
@@ -652,7 +661,8 @@ static uint32_t seed_vertex(const struct job_run *run, const struct write_slot *
 			    uint32_t count)
 {
 	uint32_t max_steps = (uint32_t)run->job->max_steps;
-	uint32_t v = max_steps - w->ranges[3 * i] % (2 * max_steps + 1);
+	uint32_t first_slot = w->ranges[RANGE_WORDS * i + RANGE_FIRST_SLOT];
+	uint32_t v = max_steps - first_slot % (2 * max_steps + 1);
 
 	if (!run->h.compressed)
 		return v;
@@ -670,7 +680,7 @@ static int write_batch(struct job_run *run, const struct write_slot *w, struct e
 	double t0 = timing_now();
 
 	for (uint64_t i = 0; i < w->n_lines; i++) {
-		uint32_t count = w->ranges[3 * i + 1];
+		uint32_t count = w->ranges[RANGE_WORDS * i + RANGE_POINTS];
 		const float *points;
 		float seed[3];
 		struct output_dps dps = {
@@ -825,7 +835,7 @@ static int post_piece(struct job_run *run, const struct batch_place *at, uint64_
 				   &run->rate[1], err);
 	if (r < 0)
 		return r;
-	memcpy(w->ranges, h->ranges + 3 * first, 12 * (end - first));
+	memcpy(w->ranges, h->ranges + RANGE_WORDS * first, 4 * RANGE_WORDS * (end - first));
 	memcpy(w->dest, h->dest + first, 4 * (end - first));
 	copy_line_seeds(run, w, batch_line + first, end - first);
 	w->n_lines = end - first;
@@ -865,6 +875,26 @@ static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, u
 	return r;
 }
 
+/* A kernel's stop code as counted: ENGINE_STOP_UNKNOWN past the known ones. */
+static enum engine_stop stop_from_code(uint32_t code)
+{
+	return code < ENGINE_STOP_UNKNOWN ? (enum engine_stop)code : ENGINE_STOP_UNKNOWN;
+}
+
+/* Adds why both ends of each of the batch's n_lines streamlines stopped to
+ * the device's counts: every tracked streamline, also those the length
+ * limits or a single point keep from the output. The kernel packs the
+ * backward half's code in bits 0-7 and the forward half's in bits 8-15. */
+static void count_stop_reasons(struct job_run *run, uint64_t n_lines)
+{
+	for (uint64_t i = 0; i < n_lines; i++) {
+		uint32_t stops = run->h.ranges[RANGE_WORDS * i + RANGE_STOPS];
+
+		run->stats.stop_reasons[stop_from_code(stops & 0xffu)]++;
+		run->stats.stop_reasons[stop_from_code(stops >> 8)]++;
+	}
+}
+
 /* Tracks lines [first_line, first_line + n_lines) of the chunk and hands
  * the kept ones to the writer, in as many pieces as the read-back needs. */
 static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t first_line,
@@ -879,7 +909,10 @@ static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t
 	if (r == 0)
 		r = track_lines(run, buffers, n_lines, err);
 	if (r == 0)
-		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 12 * n_lines, err);
+		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 4 * RANGE_WORDS * n_lines,
+				 err);
+	if (r == 0)
+		count_stop_reasons(run, n_lines);
 	for (uint64_t first = 0, end; r == 0 && first < n_lines; first = end) {
 		end = assign_piece(run, first, n_lines);
 		r = post_piece(run, at, first_line, first, end, end == n_lines, err);
@@ -905,14 +938,16 @@ static int post_empty_chunk(struct job_run *run, uint64_t end_seed, struct errbu
 }
 
 /* Lists the chunk's streamlines: one per initial direction of each seed, in
- * (seed, direction) order. The seeds and directions stay on the GPU, where
- * the track kernels read them by these ids. */
+ * (seed, direction) order, and counts the seeds that have none. The seeds
+ * and directions stay on the GPU, where the track kernels read them by these
+ * ids. */
 static uint64_t build_lines(struct job_run *run, uint64_t first_seed, uint64_t n_seeds)
 {
 	struct job_host *h = &run->h;
 	uint64_t n = 0;
 
 	for (uint64_t s = 0; s < n_seeds; s++) {
+		run->stats.seeds_without_direction += h->ndirs[s] == 0;
 		for (uint32_t d = 0; d < h->ndirs[s]; d++, n++) {
 			h->line_id[2 * n] = (uint32_t)(first_seed + s);
 			h->line_id[2 * n + 1] = d;
@@ -1156,7 +1191,7 @@ static int alloc_slots(struct job_run *run, struct errbuf *err)
 		struct write_slot *w = &run->slots[k];
 		r = new_buffer(run->gpu, run->plan.readback_bytes, GPU_MEMORY_READBACK, &w->readback,
 			       err);
-		w->ranges = malloc(12 * l);
+		w->ranges = malloc(4 * RANGE_WORDS * l);
 		w->dest = malloc(4 * l);
 		w->seed_index = malloc(4 * l);
 		w->seed_vox = run->job->save_seeds ? malloc(12 * l) : NULL;
@@ -1302,6 +1337,42 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 	total->kernel_seconds += dev->kernel_seconds;
 	total->submits += dev->submits;
 	total->compile_seconds += dev->compile_seconds;
+	total->seeds_without_direction += dev->seeds_without_direction;
+	for (int k = 0; k < ENGINE_STOP_REASONS; k++)
+		total->stop_reasons[k] += dev->stop_reasons[k];
+}
+
+const char *engine_stop_key(enum engine_stop reason)
+{
+	switch (reason) {
+#define X(name, key, words) case name: return key;
+#include "stop_reasons.def"
+#undef X
+	case ENGINE_STOP_REASONS:
+		break;
+	}
+	return "unknown";
+}
+
+const char *engine_stop_words(enum engine_stop reason)
+{
+	switch (reason) {
+#define X(name, key, words) case name: return words;
+#include "stop_reasons.def"
+#undef X
+	case ENGINE_STOP_REASONS:
+		break;
+	}
+	return "unknown";
+}
+
+uint64_t engine_stop_ends(const struct engine_stats *stats)
+{
+	uint64_t ends = 0;
+
+	for (int k = 0; k < ENGINE_STOP_REASONS; k++)
+		ends += stats->stop_reasons[k];
+	return ends;
 }
 
 int engine_run(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,

@@ -59,6 +59,16 @@ struct engine_options {
 				     * text (tckgen -output_seeds) goes; NULL refuses them */
 };
 
+/* Why an end of a streamline stopped (proto/stop_reasons.def, in the order
+ * of the track kernels' codes; the last, ENGINE_STOP_UNKNOWN, is the host's
+ * for codes no kernel should write). */
+enum engine_stop {
+#define X(name, key, words) name,
+#include "stop_reasons.def"
+#undef X
+	ENGINE_STOP_REASONS
+};
+
 struct engine_stats {
 	uint64_t seeds;
 	uint64_t streamlines;       /* written to the output */
@@ -67,6 +77,11 @@ struct engine_stats {
 	uint64_t batches;           /* streamline batches */
 	uint64_t pieces;            /* read-backs of them (engine_options.readback_bytes) */
 	uint64_t submits;           /* kernel submits (each within max_dispatch_steps) */
+	/* Streamline ends by why they stopped (enum engine_stop), two per
+	 * tracked streamline: also those that min_length, max_length or a
+	 * single point keep from the output. */
+	uint64_t stop_reasons[ENGINE_STOP_REASONS];
+	uint64_t seeds_without_direction;  /* no initial direction: no streamline, no ends */
 	double load_seconds;        /* reading inputs, seeds, sphere */
 	double upload_seconds;
 	double compile_seconds;     /* pipelines compiled during this job */
@@ -106,5 +121,13 @@ struct engine_device {
 int engine_run(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
 	       const struct inputs *in, struct seeds *seeds, const struct engine_options *opts,
 	       FILE *out, struct engine_stats *stats, struct errbuf *err);
+
+/* A stop reason's key in the statistics' JSON ("stop_map"...) and its words
+ * for people ("left the image"...); static strings. */
+const char *engine_stop_key(enum engine_stop reason);
+const char *engine_stop_words(enum engine_stop reason);
+
+/* The ends counted in stats->stop_reasons: twice the streamlines tracked. */
+uint64_t engine_stop_ends(const struct engine_stats *stats);
 
 #endif

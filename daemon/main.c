@@ -31,6 +31,7 @@
 #include "resident.h"
 #include "shbasis.h"
 #include "serve.h"
+#include "stats_json.h"
 #include "timing.h"
 
 #define TRACTD_VERSION "0.1.0"
@@ -431,6 +432,10 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 				"kernels", s->kernel_seconds, "write", s->write_seconds);
 	if (!doc)
 		return -ENOMEM;
+	if (stats_json_add(doc, s) < 0) {
+		json_decref(doc);
+		return -ENOMEM;
+	}
 	r = json_dump_file(doc, path, JSON_INDENT(2));
 	json_decref(doc);
 	return r < 0 ? -EIO : 0;
@@ -550,6 +555,29 @@ static void enable_progress(struct cli *cli)
 	cli->fit.progress = show_fit_progress;
 }
 
+/* Why the streamlines stopped, as tckgen's "Termination reason
+ * probabilities", on one line: "stop reasons of 32 streamline ends: ...,
+ * left the image 32 (100.0%), ...; 0 seed(s) without an initial direction".
+ * Unknown reasons, a kernel fault, only when there were some. */
+static void log_stop_reasons(const struct engine_stats *s)
+{
+	char line[512];
+	uint64_t ends = engine_stop_ends(s);
+	size_t o = 0;
+
+	for (int k = 0; k < ENGINE_STOP_REASONS && o < sizeof(line); k++) {
+		uint64_t n = s->stop_reasons[k];
+		if (k == ENGINE_STOP_UNKNOWN && n == 0)
+			continue;
+		o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%s %llu (%.1f%%)", o ? ", " : "",
+				      engine_stop_words((enum engine_stop)k), (unsigned long long)n,
+				      ends ? 100.0 * (double)n / (double)ends : 0.0);
+	}
+	log_info("stop reasons of %llu streamline ends: %s; %llu seed(s) without an initial "
+		 "direction", (unsigned long long)ends, line,
+		 (unsigned long long)s->seeds_without_direction);
+}
+
 static void log_summary(const struct engine_stats *s, const char *device, size_t n_devices,
 			const char *path)
 {
@@ -564,6 +592,7 @@ static void log_summary(const struct engine_stats *s, const char *device, size_t
 		 "write %.3f s; %llu chunk(s), %llu batch(es)", s->load_seconds, s->upload_seconds,
 		 s->compile_seconds, s->track_seconds, s->kernel_seconds, s->write_seconds,
 		 (unsigned long long)s->chunks, (unsigned long long)s->batches);
+	log_stop_reasons(s);
 }
 
 /* Everything a CLI job holds, released in one place. */

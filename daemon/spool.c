@@ -15,6 +15,7 @@
 
 #include "fdio.h"
 #include "log.h"
+#include "stats_json.h"
 
 #define RECORD_VERSION 1
 #define RECORD_EXT ".job"
@@ -69,6 +70,10 @@ static json_t *stats_json(const struct engine_stats *s)
 			"upload_seconds", s->upload_seconds, "compile_seconds", s->compile_seconds,
 			"track_seconds", s->track_seconds, "kernel_seconds", s->kernel_seconds,
 			"write_seconds", s->write_seconds, "grid_dim", dim, "grid_affine", affine);
+	if (doc && stats_json_add(doc, s) < 0) {
+		json_decref(doc);
+		return NULL;
+	}
 	return doc;
 }
 
@@ -224,6 +229,10 @@ static int parse_stats(json_t *doc, struct engine_stats *s, struct errbuf *err)
 	s->points = (uint64_t)points;
 	s->chunks = (uint64_t)chunks;
 	s->batches = (uint64_t)batches;
+	if (stats_json_read(doc, s, err) < 0) {
+		errbuf_prefix_field(err, "stats");
+		return -EINVAL;
+	}
 	for (size_t i = 0; i < 3; i++) {
 		json_t *v = json_array_get(dim, i);
 		if (!json_is_integer(v) || json_integer_value(v) < 0)

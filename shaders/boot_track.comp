@@ -15,8 +15,10 @@
 //   6 dirs       float[3 * MAX_PEAKS * s]  their initial directions, from pass 1
 //   7 line_id    uint[2 * n]      global seed index, direction index at the seed
 //   8 points     float[3 * (2 max_steps + 1) * n]   out
-//   9 ranges     uint[3 * n]      out: first point slot, number of points, length
-//                                 in mm (float bits)
+//   9 ranges     uint[4 * n]      out: first point slot, number of points, length
+//                                 in mm (float bits), why each half stopped
+//                                 (track.glsl's STOP_* codes: backward half in
+//                                 bits 0-7, forward half in bits 8-15)
 //  10 resume     uint[]           suspended streamlines (track.glsl)
 //  11 dwi        page table (volume.glsl)
 #version 450
@@ -83,6 +85,12 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 			return closest_peak(dir);
 	}
 	return false;
+}
+
+// The bootstrap ODF is sampled at the point; the step goes one step_size ahead.
+float getter_reach()
+{
+	return pc.track.x;
 }
 
 void prepare_workgroup()

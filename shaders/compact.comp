@@ -4,7 +4,8 @@
 //
 // Bindings:
 //   0 points   float[]        streamline slots written by prob_track
-//   1 ranges   uint[3 * n]    first point slot, number of points, length (prob_track)
+//   1 ranges   uint[4 * n]    first point slot, number of points, length, stop reasons
+//                             (track.glsl)
 //   2 dest     uint[n]        first destination point, or 0xffffffff to drop
 //   3 packed   float[]        out: kept points, 3 floats each
 #version 450
@@ -21,9 +22,9 @@ void main()
 	uint item = item_index();
 	if (item >= pc.work.x + pc.work.y || dest[item] == 0xffffffffu)
 		return;
-	uint src = 3 * ranges[3 * item];
+	uint src = 3 * ranges[4 * item];
 	uint dst = 3 * dest[item];
-	uint n = 3 * ranges[3 * item + 1];
+	uint n = 3 * ranges[4 * item + 1];
 	for (uint i = gl_SubgroupInvocationID; i < n; i += SG)
 		packed[dst + i] = points[src + i];
 }

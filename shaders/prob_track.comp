@@ -11,8 +11,10 @@
 //   4 dirs       float[3 * MAX_PEAKS * s]  their initial directions, from pass 1
 //   5 line_id    uint[2 * n]      global seed index, direction index at the seed
 //   6 points     float[3 * (2 max_steps + 1) * n]   out
-//   7 ranges     uint[3 * n]      out: first point slot, number of points, length
-//                                 in mm (float bits)
+//   7 ranges     uint[4 * n]      out: first point slot, number of points, length
+//                                 in mm (float bits), why each half stopped
+//                                 (track.glsl's STOP_* codes: backward half in
+//                                 bits 0-7, forward half in bits 8-15)
 //   8 resume     uint[]           suspended streamlines (track.glsl)
 //   9 odf_basis  float[NC * NV]   ODF_SH only (odf.glsl)
 #version 450
@@ -99,6 +101,12 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 	vec3 v = vertex(first_above(x, last_nonzero));
 	dir = dot(v, dir) > 0.0 ? v : -v;
 	return true;
+}
+
+// The PMF is sampled at the point; the step goes one step_size ahead.
+float getter_reach()
+{
+	return pc.track.x;
 }
 
 void prepare_workgroup()

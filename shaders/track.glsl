@@ -15,15 +15,37 @@
 // numbers, so the output is the same as in one pass.
 //
 // The including kernel declares the buffers seeds, dirs, line_id, points and
-// ranges (layout in prob_track.comp's header), the stop map's page table fa
-// (volume.glsl's PAGED_TABLE), includes resume.glsl, and defines
+// ranges, the stop map's page table fa (volume.glsl's PAGED_TABLE), includes
+// resume.glsl, and defines
 //   bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 //   void prepare_workgroup()   (runs once per workgroup before tracking)
+//   float getter_reach()       (voxels ahead of the point the getter looks at)
 //   GETTER_WORDS, getter_mark(), getter_rewind(), getter_save(uint at),
 //   getter_load(uint at)   (the getter's own state across steps: a copy kept
 //                           before each step, and its GETTER_WORDS words in the
 //                           resume buffer; LOOP_LIMITED only)
 // counter = (step, global seed index, 2 * direction index + half, 0).
+//
+// ranges holds 4 uints per streamline: its first point slot, its number of
+// points, its length in mm (float bits), and why each half stopped: the
+// backward half's STOP_* code in bits 0-7, the forward half's in bits 8-15.
+
+// Why a half stopped, in proto/stop_reasons.def's order (the host counts
+// them; the .def's last, unknown, is the host's): the stop map at the new
+// point <= fa_threshold; the new point, or the point the getter found
+// nothing at, outside the image; the getter found no direction (for prob
+// and boot within max_angle); max_steps taken.
+const uint STOP_MAP = 0u;
+const uint STOP_OUTSIDE = 1u;
+const uint STOP_NO_DIRECTION = 2u;
+const uint STOP_MAX_STEPS = 3u;
+const uint STILL_TRACKING = 0xffu;
+
+bool in_image(vec3 p)
+{
+	Corners unused;
+	return corners_at(p, pc.dim.xyz, unused);
+}
 
 const uint LINE_SUSPENDED = 1u;
 const uint LINE_DONE = 2u;
@@ -37,18 +59,20 @@ struct Walk {
 	uint step;        // the next step, from 1
 	uint n_back;      // points of the backward half, the seed included
 	float length_mm;
+	uint back_reason; // why the backward half stopped (STOP_*), once it has
 };
 
-// DIPY ThresholdStoppingCriterion: TRACKPOINT only inside and above threshold.
-bool still_tracking(vec3 p)
+// DIPY ThresholdStoppingCriterion: TRACKPOINT only inside and above
+// threshold; otherwise why not.
+uint stop_reason_at(vec3 p)
 {
 	Corners c;
 	if (!corners_at(p, pc.dim.xyz, c))
-		return false;
+		return STOP_OUTSIDE;
 	float v = 0.0;
 	for (int q = 0; q < 8; q++)
 		v += c.weight[q] * page_f32(PAGE_SPOT(fa, c.voxel[q]), 0);
-	return v > pc.track.w;
+	return v > pc.track.w ? STILL_TRACKING : STOP_MAP;
 }
 
 #if LOOP_LIMITED
@@ -73,6 +97,7 @@ void save_walk(uint at, Walk w)
 	resume[at + 7u] = w.step;
 	resume[at + 8u] = w.n_back;
 	resume[at + 9u] = floatBitsToUint(w.length_mm);
+	resume[at + 10u] = w.back_reason;
 }
 
 Walk load_walk(uint at)
@@ -84,6 +109,7 @@ Walk load_walk(uint at)
 	w.step = resume[at + 7u];
 	w.n_back = resume[at + 8u];
 	w.length_mm = uintBitsToFloat(resume[at + 9u]);
+	w.back_reason = resume[at + 10u];
 	return w;
 }
 
@@ -101,10 +127,11 @@ void suspend(uint item, Walk w)
 
 // Walks the current half from w.step on; false when it was suspended (w then
 // holds the step to run again). At the end w.step is the half's number of
-// points, the seed included.
-bool track_half(inout Walk w, uint seed_slot, uvec4 counter)
+// points, the seed included, and reason why it stopped.
+bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 {
 	int sign = w.half_index == 0u ? -1 : 1;
+	reason = STOP_MAX_STEPS;
 	for (; w.step <= pc.work.z; w.step++) {
 		counter.x = w.step;
 #if LOOP_LIMITED
@@ -113,15 +140,21 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter)
 		vec3 dir = w.dir;
 		bool found = next_direction(w.p, dir, counter);
 		vec3 p = w.p + pc.track.x * dir;
-		bool inside = found && still_tracking(p);
+		// A getter that looked past the image's edge (ptt's probe reads
+		// nothing there) stopped because the image ended.
+		uint stop = !found ? (in_image(w.p + getter_reach() * w.dir) ? STOP_NO_DIRECTION :
+									    STOP_OUTSIDE) :
+				     stop_reason_at(p);
 #if LOOP_LIMITED
 		if (loop_limit_reached()) {
 			getter_rewind();
 			return false;
 		}
 #endif
-		if (!inside)
+		if (stop != STILL_TRACKING) {
+			reason = stop;
 			break;
+		}
 		w.length_mm += step_mm(pc.track.x * dir);
 		if (gl_SubgroupInvocationID < 3)
 			points[uint(int(seed_slot) + sign * int(w.step)) * 3 + gl_SubgroupInvocationID] =
@@ -160,30 +193,32 @@ void main()
 	} else
 #endif
 	{
-		w = Walk(seed, -first, 0u, 1u, 0u, 0.0);
+		w = Walk(seed, -first, 0u, 1u, 0u, 0.0, STOP_MAX_STEPS);
 		if (lane < 3)
 			points[seed_slot * 3 + lane] = seed[lane];
 	}
+	uint reason;
 	if (w.half_index == 0u) {
-		if (!track_half(w, seed_slot, counter)) {
+		if (!track_half(w, seed_slot, counter, reason)) {
 #if LOOP_LIMITED
 			suspend(item, w);
 #endif
 			return;
 		}
-		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm);
+		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm, reason);
 	}
 	counter.z += 1;
-	if (!track_half(w, seed_slot, counter)) {
+	if (!track_half(w, seed_slot, counter, reason)) {
 #if LOOP_LIMITED
 		suspend(item, w);
 #endif
 		return;
 	}
 	if (lane == 0) {
-		ranges[3 * item] = seed_slot - (w.n_back - 1);
-		ranges[3 * item + 1] = w.n_back - 1 + w.step;
-		ranges[3 * item + 2] = floatBitsToUint(w.length_mm);
+		ranges[4 * item] = seed_slot - (w.n_back - 1);
+		ranges[4 * item + 1] = w.n_back - 1 + w.step;
+		ranges[4 * item + 2] = floatBitsToUint(w.length_mm);
+		ranges[4 * item + 3] = w.back_reason | reason << 8;
 #if LOOP_LIMITED
 		resume[item * RESUME_WORDS] = LINE_DONE;
 #endif

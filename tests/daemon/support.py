@@ -535,6 +535,13 @@ class References:
 
     def trk(self, job):
         """The TRK bytes `tractd run` writes for job (local paths)."""
+        return self._run(job)[0]
+
+    def stats(self, job):
+        """The statistics (--stats-json) of `tractd run` of job (local paths)."""
+        return self._run(job)[1]
+
+    def _run(self, job):
         key = json.dumps(job, sort_keys=True)
         with self._lock:
             lock = self._locks.setdefault(key, threading.Lock())
@@ -544,12 +551,14 @@ class References:
                 job_path = self.workdir / f"{name}.json"
                 job_path.write_text(json.dumps(job, indent=1))
                 out = self.workdir / f"{name}.trk"
+                stats = self.workdir / f"{name}.stats.json"
                 proc = subprocess.run([self.tractd, "run", str(job_path), "-o", str(out), "-q",
+                                       "--stats-json", str(stats),
                                        "--pipeline-cache", str(self.pipeline_cache)],
                                       capture_output=True, text=True, timeout=600)
                 assert proc.returncode == 0, (f"reference run failed ({proc.returncode}):\n"
                                               f"{proc.stderr}")
-                self._done[key] = out.read_bytes()
+                self._done[key] = (out.read_bytes(), json.loads(stats.read_text()))
             return self._done[key]
 
 

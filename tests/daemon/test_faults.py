@@ -76,6 +76,8 @@ def test_sigkill_mid_job_and_restart(daemon_factory, phantom):
     assert doc["status"] == "done", doc
     assert doc["result"]["bytes"] == len(done_trk), doc
     assert doc["result"]["streamlines"] == done_doc["result"]["streamlines"], doc
+    assert doc["result"]["stop_reasons"] == done_doc["result"]["stop_reasons"], doc
+    assert sum(doc["result"]["stop_reasons"].values()) > 0, doc
     assert_same_trk(fetch_tractogram(d2.api, done_id), done_trk, "the TRK served after restart")
     # Conversion needs the grid kept in the record.
     r = d2.api.get(f"/v1/jobs/{done_id}/tractogram?format=tck")

@@ -34,7 +34,8 @@ def test_job_matches_cli(daemon, volumes, phantom, references, tmp_path):
     """A job on uploaded volumes: 202 with Location, polled until done; the
     tractogram (over the socket and over TCP) is byte-identical to `tractd
     run` of the same job on the local files; the done JOB has consistent
-    result, progress, timestamps and phase timings."""
+    result (its stop reasons those of `tractd run`), progress, timestamps and
+    phase timings."""
     want = references.trk(local_job(phantom, **PARITY))
     job_id = submit(daemon.unix, server_job(phantom, volumes, **PARITY))
     doc = wait_job(daemon.unix, job_id)
@@ -47,6 +48,12 @@ def test_job_matches_cli(daemon, volumes, phantom, references, tmp_path):
     assert doc["result"]["bytes"] == len(want)
     assert doc["result"]["streamlines"] == trk_n_count(want)
     assert doc["result"]["points"] == _points(want)
+    cli_stats = references.stats(local_job(phantom, **PARITY))
+    assert doc["result"]["stop_reasons"] == cli_stats["stop_reasons"], doc["result"]
+    assert doc["result"]["seeds_without_direction"] == cli_stats["seeds_without_direction"]
+    ends = sum(doc["result"]["stop_reasons"].values())
+    assert ends % 2 == 0 and ends >= 2 * doc["result"]["streamlines"], doc["result"]
+    assert doc["result"]["stop_reasons"]["unknown"] == 0, doc["result"]
     assert doc["progress"] == {"seeds_done": PARITY["count"], "seeds_total": PARITY["count"],
                                "streamlines": trk_n_count(want), "stage": None,
                                "stage_fraction": 0.0}
@@ -279,12 +286,14 @@ def test_tck_job(daemon, volumes, phantom, tractd, tmp_path):
 def test_two_devices(daemon_factory, phantom, references):
     """device = 0,0 (two contexts on the one lavapipe GPU, each with its own
     upload and chunks): /v1/device counts 2, a job's result is byte-identical
-    to `tractd run` on one device, and its volumes are cached once for both."""
+    to `tractd run` on one device (its stop reasons too), and its volumes are
+    cached once for both."""
     d = daemon_factory(sets=[f"data_roots={phantom.dir}", "device=0,0"])
     assert d.api.get_json("/v1/device")["device"]["count"] == 2
     job = local_job(phantom, **PARITY)
-    _, got = run_to_completion(d.api, job)
+    doc, got = run_to_completion(d.api, job)
     assert_same_trk(got, references.trk(job), "tractogram of a two-device job")
+    assert doc["result"]["stop_reasons"] == references.stats(job)["stop_reasons"], doc
     _, again = run_to_completion(d.api, job)
     assert_same_trk(again, got, "the second run on the cached volumes")
     assert d.api.get_json("/v1/device")["cache"]["hits"] >= 1

@@ -91,8 +91,8 @@ def _local_ids(phantom):
 
 
 def test_commands(ctl, tractctl, daemon, phantom, references, tmp_path):
-    """submit prints the job id (--json: the 202 document); status, list and
-    wait work as text and --json (documents that parse and agree with the
+    """submit prints the job id (--json: the 202 document); status (with the
+    stop reasons), list and wait work as text and --json (documents that parse and agree with the
     API); fetch -o writes the bytes of `tractd run`; device (text and --json)
     shows the daemon's device, also over --server http://127.0.0.1:PORT."""
     want = references.trk(local_job(phantom, **SMALL))
@@ -110,6 +110,9 @@ def test_commands(ctl, tractctl, daemon, phantom, references, tmp_path):
 
     text = _ok(ctl("status", job_id)).stdout
     assert job_id in text and "done" in text, text
+    assert re.search(r"^stopped +stop_map \d+, outside \d+, no_direction \d+, max_steps \d+, "
+                     r"unknown 0 \(streamline ends\); \d+ seeds without direction$", text,
+                     re.M), text
     status = json.loads(_ok(ctl("--json", "status", job_id)).stdout)
     api = daemon.api.get_json(f"/v1/jobs/{job_id}")
     # Timings may be printed with fewer digits.

@@ -1,6 +1,7 @@
 """tractd's output is a function of the job alone (design: Philox keyed by
-(job seed, seed index)): the same job gives byte-identical TRKs, whatever the
-chunking; a different rng_seed gives a different tractogram."""
+(job seed, seed index)): the same job gives byte-identical TRKs, and the same
+stop reasons, whatever the chunking; a different rng_seed gives a different
+tractogram."""
 import json
 
 import pytest
@@ -81,6 +82,8 @@ def test_chunking_does_not_change_output(tractd, phantom, workdir, reference, fl
     data = trk.read_bytes()
     assert data == reference[0], (f"{flag} {value} changed the output: "
                                   + _diff_summary(data, reference[0]))
+    for key in ("stop_reasons", "seeds_without_direction"):
+        assert stats[key] == reference[1][key], f"{flag} {value} changed {key}"
 
 
 def test_different_rng_seed_differs(tractd, phantom, workdir, reference):

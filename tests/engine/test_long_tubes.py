@@ -9,7 +9,11 @@ streamlines it would cut, prob stopped after about 60 steps on repulsion724
 and ptt and boot fared no better. The 2,000-vertex sphere makes prob's steps
 long enough to be suspended at least once on lavapipe: the test checks that
 it was, so that the resume path is exercised wherever the suite runs there.
+Every end of a streamline in the uniform tube must count as having left the
+image, none as finding no direction.
 """
+import json
+
 import numpy as np
 import nibabel as nib
 import pytest
@@ -94,14 +98,17 @@ def test_every_streamline_runs_the_whole_tube(tractd, tmp_path, getter, sphere_n
     sphere, vertices = sphere_case(sphere_name)
     inputs = (dwi_tube(tmp_path) if getter == "boot" else
               odf_tube(tmp_path, vertices, LOBE_WIDTH[getter]))
-    proc, trk, _ = run_job(tractd, tube_job(getter, sphere, inputs), tmp_path,
-                           extra_args=("-v",))
+    proc, trk, stats = run_job(tractd, tube_job(getter, sphere, inputs), tmp_path,
+                               extra_args=("-v",))
     tract = load_trk(trk)
     points = [len(s) for s in tract.streamlines]
     assert len(points) == len(SEEDS), proc.stderr[-2000:]
     assert min(points) >= WHOLE_POINTS, f"points per streamline {sorted(points)}"
     ends = np.array([[s[0][0], s[-1][0]] for s in tract.streamlines])
     assert np.all(ends.min(axis=1) < 1.0) and np.all(ends.max(axis=1) > 98.0), ends
+    # The tube is uniform: every end leaves the image, none lacks a direction.
+    stops = json.loads(stats.read_text())["stop_reasons"]
+    assert stops["outside"] == 2 * len(SEEDS) and stops["no_direction"] == 0, stops
     if getter == "prob" and sphere_name == "fibonacci2000" and "llvmpipe" in proc.stderr:
         assert "suspended" in proc.stderr, "the resume path did not run on lavapipe"
 

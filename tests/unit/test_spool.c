@@ -78,6 +78,11 @@ static struct job_info done_job(const char *id, time_t created)
 	for (int i = 0; i < 4; i++)
 		info.stats.grid_affine[i][i] = 1.0;
 	info.stats.grid_affine[0][3] = -23.5;
+	info.stats.stop_reasons[ENGINE_STOP_MAP] = 180;
+	info.stats.stop_reasons[ENGINE_STOP_OUTSIDE] = 7;
+	info.stats.stop_reasons[ENGINE_STOP_NO_DIRECTION] = 42;
+	info.stats.stop_reasons[ENGINE_STOP_MAX_STEPS] = 1;
+	info.stats.seeds_without_direction = 3;
 	return info;
 }
 
@@ -103,6 +108,9 @@ static void test_round_trip(void **state)
 	/* Doubles survive exactly: conversions use the grid. */
 	assert_true(recs[0].info.stats.grid_affine[0][3] == -23.5);
 	assert_true(recs[0].info.stats.track_seconds == 0.1108092519971251);
+	assert_memory_equal(recs[0].info.stats.stop_reasons, info.stats.stop_reasons,
+			    sizeof(info.stats.stop_reasons));
+	assert_int_equal(recs[0].info.stats.seeds_without_direction, 3);
 	assert_string_equal(recs[0].spec_json, "{\"seeds\":{\"count\":100}}");
 	spool_records_free(recs, n);
 }
@@ -231,6 +239,30 @@ static void test_parse_refuses(void **state)
 	assert_int_equal(parse_replacing("{\"tractd_job\"", "[{\"tractd_job\"", NULL), -EINVAL);
 	assert_int_equal(spool_record_parse("", 0, NULL, &(struct spool_record){ 0 }, NULL),
 			 -EINVAL);
+	/* Stop reasons: counts in an object (absent ones read as 0). */
+	assert_int_equal(parse_replacing("\"grid_dim\"", "\"stop_reasons\":{\"outside\":4},"
+					 "\"grid_dim\"", NULL), 0);
+	assert_int_equal(parse_replacing("\"grid_dim\"", "\"stop_reasons\":{\"outside\":-1},"
+					 "\"grid_dim\"", NULL), -EINVAL);
+	assert_int_equal(parse_replacing("\"grid_dim\"", "\"stop_reasons\":[4],\"grid_dim\"",
+					 NULL), -EINVAL);
+	assert_int_equal(parse_replacing("\"grid_dim\"", "\"seeds_without_direction\":0.5,"
+					 "\"grid_dim\"", NULL), -EINVAL);
+}
+
+/* A record of a daemon that did not count stop reasons reads them as 0. */
+static void test_record_without_stop_reasons(void **state)
+{
+	const char *text = VALID_RECORD;
+	struct spool_record rec;
+
+	(void)state;
+	memset(&rec, 0xff, sizeof(rec));
+	assert_int_equal(spool_record_parse(text, strlen(text), NULL, &rec, NULL), 0);
+	for (int k = 0; k < ENGINE_STOP_REASONS; k++)
+		assert_int_equal(rec.info.stats.stop_reasons[k], 0);
+	assert_int_equal(rec.info.stats.seeds_without_direction, 0);
+	free(rec.spec_json);
 }
 
 int main(void)
@@ -241,6 +273,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_load_cleans_and_skips, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
 		cmocka_unit_test(test_parse_refuses),
+		cmocka_unit_test(test_record_without_stop_reasons),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
