@@ -733,6 +733,12 @@ static enum api_error open_server_path(struct api *api, struct jobspec *spec,
 			   "opens them as the user who submits the job");
 		return ERR_SERVER_PATHS_DISABLED;
 	}
+	/* Queued jobs hold their files open: out of descriptors is for now. */
+	if (r == -EMFILE || r == -ENFILE) {
+		errbuf_set(err, r, field, "the server holds too many open files (queued jobs keep "
+			   "theirs): try again later");
+		return ERR_QUEUE_FULL;
+	}
 	if (r < 0) {
 		errbuf_set(err, r, field, "'%.200s' is not an existing file inside the data roots "
 			   "(%.200s), or not permitted", path, roots);
