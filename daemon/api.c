@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "infile.h"
 #include "log.h"
 #include "redact.h"
 #include "route.h"
@@ -130,6 +131,10 @@ enum body_kind { BODY_NONE, BODY_JSON, BODY_UPLOAD };
 struct identity {
 	char name[JOB_OWNER_LEN + 1];
 	bool admin;
+	/* Whom server-side paths are opened as; without an account (a token
+	 * whose name is no user) none are. */
+	bool has_account;
+	struct infile_identity account;
 };
 
 struct request {
@@ -268,6 +273,42 @@ static bool user_in_group(const char *user, gid_t gid, gid_t group)
 	return member;
 }
 
+/* A Unix peer's files are opened with its credentials as the kernel has
+ * them: uid, gid and the process's groups (SO_PEERGROUPS). More groups than
+ * fit are dropped, which can only deny. */
+static void peer_account(int fd, const struct ucred *cred, struct identity *who)
+{
+	socklen_t len = sizeof(who->account.groups);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, who->account.groups, &len) < 0)
+		len = 0;
+	who->account.uid = cred->uid;
+	who->account.gid = cred->gid;
+	who->account.n_groups = (int)(len / sizeof(gid_t));
+	who->has_account = true;
+}
+
+/* A token whose name is a user's opens files as that user, with the
+ * user's groups in the group database (only the primary one when there
+ * are more than fit). */
+static void token_account(const char *name, struct identity *who)
+{
+	struct passwd pw, *found = NULL;
+	char buf[16384];
+	int n = INFILE_MAX_GROUPS;
+
+	if (getpwnam_r(name, &pw, buf, sizeof(buf), &found) != 0 || !found)
+		return;
+	if (getgrouplist(pw.pw_name, pw.pw_gid, who->account.groups, &n) < 0) {
+		who->account.groups[0] = pw.pw_gid;
+		n = 1;
+	}
+	who->account.uid = pw.pw_uid;
+	who->account.gid = pw.pw_gid;
+	who->account.n_groups = n;
+	who->has_account = true;
+}
+
 /* The Unix socket's peer, from the kernel (SO_PEERCRED): its uid's user
  * name, "uid:N" when the uid has no passwd entry (or a name we would not
  * store). Admin: uid 0, or a member of admin_group (its primary gid at
@@ -295,6 +336,7 @@ static int unix_identity(struct api *api, struct MHD_Connection *conn, struct id
 		     (api->cfg.has_admin_group &&
 		      (cred.gid == api->cfg.admin_gid ||
 		       (found && user_in_group(pw.pw_name, pw.pw_gid, api->cfg.admin_gid))));
+	peer_account(ci->connect_fd, &cred, who);
 	return 0;
 }
 
@@ -317,6 +359,7 @@ static int tcp_identity(struct api *api, struct MHD_Connection *conn, struct ide
 		return -EACCES;
 	snprintf(who->name, sizeof(who->name), "%s", t.name);
 	who->admin = t.admin;
+	token_account(t.name, who);
 	return 0;
 }
 
@@ -660,126 +703,118 @@ static enum MHD_Result fetch_tractogram(struct api *api, struct MHD_Connection *
 
 /* ---- submitting jobs ------------------------------------------------------- */
 
-/* Whether path is dir or lies below it. Both are canonical (realpath), so
- * no "..", "." or symlink is left to fool a prefix test; the '/' boundary
- * keeps /data/ab from passing as under /data/a. */
-static bool path_under(const char *path, const char *dir)
+/* The path member and field name of a file slot. */
+static char **slot_path(struct jobspec *spec, enum jobspec_file_slot slot)
 {
-	size_t n = strlen(dir);
-
-	if (n == 1)   /* "/": everything is under it */
-		return true;
-	return strncmp(path, dir, n) == 0 && (path[n] == '/' || path[n] == '\0');
+	if (slot == JOBSPEC_SLOT_SEED_ROI)
+		return &spec->seed_roi_path;
+	return jobspec_input_slot(spec, &jobspec_input_files[slot]);
 }
 
-/* Whether canonical path lies under one of the configured roots. A root that
- * cannot be resolved (missing for now) admits nothing rather than failing
- * the job, so one unmounted root does not take the others down. */
-static bool under_data_roots(const char *roots, const char *path)
+static const char *slot_field(enum jobspec_file_slot slot)
 {
-	const char *p = roots;
-
-	for (;;) {
-		size_t n = strcspn(p, ":");
-		char root[sizeof(((struct api_config *)0)->data_roots)];
-		char *real;
-		bool under;
-
-		/* conf checked every entry is non-empty and fits the field. */
-		snprintf(root, sizeof(root), "%.*s", (int)n, p);
-		real = realpath(root, NULL);
-		if (real) {
-			under = path_under(path, real);
-			free(real);
-			if (under)
-				return true;
-		}
-		if (!p[n])
-			return false;
-		p += n + 1;
-	}
+	return slot == JOBSPEC_SLOT_SEED_ROI ? "seeds.roi" : jobspec_input_files[slot].field;
 }
 
-/* A server-side path: allowed only under the data roots. It is replaced by
- * its canonical form, so that a symlink swapped after this check cannot
- * redirect the engine to a file outside the roots. */
-static enum api_error resolve_server_path(struct api *api, char **path, const char *field,
-					  struct errbuf *err)
+/* A server-side path: opened now, as the user who submits the job, if it
+ * resolves to a regular file under the data roots. The job reads that
+ * descriptor, never the name again. A missing file, one outside the roots
+ * and one the user may not read get the same answer, so that a client
+ * cannot probe which files exist elsewhere on the server. */
+static enum api_error open_server_path(struct api *api, struct jobspec *spec,
+				       enum jobspec_file_slot slot, const struct identity *who,
+				       struct errbuf *err)
 {
-	const char *roots = api->cfg.data_roots;
-	char *real;
+	const char *roots = api->cfg.data_roots, *path = *slot_path(spec, slot);
+	const char *field = slot_field(slot);
+	int fd, r = -ENOENT;
 
 	if (!roots[0]) {
 		errbuf_set(err, -EINVAL, field, "server-side paths are disabled (no data_roots): "
 			   "upload the file (POST /v1/volumes) and use its id");
 		return ERR_SERVER_PATHS_DISABLED;
 	}
-	if ((*path)[0] != '/') {
+	if (path[0] != '/') {
 		errbuf_set(err, -EINVAL, field, "server-side paths must be absolute, got '%.200s'",
-			   *path);
+			   path);
 		return ERR_SERVER_PATHS_DISABLED;
 	}
-	/* A missing file and one outside the roots get the same answer, so that
-	 * a client cannot probe which files exist elsewhere on the server. */
-	real = realpath(*path, NULL);
-	if (!real || !under_data_roots(roots, real)) {
-		errbuf_set(err, -EACCES, field, "'%.200s' is not an existing file inside the data "
-			   "roots (%.200s)", *path, roots);
-		free(real);
+	if (who->has_account)
+		r = infile_open_beneath(roots, path, &who->account, &fd);
+	if (r == -EINVAL) {
+		errbuf_set(err, r, field, "'%.200s' is not a regular file", path);
+		return ERR_INVALID_PARAMETER;
+	}
+	if (r == -EPERM) {
+		errbuf_set(err, r, field, "server-side paths need the daemon to run as root: it "
+			   "opens them as the user who submits the job");
 		return ERR_SERVER_PATHS_DISABLED;
 	}
-	free(*path);
-	*path = real;
+	/* Queued jobs hold their files open: out of descriptors is for now. */
+	if (r == -EMFILE || r == -ENFILE) {
+		errbuf_set(err, r, field, "the server holds too many open files (queued jobs keep "
+			   "theirs): try again later");
+		return ERR_QUEUE_FULL;
+	}
+	if (r < 0) {
+		errbuf_set(err, r, field, "'%.200s' is not an existing file inside the data roots "
+			   "(%.200s), or not permitted", path, roots);
+		return ERR_SERVER_PATHS_DISABLED;
+	}
+	jobspec_hold_fd(spec, slot, fd);
 	return 0;
 }
 
-/* Turns a volume id into the store's path; any other string is a server-side
- * path, allowed only under the configured data roots. */
-static enum api_error resolve_input(struct api *api, char **path, const char *field,
-				    struct errbuf *err, const struct identity *who)
+/* A volume id: the store's file, opened now (by the daemon, whose store it
+ * is) for the owner of the upload or an admin. */
+static enum api_error open_stored_volume(struct api *api, struct jobspec *spec,
+					 enum jobspec_file_slot slot, const struct identity *who,
+					 struct errbuf *err)
 {
-	char resolved[1200];
+	char **path = slot_path(spec, slot), resolved[1200];
+	const char *field = slot_field(slot);
 	struct store_entry entry;
-	char *copy;
-	int r;
+	int fd, r = store_lookup(api->cfg.store, *path, &entry, resolved, sizeof(resolved), err);
 
-	if (!*path)
-		return 0;
-	if (strncmp(*path, "sha256:", 7) != 0)
-		return resolve_server_path(api, path, field, err);
-	r = store_lookup(api->cfg.store, *path, &entry, resolved, sizeof(resolved), err);
 	/* Another user's upload is unknown to this one (see get_volume). */
 	if (r == 0 && !who->admin && !store_claimed(api->cfg.store, *path, who->name))
 		r = -ENOENT;
+	if (r < 0 && r != -ENOENT) {
+		/* A malformed id: the store's message says the expected form. */
+		snprintf(err->field, sizeof(err->field), "%s", field);
+		return ERR_INVALID_PARAMETER;
+	}
+	if (r == 0)
+		r = infile_open(resolved, &fd);
 	if (r == -ENOENT) {
 		errbuf_set(err, r, field, "no volume %s on this server: upload it first", *path);
 		return ERR_UNKNOWN_VOLUME;
 	}
 	if (r < 0) {
-		/* A malformed id: the store's message says the expected form. */
-		snprintf(err->field, sizeof(err->field), "%s", field);
-		return ERR_INVALID_PARAMETER;
-	}
-	copy = strdup(resolved);
-	if (!copy) {
-		errbuf_set(err, -ENOMEM, field, "out of memory");
+		errbuf_set(err, r, field, "cannot open volume %s: %s", *path, strerror(-r));
 		return ERR_INTERNAL;
 	}
-	free(*path);
-	*path = copy;
+	jobspec_hold_fd(spec, slot, fd);
 	return 0;
 }
 
-static enum api_error resolve_inputs(struct api *api, struct jobspec *spec, struct errbuf *err,
-				     const struct identity *who)
+/* Opens every input file of the job (see open_server_path and
+ * open_stored_volume): all of them now, so that the job needs no name
+ * again and fails here, at submission, for a file it could not read. */
+static enum api_error open_inputs(struct api *api, struct jobspec *spec, struct errbuf *err,
+				  const struct identity *who)
 {
 	enum api_error e = 0;
 
-	for (size_t i = 0; !e && i < JOBSPEC_INPUT_FILES; i++) {
-		const struct jobspec_input_file *f = &jobspec_input_files[i];
-		e = resolve_input(api, jobspec_input_slot(spec, f), f->field, err, who);
+	for (int slot = 0; !e && slot < JOBSPEC_SLOTS; slot++) {
+		const char *path = *slot_path(spec, (enum jobspec_file_slot)slot);
+		if (!path)
+			continue;
+		e = strncmp(path, "sha256:", 7) == 0
+			? open_stored_volume(api, spec, (enum jobspec_file_slot)slot, who, err)
+			: open_server_path(api, spec, (enum jobspec_file_slot)slot, who, err);
 	}
-	return e ? e : resolve_input(api, &spec->seed_roi_path, "seeds.roi", err, who);
+	return e;
 }
 
 static bool wants_stream(struct MHD_Connection *conn)
@@ -868,7 +903,7 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 	}
 	e = check_seed_limit(api, &spec, &err);
 	if (!e)
-		e = resolve_inputs(api, &spec, &err, &req->who);
+		e = open_inputs(api, &spec, &err, &req->who);
 	if (e) {
 		jobspec_free(&spec);
 		return answer_error(api, conn, e, err.field, "%s", err.message);

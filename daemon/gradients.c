@@ -2,13 +2,14 @@
 #include "gradients.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "infile.h"
 
 /* Far above any real table (a few thousand volumes take tens of kB), small
  * enough to read whole. */
@@ -50,62 +51,50 @@ static int append_number(struct number_table *t, double v)
 	return 0;
 }
 
-/* Reads the whole file, NUL-terminated, into *text (caller frees). */
-static int read_small_file(const char *path, const char *field, char **text,
-			   struct errbuf *err)
+/* Reads the whole file, NUL-terminated, into *text (caller frees): from
+ * its start, through its descriptor only, and only a regular file (a FIFO
+ * would block the reader for as long as its writer likes). */
+static int read_small_file(const struct gradients_file *f, char **text, struct errbuf *err)
 {
 	struct stat st;
 	char *buf;
 	size_t got = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	int rc = 0;
 
-	if (fd < 0)
-		return errbuf_set(err, -ENOENT, field, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) != 0) {
-		rc = errbuf_set(err, -EIO, field, "%s: %s", path, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = errbuf_set(err, -EINVAL, field, "%s: not a regular file", path);
-		goto out;
-	}
-	if (st.st_size > GRADIENTS_MAX_FILE_BYTES) {
-		rc = errbuf_set(err, -EINVAL, field, "%s: %lld bytes, larger than the %d a "
-				"gradient table may have", path, (long long)st.st_size,
-				GRADIENTS_MAX_FILE_BYTES);
-		goto out;
-	}
+	if (fstat(f->fd, &st) != 0)
+		return errbuf_set(err, -EIO, f->field, "%s: %s", f->path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return errbuf_set(err, -EINVAL, f->field, "%s: not a regular file", f->path);
+	if (st.st_size > GRADIENTS_MAX_FILE_BYTES)
+		return errbuf_set(err, -EINVAL, f->field, "%s: %lld bytes, larger than the %d a "
+				  "gradient table may have", f->path, (long long)st.st_size,
+				  GRADIENTS_MAX_FILE_BYTES);
 	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
-	}
+	if (!buf)
+		return -ENOMEM;
 	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+		ssize_t n = pread(f->fd, buf + got, (size_t)st.st_size - got, (off_t)got);
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			rc = errbuf_set(err, -EIO, field, "%s: read failed: %s", path,
-					n < 0 ? strerror(errno) : "file shrank while being read");
 			free(buf);
-			goto out;
+			return errbuf_set(err, -EIO, f->field, "%s: read failed: %s", f->path,
+					  n < 0 ? strerror(errno) : "file shrank while being read");
 		}
 		got += (size_t)n;
 	}
 	if (memchr(buf, '\0', got)) {
-		rc = errbuf_set(err, -EINVAL, field, "%s: binary data, not a text table", path);
 		free(buf);
-		goto out;
+		return errbuf_set(err, -EINVAL, f->field, "%s: binary data, not a text table",
+				  f->path);
 	}
 	buf[got] = '\0';
 	*text = buf;
-out:
-	close(fd);
-	return rc;
+	return 0;
 }
 
+/* Errors say where, never what: the text is the file's, and a message
+ * must not carry a file's contents anywhere. */
 static int parse_number(const char *token, size_t len, const char *path, const char *field,
 			size_t line, size_t column, double *ret, struct errbuf *err)
 {
@@ -113,18 +102,18 @@ static int parse_number(const char *token, size_t len, const char *path, const c
 	char *end;
 
 	if (len > MAX_TOKEN)
-		return errbuf_set(err, -EINVAL, field, "%s line %zu, value %zu: \"%.*s...\" is not a "
-				  "number", path, line, column, 16, token);
+		return errbuf_set(err, -EINVAL, field, "%s line %zu, value %zu is not a number "
+				  "(over %d characters)", path, line, column, MAX_TOKEN);
 	memcpy(buf, token, len);
 	buf[len] = '\0';
 	*ret = strtod(buf, &end);
 	if (end != buf + len)
-		return errbuf_set(err, -EINVAL, field, "%s line %zu, value %zu: \"%s\" is not a number",
-				  path, line, column, buf);
+		return errbuf_set(err, -EINVAL, field, "%s line %zu, value %zu is not a number",
+				  path, line, column);
 	/* NaN passes here: b0 vectors may be NaN (validate decides). */
 	if (isinf(*ret))
-		return errbuf_set(err, -EINVAL, field, "%s line %zu, value %zu: %s is not finite",
-				  path, line, column, buf);
+		return errbuf_set(err, -EINVAL, field, "%s line %zu, value %zu is not finite",
+				  path, line, column);
 	return 0;
 }
 
@@ -178,15 +167,15 @@ static int parse_table(const char *text, const char *path, const char *field,
 	return 0;
 }
 
-static int load_table(const char *path, const char *field, struct number_table *t,
+static int load_table(const struct gradients_file *f, struct number_table *t,
 		      struct errbuf *err)
 {
 	char *text = NULL;
-	int rc = read_small_file(path, field, &text, err);
+	int rc = read_small_file(f, &text, err);
 
 	if (rc)
 		return rc;
-	rc = parse_table(text, path, field, t, err);
+	rc = parse_table(text, f->path, f->field, t, err);
 	free(text);
 	if (rc)
 		number_table_free(t);
@@ -290,19 +279,21 @@ static int bvecs_volume_major(const struct number_table *t, const char *path,
 	return 0;
 }
 
-int gradients_load(const char *bvals_path, const char *bvecs_path, int64_t n_volumes,
-		   const char *field_bvals, const char *field_bvecs,
+int gradients_read(const struct gradients_file *bvals_file,
+		   const struct gradients_file *bvecs_file, int64_t n_volumes,
 		   struct gradients *ret, struct errbuf *err)
 {
+	const char *bvals_path = bvals_file->path, *bvecs_path = bvecs_file->path;
+	const char *field_bvals = bvals_file->field, *field_bvecs = bvecs_file->field;
 	struct number_table bvals = { 0 }, bvecs = { 0 };
 	double *vectors = NULL;
 	size_t n_vectors = 0;
 	int rc;
 
-	rc = load_table(bvals_path, field_bvals, &bvals, err);
+	rc = load_table(bvals_file, &bvals, err);
 	if (rc)
 		return rc;
-	rc = load_table(bvecs_path, field_bvecs, &bvecs, err);
+	rc = load_table(bvecs_file, &bvecs, err);
 	if (rc)
 		goto out;
 	if (bvals.rows > 1 && bvals.cols > 1) {
@@ -330,6 +321,40 @@ out:
 	free(vectors);
 	number_table_free(&bvecs);
 	number_table_free(&bvals);
+	return rc;
+}
+
+/* Opens f->path into f->fd (close it), with the message every caller of a
+ * file it may not read gets. */
+static int open_table(struct gradients_file *f, struct errbuf *err)
+{
+	int rc = infile_open(f->path, &f->fd);
+
+	if (rc == -ENOENT)
+		return errbuf_set(err, -ENOENT, f->field, "%s: not found or not permitted", f->path);
+	if (rc == -EINVAL)
+		return errbuf_set(err, -EINVAL, f->field, "%s: not a regular file", f->path);
+	if (rc)
+		return errbuf_set(err, -EIO, f->field, "%s: cannot open: %s", f->path, strerror(-rc));
+	return 0;
+}
+
+int gradients_load(const char *bvals_path, const char *bvecs_path, int64_t n_volumes,
+		   const char *field_bvals, const char *field_bvecs,
+		   struct gradients *ret, struct errbuf *err)
+{
+	struct gradients_file bvals = { -1, bvals_path, field_bvals };
+	struct gradients_file bvecs = { -1, bvecs_path, field_bvecs };
+	int rc = open_table(&bvals, err);
+
+	if (rc == 0)
+		rc = open_table(&bvecs, err);
+	if (rc == 0)
+		rc = gradients_read(&bvals, &bvecs, n_volumes, ret, err);
+	if (bvals.fd >= 0)
+		close(bvals.fd);
+	if (bvecs.fd >= 0)
+		close(bvecs.fd);
 	return rc;
 }
 

@@ -43,6 +43,19 @@ int gradients_load(const char *bvals_path, const char *bvecs_path, int64_t n_vol
 		   const char *field_bvals, const char *field_bvecs,
 		   struct gradients *ret, struct errbuf *err);
 
+/* One of the two tables, already open: read from its start through fd
+ * only (never closed here); path names it in messages, field in errors. */
+struct gradients_file {
+	int fd;
+	const char *path;
+	const char *field;
+};
+
+/* gradients_load on open files. Messages give the line and value of a
+ * number that does not parse, never the text itself. */
+int gradients_read(const struct gradients_file *bvals, const struct gradients_file *bvecs,
+		   int64_t n_volumes, struct gradients *ret, struct errbuf *err);
+
 /* The same validation on arrays; bvecs is 3*n, volume-major (x, y, z of
  * volume 0, then volume 1...). Errors name "inputs.bvals" or "inputs.bvecs".
  * Returns 0, -EINVAL or -ENOMEM; *ret is written only on success. */

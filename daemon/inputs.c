@@ -36,6 +36,34 @@ struct inputs {
 	struct fit_result fit;
 };
 
+/* The volume in slot: read from the descriptor the job holds (a server
+ * job's, opened by its owner at submission), else opened by its path (the
+ * CLI's, as the user running it). */
+static int load_volume(const struct jobspec *job, enum jobspec_file_slot slot, const char *path,
+		       const char *field, struct volume *ret, struct errbuf *err)
+{
+	int fd = jobspec_opened_fd(job, slot);
+
+	if (fd < 0)
+		return volume_load(path, field, ret, err);
+	return volume_load_fd(fd, path, field, ret, err);
+}
+
+/* The gradient tables, as load_volume reads a volume. */
+static int load_gradients(const struct jobspec *job, int64_t n_volumes, struct gradients *ret,
+			  struct errbuf *err)
+{
+	struct gradients_file bvals = { jobspec_opened_fd(job, JOBSPEC_SLOT_BVALS),
+					job->bvals_path, "inputs.bvals" };
+	struct gradients_file bvecs = { jobspec_opened_fd(job, JOBSPEC_SLOT_BVECS),
+					job->bvecs_path, "inputs.bvecs" };
+
+	if (bvals.fd < 0 || bvecs.fd < 0)
+		return gradients_load(bvals.path, bvecs.path, n_volumes, bvals.field, bvecs.field,
+				      ret, err);
+	return gradients_read(&bvals, &bvecs, n_volumes, ret, err);
+}
+
 static int load_sphere(const struct jobspec *job, struct sphere *ret, struct errbuf *err)
 {
 	if (job->sphere_vertices)
@@ -68,7 +96,7 @@ static int load_seeds(const struct jobspec *job, const struct volume *odf, const
 	if (job->seed_kind == JOBSPEC_SEEDS_POINTS)
 		return seeds_from_points(job->seed_points, job->n_seed_points, job->seed_points_ras,
 					 odf->affine, odf->dim, ret, err);
-	r = volume_load(job->seed_roi_path, "seeds.roi", &roi, err);
+	r = load_volume(job, JOBSPEC_SLOT_SEED_ROI, job->seed_roi_path, "seeds.roi", &roi, err);
 	if (r == 0)
 		r = require_3d_on_grid(&roi, odf, grid_field, "seeds.roi", job->seed_roi_path, err);
 	if (r == 0)
@@ -86,7 +114,7 @@ static int load_seeds(const struct jobspec *job, const struct volume *odf, const
 
 static int load_odf(const struct jobspec *job, struct inputs *in, struct errbuf *err)
 {
-	int r = volume_load(job->odf_path, "inputs.odf", &in->odf, err);
+	int r = load_volume(job, JOBSPEC_SLOT_ODF, job->odf_path, "inputs.odf", &in->odf, err);
 
 	if (r == 0 && in->odf.dim[3] != in->sphere.nv)
 		r = errbuf_set(err, -EINVAL, "inputs.odf", "%s has %lld volumes but the sphere "
@@ -108,7 +136,7 @@ static void voxel_to_world_directions(const struct volume *v, double m[3][3])
  * uploaded (sample_odf), or on the GPU at every step (SH storage). */
 static int load_sh(const struct jobspec *job, struct inputs *in, struct errbuf *err)
 {
-	int r = volume_load(job->sh_path, "inputs.sh", &in->sh, err);
+	int r = load_volume(job, JOBSPEC_SLOT_SH, job->sh_path, "inputs.sh", &in->sh, err);
 	int order;
 
 	if (r < 0)
@@ -141,17 +169,16 @@ static void fit_params_from_job(const struct jobspec *job, struct fit_params *p)
 static int load_dwi_volumes(const struct jobspec *job, struct volume *dwi, struct volume *mask,
 			    struct gradients *g, struct errbuf *err)
 {
-	int r = volume_load(job->dwi_path, "inputs.dwi", dwi, err);
+	int r = load_volume(job, JOBSPEC_SLOT_DWI, job->dwi_path, "inputs.dwi", dwi, err);
 
 	if (r == 0 && dwi->dim[3] < 7)
 		r = errbuf_set(err, -EINVAL, "inputs.dwi", "%s has %lld volume%s: a DWI series "
 			       "is 4D, with a b=0 volume and at least 6 diffusion directions",
 			       job->dwi_path, (long long)dwi->dim[3], dwi->dim[3] == 1 ? "" : "s");
 	if (r == 0)
-		r = gradients_load(job->bvals_path, job->bvecs_path, dwi->dim[3], "inputs.bvals",
-				   "inputs.bvecs", g, err);
+		r = load_gradients(job, dwi->dim[3], g, err);
 	if (r == 0 && job->mask_path) {
-		r = volume_load(job->mask_path, "inputs.mask", mask, err);
+		r = load_volume(job, JOBSPEC_SLOT_MASK, job->mask_path, "inputs.mask", mask, err);
 		if (r == 0)
 			r = require_3d_on_grid(mask, dwi, "inputs.dwi", "inputs.mask", job->mask_path,
 					       err);
@@ -305,7 +332,8 @@ static int load_stop_map(const struct jobspec *job, struct inputs *in, struct er
 		memcpy(in->stop.data, in->fit.fa.data, sizeof(float) * volume_voxels(&in->stop));
 		return 0;
 	}
-	r = volume_load(job->stop_map_path, "inputs.stop_map", &in->stop, err);
+	r = load_volume(job, JOBSPEC_SLOT_STOP_MAP, job->stop_map_path, "inputs.stop_map",
+			&in->stop, err);
 	if (r == 0)
 		r = require_3d_on_grid(&in->stop, grid_of(in), in->grid_field, "inputs.stop_map",
 				       job->stop_map_path, err);

@@ -203,25 +203,29 @@ static int make_dir(const char *path, struct errbuf *err)
 
 /* ---- the volume cache (worker thread only) ------------------------------- */
 
-static int append_file_key(char *key, size_t len, const char *path)
+/* The open file itself, not a name that may since lead elsewhere: which
+ * file it is, and its size and change times. A slot the job does not use
+ * is "-"; one not held open (-EBADF) leaves the job uncached. */
+static int append_file_key(char *key, size_t len, const struct jobspec *spec,
+			   enum jobspec_file_slot slot, const char *path)
 {
-	struct stat st;
+	int fd = jobspec_opened_fd(spec, slot);
 	size_t used = strlen(key);
+	struct stat st;
 
-	if (stat(path, &st) < 0)
-		return -errno;
-	snprintf(key + used, len - used, "%s:%lld:%lld.%09ld\n", path, (long long)st.st_size,
-		 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-	return 0;
-}
-
-static int append_optional_file_key(char *key, size_t len, const char *path)
-{
 	if (!path) {
-		strncat(key, "-\n", len - strlen(key) - 1);
+		strncat(key, "-\n", len - used - 1);
 		return 0;
 	}
-	return append_file_key(key, len, path);
+	if (fd < 0)
+		return -EBADF;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	snprintf(key + used, len - used, "%llu:%llu:%lld:%lld.%09ld:%lld.%09ld\n",
+		 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+		 (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+		 (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
+	return 0;
 }
 
 /* What a fit depends on besides its files. fa_threshold masks the CSD fit. */
@@ -244,8 +248,9 @@ static void append_model_key(char *key, size_t len, const struct jobspec *spec)
 			 m->response_s0);
 }
 
-/* What makes two jobs' volumes interchangeable: the files (by path, size and
- * modification time, so a server-side file that changed is read again), the
+/* What makes two jobs' volumes interchangeable: the files (the open files'
+ * identity, size and times, so a server-side file that changed is read
+ * again), the
  * model parameters of a fit, and the sphere. Fitted inputs are cached like
  * uploaded ones: a second job on one subject fits nothing. */
 static char *cache_key(const struct jobspec *spec)
@@ -260,8 +265,8 @@ static char *cache_key(const struct jobspec *spec)
 	if (!key)
 		return NULL;
 	for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++)
-		if (append_optional_file_key(key, len,
-					     jobspec_input_path(spec, &jobspec_input_files[i])) < 0) {
+		if (append_file_key(key, len, spec, (enum jobspec_file_slot)i,
+				    jobspec_input_path(spec, &jobspec_input_files[i])) < 0) {
 			free(key);
 			return NULL;
 		}

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -592,7 +593,7 @@ static const struct member inputs_members[] = {
 
 #define INPUT_FILE(k, member) { "inputs." k, offsetof(struct jobspec, member) }
 
-/* The PATH rows of inputs_members. */
+/* The PATH rows of inputs_members, in enum jobspec_file_slot's order. */
 const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES] = {
 	INPUT_FILE("odf", odf_path),
 	INPUT_FILE("sh", sh_path),
@@ -1237,6 +1238,9 @@ void jobspec_free(struct jobspec *js)
 {
 	if (!js)
 		return;
+	for (int slot = 0; slot < JOBSPEC_SLOTS; slot++)
+		if (js->opened.held & (1u << slot))
+			close(js->opened.fd[slot]);
 	free(js->odf_path);
 	free(js->sh_path);
 	free(js->dwi_path);

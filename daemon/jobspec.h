@@ -105,8 +105,30 @@ struct jobspec_model {
 	double min_signal;          /* opdt/csa signal floor, > 0, default 1 */
 };
 
+/* The files a job reads, by slot: jobspec_input_files' order, then seeds.roi. */
+enum jobspec_file_slot {
+	JOBSPEC_SLOT_ODF,
+	JOBSPEC_SLOT_SH,
+	JOBSPEC_SLOT_DWI,
+	JOBSPEC_SLOT_BVALS,
+	JOBSPEC_SLOT_BVECS,
+	JOBSPEC_SLOT_MASK,
+	JOBSPEC_SLOT_STOP_MAP,
+	JOBSPEC_SLOT_SEED_ROI,
+	JOBSPEC_SLOTS
+};
+
+/* Inputs opened before the job runs (a server job's, by its owner: see
+ * infile.h): fd[slot] is open when held has bit slot. Readers take them
+ * rather than the paths, which then only name the files in messages. */
+struct jobspec_opened {
+	int fd[JOBSPEC_SLOTS];
+	unsigned held;
+};
+
 struct jobspec {
 	enum jobspec_input_kind input_kind;
+	struct jobspec_opened opened;   /* closed by jobspec_free */
 	char *odf_path;             /* inputs.odf, resolved */
 	char *sh_path;              /* inputs.sh */
 	enum sh_basis sh_basis;     /* inputs.sh_basis (required with sh, no default) */
@@ -177,7 +199,7 @@ struct jobspec_input_file {
 	const char *field;          /* "inputs.dwi" */
 	size_t offset;              /* of its char * path in struct jobspec */
 };
-#define JOBSPEC_INPUT_FILES 7
+#define JOBSPEC_INPUT_FILES JOBSPEC_SLOT_SEED_ROI
 extern const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES];
 
 /* The path of f in js (NULL when not given), and the slot holding it. */
@@ -190,6 +212,20 @@ static inline const char *jobspec_input_path(const struct jobspec *js,
 static inline char **jobspec_input_slot(struct jobspec *js, const struct jobspec_input_file *f)
 {
 	return (char **)((char *)js + f->offset);
+}
+
+/* The descriptor held for slot, or -1 when the file is to be opened by its
+ * path (the CLI). */
+static inline int jobspec_opened_fd(const struct jobspec *js, enum jobspec_file_slot slot)
+{
+	return js->opened.held & (1u << slot) ? js->opened.fd[slot] : -1;
+}
+
+/* Gives fd to js for slot (which must not hold one yet). */
+static inline void jobspec_hold_fd(struct jobspec *js, enum jobspec_file_slot slot, int fd)
+{
+	js->opened.fd[slot] = fd;
+	js->opened.held |= 1u << slot;
 }
 
 #define JOBSPEC_MAX_SEEDS 100000000ull   /* 1e8: an explicit, documented limit */
@@ -208,7 +244,8 @@ int jobspec_parse(const char *json, size_t len, const char *base_dir,
  * file's directory. */
 int jobspec_load_file(const char *path, struct jobspec *ret, struct errbuf *err);
 
-/* Frees owned strings/arrays and zeroes *js; accepts zeroed specs. */
+/* Frees owned strings/arrays, closes the opened inputs and zeroes *js;
+ * accepts zeroed specs. */
 void jobspec_free(struct jobspec *js);
 
 #endif

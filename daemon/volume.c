@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * volume: NIfTI reading and writing. libnifti2 parses headers and resolves
- * file names; voxel data are read here because libnifti silently replaces
- * NaN/Inf with 0 and cannot tell a truncated file from other failures.
+ * volume: NIfTI reading and writing. An image is read from one open file:
+ * the header bytes are read here and libnifti2 only interprets them
+ * (nifti_convert_n*hdr2nim), so that it never opens a name of its own (a
+ * companion "x.nii" for "x", an ".img" for a ".hdr": names nobody checked).
+ * Voxel data are read here too because libnifti silently replaces NaN/Inf
+ * with 0 and cannot tell a truncated file from other failures.
  */
 #include "volume.h"
 
@@ -19,8 +22,10 @@
 #include <unistd.h>
 
 #include <nifti2_io.h>
+#include <zlib.h>
 
 #include "affine.h"
+#include "infile.h"
 #include "parallel.h"
 
 /* Writing: voxel data move through a buffer of whole x-rows of about this size. */
@@ -35,6 +40,20 @@
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
 #define NIFTI1_DATA_OFFSET 352
+/* The longest header (NIfTI-2); a NIfTI-1 header is the first 348 bytes. */
+#define HEADER_BYTES sizeof(nifti_2_header)
+/* Where the one-file magics sit: "n+1\0" ends a NIfTI-1 header, "n+2\0"
+ * follows a NIfTI-2 header's sizeof_hdr. "ni1"/"ni2" mark a .hdr whose data
+ * are in another file. */
+#define NIFTI1_MAGIC_AT 344
+#define NIFTI2_MAGIC_AT 4
+
+/* The open file an image is read from. */
+struct image_file {
+	int fd;
+	bool gz;          /* gzip-compressed (by its content, not its name) */
+	int64_t bytes;    /* the file's size */
+};
 
 /* Header fields as stored in the file; libnifti rewrites zero dims to 1 and
  * non-finite scaling to 0, both of which must be rejected or honoured as
@@ -180,15 +199,9 @@ int volume_same_grid(const struct volume *a, const struct volume *b)
 
 /* ---- loading ---- */
 
-/* The header as stored, in host byte order. nim->nifti_type cannot tell the
- * versions apart (libnifti reports NIfTI-2 files as NIfTI-1), hence nver. */
-static int read_raw_header(const char *path, struct raw_header *raw)
+/* The header as stored, in host byte order, from a copy of its bytes. */
+static void raw_from_header(void *h, int nver, struct raw_header *raw)
 {
-	int nver = -1;
-	void *h = nifti_read_header(path, &nver, 0);
-
-	if (!h)
-		return -EINVAL;
 	if (nver == 2) {
 		nifti_2_header *h2 = h;
 		if (h2->sizeof_hdr != (int)sizeof(*h2))
@@ -210,9 +223,7 @@ static int read_raw_header(const char *path, struct raw_header *raw)
 		raw->scl_slope = h1->scl_slope;
 		raw->scl_inter = h1->scl_inter;
 	}
-	free(h);
 	raw->ndim = raw->dim[0];
-	return 0;
 }
 
 static int shape_from_header(const char *path, const char *field, const struct raw_header *raw,
@@ -329,13 +340,11 @@ static int conversion_for(const char *path, const char *field, const nifti_image
  * too small to inflate to that much (a few bytes of header must not make
  * the reader allocate whatever count they claim). */
 static int check_data_size(const char *path, const char *field, const nifti_image *nim,
-			   size_t data_bytes, struct errbuf *err)
+			   const struct image_file *f, size_t data_bytes, struct errbuf *err)
 {
-	int64_t file_bytes = nifti_get_filesize(nim->iname);
+	int64_t file_bytes = f->bytes;
 
-	if (file_bytes < 0)
-		return errbuf_set(err, -EIO, field, "%s: cannot determine the size of %s", path, nim->iname);
-	if (nifti_is_gzfile(nim->iname)) {
+	if (f->gz) {
 		if ((uint64_t)file_bytes < UINT64_MAX / DEFLATE_MAX_RATIO &&
 		    data_bytes / DEFLATE_MAX_RATIO > (uint64_t)file_bytes)
 			return errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: voxel "
@@ -577,33 +586,42 @@ static struct load_worker *new_workers(struct load_job *job, size_t n, size_t bu
 	return w;
 }
 
-static int read_uncompressed(const char *path, const char *field, const nifti_image *nim,
-			     struct load_job *job, struct errbuf *err)
+/* The workers pread from the file at their own offsets: job->fd is the
+ * caller's, not closed here. */
+static int read_uncompressed(const char *path, const char *field, struct load_job *job,
+			     struct errbuf *err)
 {
 	size_t n = load_threads(job->n_items);
-	struct load_worker *w;
+	struct load_worker *w = new_workers(job, n, job->block * job->plane_bytes);
 	int r;
 
-	job->fd = open(nim->iname, O_RDONLY | O_CLOEXEC);
-	if (job->fd < 0)
-		return errbuf_set(err, -EIO, field, "%s: cannot open image data %s: %s", path,
-				  nim->iname, strerror(errno));
-	w = new_workers(job, n, job->block * job->plane_bytes);
-	if (!w) {
-		close(job->fd);
+	if (!w)
 		return errbuf_set(err, -ENOMEM, field, "%s: out of memory", path);
-	}
 	parallel_run(load_worker_main, w, sizeof(*w), n);
 	r = workers_result(w, n, path, field, job->v, err);
 	free_workers(w, n);
-	close(job->fd);
 	return r;
 }
 
-static bool inflate_block(znzFile fp, unsigned char *raw, size_t bytes, int swapsize,
+/* A gzip stream over its own descriptor for f, from the file's start;
+ * gzclose closes both. */
+static gzFile open_gz_stream(const struct image_file *f)
+{
+	int fd = infile_reopen(f->fd);
+	gzFile fp;
+
+	if (fd < 0)
+		return NULL;
+	fp = gzdopen(fd, "rb");
+	if (!fp)
+		close(fd);
+	return fp;
+}
+
+static bool inflate_block(gzFile fp, unsigned char *raw, size_t bytes, int swapsize,
 			  size_t value_size)
 {
-	if (znzread(raw, 1, bytes, fp) != bytes)
+	if (gzfread(raw, 1, bytes, fp) != bytes)
 		return false;
 	if (swapsize > 1)
 		nifti_swap_Nbytes((int64_t)(bytes / value_size), swapsize, raw);
@@ -613,7 +631,7 @@ static bool inflate_block(znzFile fp, unsigned char *raw, size_t bytes, int swap
 /* Inflates whole volumes a block at a time, the next block while the
  * workers interleave the current one. */
 static int read_compressed(const char *path, const char *field, const nifti_image *nim,
-			   struct load_job *job, struct errbuf *err)
+			   const struct image_file *f, struct load_job *job, struct errbuf *err)
 {
 	struct volume *v = job->v;
 	size_t nt = (size_t)v->dim[3], vol_bytes = volume_voxels(v) * job->cv->size;
@@ -621,7 +639,7 @@ static int read_compressed(const char *path, const char *field, const nifti_imag
 	struct parallel workers;
 	unsigned char *raw[2] = { NULL, NULL };
 	struct load_worker *w = new_workers(job, n, 0);
-	znzFile fp;
+	gzFile fp;
 	bool have;
 	int r = 0;
 
@@ -633,15 +651,15 @@ static int read_compressed(const char *path, const char *field, const nifti_imag
 		r = errbuf_set(err, -ENOMEM, field, "%s: out of memory", path);
 		goto done;
 	}
-	fp = znzopen(nim->iname, "rb", 1);
-	if (znz_isnull(fp)) {
-		r = errbuf_set(err, -EIO, field, "%s: cannot open image data %s", path, nim->iname);
+	fp = open_gz_stream(f);
+	if (!fp) {
+		r = errbuf_set(err, -EIO, field, "%s: cannot read the compressed image", path);
 		goto done;
 	}
-	if (znzseek(fp, (znz_off_t)nim->iname_offset, SEEK_SET) < 0) {
+	if (gzseek(fp, (z_off_t)nim->iname_offset, SEEK_SET) < 0) {
 		r = errbuf_set(err, -EIO, field, "%s: cannot seek to voxel data at offset %lld",
 			       path, (long long)nim->iname_offset);
-		znzclose(fp);
+		gzclose(fp);
 		goto done;
 	}
 	have = inflate_block(fp, raw[0], block * vol_bytes, job->swapsize, job->cv->size);
@@ -664,7 +682,7 @@ static int read_compressed(const char *path, const char *field, const nifti_imag
 		parallel_finish(&workers);
 		r = workers_result(w, n, path, field, v, err);
 	}
-	znzclose(fp);
+	gzclose(fp);
 done:
 	free_workers(w, n);
 	free(raw[0]);
@@ -689,13 +707,14 @@ static float *alloc_voxel_data(size_t count)
 }
 
 static int read_voxels(const char *path, const char *field, const nifti_image *nim,
-		       const struct conversion *cv, struct volume *v, struct errbuf *err)
+		       const struct image_file *f, const struct conversion *cv, struct volume *v,
+		       struct errbuf *err)
 {
 	size_t count = data_count(v), data_bytes = count * cv->size;
 	struct load_job job = {
 		.cv = cv, .v = v,
 		.plane_bytes = (size_t)v->dim[0] * (size_t)v->dim[1] * cv->size,
-		.fd = -1, .data_offset = nim->iname_offset,
+		.fd = f->fd, .data_offset = nim->iname_offset,
 		.swapsize = nim->swapsize > 1 && nim->byteorder != nifti_short_order() ?
 			    nim->swapsize : 0,
 	};
@@ -703,7 +722,7 @@ static int read_voxels(const char *path, const char *field, const nifti_image *n
 
 	if (nim->iname_offset < 0)
 		return errbuf_set(err, -EINVAL, field, "%s: negative vox_offset is not supported", path);
-	rc = check_data_size(path, field, nim, data_bytes, err);
+	rc = check_data_size(path, field, nim, f, data_bytes, err);
 	if (rc)
 		return rc;
 	v->data = alloc_voxel_data(count);
@@ -711,34 +730,102 @@ static int read_voxels(const char *path, const char *field, const nifti_image *n
 		return errbuf_set(err, -ENOMEM, field, "%s: out of memory for %zu voxel values", path, count);
 	atomic_init(&job.next, 0);
 	atomic_init(&job.failed, false);
-	if (nifti_is_gzfile(nim->iname)) {
+	if (f->gz) {
 		job.n_items = (size_t)v->dim[2];
-		return read_compressed(path, field, nim, &job, err);
+		return read_compressed(path, field, nim, f, &job, err);
 	}
 	job.block = (size_t)v->dim[3] < BLOCK_VOLUMES ? (size_t)v->dim[3] : BLOCK_VOLUMES;
 	job.n_items = ((size_t)v->dim[3] + job.block - 1) / job.block * (size_t)v->dim[2];
-	return read_uncompressed(path, field, nim, &job, err);
+	return read_uncompressed(path, field, &job, err);
 }
 
-static int check_readable(const char *path, const char *field, struct errbuf *err)
+/* Up to len bytes from the start of f (inflated when f->gz) into buf;
+ * *got says how many. */
+static int read_head(const struct image_file *f, unsigned char *buf, size_t len, size_t *got)
 {
-	struct stat st;
-	FILE *f;
+	gzFile fp;
+	ssize_t n;
 
-	if (stat(path, &st) != 0)
-		return errbuf_set(err, -ENOENT, field, "%s: %s", path, strerror(errno));
-	if (!S_ISREG(st.st_mode))
-		return errbuf_set(err, -EINVAL, field, "%s: not a regular file", path);
-	f = fopen(path, "rb");
-	if (!f)
-		return errbuf_set(err, -ENOENT, field, "%s: %s", path, strerror(errno));
-	fclose(f);
+	if (!f->gz) {
+		do
+			n = pread(f->fd, buf, len, 0);
+		while (n < 0 && errno == EINTR);
+		if (n < 0)
+			return -errno;
+		*got = (size_t)n;
+		return 0;
+	}
+	fp = open_gz_stream(f);
+	if (!fp)
+		return -EIO;
+	*got = gzfread(buf, 1, len, fp);
+	gzclose(fp);
+	return 0;
+}
+
+static bool magic_is(const unsigned char *head, size_t at, const char *magic)
+{
+	return memcmp(head + at, magic, 4) == 0;
+}
+
+/* Which NIfTI version head's sizeof_hdr announces, in either byte order:
+ * 1, 2, or 0 for none. */
+static int header_version(const unsigned char *head, size_t got)
+{
+	int32_t size;
+
+	if (got < sizeof(nifti_1_header))
+		return 0;
+	memcpy(&size, head, sizeof(size));
+	if (size == (int32_t)sizeof(nifti_1_header) ||
+	    size == (int32_t)__builtin_bswap32(sizeof(nifti_1_header)))
+		return 1;
+	if (got == HEADER_BYTES && (size == (int32_t)sizeof(nifti_2_header) ||
+				    size == (int32_t)__builtin_bswap32(sizeof(nifti_2_header))))
+		return 2;
+	return 0;
+}
+
+/* Checks that head is a one-file NIfTI header and interprets it: *raw as
+ * stored, its shape into dim, *ret as libnifti reads it. A .hdr/.img pair (or an ANALYZE
+ * header) is refused, since its data would be in a file nobody opened. */
+static int parse_header(const char *path, const char *field, const unsigned char *head,
+			size_t got, struct raw_header *raw, int64_t dim[4], nifti_image **ret,
+			struct errbuf *err)
+{
+	int nver = header_version(head, got);
+	union { nifti_1_header h1; nifti_2_header h2; } copy;
+	nifti_image *nim;
+	int rc;
+
+	if (nver == 0)
+		return errbuf_set(err, -EINVAL, field, "%s: not a NIfTI-1/-2 image (.nii or .nii.gz)",
+				  path);
+	if (nver == 1 ? !magic_is(head, NIFTI1_MAGIC_AT, "n+1") : !magic_is(head, NIFTI2_MAGIC_AT, "n+2"))
+		return errbuf_set(err, -EINVAL, field, "%s: not a one-file NIfTI image: header and "
+				  "data must be in one .nii or .nii.gz (a .hdr/.img pair is not "
+				  "read)", path);
+	memcpy(&copy, head, nver == 1 ? sizeof(copy.h1) : sizeof(copy.h2));
+	raw_from_header(&copy, nver, raw);
+	/* The shape is checked before libnifti sees the header: Debian 12's
+	 * libnifti does not bound a NIfTI-2 dim[0] and writes past its stack
+	 * (and ours) for dim[0] > 7 (found by tests/fuzz/fuzz_nifti). */
+	rc = shape_from_header(path, field, raw, dim, err);
+	if (rc)
+		return rc;
+	memcpy(&copy, head, nver == 1 ? sizeof(copy.h1) : sizeof(copy.h2));
+	nim = nver == 1 ? nifti_convert_n1hdr2nim(copy.h1, path)
+			: nifti_convert_n2hdr2nim(copy.h2, path);
+	if (!nim)
+		return errbuf_set(err, -EINVAL, field, "%s: not a readable NIfTI-1/-2 image", path);
+	*ret = nim;
 	return 0;
 }
 
 /* v->dim already holds the shape of raw (shape_from_header). */
 static int load_image(const char *path, const char *field, const nifti_image *nim,
-		      const struct raw_header *raw, struct volume *v, struct errbuf *err)
+		      const struct image_file *f, const struct raw_header *raw, struct volume *v,
+		      struct errbuf *err)
 {
 	struct conversion cv;
 	int rc = conversion_for(path, field, nim, raw, &cv, err);
@@ -746,36 +833,54 @@ static int load_image(const char *path, const char *field, const nifti_image *ni
 	if (!rc)
 		rc = best_affine(path, field, nim, raw, v->affine, err);
 	if (!rc)
-		rc = read_voxels(path, field, nim, &cv, v, err);
+		rc = read_voxels(path, field, nim, f, &cv, v, err);
 	return rc;
 }
 
-int volume_load(const char *path, const char *field, struct volume *ret, struct errbuf *err)
+/* What f is: its size, and whether it starts with the gzip magic. */
+static int describe_file(int fd, struct image_file *f)
 {
-	struct raw_header raw;
-	struct volume v;
-	nifti_image *nim;
-	int rc = check_readable(path, field, err);
+	unsigned char magic[2];
+	struct stat st;
+	ssize_t n;
 
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	if (!S_ISREG(st.st_mode))
+		return -EINVAL;
+	do
+		n = pread(fd, magic, sizeof(magic), 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	*f = (struct image_file){ .fd = fd, .bytes = st.st_size,
+				  .gz = n == 2 && magic[0] == 0x1f && magic[1] == 0x8b };
+	return 0;
+}
+
+int volume_load_fd(int fd, const char *path, const char *field, struct volume *ret,
+		   struct errbuf *err)
+{
+	unsigned char head[HEADER_BYTES];
+	struct raw_header raw;
+	struct image_file f = { .fd = -1 };
+	struct volume v;
+	nifti_image *nim = NULL;
+	size_t got = 0;
+	int rc = describe_file(fd, &f);
+
+	if (rc == -EINVAL)
+		return errbuf_set(err, -EINVAL, field, "%s: not a regular file", path);
+	if (rc == 0)
+		rc = read_head(&f, head, sizeof(head), &got);
 	if (rc)
-		return rc;
+		return errbuf_set(err, -EIO, field, "%s: cannot read: %s", path, strerror(-rc));
 	memset(&v, 0, sizeof(v));
 	/* libnifti reports problems on stderr unless quiet; ours go to err. */
 	nifti_set_debug_level(0);
-	/* The shape is checked before nifti_image_read(): Debian 12's libnifti
-	 * does not bound a NIfTI-2 dim[0] and writes past its stack (and ours)
-	 * for dim[0] > 7 (found by tests/fuzz/fuzz_nifti). */
-	if (read_raw_header(path, &raw))
-		return errbuf_set(err, -EINVAL, field,
-				  "%s: not a readable NIfTI-1/-2 image (.nii, .nii.gz or .hdr/.img)", path);
-	rc = shape_from_header(path, field, &raw, v.dim, err);
-	if (rc)
-		return rc;
-	nim = nifti_image_read(path, 0);
-	if (!nim)
-		return errbuf_set(err, -EINVAL, field,
-				  "%s: not a readable NIfTI-1/-2 image (.nii, .nii.gz or .hdr/.img)", path);
-	rc = load_image(path, field, nim, &raw, &v, err);
+	rc = parse_header(path, field, head, got, &raw, v.dim, &nim, err);
+	if (rc == 0)
+		rc = load_image(path, field, nim, &f, &raw, &v, err);
 	nifti_image_free(nim);
 	if (rc) {
 		volume_free(&v);
@@ -783,6 +888,21 @@ int volume_load(const char *path, const char *field, struct volume *ret, struct 
 	}
 	*ret = v;
 	return 0;
+}
+
+int volume_load(const char *path, const char *field, struct volume *ret, struct errbuf *err)
+{
+	int fd, rc = infile_open(path, &fd);
+
+	if (rc == -ENOENT)
+		return errbuf_set(err, -ENOENT, field, "%s: not found or not permitted", path);
+	if (rc == -EINVAL)
+		return errbuf_set(err, -EINVAL, field, "%s: not a regular file", path);
+	if (rc)
+		return errbuf_set(err, -EIO, field, "%s: cannot open: %s", path, strerror(-rc));
+	rc = volume_load_fd(fd, path, field, ret, err);
+	close(fd);
+	return rc;
 }
 
 /* ---- saving ---- */

@@ -2,7 +2,8 @@
 /*
  * volume: NIfTI-1/-2 images (.nii, .nii.gz) read into float32 and written back.
  *
- * Owns the converted voxel data of one image. Reading goes through libnifti2
+ * Owns the converted voxel data of one image, read from one open file (see
+ * volume_load_fd). Headers are interpreted by libnifti2
  * (which handles both NIfTI versions and gzip); any numeric datatype is
  * converted to float32 with scl_slope/scl_inter applied as nibabel's
  * get_fdata() does. Data are stored in C order [x][y][z][t], t fastest, so that
@@ -24,13 +25,22 @@ struct volume {
 	float *data;           /* dim[0]*dim[1]*dim[2]*dim[3] floats, [x][y][z][t] */
 };
 
-/* Reads path into *ret (ret is written only on success). Rejects: unreadable or
+/* Reads path (one file, as named: "x" is not "x.nii") into *ret (ret is
+ * written only on success). Rejects: missing or unreadable files (-ENOENT,
+ * "not found or not permitted"), anything but a regular file, unreadable or
  * truncated files, non-numeric or complex datatypes, more than 4 used
  * dimensions (a 5th dimension of size 1 is accepted), zero-sized dimensions,
  * and non-finite values (NaN/Inf; the message gives the first offending voxel).
  * field is the name used in errors (e.g. "inputs.odf").
  * Returns 0 or a negative errno (-ENOENT, -EINVAL, -EIO, -ENOMEM). */
 int volume_load(const char *path, const char *field, struct volume *ret, struct errbuf *err);
+
+/* The same from fd, an open regular file that is read only through fd
+ * (never closed here; its offset may move); path only names it in
+ * messages. Header and data must be in that one file: a .hdr/.img pair,
+ * and ANALYZE, are refused (-EINVAL). */
+int volume_load_fd(int fd, const char *path, const char *field, struct volume *ret,
+		   struct errbuf *err);
 
 /* Writes v as NIfTI-1 float32 (gzip when path ends in .gz) with sform and qform
  * (codes 1, "scanner") set from v->affine and pixdim from its column norms.

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gradients.h"
@@ -184,27 +185,64 @@ static void test_rejects_bad_numbers(void **state)
 {
 	(void)state;
 	expect_rejected("0 1000 abc 1000 1000 1000 1000 5 1000 1000", good_bvecs_rows, N_GOOD,
-			-EINVAL, FIELD_BVALS, "line 1, value 3: \"abc\" is not a number");
+			-EINVAL, FIELD_BVALS, "line 1, value 3 is not a number");
 	expect_rejected(good_bvals_row, "0 1 0 0 0.6 0.6 0 0.3 1.005 -0.6\n0 0 1 0 0.8 0 -0.8 0.2 0 "
 			"0.8\n0 0 0 1 0 -0.8 0.6 0.1 0 0x\n", N_GOOD, -EINVAL, FIELD_BVECS,
-			"line 3, value 10: \"0x\" is not a number");
+			"line 3, value 10 is not a number");
 	expect_rejected("0 1000 1000 1000 1000 1000 1000 5 1000 1e400", good_bvecs_rows, N_GOOD,
-			-EINVAL, FIELD_BVALS, "value 10: 1e400 is not finite");
+			-EINVAL, FIELD_BVALS, "line 1, value 10 is not finite");
 	expect_rejected(good_bvals_row, "0 1 0 0 0.6 0.6 0 0.3 1.005 -0.6\n0 nan 1 0 0.8 0 -0.8 0.2 0 "
 			"0.8\n0 0 0 1 0 -0.8 0.6 0.1 0 0\n", N_GOOD, -EINVAL, FIELD_BVECS,
 			"b-vector of volume 1 (b-value 1000) is not finite");
 	expect_rejected(good_bvals_row, "0 1 0 0 0.6 0.6 0 0.3 1.005 -0.6\n0 inf 1 0 0.8 0 -0.8 0.2 0 "
 			"0.8\n0 0 0 1 0 -0.8 0.6 0.1 0 0\n", N_GOOD, -EINVAL, FIELD_BVECS,
-			"line 2, value 2: inf is not finite");
+			"line 2, value 2 is not finite");
 	expect_rejected("0 1000 1000 1000 1000 -1000 1000 5 1000 1000", good_bvecs_rows, N_GOOD,
 			-EINVAL, FIELD_BVALS, "b-value of volume 5 is negative (-1000)");
 	expect_rejected("0 1000 1000 1000 1000 1000 1000 5 1000 1000 "
 			"123456789012345678901234567890123456789012345678901234567890123456789",
-			good_bvecs_rows, N_GOOD, -EINVAL, FIELD_BVALS, "value 11: \"1234567890123456...\" is not a number");
+			good_bvecs_rows, N_GOOD, -EINVAL, FIELD_BVALS, "value 11 is not a number (over 64 characters)");
 	/* Vector of volume 4 scaled by 0.9: norm 0.9. */
 	expect_rejected(good_bvals_row, "0 1 0 0 0.54 0.6 0 0.3 1.005 -0.6\n0 0 1 0 0.72 0 -0.8 0.2 0 "
 			"0.8\n0 0 0 1 0 -0.8 0.6 0.1 0 0\n", N_GOOD, -EINVAL, FIELD_BVECS,
 			"b-vector of volume 4 (b-value 1000) has norm 0.9;");
+}
+
+/* A table that is someone's secret must not come back in the message. */
+static void test_errors_never_quote_the_file(void **state)
+{
+	(void)state;
+	expect_rejected("db_password=hunter2\n", good_bvecs_rows, N_GOOD, -EINVAL, FIELD_BVALS,
+			"line 1, value 1 is not a number");
+	expect_rejected("0 1000 1000 1000 1000 1000 1000 5 1000 inf", good_bvecs_rows, N_GOOD,
+			-EINVAL, FIELD_BVALS, "line 1, value 10 is not finite");
+	write_text(bvals_path, "token: s3cr3t-value\n");
+	{
+		struct gradients g;
+		struct errbuf err = { "", "" };
+		assert_int_equal(gradients_load(bvals_path, bvecs_path, N_GOOD, FIELD_BVALS,
+						FIELD_BVECS, &g, &err), -EINVAL);
+		assert_null(strstr(err.message, "s3cr3t"));
+		assert_null(strstr(err.message, "token"));
+	}
+}
+
+/* A FIFO would block the reader until a writer came: refused at once. */
+static void test_fifo_refused_without_blocking(void **state)
+{
+	char fifo[600];
+	struct gradients g;
+	struct errbuf err = { "", "" };
+
+	(void)state;
+	snprintf(fifo, sizeof(fifo), "%s/fifo.bval", tmpdir);
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	write_text(bvecs_path, good_bvecs_rows);
+	assert_int_equal(gradients_load(fifo, bvecs_path, N_GOOD, FIELD_BVALS, FIELD_BVECS, &g,
+					&err), -EINVAL);
+	assert_string_equal(err.field, FIELD_BVALS);
+	assert_non_null(strstr(err.message, "not a regular file"));
+	assert_int_equal(unlink(fifo), 0);
 }
 
 static void test_rejects_count_mismatches(void **state)
@@ -339,6 +377,8 @@ int main(void)
 		cmocka_unit_test(test_transposed_layout),
 		cmocka_unit_test(test_from_arrays),
 		cmocka_unit_test(test_rejects_bad_numbers),
+		cmocka_unit_test(test_errors_never_quote_the_file),
+		cmocka_unit_test(test_fifo_refused_without_blocking),
 		cmocka_unit_test(test_rejects_count_mismatches),
 		cmocka_unit_test(test_rejects_unusable_tables),
 		cmocka_unit_test(test_rejects_bad_files),

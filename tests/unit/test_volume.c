@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -228,8 +230,8 @@ static void test_rejections(void **state)
 	expect_rejected("zero_dim.nii", -EINVAL, "dimension 2 has size 0");
 	expect_rejected("truncated.nii", -EIO, "truncated");
 	expect_rejected("truncated.nii.gz", -EIO, "truncated");
-	expect_rejected("no_such_file.nii", -ENOENT, "No such file");
-	expect_rejected("make_fixtures.py", -EINVAL, "not a readable NIfTI");
+	expect_rejected("no_such_file.nii", -ENOENT, "not found or not permitted");
+	expect_rejected("make_fixtures.py", -EINVAL, "not a NIfTI-1/-2 image");
 }
 
 /* Values of the multi-block tests: unique per voxel and volume, exact in float32. */
@@ -419,6 +421,102 @@ static void round_trip(const char *path, double affine_tol)
 	unlink(path);
 }
 
+/* Copies fixture name to dir/as. */
+static void copy_fixture(const char *name, const char *dir, const char *as)
+{
+	char path[512], buf[4096];
+	FILE *in = fopen(fixture(name), "rb"), *out;
+	size_t n;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, as);
+	out = fopen(path, "wb");
+	assert_non_null(in);
+	assert_non_null(out);
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		assert_int_equal(fwrite(buf, 1, n, out), n);
+	assert_int_equal(fclose(in), 0);
+	assert_int_equal(fclose(out), 0);
+}
+
+/* Only the file named is read: libnifti would take "x" for "x.nii" or
+ * "x.nii.gz", and a ".hdr" for its ".img", names nobody checked. A FIFO is
+ * refused without waiting for a writer. Compression is told by content. */
+static void test_only_the_named_file_is_read(void **state)
+{
+	char dir[] = "/tmp/test_volume_namesXXXXXX", path[600];
+	struct volume v;
+	struct errbuf err = { "", "" };
+	unsigned char hdr[352] = { 0 };
+	int32_t size = 348;
+	FILE *f;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	copy_fixture("dtype_float32.nii", dir, "x.nii");
+	copy_fixture("nifti2_4d.nii.gz", dir, "y.nii.gz");
+	copy_fixture("nifti2_4d.nii.gz", dir, "gz-by-content");
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, i ? "y" : "x");
+		assert_int_equal(volume_load(path, FIELD, &v, &err), -ENOENT);
+		assert_non_null(strstr(err.message, "not found or not permitted"));
+	}
+	snprintf(path, sizeof(path), "%s/gz-by-content", dir);
+	assert_int_equal(volume_load(path, FIELD, &v, &err), 0);
+	volume_free(&v);
+
+	/* A .hdr whose data are in x.img (here: x.nii's bytes). */
+	copy_fixture("dtype_float32.nii", dir, "x.img");
+	memcpy(hdr, &size, sizeof(size));
+	hdr[40] = 3;   /* dim[0] */
+	hdr[42] = hdr[44] = hdr[46] = 2;
+	hdr[70] = 16;  /* datatype float32 */
+	hdr[72] = 32;  /* bitpix */
+	memcpy(hdr + 344, "ni1", 4);
+	snprintf(path, sizeof(path), "%s/x.hdr", dir);
+	f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(hdr, 1, sizeof(hdr), f), sizeof(hdr));
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(volume_load(path, FIELD, &v, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "a .hdr/.img pair is not read"));
+
+	snprintf(path, sizeof(path), "%s/fifo.nii", dir);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	assert_int_equal(volume_load(path, FIELD, &v, &err), -EINVAL);
+	assert_non_null(strstr(err.message, "not a regular file"));
+	assert_int_equal(tmpdir_remove(dir), 0);
+}
+
+/* The descriptor is what is read, whatever its name now says. */
+static void test_load_from_descriptor(void **state)
+{
+	char dir[] = "/tmp/test_volume_fdXXXXXX", path[600];
+	struct volume a, b;
+	int fd;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	copy_fixture("nifti2_4d.nii.gz", dir, "odf.nii.gz");
+	snprintf(path, sizeof(path), "%s/odf.nii.gz", dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(unlink(path), 0);
+	copy_fixture("dtype_float32.nii", dir, "odf.nii.gz");   /* another file, same name */
+	assert_int_equal(volume_load(fixture("nifti2_4d.nii.gz"), FIELD, &b, NULL), 0);
+	for (int i = 0; i < 2; i++) {   /* twice: the first read does not leave the offset */
+		assert_int_equal(volume_load_fd(fd, "odf", FIELD, &a, NULL), 0);
+		assert_memory_equal(a.dim, b.dim, sizeof(a.dim));
+		assert_memory_equal(a.data, b.data,
+				    sizeof(float) * volume_voxels(&a) * (size_t)a.dim[3]);
+		if (i == 0)
+			volume_free(&a);
+	}
+	assert_int_equal(close(fd), 0);
+	volume_free(&a);
+	volume_free(&b);
+	assert_int_equal(tmpdir_remove(dir), 0);
+}
+
 static void test_save_load_round_trip(void **state)
 {
 	char path[64];
@@ -537,6 +635,8 @@ int main(void)
 		cmocka_unit_test(test_first_non_finite_reported),
 		cmocka_unit_test(test_truncated_in_later_block),
 		cmocka_unit_test(test_garbage_header_rejected),
+		cmocka_unit_test(test_only_the_named_file_is_read),
+		cmocka_unit_test(test_load_from_descriptor),
 		cmocka_unit_test(test_save_load_round_trip),
 		cmocka_unit_test(test_save_errors),
 		cmocka_unit_test(test_alloc),
