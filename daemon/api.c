@@ -817,6 +817,19 @@ static enum api_error check_seed_limit(struct api *api, const struct jobspec *sp
 	return ERR_LIMIT_EXCEEDED;
 }
 
+/* max_job_host_memory, from the resolved inputs' headers: refused before
+ * the job is queued, so that a small file declaring a huge image never gets
+ * to allocate it. An unreadable header is the input's fault (422). */
+static enum api_error check_host_memory(struct api *api, const struct jobspec *spec,
+					struct errbuf *err)
+{
+	int r = inputs_check_host_memory(spec, api->cfg.max_job_host_memory, err);
+
+	if (r == -E2BIG)
+		return ERR_LIMIT_EXCEEDED;
+	return r < 0 ? ERR_INVALID_INPUT : 0;
+}
+
 static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 				  struct request *req)
 {
@@ -851,6 +864,8 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 	e = check_seed_limit(api, &spec, &err);
 	if (!e)
 		e = resolve_inputs(api, &spec, &err, &req->who);
+	if (!e)
+		e = check_host_memory(api, &spec, &err);
 	if (e) {
 		jobspec_free(&spec);
 		return answer_error(api, conn, e, err.field, "%s", err.message);

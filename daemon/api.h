@@ -42,6 +42,7 @@ struct api_config {
 	 * may name; "" = none, uploads only. Copied, so the caller's may go. */
 	char data_roots[1024];
 	uint64_t max_seeds_per_job;
+	uint64_t max_job_host_memory;   /* resolved: never 0 */
 	/* Open connections of one uid on the Unix socket (root: no limit), of
 	 * one address on TCP; seconds a connection may stay silent before its
 	 * request's headers are complete, or between keep-alive requests. */

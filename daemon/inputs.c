@@ -11,6 +11,7 @@
 #include "inputs.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,49 @@ struct inputs {
 	bool fitted;          /* fit holds the DTI and CSD of a dwi input */
 	struct fit_result fit;
 };
+
+/* The inputs that are NIfTI images (bvals and bvecs are text). */
+static const struct {
+	const char *field;
+	size_t offset;
+} image_inputs[] = {
+	{ "inputs.odf", offsetof(struct jobspec, odf_path) },
+	{ "inputs.sh", offsetof(struct jobspec, sh_path) },
+	{ "inputs.dwi", offsetof(struct jobspec, dwi_path) },
+	{ "inputs.mask", offsetof(struct jobspec, mask_path) },
+	{ "inputs.stop_map", offsetof(struct jobspec, stop_map_path) },
+	{ "seeds.roi", offsetof(struct jobspec, seed_roi_path) },
+};
+
+int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct errbuf *err)
+{
+	uint64_t total = 0;
+
+	if (!limit)
+		return 0;
+	for (size_t i = 0; i < sizeof(image_inputs) / sizeof(image_inputs[0]); i++) {
+		const char *path = *(char *const *)((const char *)job + image_inputs[i].offset);
+		const char *field = image_inputs[i].field;
+		uint64_t bytes;
+		int r;
+
+		if (!path)
+			continue;
+		r = volume_probe(path, field, &bytes, err);
+		if (r < 0)
+			return r;
+		if (__builtin_add_overflow(total, bytes, &total))
+			total = UINT64_MAX;
+		if (total > limit)
+			return errbuf_set(err, -E2BIG, field, "its header declares an image that "
+					  "takes %llu bytes of host memory (voxels x (stored size + "
+					  "4)), %llu with the job's other inputs: over the limit of "
+					  "%llu bytes per job (max_job_host_memory)",
+					  (unsigned long long)bytes, (unsigned long long)total,
+					  (unsigned long long)limit);
+	}
+	return 0;
+}
 
 static int load_sphere(const struct jobspec *job, struct sphere *ret, struct errbuf *err)
 {

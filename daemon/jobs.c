@@ -338,7 +338,9 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec,
 		return 0;
 	}
 	t0 = timing_now();
-	r = inputs_load(spec, fit, &fresh.inputs, err);
+	r = inputs_check_host_memory(spec, jobs->cfg.max_job_host_memory, err);
+	if (r == 0)
+		r = inputs_load(spec, fit, &fresh.inputs, err);
 	t1 = timing_now();
 	stats->load_seconds = t1 - t0;
 	if (r == 0)

@@ -66,6 +66,7 @@ struct jobs_config {
 	uint64_t max_queued_jobs;
 	uint64_t max_queued_jobs_per_user;   /* queued jobs of one owner at most */
 	uint64_t max_seeds_per_job;   /* checked again once per-voxel seeds are counted */
+	uint64_t max_job_host_memory; /* input images' host bytes, checked again at start */
 	uint64_t spool_max_bytes;
 	uint64_t result_ttl_seconds;
 	struct gpu_options gpu;       /* the options of every device opened */

@@ -205,6 +205,14 @@ static int load_tokens(struct daemon *d, struct errbuf *err)
 	return 0;
 }
 
+/* max_job_host_memory, with 0 resolved: half of what the daemon may use,
+ * leaving the rest to the seed chunks, readback buffers and other jobs'
+ * cached inputs. */
+static uint64_t job_host_memory(const struct conf *c)
+{
+	return c->max_job_host_memory ? c->max_job_host_memory : service_memory_limit() / 2;
+}
+
 static int start_daemon(struct daemon *d, struct errbuf *err)
 {
 	struct jobs_config jc = {
@@ -212,6 +220,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		.max_queued_jobs = d->conf.max_queued_jobs,
 		.max_queued_jobs_per_user = d->conf.max_queued_jobs_per_user,
 		.max_seeds_per_job = d->conf.max_seeds_per_job,
+		.max_job_host_memory = job_host_memory(&d->conf),
 		.spool_max_bytes = d->conf.spool_max_bytes,
 		.result_ttl_seconds = d->conf.result_ttl_seconds,
 		.gpu = {
@@ -226,6 +235,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		.max_request_bytes = d->conf.max_request_bytes,
 		.max_upload_bytes = d->conf.max_upload_bytes,
 		.max_seeds_per_job = d->conf.max_seeds_per_job,
+		.max_job_host_memory = jc.max_job_host_memory,
 		.max_connections_per_user = d->conf.max_connections_per_user,
 		.max_connections_per_address = d->conf.max_connections_per_address,
 		.header_timeout_s = d->conf.header_timeout_seconds,

@@ -45,6 +45,7 @@ struct raw_header {
 	double pixdim[8];
 	double scl_slope;
 	double scl_inter;
+	int datatype;
 };
 
 typedef double (*sample_reader)(const unsigned char *p);
@@ -199,6 +200,7 @@ static int read_raw_header(const char *path, struct raw_header *raw)
 		}
 		raw->scl_slope = h2->scl_slope;
 		raw->scl_inter = h2->scl_inter;
+		raw->datatype = h2->datatype;
 	} else {
 		nifti_1_header *h1 = h;
 		if (h1->sizeof_hdr != (int)sizeof(*h1))
@@ -209,6 +211,7 @@ static int read_raw_header(const char *path, struct raw_header *raw)
 		}
 		raw->scl_slope = h1->scl_slope;
 		raw->scl_inter = h1->scl_inter;
+		raw->datatype = h1->datatype;
 	}
 	free(h);
 	raw->ndim = raw->dim[0];
@@ -748,6 +751,48 @@ static int load_image(const char *path, const char *field, const nifti_image *ni
 	if (!rc)
 		rc = read_voxels(path, field, nim, &cv, v, err);
 	return rc;
+}
+
+int volume_host_bytes(const int64_t dim[4], size_t stored_size, uint64_t *ret)
+{
+	uint64_t n = 1, per_value, bytes;
+
+	for (int i = 0; i < 4; i++)
+		if (dim[i] <= 0 || __builtin_mul_overflow(n, (uint64_t)dim[i], &n))
+			return -EOVERFLOW;
+	if (__builtin_add_overflow((uint64_t)stored_size, (uint64_t)sizeof(float), &per_value) ||
+	    __builtin_mul_overflow(n, per_value, &bytes))
+		return -EOVERFLOW;
+	*ret = bytes;
+	return 0;
+}
+
+int volume_probe(const char *path, const char *field, uint64_t *ret, struct errbuf *err)
+{
+	struct raw_header raw;
+	int64_t dim[4];
+	int nbyper = 0, swapsize = 0;
+	int rc = check_readable(path, field, err);
+
+	if (rc)
+		return rc;
+	nifti_set_debug_level(0);
+	if (read_raw_header(path, &raw))
+		return errbuf_set(err, -EINVAL, field,
+				  "%s: not a readable NIfTI-1/-2 image (.nii, .nii.gz or .hdr/.img)", path);
+	rc = shape_from_header(path, field, &raw, dim, err);
+	if (rc)
+		return rc;
+	nifti_datatype_sizes(raw.datatype, &nbyper, &swapsize);
+	if (!reader_for_datatype(raw.datatype) || nbyper <= 0)
+		return errbuf_set(err, -EINVAL, field, "%s: datatype %s (%d) is not supported; "
+				  "expected a real-valued integer or float type", path,
+				  nifti_datatype_string(raw.datatype), raw.datatype);
+	/* shape_from_header bounded the count in floats, not in stored values
+	 * plus floats: an overflow here is a size no budget admits. */
+	if (volume_host_bytes(dim, (size_t)nbyper, ret) < 0)
+		*ret = UINT64_MAX;
+	return 0;
 }
 
 int volume_load(const char *path, const char *field, struct volume *ret, struct errbuf *err)

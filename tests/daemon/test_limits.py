@@ -1,0 +1,91 @@
+"""Per-job and per-user limits that keep one user's small request from taking
+the host down: declared image sizes against max_job_host_memory (checked
+from the headers before anything is allocated), bounded job records, upload
+quotas and expiry (GET and DELETE /v1/volumes), results expiring on an idle
+daemon."""
+import gzip
+import os
+import time
+
+import nibabel as nib
+import numpy as np
+
+from .support import upload_phantom, server_job
+
+MiB = 1 << 20
+
+
+def _nifti_header(shape, dtype):
+    """The 352 bytes of a NIfTI-1 .nii (header and empty extension) declaring
+    shape and dtype, data from offset 352."""
+    h = nib.Nifti1Header()
+    h.set_data_shape(shape)
+    h.set_data_dtype(dtype)
+    h["vox_offset"] = 352
+    h.set_sform(np.eye(4), code=1)
+    return h.binaryblock + b"\0\0\0\0"
+
+
+def _peak_rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_declared_size_refused_from_header(daemon_factory, phantom, tmp_path):
+    """A gzip NIfTI of about 130 KB declaring 512^3 uint8 (128 MiB stored, 640
+    MiB with the float32 copy) is refused at submit with 422 limit_exceeded
+    naming inputs.odf when max_job_host_memory is 256M, and the daemon's peak
+    RSS stays where it was: nothing was allocated by the header's sizes.
+    Today's code took the job and allocated the volume (5.3 GB for 1024^3)."""
+    d = daemon_factory(sets=["max_job_host_memory=256M"])
+    ids = upload_phantom(d.api, phantom)
+    bomb = tmp_path / "bomb.nii.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        f.write(_nifti_header((512, 512, 512), np.uint8))
+        zeros = bytes(16 * MiB)
+        for _ in range(8):
+            f.write(zeros)
+    assert bomb.stat().st_size < 1 * MiB
+    r = d.api.upload(bomb)
+    assert r.status == 201, str(r)
+    before = _peak_rss(d.pid)
+    r = d.api.post_json("/v1/jobs", server_job(phantom, {**ids, "odf": r.json()["id"]}))
+    assert r.status == 422, str(r)
+    assert r.error["code"] == "limit_exceeded", r.error
+    assert r.error["field"] == "inputs.odf", r.error
+    assert "max_job_host_memory" in r.error["message"], r.error
+    assert _peak_rss(d.pid) < before + 64 * MiB
+
+
+def test_sparse_file_counted_by_its_size(daemon_factory, phantom, tmp_path):
+    """A sparse .nii under a data root, 4 KB on disk, declaring 1024x1024x512
+    float32 (2 GiB; 4 GiB with the float32 copy) is refused at submit with 422
+    limit_exceeded naming inputs.odf; today's code read all of it."""
+    root = tmp_path / "data"
+    root.mkdir()
+    sparse = root / "sparse.nii"
+    with open(sparse, "wb") as f:
+        f.write(_nifti_header((1024, 1024, 512), np.float32))
+        f.truncate(352 + 2 * 1024 * MiB)
+    d = daemon_factory(sets=["max_job_host_memory=1G", f"data_roots={root}"])
+    ids = upload_phantom(d.api, phantom)
+    before = _peak_rss(d.pid)
+    r = d.api.post_json("/v1/jobs", server_job(phantom, {**ids, "odf": str(sparse)}))
+    assert r.status == 422, str(r)
+    assert r.error["code"] == "limit_exceeded", r.error
+    assert r.error["field"] == "inputs.odf", r.error
+    assert _peak_rss(d.pid) < before + 64 * MiB
+
+
+def test_default_host_memory_budget_is_set(daemon_factory):
+    """--print-config lists max_job_host_memory (0: half the host's or the
+    cgroup's memory, resolved at start)."""
+    import subprocess
+    from .support import daemon_env
+    tractd = os.environ["TRACTD"]
+    out = subprocess.run([tractd, "serve", "--print-config"], capture_output=True, text=True,
+                         env=daemon_env(), check=True).stdout
+    assert "max_job_host_memory = 0" in out, out
