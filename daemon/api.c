@@ -844,6 +844,11 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 		return answer_error(api, conn, ERR_PAYLOAD_TOO_LARGE, "", "the job document is over "
 				    "%llu bytes (max_request_bytes)",
 				    (unsigned long long)api->cfg.max_request_bytes);
+	/* The document is kept as text (the job's record holds it as sent): a
+	 * NUL would cut it there. */
+	if (req->body && strlen(req->body) != req->body_len)
+		return answer_error(api, conn, ERR_MALFORMED_JSON, "", "the job document holds a "
+				    "NUL byte");
 	r = jobspec_parse(req->body ? req->body : "", req->body_len, NULL, &spec, &err);
 	if (r < 0)
 		return answer_error(api, conn, r == -ENOMEM ? ERR_INTERNAL : err.field[0] ?
@@ -1050,7 +1055,7 @@ static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
 		   st.cache_misses);
 	metric_u64(f, "tractd_cache_bytes", "gauge", "GPU memory held by warm volumes.",
 		   st.cache_bytes);
-	metric_u64(f, "tractd_spool_bytes", "gauge", "Bytes of results in the spool.",
+	metric_u64(f, "tractd_spool_bytes", "gauge", "Bytes of results and job records in the spool.",
 		   st.spool_bytes);
 	metric_u64(f, "tractd_connections_refused_total", "counter", "Unix connections closed "
 		   "at once: their user had max_connections_per_user open.",

@@ -40,7 +40,9 @@
 struct job {
 	struct job_info info;
 	struct jobspec spec;        /* until the job ends */
-	char *spec_json;            /* the job document as submitted, for its record */
+	char *spec_json;            /* the job document as submitted, for its record;
+				     * dropped once an ended job's record holds it */
+	uint64_t record_bytes;      /* its record's size on disk, in spool_bytes */
 	bool record_stale;          /* its last record write failed (disk full): retried */
 	bool cancel_requested;
 	bool in_worker;             /* the worker holds it: only the worker may free it */
@@ -127,6 +129,38 @@ static void job_free(struct job *job)
 	free(job);
 }
 
+static void spool_bytes_sub(struct jobs *jobs, uint64_t bytes)
+{
+	jobs->status.spool_bytes -= bytes < jobs->status.spool_bytes ? bytes
+								      : jobs->status.spool_bytes;
+}
+
+/* Counts the job's record, as it is on disk now, in spool_bytes: records
+ * hold job documents of up to max_request_bytes, so they are part of what
+ * the spool takes. Lock held. */
+static void count_record(struct jobs *jobs, struct job *job)
+{
+	char name[JOB_ID_LEN + 32], path[1200];
+	struct stat st;
+
+	spool_record_name(job->info.id, name, sizeof(name));
+	snprintf(path, sizeof(path), "%s/%s", jobs->spool_dir, name);
+	spool_bytes_sub(jobs, job->record_bytes);
+	job->record_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+	jobs->status.spool_bytes += job->record_bytes;
+}
+
+/* An ended job's document lives on in its record only: nothing runs it
+ * again, and nothing writes its record again once that holds its outcome.
+ * Kept while the record is stale, for the retry. */
+static void drop_document(struct job *job)
+{
+	if (job_ended(job) && !job->record_stale) {
+		free(job->spec_json);
+		job->spec_json = NULL;
+	}
+}
+
 /* Writes the job's record after it changed state. Called with the lock held,
  * so that a record never lands after the job's deletion removed it. A
  * failure is logged, not fatal: the job goes on in memory, and after a
@@ -140,6 +174,8 @@ static void save_record(struct jobs *jobs, struct job *job)
 	if (job->record_stale)
 		log_warn("job=%s cannot save its record (tried again at the next job's end): %s",
 			 job->info.id, err.message);
+	count_record(jobs, job);
+	drop_document(job);
 }
 
 /* Records that could not be written (a full disk) are written when the next
@@ -161,8 +197,7 @@ static void remove_result(struct jobs *jobs, struct job *job)
 
 	result_path(jobs, job->info.id, path, sizeof(path));
 	if (unlink(path) == 0 || errno == ENOENT) {
-		jobs->status.spool_bytes -= job->info.bytes < jobs->status.spool_bytes
-						    ? job->info.bytes : jobs->status.spool_bytes;
+		spool_bytes_sub(jobs, job->info.bytes);
 		job->info.expired = true;
 	}
 }
@@ -529,8 +564,7 @@ static void drop_partial_result(struct jobs *jobs, struct job *job)
 	if (unlink(path) < 0 && errno != ENOENT)
 		log_warn("job=%s cannot remove its partial result: %s", job->info.id,
 			 strerror(errno));
-	jobs->status.spool_bytes -= job->info.bytes < jobs->status.spool_bytes
-					    ? job->info.bytes : jobs->status.spool_bytes;
+	spool_bytes_sub(jobs, job->info.bytes);
 	job->info.bytes = 0;
 }
 
@@ -823,6 +857,8 @@ static int restore_jobs(struct jobs *jobs, struct errbuf *err)
 		job->spec_json = records[i].spec_json;   /* taken */
 		records[i].spec_json = NULL;
 		restore_job(jobs, job);
+		count_record(jobs, job);
+		drop_document(job);
 	}
 	if (r == 0) {
 		expire_results(jobs);
@@ -1003,6 +1039,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, 
 		r = errbuf_set(err, -ENOMEM, "", "out of memory");
 	}
 	if (r == 0) {
+		count_record(jobs, job);
 		*ret = job->info;
 		log_info("job=%s queued owner=%s", job->info.id, job->info.owner);
 		pthread_cond_signal(&jobs->work);
@@ -1059,6 +1096,8 @@ static void delete_job(struct jobs *jobs, struct job *job)
 	}
 	remove_result(jobs, job);
 	spool_record_remove(jobs->spool_dir, job->info.id);
+	spool_bytes_sub(jobs, job->record_bytes);
+	job->record_bytes = 0;
 	if (job->in_worker) {
 		job->deleted = true;
 		return;

@@ -35,6 +35,8 @@ struct spool_record {
 
 /* The result file name of job id ("<id>.tractogram") into name[len]. */
 void spool_result_name(const char *id, char *name, size_t len);
+/* The record file name of job id ("<id>.job") into name[len]. */
+void spool_record_name(const char *id, char *name, size_t len);
 
 /* Writes the record of info (and spec_json, JSON text or NULL) atomically:
  * temporary file, fsync, rename, fsync of the directory. Returns 0 or a

@@ -89,3 +89,62 @@ def test_default_host_memory_budget_is_set(daemon_factory):
     out = subprocess.run([tractd, "serve", "--print-config"], capture_output=True, text=True,
                          env=daemon_env(), check=True).stdout
     assert "max_job_host_memory = 0" in out, out
+
+
+def _rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def _spool_files_bytes(d):
+    return sum(p.stat().st_size for p in (d.state_dir / "spool").iterdir() if p.is_file())
+
+
+def test_records_bounded_and_counted(daemon_factory, phantom, tmp_path):
+    """Jobs of 100,000 explicit seed points (a 2 MB document, numbers of 3
+    decimals) that fail at load (a stop map off the grid): each record holds
+    the document as sent, so it is no larger than it plus a few KB (today's
+    re-encoding wrote every number with 17 digits); tractd_spool_bytes equals
+    what the spool's files take (today: results only); the ended jobs'
+    documents are not kept in memory (today: RSS grew by each document); a
+    restart reloads them."""
+    from .support import get_metrics, wait_job
+    d = daemon_factory()
+    ids = upload_phantom(d.api, phantom)
+    small = tmp_path / "small.nii"
+    with open(small, "wb") as f:
+        f.write(_nifti_header((2, 2, 2), np.float32))
+        f.write(bytes(8 * 4))
+    r = d.api.upload(small)
+    assert r.status == 201, str(r)
+    rng = np.random.default_rng(0)
+    pts = [[round(float(x), 3) for x in p] for p in rng.uniform(1, 3, size=(100_000, 3))]
+    job = server_job(phantom, {**ids, "stop_map": r.json()["id"]})
+    job["seeds"] = {"points": pts}
+    import json as _json
+    doc_len = len(_json.dumps(job))
+    jobs = []
+    rss_before = None
+    for i in range(6):
+        r = d.api.post_json("/v1/jobs", job)
+        assert r.status == 202, str(r)
+        jid = r.json()["id"]
+        assert wait_job(d.api, jid)["status"] == "failed"
+        jobs.append(jid)
+        if i == 0:
+            rss_before = _rss(d.pid)
+    for jid in jobs:
+        rec = d.state_dir / "spool" / f"{jid}.job"
+        assert rec.stat().st_size < doc_len + 16384, (rec.stat().st_size, doc_len)
+    growth = _rss(d.pid) - rss_before
+    assert growth < 2 * doc_len, f"RSS grew by {growth} bytes over 5 ended jobs of {doc_len}"
+    m = get_metrics(d.api)
+    assert m.value("tractd_spool_bytes") == _spool_files_bytes(d)
+    d.stop()
+    d2 = daemon_factory(state_dir=d.state_dir)
+    m = get_metrics(d2.api)
+    assert m.value("tractd_spool_bytes") == _spool_files_bytes(d2)
+    assert {j["id"] for j in d2.api.get_json("/v1/jobs")["jobs"]} >= set(jobs)
