@@ -117,6 +117,7 @@ struct request {
 	size_t body_len;
 	bool body_too_large;
 	struct store_writer *upload;   /* BODY_UPLOAD */
+	bool upload_quota_binds;       /* the quota left is below max_upload_bytes */
 	int upload_error;
 	struct errbuf upload_err;
 };
@@ -960,6 +961,49 @@ static enum MHD_Result get_volume(struct api *api, struct MHD_Connection *conn,
 	return answer_json(api, conn, MHD_HTTP_OK, volume_json(&entry));
 }
 
+static enum MHD_Result answer_quota_exceeded(struct api *api, struct MHD_Connection *conn,
+					     const struct identity *who)
+{
+	return answer_error(api, conn, ERR_QUOTA_EXCEEDED, "", "the volumes of %s would take more "
+			    "than %llu bytes (max_volume_bytes_per_user): delete some "
+			    "(DELETE /v1/volumes/ID; GET /v1/volumes lists them)", who->name,
+			    (unsigned long long)api->cfg.max_volume_bytes_per_user);
+}
+
+/* GET /v1/volumes: the caller's own uploads, admins included (an admin
+ * reaches others' volumes by id). */
+static enum MHD_Result list_volumes(struct api *api, struct MHD_Connection *conn,
+				    const struct identity *who)
+{
+	struct store_entry *list = NULL;
+	uint64_t used = 0;
+	size_t n = 0;
+	json_t *arr;
+
+	if (store_list(api->cfg.store, who->name, &list, &n, &used) < 0)
+		return answer_error(api, conn, ERR_INTERNAL, "", "out of memory");
+	arr = json_array();
+	for (size_t i = 0; arr && i < n; i++)
+		if (json_array_append_new(arr, volume_json(&list[i])) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	free(list);
+	return answer_json(api, conn, MHD_HTTP_OK, json_pack("{s:o, s:I, s:I}", "volumes", arr,
+		"used_bytes", (json_int_t)used,
+		"quota_bytes", (json_int_t)api->cfg.max_volume_bytes_per_user));
+}
+
+/* DELETE /v1/volumes/ID: forgets the caller's upload (the file goes with
+ * its last uploader). Another user's volume is unknown here, as for GET. */
+static enum MHD_Result delete_volume(struct api *api, struct MHD_Connection *conn,
+				     const struct identity *who, const char *id)
+{
+	if (store_forget(api->cfg.store, id, who->name) < 0)
+		return answer_error(api, conn, ERR_NOT_FOUND, "", "no volume %.80s", id);
+	return answer_empty(api, conn, MHD_HTTP_NO_CONTENT);
+}
+
 static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *conn,
 				     struct request *req)
 {
@@ -967,6 +1011,9 @@ static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *con
 	struct errbuf err = { 0 };
 	int r;
 
+	if (req->upload_error == -EDQUOT ||
+	    (req->upload_error == -EFBIG && req->upload_quota_binds))
+		return answer_quota_exceeded(api, conn, &req->who);
 	if (req->upload_error == -EFBIG)
 		return answer_error(api, conn, ERR_PAYLOAD_TOO_LARGE, "", "the upload is over %llu "
 				    "bytes (max_upload_bytes)",
@@ -1104,8 +1151,12 @@ static enum MHD_Result dispatch(struct api *api, struct MHD_Connection *conn, en
 	case ROUTE_DEVICE:
 		return device_info(api, conn);
 	case ROUTE_VOLUMES:
+		if (strcmp(method, "GET") == 0)
+			return list_volumes(api, conn, &req->who);
 		return finish_upload(api, conn, req);
 	case ROUTE_VOLUME:
+		if (strcmp(method, "DELETE") == 0)
+			return delete_volume(api, conn, &req->who, id);
 		return get_volume(api, conn, &req->who, id, strcmp(method, "HEAD") == 0);
 	case ROUTE_JOBS:
 		if (strcmp(method, "POST") == 0)
@@ -1155,16 +1206,39 @@ static void take_body(struct api *api, struct request *req, const char *data, si
 	}
 }
 
-static struct request *new_request(struct api *api, enum route route, const char *method)
+/* An upload may take what is left of its owner's quota, and no more than
+ * max_upload_bytes: whichever is less bounds the writer. Nothing is left:
+ * refused before a byte is written. */
+static void start_upload(struct api *api, struct request *req)
+{
+	uint64_t used = 0, quota = api->cfg.max_volume_bytes_per_user, left, max;
+
+	req->kind = BODY_UPLOAD;
+	if (store_list(api->cfg.store, req->who.name, NULL, NULL, &used) < 0) {
+		req->upload_error = errbuf_set(&req->upload_err, -EIO, "", "cannot count the "
+					       "volumes of %s", req->who.name);
+		return;
+	}
+	left = used < quota ? quota - used : 0;
+	if (left == 0) {
+		req->upload_error = -EDQUOT;
+		return;
+	}
+	req->upload_quota_binds = left < api->cfg.max_upload_bytes;
+	max = req->upload_quota_binds ? left : api->cfg.max_upload_bytes;
+	req->upload_error = store_writer_new(api->cfg.store, max, &req->upload, &req->upload_err);
+}
+
+static struct request *new_request(struct api *api, enum route route, const char *method,
+				   const struct identity *who)
 {
 	struct request *req = calloc(1, sizeof(*req));
 
 	if (!req)
 		return NULL;
+	req->who = *who;
 	if (route == ROUTE_VOLUMES && strcmp(method, "POST") == 0) {
-		req->kind = BODY_UPLOAD;
-		req->upload_error = store_writer_new(api->cfg.store, api->cfg.max_upload_bytes,
-						     &req->upload, &req->upload_err);
+		start_upload(api, req);
 	} else if (route == ROUTE_JOBS && strcmp(method, "POST") == 0) {
 		req->kind = BODY_JSON;
 	}
@@ -1209,10 +1283,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return answer_error(api, conn, ERR_NOT_FOUND, "", "no such resource: %.200s", url);
 		if (!route_method_allowed(route, method))
 			return answer_not_allowed(api, conn, route, method, url);
-		req = new_request(api, route, method);
+		req = new_request(api, route, method, &who);
 		if (!req)
 			return MHD_NO;
-		req->who = who;
 		*con_cls = req;
 		/* The headers are in: the answer may take long (see REQUEST_TIMEOUT_S). */
 		set_timeout(conn, REQUEST_TIMEOUT_S);

@@ -38,6 +38,7 @@ struct api_config {
 	struct store *store;
 	uint64_t max_request_bytes;
 	uint64_t max_upload_bytes;
+	uint64_t max_volume_bytes_per_user;   /* what one owner's volumes take */
 	/* ':'-separated absolute directories (checked by conf) whose files jobs
 	 * may name; "" = none, uploads only. Copied, so the caller's may go. */
 	char data_roots[1024];

@@ -1183,3 +1183,10 @@ void jobs_status(struct jobs *jobs, struct jobs_status *ret)
 	ret->running = count_state(jobs, JOB_RUNNING);
 	pthread_mutex_unlock(&jobs->lock);
 }
+
+void jobs_expire(struct jobs *jobs)
+{
+	pthread_mutex_lock(&jobs->lock);
+	expire_results(jobs);
+	pthread_mutex_unlock(&jobs->lock);
+}

@@ -131,4 +131,9 @@ int jobs_result_path(struct jobs *jobs, const char *id, char *path, size_t len);
 
 void jobs_status(struct jobs *jobs, struct jobs_status *ret);
 
+/* Expires finished results past result_ttl_seconds or spool_max_bytes (as
+ * each job's end does): the daemon's main loop calls it every few seconds,
+ * so results expire on time on an idle daemon too. */
+void jobs_expire(struct jobs *jobs);
+
 #endif

@@ -234,6 +234,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 	struct api_config ac = {
 		.max_request_bytes = d->conf.max_request_bytes,
 		.max_upload_bytes = d->conf.max_upload_bytes,
+		.max_volume_bytes_per_user = d->conf.max_volume_bytes_per_user,
 		.max_seeds_per_job = d->conf.max_seeds_per_job,
 		.max_job_host_memory = jc.max_job_host_memory,
 		.max_connections_per_user = d->conf.max_connections_per_user,
@@ -279,6 +280,14 @@ static void status_line(struct daemon *d, char *buf, size_t len)
 		 (unsigned long long)st.done_total);
 }
 
+/* Expiry by the clock, not only when a job ends or a request comes: an
+ * idle daemon must not keep results and uploads past their time. */
+static void housekeeping(struct daemon *d)
+{
+	jobs_expire(d->jobs);
+	store_expire(d->store, d->conf.volume_ttl_seconds);
+}
+
 /* Waits for SIGTERM/SIGINT; feeds the watchdog and refreshes STATUS= meanwhile. */
 static void run_until_signal(struct daemon *d)
 {
@@ -305,6 +314,7 @@ static void run_until_signal(struct daemon *d)
 			log_info("signal %u ignored", si.ssi_signo);
 		}
 		service_notify_watchdog();
+		housekeeping(d);
 		status_line(d, status, sizeof(status));
 		service_notify_status(status);
 	}

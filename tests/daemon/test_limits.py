@@ -148,3 +148,72 @@ def test_records_bounded_and_counted(daemon_factory, phantom, tmp_path):
     m = get_metrics(d2.api)
     assert m.value("tractd_spool_bytes") == _spool_files_bytes(d2)
     assert {j["id"] for j in d2.api.get_json("/v1/jobs")["jobs"]} >= set(jobs)
+
+
+def _random_nifti(path, n_floats, seed):
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as f:
+        f.write(_nifti_header((n_floats, 1, 1), np.float32))
+        f.write(rng.uniform(0, 1, n_floats).astype(np.float32).tobytes())
+    return path
+
+
+def test_upload_quota_list_and_delete(daemon_factory, tmp_path):
+    """max_volume_bytes_per_user=1M: a user's second 600 KB upload is refused
+    with 507 quota_exceeded and leaves nothing behind, while another user
+    (the TCP token) may still upload; GET /v1/volumes lists the caller's own
+    volumes and what they take; DELETE /v1/volumes/ID forgets one (its file
+    goes with its last owner), after which the upload fits. Today any user
+    could fill the disk."""
+    d = daemon_factory(sets=["max_volume_bytes_per_user=1M"])
+    a = _random_nifti(tmp_path / "a.nii", 150_000, 1)
+    b = _random_nifti(tmp_path / "b.nii", 150_000, 2)
+    r = d.unix.upload(a)
+    assert r.status == 201, str(r)
+    a_id = r.json()["id"]
+    r = d.unix.upload(b)
+    assert r.status == 507, str(r)
+    assert r.error["code"] == "quota_exceeded", r.error
+    assert "max_volume_bytes_per_user" in r.error["message"]
+    vol_dir = d.state_dir / "volumes"
+    assert sorted(p.name for p in vol_dir.iterdir() if not p.name.startswith(".")) == \
+        [a_id[7:] + ".nii"]
+    r = d.tcp.upload(b)
+    assert r.status == 201, str(r)
+    b_id = r.json()["id"]
+    doc = d.unix.get_json("/v1/volumes")
+    assert [v["id"] for v in doc["volumes"]] == [a_id], doc
+    assert doc["used_bytes"] == a.stat().st_size and doc["quota_bytes"] == 1 << 20, doc
+    # Another user's volume is unknown to this one, for DELETE as for GET.
+    assert d.unix.request("DELETE", f"/v1/volumes/{b_id}").status == 404
+    assert d.unix.request("DELETE", f"/v1/volumes/{a_id}").status == 204
+    assert d.unix.get(f"/v1/volumes/{a_id}").status == 404
+    assert not (vol_dir / (a_id[7:] + ".nii")).exists()
+    assert d.unix.get_json("/v1/volumes")["volumes"] == []
+    r = d.unix.upload(b)
+    assert r.status == 201, str(r)
+    # b is now the TCP token's and this user's: one forget keeps the file.
+    assert d.tcp.request("DELETE", f"/v1/volumes/{b_id}").status == 204
+    assert (vol_dir / (b_id[7:] + ".nii")).exists()
+    assert d.unix.get(f"/v1/volumes/{b_id}").status == 200
+
+
+def test_expiry_on_an_idle_daemon(daemon_factory, phantom):
+    """result_ttl_seconds=60 and volume_ttl_seconds=60: a finished job's
+    result and the uploads leave the disk about a minute later with no
+    request in between (a timer, not the next job's end); today the result
+    stayed until another job ended, and uploads forever."""
+    from .support import run_to_completion
+    d = daemon_factory(sets=["result_ttl_seconds=60", "volume_ttl_seconds=60"])
+    ids = upload_phantom(d.api, phantom)
+    doc, _ = run_to_completion(d.api, server_job(phantom, ids, count=50))
+    jid = doc["id"]
+    spool = d.state_dir / "spool"
+    assert (spool / f"{jid}.tractogram").exists()
+    time.sleep(70)
+    assert not (spool / f"{jid}.tractogram").exists()
+    r = d.api.get(f"/v1/jobs/{jid}/tractogram")
+    assert r.status == 410, str(r)
+    vol_dir = d.state_dir / "volumes"
+    assert [p.name for p in vol_dir.iterdir() if not p.name.startswith(".")] == []
+    assert d.api.get(f"/v1/volumes/{ids['odf']}").status == 404
