@@ -50,6 +50,29 @@ static const struct {
 	{ "seeds.roi", offsetof(struct jobspec, seed_roi_path) },
 };
 
+/* Host bytes of one input image: voxels x (stored size + 4), and for the
+ * DWI what the fit derives from it on the same grid (the SH coefficients
+ * of sh_order, FA and MD) and the b0s-and-shell copy of a boot job, each
+ * a float per voxel and value. UINT64_MAX past 2^64 - 1: no budget admits it. */
+static uint64_t image_bytes(const struct jobspec *job, bool dwi, const int64_t dim[4],
+			    size_t stored_size)
+{
+	uint64_t l = job->model.sh_order > 0 ? (uint64_t)job->model.sh_order : 16;
+	uint64_t derived_per_voxel = (l + 1) * (l + 2) / 2 + 2 + (uint64_t)dim[3];
+	int64_t grid[4] = { dim[0], dim[1], dim[2], 1 };
+	uint64_t bytes, derived;
+
+	if (volume_host_bytes(dim, stored_size, &bytes) < 0)
+		return UINT64_MAX;
+	if (!dwi)
+		return bytes;
+	/* stored size 4 * n - 4 makes volume_host_bytes count 4 * n bytes. */
+	if (volume_host_bytes(grid, 4 * derived_per_voxel - 4, &derived) < 0 ||
+	    __builtin_add_overflow(bytes, derived, &bytes))
+		return UINT64_MAX;
+	return bytes;
+}
+
 int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct errbuf *err)
 {
 	uint64_t total = 0;
@@ -59,20 +82,24 @@ int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct e
 	for (size_t i = 0; i < sizeof(image_inputs) / sizeof(image_inputs[0]); i++) {
 		const char *path = *(char *const *)((const char *)job + image_inputs[i].offset);
 		const char *field = image_inputs[i].field;
+		int64_t dim[4];
+		size_t stored_size;
 		uint64_t bytes;
 		int r;
 
 		if (!path)
 			continue;
-		r = volume_probe(path, field, &bytes, err);
+		r = volume_probe(path, field, dim, &stored_size, err);
 		if (r < 0)
 			return r;
+		bytes = image_bytes(job, image_inputs[i].offset == offsetof(struct jobspec, dwi_path),
+				    dim, stored_size);
 		if (__builtin_add_overflow(total, bytes, &total))
 			total = UINT64_MAX;
 		if (total > limit)
 			return errbuf_set(err, -E2BIG, field, "its header declares an image that "
 					  "takes %llu bytes of host memory (voxels x (stored size + "
-					  "4)), %llu with the job's other inputs: over the limit of "
+					  "4), and for a DWI what the fit derives), %llu with the job's other inputs: over the limit of "
 					  "%llu bytes per job (max_job_host_memory)",
 					  (unsigned long long)bytes, (unsigned long long)total,
 					  (unsigned long long)limit);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api.h"
@@ -32,6 +33,8 @@
 #include "tokens.h"
 
 #define STATUS_PERIOD_MS 2000
+/* Expiring uploads stats every claim: every 10 s, not every status period. */
+#define VOLUME_EXPIRY_PERIOD_S 10
 #define SYSTEM_CONFIG "/etc/tractd/tractd.conf"
 
 static const char serve_usage[] =
@@ -78,6 +81,7 @@ struct daemon {
 	struct api *api;
 	struct tokens *tokens;    /* TCP's bearer tokens; NULL without tokens_file */
 	int signal_fd;
+	time_t next_volume_expiry;   /* housekeeping's next scan of the uploads */
 };
 
 /* Path flags may be relative to the working directory; the configuration
@@ -284,8 +288,13 @@ static void status_line(struct daemon *d, char *buf, size_t len)
  * idle daemon must not keep results and uploads past their time. */
 static void housekeeping(struct daemon *d)
 {
+	time_t now = time(NULL);
+
 	jobs_expire(d->jobs);
+	if (now < d->next_volume_expiry)
+		return;
 	store_expire(d->store, d->conf.volume_ttl_seconds);
+	d->next_volume_expiry = now + VOLUME_EXPIRY_PERIOD_S;
 }
 
 /* Waits for SIGTERM/SIGINT; feeds the watchdog and refreshes STATUS= meanwhile. */

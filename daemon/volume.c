@@ -767,10 +767,10 @@ int volume_host_bytes(const int64_t dim[4], size_t stored_size, uint64_t *ret)
 	return 0;
 }
 
-int volume_probe(const char *path, const char *field, uint64_t *ret, struct errbuf *err)
+int volume_probe(const char *path, const char *field, int64_t dim[4], size_t *stored_size,
+		 struct errbuf *err)
 {
 	struct raw_header raw;
-	int64_t dim[4];
 	int nbyper = 0, swapsize = 0;
 	int rc = check_readable(path, field, err);
 
@@ -788,10 +788,7 @@ int volume_probe(const char *path, const char *field, uint64_t *ret, struct errb
 		return errbuf_set(err, -EINVAL, field, "%s: datatype %s (%d) is not supported; "
 				  "expected a real-valued integer or float type", path,
 				  nifti_datatype_string(raw.datatype), raw.datatype);
-	/* shape_from_header bounded the count in floats, not in stored values
-	 * plus floats: an overflow here is a size no budget admits. */
-	if (volume_host_bytes(dim, (size_t)nbyper, ret) < 0)
-		*ret = UINT64_MAX;
+	*stored_size = (size_t)nbyper;
 	return 0;
 }
 

@@ -37,12 +37,12 @@ int volume_load(const char *path, const char *field, struct volume *ret, struct 
  * and as the float32 it becomes. -EOVERFLOW when that exceeds 2^64 - 1. */
 int volume_host_bytes(const int64_t dim[4], size_t stored_size, uint64_t *ret);
 
-/* What volume_load(path) would need (volume_host_bytes), from the header
- * alone: nothing is allocated by the header's sizes, so a few bytes that
- * declare a huge image cost nothing. Sizes past 2^64 - 1 read as
- * UINT64_MAX. Errors as volume_load's for an unreadable or unsupported
- * header. */
-int volume_probe(const char *path, const char *field, uint64_t *ret, struct errbuf *err);
+/* The shape (as volume_load would give it) and the bytes of one stored
+ * value of path, from the header alone: nothing is allocated by the
+ * header's sizes, so a few bytes that declare a huge image cost nothing.
+ * Errors as volume_load's for an unreadable or unsupported header. */
+int volume_probe(const char *path, const char *field, int64_t dim[4], size_t *stored_size,
+		 struct errbuf *err);
 
 /* Writes v as NIfTI-1 float32 (gzip when path ends in .gz) with sform and qform
  * (codes 1, "scanner") set from v->affine and pixdim from its column norms.

@@ -217,3 +217,48 @@ def test_expiry_on_an_idle_daemon(daemon_factory, phantom):
     vol_dir = d.state_dir / "volumes"
     assert [p.name for p in vol_dir.iterdir() if not p.name.startswith(".")] == []
     assert d.api.get(f"/v1/volumes/{ids['odf']}").status == 404
+
+
+def test_dwi_budget_counts_the_fit(daemon_factory, phantom):
+    """A DWI job's budget adds what the fit derives on the DWI's grid (SH
+    coefficients of sh_order, FA, MD, the b0s-and-shell copy: a float per
+    voxel and value) to the images' voxels x (stored size + 4): with
+    max_job_host_memory set to exactly what the phantom's job takes at
+    sh_order 8, that job is taken and the same job at sh_order 16 is refused
+    with 422 limit_exceeded naming inputs.dwi."""
+    import json as _json
+    names = {"dwi": "dwi.nii.gz", "bvals": "dwi.bval", "bvecs": "dwi.bvec",
+             "mask": "mask.nii.gz", "roi": "seed_roi.nii.gz"}
+
+    def image(name):
+        img = nib.load(str(phantom.path(name)))
+        shape = img.shape + (1,) * (4 - len(img.shape))
+        return int(np.prod(shape[:3])), shape[3], img.get_data_dtype().itemsize
+
+    vox, nt, size = image("dwi.nii.gz")
+    total = vox * nt * (size + 4)
+    for name in ("mask.nii.gz", "seed_roi.nii.gz"):
+        v, t, s = image(name)
+        total += v * t * (s + 4)
+
+    def derived(order):
+        return vox * ((order + 1) * (order + 2) // 2 + 2 + nt) * 4
+
+    d = daemon_factory(sets=[f"max_job_host_memory={total + derived(8)}"])
+    ids = {}
+    for key, name in names.items():
+        r = d.api.upload(phantom.path(name))
+        assert r.status in (200, 201), str(r)
+        ids[key] = r.json()["id"]
+    job = _json.loads((phantom.dir / "job_dwi.json").read_text())
+    job.pop("output", None)
+    job["inputs"] = {k: ids[k] for k in ("dwi", "bvals", "bvecs", "mask")}
+    job["seeds"] = {"roi": ids["roi"], "count": 10}
+    job["model"] = {"name": "csd", "sh_order": 16}
+    r = d.api.post_json("/v1/jobs", job)
+    assert r.status == 422, str(r)
+    assert (r.error["code"], r.error["field"]) == ("limit_exceeded", "inputs.dwi"), r.error
+    job["model"]["sh_order"] = 8
+    r = d.api.post_json("/v1/jobs", job)
+    assert r.status == 202, str(r)
+    d.api.request("DELETE", f"/v1/jobs/{r.json()['id']}")
