@@ -349,6 +349,8 @@ static enum api_error job_error_kind(const struct job_info *info)
 {
 	if (info->error_code == -E2BIG)
 		return ERR_TOO_LARGE_FOR_DEVICE;
+	if (info->error_code == -EFBIG)   /* max_job_host_memory, when the job starts */
+		return ERR_LIMIT_EXCEEDED;
 	if (info->error_code == -ESHUTDOWN)
 		return ERR_SHUTTING_DOWN;
 	if (info->error_code == -EINTR)
@@ -826,7 +828,7 @@ static enum api_error check_host_memory(struct api *api, const struct jobspec *s
 {
 	int r = inputs_check_host_memory(spec, api->cfg.max_job_host_memory, err);
 
-	if (r == -E2BIG)
+	if (r == -EFBIG)
 		return ERR_LIMIT_EXCEEDED;
 	return r < 0 ? ERR_INVALID_INPUT : 0;
 }

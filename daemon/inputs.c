@@ -97,7 +97,7 @@ int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct e
 		if (__builtin_add_overflow(total, bytes, &total))
 			total = UINT64_MAX;
 		if (total > limit)
-			return errbuf_set(err, -E2BIG, field, "its header declares an image that "
+			return errbuf_set(err, -EFBIG, field, "its header declares an image that "
 					  "takes %llu bytes of host memory (voxels x (stored size + "
 					  "4), and for a DWI what the fit derives), %llu with the job's other inputs: over the limit of "
 					  "%llu bytes per job (max_job_host_memory)",

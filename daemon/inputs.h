@@ -29,8 +29,9 @@ struct inputs;
 /* Whether the job's NIfTI inputs fit limit bytes of host memory, from their
  * headers alone (volume_probe: each value as stored and as float32, and
  * for the DWI the fit's SH coefficients, FA, MD and a boot job's copy, as
- * floats; summed over the inputs); 0 means no limit. -E2BIG with err naming the input that
- * crossed the limit, or volume_probe's error for an unreadable header.
+ * floats; summed over the inputs); 0 means no limit. -EFBIG with err
+ * naming the input that crossed the limit (the API's limit_exceeded), or
+ * volume_probe's error for an unreadable header.
  * Called before anything is allocated by the headers' sizes: at submit, and
  * again when the job starts (a file under a data root may have changed). */
 int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct errbuf *err);
