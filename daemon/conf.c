@@ -204,6 +204,9 @@ static const struct conf_key keys[] = {
 	    "jobs waiting to run at most; more are refused with 429"),
 	U64(max_queued_jobs_per_user, CONF_COUNT, 1, 1000000, "32",
 	    "jobs of one user (or token name) waiting to run at most; more are refused with 429"),
+	U64(max_queued_bytes_per_user, CONF_SIZE, KiB, 1024 * TiB, "256M",
+	    "bytes of job documents one user's queued jobs may hold in memory; more are "
+	    "refused with 429"),
 	U64(max_seeds_per_job, CONF_COUNT, 1, JOBSPEC_MAX_SEEDS, "10000000",
 	    "seeds one job may track (seeds.count, explicit points, or count times the ROI's "
 	    "voxels with per_voxel)"),

@@ -29,6 +29,7 @@ struct conf {
 	uint64_t volume_ttl_seconds;/* uploads expire this long after their last upload (30d) */
 	uint64_t max_queued_jobs;   /* default 256 */
 	uint64_t max_queued_jobs_per_user; /* default 32 */
+	uint64_t max_queued_bytes_per_user; /* job documents of one user's queued jobs (256M) */
 	uint64_t max_seeds_per_job; /* default 10M */
 	uint64_t max_job_host_memory; /* input images' declared host bytes per job,
 				       * 0 = half the memory (host's or cgroup's) */

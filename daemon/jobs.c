@@ -43,6 +43,7 @@ struct job {
 	char *spec_json;            /* the job document as submitted, for its record;
 				     * dropped once an ended job's record holds it */
 	uint64_t record_bytes;      /* its record's size on disk, in spool_bytes */
+	uint64_t doc_bytes;         /* of the document as submitted */
 	bool record_stale;          /* its last record write failed (disk full): retried */
 	bool cancel_requested;
 	bool in_worker;             /* the worker holds it: only the worker may free it */
@@ -982,6 +983,19 @@ static uint64_t count_queued_of(const struct jobs *jobs, const char *owner)
 	return n;
 }
 
+/* What owner's queued jobs hold in memory grows with their documents (the
+ * text, and the parsed seed points): bounded per owner, as their number is. */
+static uint64_t queued_bytes_of(const struct jobs *jobs, const char *owner)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		if (jobs->jobs[i]->info.state == JOB_QUEUED &&
+		    strcmp(jobs->jobs[i]->info.owner, owner) == 0)
+			n += jobs->jobs[i]->doc_bytes;
+	return n;
+}
+
 static int add_job(struct jobs *jobs, struct job *job)
 {
 	if (jobs->n_jobs == jobs->cap_jobs) {
@@ -1012,6 +1026,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, 
 		job_free(job);
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	}
+	job->doc_bytes = spec_json ? strlen(spec_json) : 0;
 	job->info.format = job->spec.output_format;
 	job->info.state = JOB_QUEUED;
 	job->info.created = time(NULL);
@@ -1029,6 +1044,11 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, 
 		r = errbuf_set(err, -EAGAIN, "", "%s has %llu jobs queued already "
 			       "(max_queued_jobs_per_user)", job->info.owner,
 			       (unsigned long long)jobs->cfg.max_queued_jobs_per_user);
+	else if (queued_bytes_of(jobs, job->info.owner) + job->doc_bytes >
+		 jobs->cfg.max_queued_bytes_per_user)
+		r = errbuf_set(err, -EAGAIN, "", "the job documents of %s's queued jobs would take "
+			       "more than %llu bytes (max_queued_bytes_per_user)", job->info.owner,
+			       (unsigned long long)jobs->cfg.max_queued_bytes_per_user);
 	/* Recorded before it is listed: a job the client was told about is
 	 * never lost by a crash. A full disk refuses the job rather than run
 	 * one whose result could not be kept. */

@@ -65,6 +65,7 @@ struct jobs_config {
 	const char *state_dir;        /* the spool is <state_dir>/spool */
 	uint64_t max_queued_jobs;
 	uint64_t max_queued_jobs_per_user;   /* queued jobs of one owner at most */
+	uint64_t max_queued_bytes_per_user;  /* their documents' bytes at most */
 	uint64_t max_seeds_per_job;   /* checked again once per-voxel seeds are counted */
 	uint64_t max_job_host_memory; /* input images' host bytes, checked again at start */
 	uint64_t spool_max_bytes;

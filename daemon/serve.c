@@ -223,6 +223,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		.state_dir = d->conf.state_dir,
 		.max_queued_jobs = d->conf.max_queued_jobs,
 		.max_queued_jobs_per_user = d->conf.max_queued_jobs_per_user,
+		.max_queued_bytes_per_user = d->conf.max_queued_bytes_per_user,
 		.max_seeds_per_job = d->conf.max_seeds_per_job,
 		.max_job_host_memory = job_host_memory(&d->conf),
 		.spool_max_bytes = d->conf.spool_max_bytes,

@@ -262,3 +262,34 @@ def test_dwi_budget_counts_the_fit(daemon_factory, phantom):
     r = d.api.post_json("/v1/jobs", job)
     assert r.status == 202, str(r)
     d.api.request("DELETE", f"/v1/jobs/{r.json()['id']}")
+
+
+def test_queued_documents_bounded_per_user(daemon_factory, phantom):
+    """max_queued_bytes_per_user=1M: while a job runs, a user's queued jobs
+    of 600 KB documents (30,000 seed points) fit once; the second is refused
+    with 429 queue_full naming the limit; another user (the TCP token) may
+    still queue one. Today the documents of 32 queued jobs a user (and their
+    parsed seeds) were all held in memory."""
+    from .support import wait_running
+    d = daemon_factory(sets=["max_queued_bytes_per_user=1M"])
+    ids = upload_phantom(d.unix, phantom)
+    tcp_ids = upload_phantom(d.tcp, phantom)
+    busy = d.unix.post_json("/v1/jobs", server_job(phantom, ids, count=2_000_000))
+    assert busy.status == 202, str(busy)
+    wait_running(d.unix, busy.json()["id"])
+    rng = np.random.default_rng(0)
+    pts = [[round(float(x), 3) for x in p] for p in rng.uniform(1, 3, size=(30_000, 3))]
+    job = server_job(phantom, ids)
+    job["seeds"] = {"points": pts}
+    import json as _json
+    assert 512 * 1024 < len(_json.dumps(job)) < 1024 * 1024
+    r = d.unix.post_json("/v1/jobs", job)
+    assert r.status == 202, str(r)
+    r2 = d.unix.post_json("/v1/jobs", job)
+    assert r2.status == 429, str(r2)
+    assert r2.error["code"] == "queue_full" and "max_queued_bytes_per_user" in \
+        r2.error["message"], r2.error
+    r3 = d.tcp.post_json("/v1/jobs", server_job(phantom, tcp_ids) | {"seeds": {"points": pts}})
+    assert r3.status == 202, str(r3)
+    for jid in (r.json()["id"], r3.json()["id"], busy.json()["id"]):
+        d.unix.request("DELETE", f"/v1/jobs/{jid}")
