@@ -2,6 +2,7 @@
 /* spool: job records in the result spool (see spool.h). */
 #include "spool.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -314,8 +315,8 @@ static bool nonneg(json_int_t v)
 	return v >= 0;
 }
 
-int spool_record_parse(const char *text, size_t len, const char *file_id,
-		       struct spool_record *ret, struct errbuf *err)
+static int parse_record(const char *text, size_t len, const char *file_id,
+			struct spool_record *ret, struct errbuf *err)
 {
 	json_error_t je;
 	json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -587,4 +588,77 @@ void spool_records_free(struct spool_record *records, size_t n)
 	for (size_t i = 0; records && i < n; i++)
 		free(records[i].spec_json);
 	free(records);
+}
+
+/* Where the job member's value lies in a record laid out as record_text
+ * writes it, "...,\"job\":VALUE}": *head_len bytes before the member, the
+ * value at *at, *n bytes. The member's name cannot occur unescaped inside
+ * a string, and nested deeper it leaves braces open: a head that parses is
+ * the record's own. false for any other layout. */
+static bool split_document(const char *text, size_t len, size_t *head_len, size_t *at,
+			   size_t *n)
+{
+	static const char member[] = ",\"job\":";
+	const char *p = memmem(text, len, member, sizeof(member) - 1);
+	size_t end = len;
+
+	while (end > 0 && isspace((unsigned char)text[end - 1]))
+		end--;
+	if (!p || end == 0 || text[end - 1] != '}')
+		return false;
+	*head_len = (size_t)(p - text);
+	*at = *head_len + sizeof(member) - 1;
+	if (end - 1 < *at)
+		return false;
+	*n = end - 1 - *at;
+	return true;
+}
+
+/* The document of a job that will be written again, as it is in the
+ * record: one JSON value, or null for none. */
+static int keep_document(const char *text, size_t n, struct spool_record *rec,
+			 struct errbuf *err)
+{
+	json_error_t je;
+	json_t *doc = memchr(text, '\0', n) ? NULL
+		: json_loadb(text, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+	bool none = doc && json_is_null(doc);
+
+	json_decref(doc);
+	if (!doc)
+		return errbuf_set(err, -EINVAL, "job", "not JSON");
+	if (none)
+		return 0;
+	rec->spec_json = strndup(text, n);
+	return rec->spec_json ? 0 : errbuf_set(err, -ENOMEM, "job", "out of memory");
+}
+
+/* The record without its document is parsed first: a job that ended needs
+ * none (nothing writes its record again), and a restart should not parse
+ * a spool's worth of documents of up to 64 MiB each only to drop them. */
+int spool_record_parse(const char *text, size_t len, const char *file_id,
+		       struct spool_record *ret, struct errbuf *err)
+{
+	static const char no_document[] = ",\"job\":null}";
+	size_t head_len, at, n;
+	char *head;
+	int r;
+
+	if (!split_document(text, len, &head_len, &at, &n))
+		return parse_record(text, len, file_id, ret, err);
+	head = malloc(head_len + sizeof(no_document));
+	if (!head)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	memcpy(head, text, head_len);
+	memcpy(head + head_len, no_document, sizeof(no_document));
+	r = parse_record(head, head_len + sizeof(no_document) - 1, file_id, ret, NULL);
+	free(head);
+	if (r < 0)   /* another layout: the whole text decides */
+		return parse_record(text, len, file_id, ret, err);
+	if (ret->info.state != JOB_QUEUED && ret->info.state != JOB_RUNNING)
+		return 0;
+	r = keep_document(text + at, n, ret, err);
+	if (r < 0)
+		memset(ret, 0, sizeof(*ret));
+	return r;
 }

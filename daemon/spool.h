@@ -26,8 +26,10 @@
 #include "errbuf.h"
 #include "jobs.h"
 
-/* One reloaded job: its public fields and the job document it was submitted
- * with (JSON text, malloc'd; NULL when the record has none). */
+/* One reloaded job: its public fields and, for a job that was queued or
+ * running (whose record is written again), the job document it was
+ * submitted with, as the record holds it (JSON text, malloc'd; NULL when
+ * the record has none, and for jobs that ended). */
 struct spool_record {
 	struct job_info info;
 	char *spec_json;
