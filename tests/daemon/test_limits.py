@@ -4,13 +4,16 @@ from the headers before anything is allocated), bounded job records, upload
 quotas and expiry (GET and DELETE /v1/volumes), results expiring on an idle
 daemon."""
 import gzip
+import json
 import os
+import subprocess
 import time
 
 import nibabel as nib
 import numpy as np
 
-from .support import upload_phantom, server_job
+from .support import (daemon_env, get_metrics, run_to_completion, server_job, upload_phantom,
+                      wait_job, wait_running)
 
 MiB = 1 << 20
 
@@ -80,11 +83,9 @@ def test_sparse_file_counted_by_its_size(daemon_factory, phantom, tmp_path):
     assert _peak_rss(d.pid) < before + 64 * MiB
 
 
-def test_default_host_memory_budget_is_set(daemon_factory):
+def test_default_host_memory_budget_is_set():
     """--print-config lists max_job_host_memory (0: half the host's or the
     cgroup's memory, resolved at start)."""
-    import subprocess
-    from .support import daemon_env
     tractd = os.environ["TRACTD"]
     out = subprocess.run([tractd, "serve", "--print-config"], capture_output=True, text=True,
                          env=daemon_env(), check=True).stdout
@@ -111,7 +112,6 @@ def test_records_bounded_and_counted(daemon_factory, phantom, tmp_path):
     what the spool's files take (today: results only); the ended jobs'
     documents are not kept in memory (today: RSS grew by each document); a
     restart reloads them."""
-    from .support import get_metrics, wait_job
     d = daemon_factory()
     ids = upload_phantom(d.api, phantom)
     small = tmp_path / "small.nii"
@@ -124,8 +124,7 @@ def test_records_bounded_and_counted(daemon_factory, phantom, tmp_path):
     pts = [[round(float(x), 3) for x in p] for p in rng.uniform(1, 3, size=(100_000, 3))]
     job = server_job(phantom, {**ids, "stop_map": r.json()["id"]})
     job["seeds"] = {"points": pts}
-    import json as _json
-    doc_len = len(_json.dumps(job))
+    doc_len = len(json.dumps(job))
     jobs = []
     rss_before = None
     for i in range(6):
@@ -203,7 +202,6 @@ def test_expiry_on_an_idle_daemon(daemon_factory, phantom):
     result and the uploads leave the disk about a minute later with no
     request in between (a timer, not the next job's end); today the result
     stayed until another job ended, and uploads forever."""
-    from .support import run_to_completion
     d = daemon_factory(sets=["result_ttl_seconds=60", "volume_ttl_seconds=60"])
     ids = upload_phantom(d.api, phantom)
     doc, _ = run_to_completion(d.api, server_job(phantom, ids, count=50))
@@ -226,7 +224,6 @@ def test_dwi_budget_counts_the_fit(daemon_factory, phantom):
     max_job_host_memory set to exactly what the phantom's job takes at
     sh_order 8, that job is taken and the same job at sh_order 16 is refused
     with 422 limit_exceeded naming inputs.dwi."""
-    import json as _json
     names = {"dwi": "dwi.nii.gz", "bvals": "dwi.bval", "bvecs": "dwi.bvec",
              "mask": "mask.nii.gz", "roi": "seed_roi.nii.gz"}
 
@@ -250,7 +247,7 @@ def test_dwi_budget_counts_the_fit(daemon_factory, phantom):
         r = d.api.upload(phantom.path(name))
         assert r.status in (200, 201), str(r)
         ids[key] = r.json()["id"]
-    job = _json.loads((phantom.dir / "job_dwi.json").read_text())
+    job = json.loads((phantom.dir / "job_dwi.json").read_text())
     job.pop("output", None)
     job["inputs"] = {k: ids[k] for k in ("dwi", "bvals", "bvecs", "mask")}
     job["seeds"] = {"roi": ids["roi"], "count": 10}
@@ -270,7 +267,6 @@ def test_queued_documents_bounded_per_user(daemon_factory, phantom):
     with 429 queue_full naming the limit; another user (the TCP token) may
     still queue one. Today the documents of 32 queued jobs a user (and their
     parsed seeds) were all held in memory."""
-    from .support import wait_running
     d = daemon_factory(sets=["max_queued_bytes_per_user=1M"])
     ids = upload_phantom(d.unix, phantom)
     tcp_ids = upload_phantom(d.tcp, phantom)
@@ -281,8 +277,7 @@ def test_queued_documents_bounded_per_user(daemon_factory, phantom):
     pts = [[round(float(x), 3) for x in p] for p in rng.uniform(1, 3, size=(30_000, 3))]
     job = server_job(phantom, ids)
     job["seeds"] = {"points": pts}
-    import json as _json
-    assert 512 * 1024 < len(_json.dumps(job)) < 1024 * 1024
+    assert 512 * 1024 < len(json.dumps(job)) < 1024 * 1024
     r = d.unix.post_json("/v1/jobs", job)
     assert r.status == 202, str(r)
     r2 = d.unix.post_json("/v1/jobs", job)
