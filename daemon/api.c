@@ -144,6 +144,7 @@ struct request {
 	size_t body_len;
 	bool body_too_large;
 	struct store_writer *upload;   /* BODY_UPLOAD */
+	bool upload_quota_binds;       /* the quota left is below max_upload_bytes */
 	int upload_error;
 	struct errbuf upload_err;
 };
@@ -415,6 +416,8 @@ static enum api_error job_error_kind(const struct job_info *info)
 {
 	if (info->error_code == -E2BIG)
 		return ERR_TOO_LARGE_FOR_DEVICE;
+	if (info->error_code == -EFBIG)   /* max_job_host_memory, when the job starts */
+		return ERR_LIMIT_EXCEEDED;
 	if (info->error_code == -ESHUTDOWN)
 		return ERR_SHUTTING_DOWN;
 	if (info->error_code == -EINTR)
@@ -870,6 +873,19 @@ static enum api_error check_seed_limit(struct api *api, const struct jobspec *sp
 	return ERR_LIMIT_EXCEEDED;
 }
 
+/* max_job_host_memory, from the resolved inputs' headers: refused before
+ * the job is queued, so that a small file declaring a huge image never gets
+ * to allocate it. An unreadable header is the input's fault (422). */
+static enum api_error check_host_memory(struct api *api, const struct jobspec *spec,
+					struct errbuf *err)
+{
+	int r = inputs_check_host_memory(spec, api->cfg.max_job_host_memory, err);
+
+	if (r == -EFBIG)
+		return ERR_LIMIT_EXCEEDED;
+	return r < 0 ? ERR_INVALID_INPUT : 0;
+}
+
 static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 				  struct request *req)
 {
@@ -884,6 +900,11 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 		return answer_error(api, conn, ERR_PAYLOAD_TOO_LARGE, "", "the job document is over "
 				    "%llu bytes (max_request_bytes)",
 				    (unsigned long long)api->cfg.max_request_bytes);
+	/* The document is kept as text (the job's record holds it as sent): a
+	 * NUL would cut it there. */
+	if (req->body && strlen(req->body) != req->body_len)
+		return answer_error(api, conn, ERR_MALFORMED_JSON, "", "the job document holds a "
+				    "NUL byte");
 	r = jobspec_parse(req->body ? req->body : "", req->body_len, NULL, &spec, &err);
 	if (r < 0)
 		return answer_error(api, conn, r == -ENOMEM ? ERR_INTERNAL : err.field[0] ?
@@ -904,6 +925,8 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 	e = check_seed_limit(api, &spec, &err);
 	if (!e)
 		e = open_inputs(api, &spec, &err, &req->who);
+	if (!e)
+		e = check_host_memory(api, &spec, &err);
 	if (e) {
 		jobspec_free(&spec);
 		return answer_error(api, conn, e, err.field, "%s", err.message);
@@ -993,6 +1016,49 @@ static enum MHD_Result get_volume(struct api *api, struct MHD_Connection *conn,
 	return answer_json(api, conn, MHD_HTTP_OK, volume_json(&entry));
 }
 
+static enum MHD_Result answer_quota_exceeded(struct api *api, struct MHD_Connection *conn,
+					     const struct identity *who)
+{
+	return answer_error(api, conn, ERR_QUOTA_EXCEEDED, "", "the volumes of %s would take more "
+			    "than %llu bytes (max_volume_bytes_per_user): delete some "
+			    "(DELETE /v1/volumes/ID; GET /v1/volumes lists them)", who->name,
+			    (unsigned long long)api->cfg.max_volume_bytes_per_user);
+}
+
+/* GET /v1/volumes: the caller's own uploads, admins included (an admin
+ * reaches others' volumes by id). */
+static enum MHD_Result list_volumes(struct api *api, struct MHD_Connection *conn,
+				    const struct identity *who)
+{
+	struct store_entry *list = NULL;
+	uint64_t used = 0;
+	size_t n = 0;
+	json_t *arr;
+
+	if (store_list(api->cfg.store, who->name, &list, &n, &used) < 0)
+		return answer_error(api, conn, ERR_INTERNAL, "", "out of memory");
+	arr = json_array();
+	for (size_t i = 0; arr && i < n; i++)
+		if (json_array_append_new(arr, volume_json(&list[i])) < 0) {
+			json_decref(arr);
+			arr = NULL;
+		}
+	free(list);
+	return answer_json(api, conn, MHD_HTTP_OK, json_pack("{s:o, s:I, s:I}", "volumes", arr,
+		"used_bytes", (json_int_t)used,
+		"quota_bytes", (json_int_t)api->cfg.max_volume_bytes_per_user));
+}
+
+/* DELETE /v1/volumes/ID: forgets the caller's upload (the file goes with
+ * its last uploader). Another user's volume is unknown here, as for GET. */
+static enum MHD_Result delete_volume(struct api *api, struct MHD_Connection *conn,
+				     const struct identity *who, const char *id)
+{
+	if (store_forget(api->cfg.store, id, who->name) < 0)
+		return answer_error(api, conn, ERR_NOT_FOUND, "", "no volume %.80s", id);
+	return answer_empty(api, conn, MHD_HTTP_NO_CONTENT);
+}
+
 static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *conn,
 				     struct request *req)
 {
@@ -1000,6 +1066,9 @@ static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *con
 	struct errbuf err = { 0 };
 	int r;
 
+	if (req->upload_error == -EDQUOT ||
+	    (req->upload_error == -EFBIG && req->upload_quota_binds))
+		return answer_quota_exceeded(api, conn, &req->who);
 	if (req->upload_error == -EFBIG)
 		return answer_error(api, conn, ERR_PAYLOAD_TOO_LARGE, "", "the upload is over %llu "
 				    "bytes (max_upload_bytes)",
@@ -1105,7 +1174,7 @@ static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
 		   st.cache_misses);
 	metric_u64(f, "tractd_cache_bytes", "gauge", "GPU memory held by warm volumes.",
 		   st.cache_bytes);
-	metric_u64(f, "tractd_spool_bytes", "gauge", "Bytes of results in the spool.",
+	metric_u64(f, "tractd_spool_bytes", "gauge", "Bytes of results and job records in the spool.",
 		   st.spool_bytes);
 	metric_u64(f, "tractd_connections_refused_total", "counter", "Unix connections closed "
 		   "at once: their user had max_connections_per_user open.",
@@ -1158,8 +1227,12 @@ static enum MHD_Result dispatch(struct api *api, struct MHD_Connection *conn, en
 	case ROUTE_DEVICE:
 		return device_info(api, conn, &req->who);
 	case ROUTE_VOLUMES:
+		if (strcmp(method, "GET") == 0)
+			return list_volumes(api, conn, &req->who);
 		return finish_upload(api, conn, req);
 	case ROUTE_VOLUME:
+		if (strcmp(method, "DELETE") == 0)
+			return delete_volume(api, conn, &req->who, id);
 		return get_volume(api, conn, &req->who, id, strcmp(method, "HEAD") == 0);
 	case ROUTE_JOBS:
 		if (strcmp(method, "POST") == 0)
@@ -1209,16 +1282,39 @@ static void take_body(struct api *api, struct request *req, const char *data, si
 	}
 }
 
-static struct request *new_request(struct api *api, enum route route, const char *method)
+/* An upload may take what is left of its owner's quota, and no more than
+ * max_upload_bytes: whichever is less bounds the writer. Nothing is left:
+ * refused before a byte is written. */
+static void start_upload(struct api *api, struct request *req)
+{
+	uint64_t used = 0, quota = api->cfg.max_volume_bytes_per_user, left, max;
+
+	req->kind = BODY_UPLOAD;
+	if (store_list(api->cfg.store, req->who.name, NULL, NULL, &used) < 0) {
+		req->upload_error = errbuf_set(&req->upload_err, -EIO, "", "cannot count the "
+					       "volumes of %s", req->who.name);
+		return;
+	}
+	left = used < quota ? quota - used : 0;
+	if (left == 0) {
+		req->upload_error = -EDQUOT;
+		return;
+	}
+	req->upload_quota_binds = left < api->cfg.max_upload_bytes;
+	max = req->upload_quota_binds ? left : api->cfg.max_upload_bytes;
+	req->upload_error = store_writer_new(api->cfg.store, max, &req->upload, &req->upload_err);
+}
+
+static struct request *new_request(struct api *api, enum route route, const char *method,
+				   const struct identity *who)
 {
 	struct request *req = calloc(1, sizeof(*req));
 
 	if (!req)
 		return NULL;
+	req->who = *who;
 	if (route == ROUTE_VOLUMES && strcmp(method, "POST") == 0) {
-		req->kind = BODY_UPLOAD;
-		req->upload_error = store_writer_new(api->cfg.store, api->cfg.max_upload_bytes,
-						     &req->upload, &req->upload_err);
+		start_upload(api, req);
 	} else if (route == ROUTE_JOBS && strcmp(method, "POST") == 0) {
 		req->kind = BODY_JSON;
 	}
@@ -1406,10 +1502,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			return answer_error(api, conn, ERR_NOT_FOUND, "", "no such resource: %.200s", url);
 		if (!route_method_allowed(route, method))
 			return answer_not_allowed(api, conn, route, method, url);
-		req = new_request(api, route, method);
+		req = new_request(api, route, method, &who);
 		if (!req)
 			return MHD_NO;
-		req->who = who;
 		*con_cls = req;
 		/* The headers are in: the answer may take long (see REQUEST_TIMEOUT_S). */
 		set_timeout(conn, REQUEST_TIMEOUT_S);

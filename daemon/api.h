@@ -38,6 +38,7 @@ struct api_config {
 	struct store *store;
 	uint64_t max_request_bytes;
 	uint64_t max_upload_bytes;
+	uint64_t max_volume_bytes_per_user;   /* what one owner's volumes take */
 	/* ':'-separated absolute directories (checked by conf) whose files jobs
 	 * may name; "" = none, uploads only. Copied, so the caller's may go. */
 	char data_roots[1024];
@@ -45,6 +46,7 @@ struct api_config {
 	 * Copied, like data_roots. */
 	char state_dir[1024];
 	uint64_t max_seeds_per_job;
+	uint64_t max_job_host_memory;   /* resolved: never 0 */
 	/* Open connections of one uid on the Unix socket (root: no limit), of
 	 * one address on TCP; seconds a connection may stay silent before its
 	 * request's headers are complete, or between keep-alive requests. */

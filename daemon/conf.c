@@ -194,13 +194,26 @@ static const struct conf_key keys[] = {
 	    "largest JSON request body"),
 	U64(max_upload_bytes, CONF_SIZE, MiB, 16 * TiB, "16G",
 	    "largest volume upload"),
+	U64(max_volume_bytes_per_user, CONF_SIZE, MiB, 1024 * TiB, "64G",
+	    "disk space one user's uploaded volumes may take; an upload past it is refused "
+	    "with 507 quota_exceeded"),
+	U64(volume_ttl_seconds, CONF_DURATION, 60, 3650 * DAY, "30d",
+	    "an uploaded volume is forgotten this long after its owner last uploaded it; "
+	    "its file goes with its last owner"),
 	U64(max_queued_jobs, CONF_COUNT, 1, 1000000, "256",
 	    "jobs waiting to run at most; more are refused with 429"),
 	U64(max_queued_jobs_per_user, CONF_COUNT, 1, 1000000, "32",
 	    "jobs of one user (or token name) waiting to run at most; more are refused with 429"),
+	U64(max_queued_bytes_per_user, CONF_SIZE, KiB, 1024 * TiB, "256M",
+	    "bytes of job documents one user's queued jobs may hold in memory; more are "
+	    "refused with 429"),
 	U64(max_seeds_per_job, CONF_COUNT, 1, JOBSPEC_MAX_SEEDS, "10000000",
 	    "seeds one job may track (seeds.count, explicit points, or count times the ROI's "
 	    "voxels with per_voxel)"),
+	U64(max_job_host_memory, CONF_SIZE, 0, 1024 * TiB, "0",
+	    "host memory one job's input images may take, from their headers (voxels x "
+	    "(stored size + 4)); more are refused with 422 limit_exceeded; 0 for half the "
+	    "memory of the host or of the service's cgroup, whichever is less"),
 	U64(max_connections_per_user, CONF_COUNT, 1, 256, "32",
 	    "connections one user (uid; root has no limit) may hold open on the Unix socket; "
 	    "more are closed at once"),

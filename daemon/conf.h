@@ -25,9 +25,14 @@ struct conf {
 	char data_roots[1024];      /* ':'-separated absolute dirs jobs may read from; "" = none */
 	uint64_t max_request_bytes; /* JSON bodies (default 16M) */
 	uint64_t max_upload_bytes;  /* volume uploads (default 16G) */
+	uint64_t max_volume_bytes_per_user; /* one user's uploaded volumes (default 64G) */
+	uint64_t volume_ttl_seconds;/* uploads expire this long after their last upload (30d) */
 	uint64_t max_queued_jobs;   /* default 256 */
 	uint64_t max_queued_jobs_per_user; /* default 32 */
+	uint64_t max_queued_bytes_per_user; /* job documents of one user's queued jobs (256M) */
 	uint64_t max_seeds_per_job; /* default 10M */
+	uint64_t max_job_host_memory; /* input images' declared host bytes per job,
+				       * 0 = half the memory (host's or cgroup's) */
 	uint64_t max_connections_per_user;    /* Unix socket, per uid but root (default 32) */
 	uint64_t max_connections_per_address; /* TCP, per client address (default 64) */
 	uint64_t header_timeout_seconds;      /* silence before a request's headers (default 30) */

@@ -11,6 +11,7 @@
 #include "inputs.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +63,89 @@ static int load_gradients(const struct jobspec *job, int64_t n_volumes, struct g
 		return gradients_load(bvals.path, bvecs.path, n_volumes, bvals.field, bvecs.field,
 				      ret, err);
 	return gradients_read(&bvals, &bvecs, n_volumes, ret, err);
+}
+
+/* The inputs that are NIfTI images (bvals and bvecs are text). */
+static const struct {
+	const char *field;
+	size_t offset;
+	enum jobspec_file_slot slot;
+} image_inputs[] = {
+	{ "inputs.odf", offsetof(struct jobspec, odf_path), JOBSPEC_SLOT_ODF },
+	{ "inputs.sh", offsetof(struct jobspec, sh_path), JOBSPEC_SLOT_SH },
+	{ "inputs.dwi", offsetof(struct jobspec, dwi_path), JOBSPEC_SLOT_DWI },
+	{ "inputs.mask", offsetof(struct jobspec, mask_path), JOBSPEC_SLOT_MASK },
+	{ "inputs.stop_map", offsetof(struct jobspec, stop_map_path), JOBSPEC_SLOT_STOP_MAP },
+	{ "seeds.roi", offsetof(struct jobspec, seed_roi_path), JOBSPEC_SLOT_SEED_ROI },
+};
+
+/* An input's shape and stored value size, from the descriptor the job
+ * holds (a server job's), else from its path (the CLI's), as load_volume. */
+static int probe_volume(const struct jobspec *job, enum jobspec_file_slot slot, const char *path,
+			const char *field, int64_t dim[4], size_t *stored_size, struct errbuf *err)
+{
+	int fd = jobspec_opened_fd(job, slot);
+
+	if (fd < 0)
+		return volume_probe(path, field, dim, stored_size, err);
+	return volume_probe_fd(fd, path, field, dim, stored_size, err);
+}
+
+/* Host bytes of one input image: voxels x (stored size + 4), and for the
+ * DWI what the fit derives from it on the same grid (the SH coefficients
+ * of sh_order, FA and MD) and the b0s-and-shell copy of a boot job, each
+ * a float per voxel and value. UINT64_MAX past 2^64 - 1: no budget admits it. */
+static uint64_t image_bytes(const struct jobspec *job, bool dwi, const int64_t dim[4],
+			    size_t stored_size)
+{
+	uint64_t l = job->model.sh_order > 0 ? (uint64_t)job->model.sh_order : 16;
+	uint64_t derived_per_voxel = (l + 1) * (l + 2) / 2 + 2 + (uint64_t)dim[3];
+	int64_t grid[4] = { dim[0], dim[1], dim[2], 1 };
+	uint64_t bytes, derived;
+
+	if (volume_host_bytes(dim, stored_size, &bytes) < 0)
+		return UINT64_MAX;
+	if (!dwi)
+		return bytes;
+	/* stored size 4 * n - 4 makes volume_host_bytes count 4 * n bytes. */
+	if (volume_host_bytes(grid, 4 * derived_per_voxel - 4, &derived) < 0 ||
+	    __builtin_add_overflow(bytes, derived, &bytes))
+		return UINT64_MAX;
+	return bytes;
+}
+
+int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct errbuf *err)
+{
+	uint64_t total = 0;
+
+	if (!limit)
+		return 0;
+	for (size_t i = 0; i < sizeof(image_inputs) / sizeof(image_inputs[0]); i++) {
+		const char *path = *(char *const *)((const char *)job + image_inputs[i].offset);
+		const char *field = image_inputs[i].field;
+		int64_t dim[4];
+		size_t stored_size;
+		uint64_t bytes;
+		int r;
+
+		if (!path)
+			continue;
+		r = probe_volume(job, image_inputs[i].slot, path, field, dim, &stored_size, err);
+		if (r < 0)
+			return r;
+		bytes = image_bytes(job, image_inputs[i].offset == offsetof(struct jobspec, dwi_path),
+				    dim, stored_size);
+		if (__builtin_add_overflow(total, bytes, &total))
+			total = UINT64_MAX;
+		if (total > limit)
+			return errbuf_set(err, -EFBIG, field, "its header declares an image that "
+					  "takes %llu bytes of host memory (voxels x (stored size + "
+					  "4), and for a DWI what the fit derives), %llu with the job's other inputs: over the limit of "
+					  "%llu bytes per job (max_job_host_memory)",
+					  (unsigned long long)bytes, (unsigned long long)total,
+					  (unsigned long long)limit);
+	}
+	return 0;
 }
 
 static int load_sphere(const struct jobspec *job, struct sphere *ret, struct errbuf *err)

@@ -26,6 +26,16 @@
 
 struct inputs;
 
+/* Whether the job's NIfTI inputs fit limit bytes of host memory, from their
+ * headers alone (volume_probe: each value as stored and as float32, and
+ * for the DWI the fit's SH coefficients, FA, MD and a boot job's copy, as
+ * floats; summed over the inputs); 0 means no limit. -EFBIG with err
+ * naming the input that crossed the limit (the API's limit_exceeded), or
+ * volume_probe's error for an unreadable header.
+ * Called before anything is allocated by the headers' sizes: at submit, and
+ * again when the job starts (a file under a data root may have changed). */
+int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct errbuf *err);
+
 /* Reads and validates the job's volumes and sphere. dwi inputs are fitted
  * (fit.h) with fit's threads and progress (fit may be NULL); SH coefficients
  * are kept as they are, to be sampled on the sphere when uploaded. On

@@ -40,7 +40,10 @@
 struct job {
 	struct job_info info;
 	struct jobspec spec;        /* until the job ends */
-	char *spec_json;            /* the job document as submitted, for its record */
+	char *spec_json;            /* the job document as submitted, for its record;
+				     * dropped once an ended job's record holds it */
+	uint64_t record_bytes;      /* its record's size on disk, in spool_bytes */
+	uint64_t doc_bytes;         /* of the document as submitted */
 	bool record_stale;          /* its last record write failed (disk full): retried */
 	bool cancel_requested;
 	bool in_worker;             /* the worker holds it: only the worker may free it */
@@ -134,6 +137,38 @@ static void job_free(struct job *job)
 	free(job);
 }
 
+static void spool_bytes_sub(struct jobs *jobs, uint64_t bytes)
+{
+	jobs->status.spool_bytes -= bytes < jobs->status.spool_bytes ? bytes
+								      : jobs->status.spool_bytes;
+}
+
+/* Counts the job's record, as it is on disk now, in spool_bytes: records
+ * hold job documents of up to max_request_bytes, so they are part of what
+ * the spool takes. Lock held. */
+static void count_record(struct jobs *jobs, struct job *job)
+{
+	char name[JOB_ID_LEN + 32], path[1200];
+	struct stat st;
+
+	spool_record_name(job->info.id, name, sizeof(name));
+	snprintf(path, sizeof(path), "%s/%s", jobs->spool_dir, name);
+	spool_bytes_sub(jobs, job->record_bytes);
+	job->record_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+	jobs->status.spool_bytes += job->record_bytes;
+}
+
+/* An ended job's document lives on in its record only: nothing runs it
+ * again, and nothing writes its record again once that holds its outcome.
+ * Kept while the record is stale, for the retry. */
+static void drop_document(struct job *job)
+{
+	if (job_ended(job) && !job->record_stale) {
+		free(job->spec_json);
+		job->spec_json = NULL;
+	}
+}
+
 /* Writes the job's record after it changed state. Called with the lock held,
  * so that a record never lands after the job's deletion removed it. A
  * failure is logged, not fatal: the job goes on in memory, and after a
@@ -147,6 +182,8 @@ static void save_record(struct jobs *jobs, struct job *job)
 	if (job->record_stale)
 		log_warn("job=%s cannot save its record (tried again at the next job's end): %s",
 			 job->info.id, err.message);
+	count_record(jobs, job);
+	drop_document(job);
 }
 
 /* Records that could not be written (a full disk) are written when the next
@@ -168,8 +205,7 @@ static void remove_result(struct jobs *jobs, struct job *job)
 
 	result_path(jobs, job->info.id, path, sizeof(path));
 	if (unlink(path) == 0 || errno == ENOENT) {
-		jobs->status.spool_bytes -= job->info.bytes < jobs->status.spool_bytes
-						    ? job->info.bytes : jobs->status.spool_bytes;
+		spool_bytes_sub(jobs, job->info.bytes);
 		job->info.expired = true;
 	}
 }
@@ -393,7 +429,9 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec, const 
 	}
 	count_cache(jobs, owner, false);
 	t0 = timing_now();
-	r = inputs_load(spec, fit, &fresh.inputs, err);
+	r = inputs_check_host_memory(spec, jobs->cfg.max_job_host_memory, err);
+	if (r == 0)
+		r = inputs_load(spec, fit, &fresh.inputs, err);
 	t1 = timing_now();
 	stats->load_seconds = t1 - t0;
 	if (r == 0)
@@ -586,8 +624,7 @@ static void drop_partial_result(struct jobs *jobs, struct job *job)
 	if (unlink(path) < 0 && errno != ENOENT)
 		log_warn("job=%s cannot remove its partial result: %s", job->info.id,
 			 strerror(errno));
-	jobs->status.spool_bytes -= job->info.bytes < jobs->status.spool_bytes
-					    ? job->info.bytes : jobs->status.spool_bytes;
+	spool_bytes_sub(jobs, job->info.bytes);
 	job->info.bytes = 0;
 }
 
@@ -887,6 +924,8 @@ static int restore_jobs(struct jobs *jobs, struct errbuf *err)
 		job->spec_json = records[i].spec_json;   /* taken */
 		records[i].spec_json = NULL;
 		restore_job(jobs, job);
+		count_record(jobs, job);
+		drop_document(job);
 	}
 	if (r == 0) {
 		expire_results(jobs);
@@ -1010,6 +1049,19 @@ static uint64_t count_queued_of(const struct jobs *jobs, const char *owner)
 	return n;
 }
 
+/* What owner's queued jobs hold in memory grows with their documents (the
+ * text, and the parsed seed points): bounded per owner, as their number is. */
+static uint64_t queued_bytes_of(const struct jobs *jobs, const char *owner)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		if (jobs->jobs[i]->info.state == JOB_QUEUED &&
+		    strcmp(jobs->jobs[i]->info.owner, owner) == 0)
+			n += jobs->jobs[i]->doc_bytes;
+	return n;
+}
+
 static int add_job(struct jobs *jobs, struct job *job)
 {
 	if (jobs->n_jobs == jobs->cap_jobs) {
@@ -1040,6 +1092,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, 
 		job_free(job);
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	}
+	job->doc_bytes = spec_json ? strlen(spec_json) : 0;
 	job->info.format = job->spec.output_format;
 	job->info.state = JOB_QUEUED;
 	job->info.created = time(NULL);
@@ -1057,6 +1110,11 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, 
 		r = errbuf_set(err, -EAGAIN, "", "%s has %llu jobs queued already "
 			       "(max_queued_jobs_per_user)", job->info.owner,
 			       (unsigned long long)jobs->cfg.max_queued_jobs_per_user);
+	else if (queued_bytes_of(jobs, job->info.owner) + job->doc_bytes >
+		 jobs->cfg.max_queued_bytes_per_user)
+		r = errbuf_set(err, -EAGAIN, "", "the job documents of %s's queued jobs would take "
+			       "more than %llu bytes (max_queued_bytes_per_user)", job->info.owner,
+			       (unsigned long long)jobs->cfg.max_queued_bytes_per_user);
 	/* Recorded before it is listed: a job the client was told about is
 	 * never lost by a crash. A full disk refuses the job rather than run
 	 * one whose result could not be kept. */
@@ -1067,6 +1125,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, 
 		r = errbuf_set(err, -ENOMEM, "", "out of memory");
 	}
 	if (r == 0) {
+		count_record(jobs, job);
 		*ret = job->info;
 		log_info("job=%s queued owner=%s", job->info.id, job->info.owner);
 		pthread_cond_signal(&jobs->work);
@@ -1123,6 +1182,8 @@ static void delete_job(struct jobs *jobs, struct job *job)
 	}
 	remove_result(jobs, job);
 	spool_record_remove(jobs->spool_dir, job->info.id);
+	spool_bytes_sub(jobs, job->record_bytes);
+	job->record_bytes = 0;
 	if (job->in_worker) {
 		job->deleted = true;
 		return;
@@ -1217,5 +1278,12 @@ void jobs_status(struct jobs *jobs, struct jobs_status *ret)
 	*ret = jobs->status;
 	ret->queued = count_state(jobs, JOB_QUEUED);
 	ret->running = count_state(jobs, JOB_RUNNING);
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+void jobs_expire(struct jobs *jobs)
+{
+	pthread_mutex_lock(&jobs->lock);
+	expire_results(jobs);
 	pthread_mutex_unlock(&jobs->lock);
 }

@@ -65,7 +65,9 @@ struct jobs_config {
 	const char *state_dir;        /* the spool is <state_dir>/spool */
 	uint64_t max_queued_jobs;
 	uint64_t max_queued_jobs_per_user;   /* queued jobs of one owner at most */
+	uint64_t max_queued_bytes_per_user;  /* their documents' bytes at most */
 	uint64_t max_seeds_per_job;   /* checked again once per-voxel seeds are counted */
+	uint64_t max_job_host_memory; /* input images' host bytes, checked again at start */
 	uint64_t spool_max_bytes;
 	uint64_t result_ttl_seconds;
 	struct gpu_options gpu;       /* the options of every device opened */
@@ -134,5 +136,10 @@ void jobs_status(struct jobs *jobs, struct jobs_status *ret);
  * misses (loads, and first uses of volumes others loaded): what it may be
  * told without learning of other users' jobs. */
 void jobs_owner_cache(struct jobs *jobs, const char *owner, uint64_t *hits, uint64_t *misses);
+
+/* Expires finished results past result_ttl_seconds or spool_max_bytes (as
+ * each job's end does): the daemon's main loop calls it every few seconds,
+ * so results expire on time on an idle daemon too. */
+void jobs_expire(struct jobs *jobs);
 
 #endif

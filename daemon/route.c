@@ -49,8 +49,8 @@ const char *route_allowed_methods(enum route route)
 	case ROUTE_HEALTH: return "GET";
 	case ROUTE_METRICS: return "GET";
 	case ROUTE_DEVICE: return "GET";
-	case ROUTE_VOLUMES: return "POST";
-	case ROUTE_VOLUME: return "GET, HEAD";
+	case ROUTE_VOLUMES: return "GET, POST";
+	case ROUTE_VOLUME: return "GET, HEAD, DELETE";
 	case ROUTE_JOBS: return "GET, POST";
 	case ROUTE_JOB: return "GET, DELETE";
 	case ROUTE_TRACTOGRAM: return "GET";

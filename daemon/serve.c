@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api.h"
@@ -32,6 +33,8 @@
 #include "tokens.h"
 
 #define STATUS_PERIOD_MS 2000
+/* Expiring uploads stats every claim: every 10 s, not every status period. */
+#define VOLUME_EXPIRY_PERIOD_S 10
 #define SYSTEM_CONFIG "/etc/tractd/tractd.conf"
 
 static const char serve_usage[] =
@@ -78,6 +81,7 @@ struct daemon {
 	struct api *api;
 	struct tokens *tokens;    /* TCP's bearer tokens; NULL without tokens_file */
 	int signal_fd;
+	time_t next_volume_expiry;   /* housekeeping's next scan of the uploads */
 };
 
 /* Path flags may be relative to the working directory; the configuration
@@ -205,13 +209,23 @@ static int load_tokens(struct daemon *d, struct errbuf *err)
 	return 0;
 }
 
+/* max_job_host_memory, with 0 resolved: half of what the daemon may use,
+ * leaving the rest to the seed chunks, readback buffers and other jobs'
+ * cached inputs. */
+static uint64_t job_host_memory(const struct conf *c)
+{
+	return c->max_job_host_memory ? c->max_job_host_memory : service_memory_limit() / 2;
+}
+
 static int start_daemon(struct daemon *d, struct errbuf *err)
 {
 	struct jobs_config jc = {
 		.state_dir = d->conf.state_dir,
 		.max_queued_jobs = d->conf.max_queued_jobs,
 		.max_queued_jobs_per_user = d->conf.max_queued_jobs_per_user,
+		.max_queued_bytes_per_user = d->conf.max_queued_bytes_per_user,
 		.max_seeds_per_job = d->conf.max_seeds_per_job,
+		.max_job_host_memory = job_host_memory(&d->conf),
 		.spool_max_bytes = d->conf.spool_max_bytes,
 		.result_ttl_seconds = d->conf.result_ttl_seconds,
 		.gpu = {
@@ -225,7 +239,9 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 	struct api_config ac = {
 		.max_request_bytes = d->conf.max_request_bytes,
 		.max_upload_bytes = d->conf.max_upload_bytes,
+		.max_volume_bytes_per_user = d->conf.max_volume_bytes_per_user,
 		.max_seeds_per_job = d->conf.max_seeds_per_job,
+		.max_job_host_memory = jc.max_job_host_memory,
 		.max_connections_per_user = d->conf.max_connections_per_user,
 		.max_connections_per_address = d->conf.max_connections_per_address,
 		.header_timeout_s = d->conf.header_timeout_seconds,
@@ -272,6 +288,19 @@ static void status_line(struct daemon *d, char *buf, size_t len)
 		 (unsigned long long)st.done_total);
 }
 
+/* Expiry by the clock, not only when a job ends or a request comes: an
+ * idle daemon must not keep results and uploads past their time. */
+static void housekeeping(struct daemon *d)
+{
+	time_t now = time(NULL);
+
+	jobs_expire(d->jobs);
+	if (now < d->next_volume_expiry)
+		return;
+	store_expire(d->store, d->conf.volume_ttl_seconds);
+	d->next_volume_expiry = now + VOLUME_EXPIRY_PERIOD_S;
+}
+
 /* Waits for SIGTERM/SIGINT; feeds the watchdog and refreshes STATUS= meanwhile. */
 static void run_until_signal(struct daemon *d)
 {
@@ -298,6 +327,7 @@ static void run_until_signal(struct daemon *d)
 			log_info("signal %u ignored", si.ssi_signo);
 		}
 		service_notify_watchdog();
+		housekeeping(d);
 		status_line(d, status, sizeof(status));
 		service_notify_status(status);
 	}

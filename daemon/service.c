@@ -414,3 +414,53 @@ void service_notify_watchdog(void)
 {
 	notify("WATCHDOG=1");
 }
+
+/* ---- memory ---- */
+
+/* The cgroup v2 path of this process ("0::/system.slice/tractd.service"),
+ * or "" when it has none (cgroup v1, no /proc). */
+static void own_cgroup(char *path, size_t len)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[1024];
+
+	path[0] = '\0';
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "0::", 3) == 0) {
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(path, len, "%s", line + 3);
+			break;
+		}
+	fclose(f);
+}
+
+/* memory.max of the cgroup, UINT64_MAX when "max", unreadable or absent. */
+static uint64_t cgroup_memory_max(void)
+{
+	char cg[1024], path[1200], value[32] = "";
+	unsigned long long n;
+	FILE *f;
+
+	own_cgroup(cg, sizeof(cg));
+	if (!cg[0])
+		return UINT64_MAX;
+	snprintf(path, sizeof(path), "/sys/fs/cgroup%s/memory.max", cg);
+	f = fopen(path, "re");
+	if (!f)
+		return UINT64_MAX;
+	if (!fgets(value, sizeof(value), f) || sscanf(value, "%llu", &n) != 1)
+		n = UINT64_MAX;
+	fclose(f);
+	return n;
+}
+
+uint64_t service_memory_limit(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t host = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+	uint64_t cgroup = cgroup_memory_max();
+
+	return cgroup < host ? cgroup : host;
+}

@@ -36,6 +36,10 @@ int service_signal_fd(struct errbuf *err);
 void service_notify_ready(const char *status);
 void service_notify_status(const char *status);
 void service_notify_stopping(void);
+/* Bytes of memory the daemon may use: the host's physical memory, or the
+ * memory.max of its cgroup (v2; systemd's MemoryMax=) when that is less. */
+uint64_t service_memory_limit(void);
+
 /* Microseconds between watchdog pings the supervisor expects, 0 when none. */
 uint64_t service_watchdog_usec(void);
 void service_notify_watchdog(void);

@@ -2,6 +2,7 @@
 /* spool: job records in the result spool (see spool.h). */
 #include "spool.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +32,11 @@
 void spool_result_name(const char *id, char *name, size_t len)
 {
 	snprintf(name, len, "%s" RESULT_EXT, id);
+}
+
+void spool_record_name(const char *id, char *name, size_t len)
+{
+	snprintf(name, len, "%s" RECORD_EXT, id);
 }
 
 static bool has_suffix(const char *s, const char *suffix)
@@ -99,20 +105,20 @@ static json_t *text_json(const char *text)
 	return s;
 }
 
-static json_t *record_json(const struct job_info *info, const char *spec_json)
+/* Everything but the job document, which spool_record_write appends as
+ * submitted. */
+static json_t *record_json(const struct job_info *info)
 {
 	char result[JOB_ID_LEN + sizeof(RESULT_EXT)];
-	json_t *spec = spec_json ? json_loads(spec_json, 0, NULL) : NULL;
 	json_t *error = info->state == JOB_FAILED
 		? json_pack("{s:i, s:o, s:o}", "errno", info->error_code, "field",
 			    text_json(info->error.field), "message", text_json(info->error.message))
 		: json_null();
 
 	spool_result_name(info->id, result, sizeof(result));
-	/* "o": a member that failed to build (NULL) fails the whole pack; "o?":
-	 * no job document is null. */
+	/* "o": a member that failed to build (NULL) fails the whole pack. */
 	return json_pack("{s:i, s:s, s:o, s:s, s:s, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, "
-			 "s:{s:s, s:I, s:b}, s:o, s:o, s:o?}",
+			 "s:{s:s, s:I, s:b}, s:o, s:o}",
 			 "tractd_job", RECORD_VERSION, "id", info->id, "owner",
 			 text_json(info->owner), "status",
 			 jobs_state_name(info->state), "format", output_format_name(info->format),
@@ -124,7 +130,37 @@ static json_t *record_json(const struct job_info *info, const char *spec_json)
 			 "points", (json_int_t)info->points,
 			 "result", "file", result, "bytes", (json_int_t)info->bytes,
 			 "expired", info->expired,
-			 "stats", stats_json(&info->stats), "error", error, "job", spec);
+			 "stats", stats_json(&info->stats), "error", error);
+}
+
+/* The record's text: record_json's members, then "job" with the document
+ * as submitted (JSON that jobspec_parse, or spool_record_parse, accepted),
+ * byte for byte. Re-encoding it would cost a parse of up to 64 MiB at each
+ * state change and write its numbers with 17 digits: a 14 MB document of
+ * 1 M seed points became a 62 MB record. */
+static char *record_text(const struct job_info *info, const char *spec_json, size_t *len)
+{
+	json_t *doc = record_json(info);
+	char *head = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+	static const char member[] = ",\"job\":";
+	const char *spec = spec_json ? spec_json : "null";
+	size_t head_len, spec_len = strlen(spec);
+	char *text = NULL, *p;
+
+	json_decref(doc);
+	/* head is "{...}": its closing brace gives way to the job member. */
+	head_len = head ? strlen(head) : 0;
+	if (head_len >= 2 && head[head_len - 1] == '}')
+		text = malloc(head_len - 1 + sizeof(member) - 1 + spec_len + 2);
+	if (text) {
+		p = mempcpy(text, head, head_len - 1);
+		p = mempcpy(p, member, sizeof(member) - 1);
+		p = mempcpy(p, spec, spec_len);
+		p = mempcpy(p, "}\n", 2);
+		*len = (size_t)(p - text);
+	}
+	free(head);
+	return text;
 }
 
 /* The directory entry reaches the disk too, so a renamed record survives a
@@ -146,11 +182,10 @@ int spool_record_write(const char *dir, const struct job_info *info, const char 
 		       struct errbuf *err)
 {
 	char tmp[1200], path[1200];
-	json_t *doc = record_json(info, spec_json);
-	char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+	size_t len = 0;
+	char *text = record_text(info, spec_json, &len);
 	int fd = -1, r = 0;
 
-	json_decref(doc);
 	if (!text)
 		return errbuf_set(err, -ENOMEM, "", "cannot encode the record of job %s", info->id);
 	snprintf(tmp, sizeof(tmp), "%s/" RECORD_TMP, dir);
@@ -161,9 +196,7 @@ int spool_record_write(const char *dir, const struct job_info *info, const char 
 		free(text);
 		return errbuf_set(err, r, "", "cannot create a record in %s: %s", dir, strerror(-r));
 	}
-	r = fdio_write_all(fd, text, strlen(text));
-	if (r == 0)
-		r = fdio_write_all(fd, "\n", 1);
+	r = fdio_write_all(fd, text, len);
 	if (r == 0 && fsync(fd) < 0)
 		r = -errno;
 	if (close(fd) < 0 && r == 0)
@@ -291,8 +324,8 @@ static bool nonneg(json_int_t v)
 	return v >= 0;
 }
 
-int spool_record_parse(const char *text, size_t len, const char *file_id,
-		       struct spool_record *ret, struct errbuf *err)
+static int parse_record(const char *text, size_t len, const char *file_id,
+			struct spool_record *ret, struct errbuf *err)
 {
 	json_error_t je;
 	json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
@@ -564,4 +597,77 @@ void spool_records_free(struct spool_record *records, size_t n)
 	for (size_t i = 0; records && i < n; i++)
 		free(records[i].spec_json);
 	free(records);
+}
+
+/* Where the job member's value lies in a record laid out as record_text
+ * writes it, "...,\"job\":VALUE}": *head_len bytes before the member, the
+ * value at *at, *n bytes. The member's name cannot occur unescaped inside
+ * a string, and nested deeper it leaves braces open: a head that parses is
+ * the record's own. false for any other layout. */
+static bool split_document(const char *text, size_t len, size_t *head_len, size_t *at,
+			   size_t *n)
+{
+	static const char member[] = ",\"job\":";
+	const char *p = memmem(text, len, member, sizeof(member) - 1);
+	size_t end = len;
+
+	while (end > 0 && isspace((unsigned char)text[end - 1]))
+		end--;
+	if (!p || end == 0 || text[end - 1] != '}')
+		return false;
+	*head_len = (size_t)(p - text);
+	*at = *head_len + sizeof(member) - 1;
+	if (end - 1 < *at)
+		return false;
+	*n = end - 1 - *at;
+	return true;
+}
+
+/* The document of a job that will be written again, as it is in the
+ * record: one JSON value, or null for none. */
+static int keep_document(const char *text, size_t n, struct spool_record *rec,
+			 struct errbuf *err)
+{
+	json_error_t je;
+	json_t *doc = memchr(text, '\0', n) ? NULL
+		: json_loadb(text, n, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+	bool none = doc && json_is_null(doc);
+
+	json_decref(doc);
+	if (!doc)
+		return errbuf_set(err, -EINVAL, "job", "not JSON");
+	if (none)
+		return 0;
+	rec->spec_json = strndup(text, n);
+	return rec->spec_json ? 0 : errbuf_set(err, -ENOMEM, "job", "out of memory");
+}
+
+/* The record without its document is parsed first: a job that ended needs
+ * none (nothing writes its record again), and a restart should not parse
+ * a spool's worth of documents of up to 64 MiB each only to drop them. */
+int spool_record_parse(const char *text, size_t len, const char *file_id,
+		       struct spool_record *ret, struct errbuf *err)
+{
+	static const char no_document[] = ",\"job\":null}";
+	size_t head_len, at, n;
+	char *head;
+	int r;
+
+	if (!split_document(text, len, &head_len, &at, &n))
+		return parse_record(text, len, file_id, ret, err);
+	head = malloc(head_len + sizeof(no_document));
+	if (!head)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	memcpy(head, text, head_len);
+	memcpy(head + head_len, no_document, sizeof(no_document));
+	r = parse_record(head, head_len + sizeof(no_document) - 1, file_id, ret, NULL);
+	free(head);
+	if (r < 0)   /* another layout: the whole text decides */
+		return parse_record(text, len, file_id, ret, err);
+	if (ret->info.state != JOB_QUEUED && ret->info.state != JOB_RUNNING)
+		return 0;
+	r = keep_document(text + at, n, ret, err);
+	if (r < 0)
+		memset(ret, 0, sizeof(*ret));
+	return r;
 }

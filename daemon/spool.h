@@ -26,8 +26,10 @@
 #include "errbuf.h"
 #include "jobs.h"
 
-/* One reloaded job: its public fields and the job document it was submitted
- * with (JSON text, malloc'd; NULL when the record has none). */
+/* One reloaded job: its public fields and, for a job that was queued or
+ * running (whose record is written again), the job document it was
+ * submitted with, as the record holds it (JSON text, malloc'd; NULL when
+ * the record has none, and for jobs that ended). */
 struct spool_record {
 	struct job_info info;
 	char *spec_json;
@@ -35,6 +37,8 @@ struct spool_record {
 
 /* The result file name of job id ("<id>.tractogram") into name[len]. */
 void spool_result_name(const char *id, char *name, size_t len);
+/* The record file name of job id ("<id>.job") into name[len]. */
+void spool_record_name(const char *id, char *name, size_t len);
 
 /* Writes the record of info (and spec_json, JSON text or NULL) atomically:
  * temporary file, fsync, rename, fsync of the directory. Returns 0 or a

@@ -5,11 +5,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -49,6 +51,7 @@ static const struct {
 
 struct store {
 	int dir_fd;     /* <root>/volumes, for fsync and the *at() calls */
+	pthread_mutex_t owners_lock;   /* claims and forgets */
 	char dir[];     /* its path, for mkstemp and the paths handed out */
 };
 
@@ -136,6 +139,10 @@ int store_open(const char *root, struct store **ret, struct errbuf *err)
 		else
 			remove_stale_uploads(s->dir_fd);
 	}
+	if (rc == 0 && pthread_mutex_init(&s->owners_lock, NULL) != 0) {
+		close(s->dir_fd);
+		rc = errbuf_set(err, -ENOMEM, "", "cannot create a mutex");
+	}
 	if (rc < 0) {
 		free(s);
 		return rc;
@@ -148,6 +155,7 @@ void store_close(struct store *s)
 {
 	if (!s)
 		return;
+	pthread_mutex_destroy(&s->owners_lock);
 	close(s->dir_fd);
 	free(s);
 }
@@ -469,9 +477,16 @@ int store_claim(struct store *s, const char *id, const char *owner, struct errbu
 		return errbuf_set(err, -EIO, "", "cannot create %s/%s: %s", s->dir, path,
 				  strerror(errno));
 	snprintf(path, sizeof(path), "%s/%s/%s", OWNERS_DIR, owner, id + ID_PREFIX_LEN);
+	pthread_mutex_lock(&s->owners_lock);
 	fd = openat(s->dir_fd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (fd < 0 && errno == EEXIST)
-		return 0;
+	if (fd < 0 && errno == EEXIST) {
+		/* Uploaded again: the expiry starts over. */
+		fd = utimensat(s->dir_fd, path, NULL, AT_SYMLINK_NOFOLLOW);
+		pthread_mutex_unlock(&s->owners_lock);
+		return fd < 0 ? errbuf_set(err, -EIO, "", "cannot renew %s/%s: %s", s->dir, path,
+					   strerror(errno)) : 0;
+	}
+	pthread_mutex_unlock(&s->owners_lock);
 	if (fd < 0)
 		return errbuf_set(err, -EIO, "", "cannot create %s/%s: %s", s->dir, path,
 				  strerror(errno));
@@ -489,4 +504,170 @@ bool store_claimed(struct store *s, const char *id, const char *owner)
 		return false;
 	snprintf(path, sizeof(path), "%s/%s/%s", OWNERS_DIR, owner, id + ID_PREFIX_LEN);
 	return fstatat(s->dir_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+}
+
+/* ---- listing, forgetting, expiry ---- */
+
+static bool valid_owner(const char *owner)
+{
+	return *owner && !strchr(owner, '/') && owner[0] != '.' && strlen(owner) <= 255;
+}
+
+/* Opens <owners>/<owner> (or <owners> for NULL) for reading; NULL when absent. */
+static DIR *open_owners_dir(const struct store *s, const char *owner)
+{
+	char path[sizeof(OWNERS_DIR) + 257];
+	int fd;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%s%s%s", OWNERS_DIR, owner ? "/" : "", owner ? owner : "");
+	fd = openat(s->dir_fd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return NULL;
+	d = fdopendir(fd);
+	if (!d)
+		close(fd);
+	return d;
+}
+
+static bool is_hex_name(const char *name)
+{
+	return strlen(name) == HEX_LEN && strspn(name, "0123456789abcdef") == HEX_LEN;
+}
+
+int store_list(struct store *s, const char *owner, struct store_entry **ret, size_t *n,
+	       uint64_t *bytes)
+{
+	DIR *d = valid_owner(owner) ? open_owners_dir(s, owner) : NULL;
+	struct store_entry *list = NULL;
+	size_t count = 0, cap = 0;
+	uint64_t total = 0;
+	struct dirent *e;
+	int rc = 0;
+
+	while (d && rc == 0 && (e = readdir(d))) {
+		char name[NAME_MAX_LEN + 1];
+		struct stat st;
+		int kind;
+
+		if (!is_hex_name(e->d_name))
+			continue;
+		kind = find_volume(s, e->d_name, name, &st, NULL);
+		if (kind < 0)
+			continue;
+		total += (uint64_t)st.st_size;
+		if (!ret)
+			continue;
+		if (count == cap) {
+			struct store_entry *grown = realloc(list, sizeof(*list) * (cap ? 2 * cap : 16));
+
+			if (!grown) {
+				rc = -ENOMEM;
+				break;
+			}
+			list = grown;
+			cap = cap ? 2 * cap : 16;
+		}
+		snprintf(list[count].id, sizeof(list[count].id), ID_PREFIX "%s", e->d_name);
+		list[count].bytes = (uint64_t)st.st_size;
+		list[count++].kind = (enum store_kind)kind;
+	}
+	if (d)
+		closedir(d);
+	if (rc < 0) {
+		free(list);
+		return rc;
+	}
+	if (ret) {
+		*ret = list;
+		*n = count;
+	}
+	if (bytes)
+		*bytes = total;
+	return 0;
+}
+
+/* Whether anyone still claims hex. Owners lock held. */
+static bool claimed_by_anyone(const struct store *s, const char *hex)
+{
+	DIR *d = open_owners_dir(s, NULL);
+	struct dirent *e;
+	bool claimed = false;
+
+	while (d && !claimed && (e = readdir(d))) {
+		char path[sizeof(OWNERS_DIR) + 256 + HEX_LEN + 2];
+		struct stat st;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/%s", OWNERS_DIR, e->d_name, hex);
+		claimed = fstatat(s->dir_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	}
+	if (d)
+		closedir(d);
+	return claimed;
+}
+
+/* Owners lock held. */
+static int forget_locked(struct store *s, const char *hex, const char *owner)
+{
+	char path[sizeof(OWNERS_DIR) + 256 + HEX_LEN + 2], name[NAME_MAX_LEN + 1];
+
+	snprintf(path, sizeof(path), "%s/%s/%s", OWNERS_DIR, owner, hex);
+	if (unlinkat(s->dir_fd, path, 0) < 0)
+		return -ENOENT;
+	if (claimed_by_anyone(s, hex))
+		return 0;
+	/* Every kind: the id names the bytes, whichever extension they got. */
+	for (size_t k = 0; k < N_KINDS; k++) {
+		snprintf(name, sizeof(name), "%s%s", hex, kinds[k].ext);
+		(void)unlinkat(s->dir_fd, name, 0);   /* ENOENT for the other kinds */
+	}
+	return 0;
+}
+
+int store_forget(struct store *s, const char *id, const char *owner)
+{
+	int rc;
+
+	if (!valid_id(id) || !valid_owner(owner))
+		return -ENOENT;
+	pthread_mutex_lock(&s->owners_lock);
+	rc = forget_locked(s, id + ID_PREFIX_LEN, owner);
+	pthread_mutex_unlock(&s->owners_lock);
+	return rc;
+}
+
+static void expire_owner(struct store *s, const char *owner, time_t cutoff)
+{
+	DIR *d = open_owners_dir(s, owner);
+	int fd = d ? dirfd(d) : -1;
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		struct stat st;
+
+		if (is_hex_name(e->d_name) && fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    st.st_mtime < cutoff)
+			(void)forget_locked(s, e->d_name, owner);
+	}
+	if (d)
+		closedir(d);
+}
+
+void store_expire(struct store *s, uint64_t ttl)
+{
+	time_t now = time(NULL);
+	time_t cutoff = (uint64_t)now > ttl ? now - (time_t)ttl : 0;
+	DIR *d;
+	struct dirent *e;
+
+	pthread_mutex_lock(&s->owners_lock);
+	d = open_owners_dir(s, NULL);
+	while (d && (e = readdir(d)))
+		if (valid_owner(e->d_name))
+			expire_owner(s, e->d_name, cutoff);
+	if (d)
+		closedir(d);
+	pthread_mutex_unlock(&s->owners_lock);
 }

@@ -63,9 +63,25 @@ int store_lookup(struct store *s, const char *id, struct store_entry *ret, char 
  * owner's list survives restarts). owner must be a safe file name (api.c's
  * owner names are). store_claim records it: 1 when owner had not uploaded
  * id before, 0 when it had, or a negative errno. store_claimed: whether
- * owner uploaded id. */
+ * owner uploaded id. A claim made again is renewed: its expiry
+ * (store_expire) starts over. Claims and forgets of one store are
+ * serialised, so a volume's last claim and its file go together. */
 int store_claim(struct store *s, const char *id, const char *owner, struct errbuf *err);
 bool store_claimed(struct store *s, const char *id, const char *owner);
+
+/* The volumes owner has claimed, into *ret (malloc'd, *n of them; free()
+ * it), and the bytes they take, counting each once, into *bytes (either
+ * may be NULL). A claim whose file is gone is skipped. 0 or -ENOMEM. */
+int store_list(struct store *s, const char *owner, struct store_entry **ret, size_t *n,
+	       uint64_t *bytes);
+
+/* Forgets owner's claim on id; the volume's file goes with its last claim.
+ * 0, or -ENOENT when owner had not claimed id (or id is malformed). */
+int store_forget(struct store *s, const char *id, const char *owner);
+
+/* Forgets every claim not renewed (uploaded again) for ttl seconds, as
+ * store_forget does. */
+void store_expire(struct store *s, uint64_t ttl);
 
 /* "nifti", "nifti-gz", "text". */
 const char *store_kind_name(enum store_kind kind);

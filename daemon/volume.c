@@ -64,6 +64,7 @@ struct raw_header {
 	double pixdim[8];
 	double scl_slope;
 	double scl_inter;
+	int datatype;
 };
 
 typedef double (*sample_reader)(const unsigned char *p);
@@ -212,6 +213,7 @@ static void raw_from_header(void *h, int nver, struct raw_header *raw)
 		}
 		raw->scl_slope = h2->scl_slope;
 		raw->scl_inter = h2->scl_inter;
+		raw->datatype = h2->datatype;
 	} else {
 		nifti_1_header *h1 = h;
 		if (h1->sizeof_hdr != (int)sizeof(*h1))
@@ -222,6 +224,7 @@ static void raw_from_header(void *h, int nver, struct raw_header *raw)
 		}
 		raw->scl_slope = h1->scl_slope;
 		raw->scl_inter = h1->scl_inter;
+		raw->datatype = h1->datatype;
 	}
 	raw->ndim = raw->dim[0];
 }
@@ -858,27 +861,38 @@ static int describe_file(int fd, struct image_file *f)
 	return 0;
 }
 
-int volume_load_fd(int fd, const char *path, const char *field, struct volume *ret,
-		   struct errbuf *err)
+/* Reads and interprets the header of the open file fd (see parse_header);
+ * *f describes the file for reading its data. */
+static int read_header_fd(int fd, const char *path, const char *field, struct image_file *f,
+			  struct raw_header *raw, int64_t dim[4], nifti_image **nim,
+			  struct errbuf *err)
 {
 	unsigned char head[HEADER_BYTES];
-	struct raw_header raw;
-	struct image_file f = { .fd = -1 };
-	struct volume v;
-	nifti_image *nim = NULL;
 	size_t got = 0;
-	int rc = describe_file(fd, &f);
+	int rc = describe_file(fd, f);
 
 	if (rc == -EINVAL)
 		return errbuf_set(err, -EINVAL, field, "%s: not a regular file", path);
 	if (rc == 0)
-		rc = read_head(&f, head, sizeof(head), &got);
+		rc = read_head(f, head, sizeof(head), &got);
 	if (rc)
 		return errbuf_set(err, -EIO, field, "%s: cannot read: %s", path, strerror(-rc));
-	memset(&v, 0, sizeof(v));
 	/* libnifti reports problems on stderr unless quiet; ours go to err. */
 	nifti_set_debug_level(0);
-	rc = parse_header(path, field, head, got, &raw, v.dim, &nim, err);
+	return parse_header(path, field, head, got, raw, dim, nim, err);
+}
+
+int volume_load_fd(int fd, const char *path, const char *field, struct volume *ret,
+		   struct errbuf *err)
+{
+	struct raw_header raw;
+	struct image_file f = { .fd = -1 };
+	struct volume v;
+	nifti_image *nim = NULL;
+	int rc;
+
+	memset(&v, 0, sizeof(v));
+	rc = read_header_fd(fd, path, field, &f, &raw, v.dim, &nim, err);
 	if (rc == 0)
 		rc = load_image(path, field, nim, &f, &raw, &v, err);
 	nifti_image_free(nim);
@@ -890,9 +904,46 @@ int volume_load_fd(int fd, const char *path, const char *field, struct volume *r
 	return 0;
 }
 
-int volume_load(const char *path, const char *field, struct volume *ret, struct errbuf *err)
+int volume_host_bytes(const int64_t dim[4], size_t stored_size, uint64_t *ret)
 {
-	int fd, rc = infile_open(path, &fd);
+	uint64_t n = 1, per_value, bytes;
+
+	for (int i = 0; i < 4; i++)
+		if (dim[i] <= 0 || __builtin_mul_overflow(n, (uint64_t)dim[i], &n))
+			return -EOVERFLOW;
+	if (__builtin_add_overflow((uint64_t)stored_size, (uint64_t)sizeof(float), &per_value) ||
+	    __builtin_mul_overflow(n, per_value, &bytes))
+		return -EOVERFLOW;
+	*ret = bytes;
+	return 0;
+}
+
+int volume_probe_fd(int fd, const char *path, const char *field, int64_t dim[4],
+		    size_t *stored_size, struct errbuf *err)
+{
+	struct raw_header raw;
+	struct image_file f = { .fd = -1 };
+	nifti_image *nim = NULL;
+	int nbyper = 0, swapsize = 0;
+	int rc = read_header_fd(fd, path, field, &f, &raw, dim, &nim, err);
+
+	nifti_image_free(nim);
+	if (rc)
+		return rc;
+	nifti_datatype_sizes(raw.datatype, &nbyper, &swapsize);
+	if (!reader_for_datatype(raw.datatype) || nbyper <= 0)
+		return errbuf_set(err, -EINVAL, field, "%s: datatype %s (%d) is not supported; "
+				  "expected a real-valued integer or float type", path,
+				  nifti_datatype_string(raw.datatype), raw.datatype);
+	*stored_size = (size_t)nbyper;
+	return 0;
+}
+
+/* Opens path as the calling user (infile.h), for volume_load and
+ * volume_probe. */
+static int open_image(const char *path, const char *field, int *fd, struct errbuf *err)
+{
+	int rc = infile_open(path, fd);
 
 	if (rc == -ENOENT)
 		return errbuf_set(err, -ENOENT, field, "%s: not found or not permitted", path);
@@ -900,7 +951,28 @@ int volume_load(const char *path, const char *field, struct volume *ret, struct 
 		return errbuf_set(err, -EINVAL, field, "%s: not a regular file", path);
 	if (rc)
 		return errbuf_set(err, -EIO, field, "%s: cannot open: %s", path, strerror(-rc));
+	return 0;
+}
+
+int volume_load(const char *path, const char *field, struct volume *ret, struct errbuf *err)
+{
+	int fd, rc = open_image(path, field, &fd, err);
+
+	if (rc)
+		return rc;
 	rc = volume_load_fd(fd, path, field, ret, err);
+	close(fd);
+	return rc;
+}
+
+int volume_probe(const char *path, const char *field, int64_t dim[4], size_t *stored_size,
+		 struct errbuf *err)
+{
+	int fd, rc = open_image(path, field, &fd, err);
+
+	if (rc)
+		return rc;
+	rc = volume_probe_fd(fd, path, field, dim, stored_size, err);
 	close(fd);
 	return rc;
 }

@@ -42,6 +42,21 @@ int volume_load(const char *path, const char *field, struct volume *ret, struct 
 int volume_load_fd(int fd, const char *path, const char *field, struct volume *ret,
 		   struct errbuf *err);
 
+/* Host memory that loading an image of shape dim whose values are stored in
+ * stored_size bytes takes at most: each value as stored (read or inflated)
+ * and as the float32 it becomes. -EOVERFLOW when that exceeds 2^64 - 1. */
+int volume_host_bytes(const int64_t dim[4], size_t stored_size, uint64_t *ret);
+
+/* The shape (as volume_load_fd would give it) and the bytes of one stored
+ * value of the open file fd, from the header alone: nothing is allocated by
+ * the header's sizes, so a few bytes that declare a huge image cost nothing.
+ * Errors as volume_load_fd's for an unreadable or unsupported header. */
+int volume_probe_fd(int fd, const char *path, const char *field, int64_t dim[4],
+		    size_t *stored_size, struct errbuf *err);
+/* The same for path, opened as the calling user. */
+int volume_probe(const char *path, const char *field, int64_t dim[4], size_t *stored_size,
+		 struct errbuf *err);
+
 /* Writes v as NIfTI-1 float32 (gzip when path ends in .gz) with sform and qform
  * (codes 1, "scanner") set from v->affine and pixdim from its column norms.
  * Returns 0 or a negative errno. */

@@ -128,8 +128,8 @@ def test_body_over_max_request_bytes(daemon_factory, phantom):
     ("DELETE", "/healthz", "GET"),
     ("POST", "/metrics", "GET"),
     ("POST", "/v1/device", "GET"),
-    ("GET", "/v1/volumes", "POST"),
-    ("DELETE", f"/v1/volumes/{UNKNOWN_ID}", "GET, HEAD"),
+    ("DELETE", "/v1/volumes", "GET, POST"),
+    ("PUT", f"/v1/volumes/{UNKNOWN_ID}", "GET, HEAD, DELETE"),
     ("PATCH", f"/v1/jobs/{UNKNOWN_JOB}", "GET, DELETE"),
     ("POST", f"/v1/jobs/{UNKNOWN_JOB}/tractogram", "GET"),
 ])

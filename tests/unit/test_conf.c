@@ -497,6 +497,8 @@ static void test_print_reparses(void **state)
 		{ "tokens_file", "/etc/tractd/tokens" }, { "admin_group", "gpu-admins" },
 		{ "result_ttl_seconds", "3601" }, { "device", "2" },
 		{ "gpu_memory_budget", "4G" }, { "volume_cache_bytes", "123456789" },
+		{ "max_job_host_memory", "2G" }, { "max_volume_bytes_per_user", "3G" },
+		{ "volume_ttl_seconds", "2d" }, { "max_queued_bytes_per_user", "5M" },
 		{ "fit_threads", "3" }, { "max_connections_per_user", "5" },
 		{ "max_connections_per_address", "6" }, { "header_timeout_seconds", "7" },
 		{ "max_unauthenticated_connections", "8" },

@@ -111,7 +111,27 @@ static void test_round_trip(void **state)
 	assert_memory_equal(recs[0].info.stats.stop_reasons, info.stats.stop_reasons,
 			    sizeof(info.stats.stop_reasons));
 	assert_int_equal(recs[0].info.stats.seeds_without_direction, 3);
-	assert_string_equal(recs[0].spec_json, "{\"seeds\":{\"count\":100}}");
+	/* An ended job's document stays on disk: nothing writes its record again. */
+	assert_null(recs[0].spec_json);
+	spool_records_free(recs, n);
+}
+
+/* A job that was running keeps its document as sent, byte for byte: no
+ * re-encoding (0.1 would come back as 0.10000000000000001). */
+static void test_running_job_keeps_its_document(void **state)
+{
+	static const char doc[] = "{\"seeds\": {\"points\": [[0.1, 2.25, 3]]}, \"x\": \",\\\"job\\\":\"}";
+	struct fixture *f = *state;
+	struct job_info info = done_job("j-00000000000000a2", 1000);
+	struct spool_record *recs;
+	size_t n;
+
+	info.state = JOB_RUNNING;
+	assert_int_equal(spool_record_write(f->dir, &info, doc, NULL), 0);
+	assert_int_equal(spool_load(f->dir, &recs, &n, NULL), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(recs[0].info.state, JOB_RUNNING);
+	assert_string_equal(recs[0].spec_json, doc);
 	spool_records_free(recs, n);
 }
 
@@ -269,6 +289,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_running_job_keeps_its_document, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_failed_job_keeps_its_error, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_cleans_and_skips, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remove, setup, teardown),

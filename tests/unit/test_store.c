@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -454,6 +456,63 @@ static void test_owners(void **state)
 	assert_int_equal(count_files(f), 2);
 }
 
+/* A claim's age, by its file's times: what store_expire reads. */
+static void age_claim(const struct fixture *f, const char *owner, const char *id, time_t age)
+{
+	char path[512];
+	struct timespec t[2] = { { time(NULL) - age, 0 }, { time(NULL) - age, 0 } };
+
+	snprintf(path, sizeof(path), "%s/.owners/%s/%s", f->volumes, owner, id + 7);
+	assert_int_equal(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+/* Listing one owner's volumes and the bytes they take (the quota's
+ * count), forgetting one (the file goes with its last owner), expiry. */
+static void test_list_forget_expire(void **state)
+{
+	static const char other[] = "0 500 500 500 1000\n";
+	struct fixture *f = *state;
+	struct store_entry a, b, *list = NULL;
+	struct errbuf err = { 0 };
+	uint64_t used = 7;
+	size_t n = 9;
+
+	assert_int_equal(upload(f->store, bvals, strlen(bvals), 7, &a, NULL), 1);
+	assert_int_equal(upload(f->store, other, strlen(other), 7, &b, NULL), 1);
+	assert_int_equal(store_list(f->store, "alice", &list, &n, &used), 0);
+	assert_true(n == 0 && used == 0);
+	free(list);
+	assert_int_equal(store_claim(f->store, a.id, "alice", &err), 1);
+	assert_int_equal(store_claim(f->store, b.id, "alice", &err), 1);
+	assert_int_equal(store_claim(f->store, a.id, "bob", &err), 1);
+	assert_int_equal(store_list(f->store, "alice", &list, &n, &used), 0);
+	assert_true(n == 2 && used == strlen(bvals) + strlen(other));
+	free(list);
+	assert_int_equal(store_list(f->store, "bob", NULL, NULL, &used), 0);
+	assert_true(used == strlen(bvals));
+	/* bob still has a: alice's forget keeps the file. */
+	assert_int_equal(store_forget(f->store, a.id, "alice"), 0);
+	assert_int_equal(store_forget(f->store, a.id, "alice"), -ENOENT);
+	assert_int_equal(store_lookup(f->store, a.id, &a, NULL, 0, NULL), 0);
+	assert_int_equal(store_forget(f->store, a.id, "bob"), 0);
+	assert_int_equal(store_lookup(f->store, a.id, &a, NULL, 0, NULL), -ENOENT);
+	assert_int_equal(store_forget(f->store, "sha256:xyz", "bob"), -ENOENT);
+	assert_int_equal(store_forget(f->store, b.id, "../alice"), -ENOENT);
+	/* Expiry: a claim older than the TTL goes, a renewed one stays. */
+	age_claim(f, "alice", b.id, 120);
+	store_expire(f->store, 3600);
+	assert_true(store_claimed(f->store, b.id, "alice"));
+	store_expire(f->store, 60);
+	assert_false(store_claimed(f->store, b.id, "alice"));
+	assert_int_equal(store_lookup(f->store, b.id, &b, NULL, 0, NULL), -ENOENT);
+	assert_int_equal(upload(f->store, other, strlen(other), 7, &b, NULL), 1);
+	assert_int_equal(store_claim(f->store, b.id, "alice", &err), 1);
+	age_claim(f, "alice", b.id, 120);
+	assert_int_equal(store_claim(f->store, b.id, "alice", &err), 0);   /* renewed */
+	store_expire(f->store, 60);
+	assert_true(store_claimed(f->store, b.id, "alice"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -470,6 +529,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_concurrent_same_bytes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_creates_parents, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_owners, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_list_forget_expire, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -620,6 +620,47 @@ static void test_same_grid(void **state)
 	volume_free(&a);
 }
 
+/* The budget arithmetic: each value as stored plus its float32 copy, and
+ * overflow past 2^64 - 1 refused rather than wrapped. */
+static void test_host_bytes(void **state)
+{
+	const int64_t cube[4] = { 1024, 1024, 1024, 1 };
+	const int64_t odf[4] = { 145, 174, 145, 724 };
+	const int64_t huge[4] = { INT64_MAX, INT64_MAX, 2, 1 };
+	const int64_t edge[4] = { 1ll << 31, 1ll << 29, 1, 1 };   /* 2^60 values */
+	const int64_t zero[4] = { 4, 0, 4, 1 };
+	uint64_t bytes = 7;
+
+	(void)state;
+	assert_int_equal(volume_host_bytes(cube, 1, &bytes), 0);
+	assert_true(bytes == 5ull << 30);   /* uint8: 1 GiB stored, 4 GiB as floats */
+	assert_int_equal(volume_host_bytes(odf, 4, &bytes), 0);
+	assert_true(bytes == 145ull * 174 * 145 * 724 * 8);
+	assert_int_equal(volume_host_bytes(edge, 8, &bytes), 0);
+	assert_true(bytes == 12ull << 60);   /* 0.75 x 2^64 */
+	bytes = 7;
+	assert_int_equal(volume_host_bytes(edge, 16, &bytes), -EOVERFLOW);   /* 1.25 x 2^64 */
+	assert_int_equal(volume_host_bytes(huge, 1, &bytes), -EOVERFLOW);
+	assert_int_equal(volume_host_bytes(zero, 1, &bytes), -EOVERFLOW);
+	assert_true(bytes == 7);   /* untouched on failure */
+}
+
+/* The probe reads the header only: the stored size from the datatype. */
+static void test_probe(void **state)
+{
+	struct errbuf err = { "", "" };
+	int64_t dim[4] = { 0 };
+	size_t stored = 0;
+
+	(void)state;
+	assert_int_equal(volume_probe(fixture("mask_uint8.nii"), FIELD, dim, &stored, &err), 0);
+	assert_true(dim[0] == 4 && dim[1] == 3 && dim[2] == 2 && dim[3] == 1 && stored == 1);
+	assert_int_equal(volume_probe(fixture("nifti2_4d.nii.gz"), FIELD, dim, &stored, &err), 0);
+	assert_true(dim[0] == 3 && dim[1] == 4 && dim[2] == 2 && dim[3] == 5 && stored >= 1);
+	assert_int_equal(volume_probe(fixture("no_such.nii"), FIELD, dim, &stored, &err), -ENOENT);
+	assert_string_equal(err.field, FIELD);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -642,6 +683,8 @@ int main(void)
 		cmocka_unit_test(test_alloc),
 		cmocka_unit_test(test_alloc_on_grid),
 		cmocka_unit_test(test_same_grid),
+		cmocka_unit_test(test_host_bytes),
+		cmocka_unit_test(test_probe),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

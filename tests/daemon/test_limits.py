@@ -1,0 +1,290 @@
+"""Per-job and per-user limits that keep one user's small request from taking
+the host down: declared image sizes against max_job_host_memory (checked
+from the headers before anything is allocated), bounded job records, upload
+quotas and expiry (GET and DELETE /v1/volumes), results expiring on an idle
+daemon."""
+import gzip
+import json
+import os
+import subprocess
+import time
+
+import nibabel as nib
+import numpy as np
+
+from .support import (daemon_env, get_metrics, run_to_completion, server_job, upload_phantom,
+                      wait_job, wait_running)
+
+MiB = 1 << 20
+
+
+def _nifti_header(shape, dtype):
+    """The 352 bytes of a NIfTI-1 .nii (header and empty extension) declaring
+    shape and dtype, data from offset 352."""
+    h = nib.Nifti1Header()
+    h.set_data_shape(shape)
+    h.set_data_dtype(dtype)
+    h["vox_offset"] = 352
+    h.set_sform(np.eye(4), code=1)
+    return h.binaryblock + b"\0\0\0\0"
+
+
+def _peak_rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_declared_size_refused_from_header(daemon_factory, phantom, tmp_path):
+    """A gzip NIfTI of about 130 KB declaring 512^3 uint8 (128 MiB stored, 640
+    MiB with the float32 copy) is refused at submit with 422 limit_exceeded
+    naming inputs.odf when max_job_host_memory is 256M, and the daemon's peak
+    RSS stays where it was: nothing was allocated by the header's sizes.
+    Today's code took the job and allocated the volume (5.3 GB for 1024^3)."""
+    d = daemon_factory(sets=["max_job_host_memory=256M"])
+    ids = upload_phantom(d.api, phantom)
+    bomb = tmp_path / "bomb.nii.gz"
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        f.write(_nifti_header((512, 512, 512), np.uint8))
+        zeros = bytes(16 * MiB)
+        for _ in range(8):
+            f.write(zeros)
+    assert bomb.stat().st_size < 1 * MiB
+    r = d.api.upload(bomb)
+    assert r.status == 201, str(r)
+    before = _peak_rss(d.pid)
+    r = d.api.post_json("/v1/jobs", server_job(phantom, {**ids, "odf": r.json()["id"]}))
+    assert r.status == 422, str(r)
+    assert r.error["code"] == "limit_exceeded", r.error
+    assert r.error["field"] == "inputs.odf", r.error
+    assert "max_job_host_memory" in r.error["message"], r.error
+    assert _peak_rss(d.pid) < before + 64 * MiB
+
+
+def test_sparse_file_counted_by_its_size(daemon_factory, phantom, tmp_path):
+    """A sparse .nii under a data root, 4 KB on disk, declaring 1024x1024x512
+    float32 (2 GiB; 4 GiB with the float32 copy) is refused at submit with 422
+    limit_exceeded naming inputs.odf; today's code read all of it."""
+    root = tmp_path / "data"
+    root.mkdir()
+    sparse = root / "sparse.nii"
+    with open(sparse, "wb") as f:
+        f.write(_nifti_header((1024, 1024, 512), np.float32))
+        f.truncate(352 + 2 * 1024 * MiB)
+    d = daemon_factory(sets=["max_job_host_memory=1G", f"data_roots={root}"])
+    ids = upload_phantom(d.api, phantom)
+    before = _peak_rss(d.pid)
+    r = d.api.post_json("/v1/jobs", server_job(phantom, {**ids, "odf": str(sparse)}))
+    assert r.status == 422, str(r)
+    assert r.error["code"] == "limit_exceeded", r.error
+    assert r.error["field"] == "inputs.odf", r.error
+    assert _peak_rss(d.pid) < before + 64 * MiB
+
+
+def test_default_host_memory_budget_is_set():
+    """--print-config lists max_job_host_memory (0: half the host's or the
+    cgroup's memory, resolved at start)."""
+    tractd = os.environ["TRACTD"]
+    out = subprocess.run([tractd, "serve", "--print-config"], capture_output=True, text=True,
+                         env=daemon_env(), check=True).stdout
+    assert "max_job_host_memory = 0" in out, out
+
+
+def _rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def _spool_files_bytes(d):
+    return sum(p.stat().st_size for p in (d.state_dir / "spool").iterdir() if p.is_file())
+
+
+def test_records_bounded_and_counted(daemon_factory, phantom, tmp_path):
+    """Jobs of 100,000 explicit seed points (a 2 MB document, numbers of 3
+    decimals) that fail at load (a stop map off the grid): each record holds
+    the document as sent, so it is no larger than it plus a few KB (today's
+    re-encoding wrote every number with 17 digits); tractd_spool_bytes equals
+    what the spool's files take (today: results only); the ended jobs'
+    documents are not kept in memory (today: RSS grew by each document); a
+    restart reloads them."""
+    d = daemon_factory()
+    ids = upload_phantom(d.api, phantom)
+    small = tmp_path / "small.nii"
+    with open(small, "wb") as f:
+        f.write(_nifti_header((2, 2, 2), np.float32))
+        f.write(bytes(8 * 4))
+    r = d.api.upload(small)
+    assert r.status == 201, str(r)
+    rng = np.random.default_rng(0)
+    pts = [[round(float(x), 3) for x in p] for p in rng.uniform(1, 3, size=(100_000, 3))]
+    job = server_job(phantom, {**ids, "stop_map": r.json()["id"]})
+    job["seeds"] = {"points": pts}
+    doc_len = len(json.dumps(job))
+    jobs = []
+    rss_before = None
+    for i in range(6):
+        r = d.api.post_json("/v1/jobs", job)
+        assert r.status == 202, str(r)
+        jid = r.json()["id"]
+        assert wait_job(d.api, jid)["status"] == "failed"
+        jobs.append(jid)
+        if i == 0:
+            rss_before = _rss(d.pid)
+    for jid in jobs:
+        rec = d.state_dir / "spool" / f"{jid}.job"
+        assert rec.stat().st_size < doc_len + 16384, (rec.stat().st_size, doc_len)
+    growth = _rss(d.pid) - rss_before
+    assert growth < 2 * doc_len, f"RSS grew by {growth} bytes over 5 ended jobs of {doc_len}"
+    m = get_metrics(d.api)
+    assert m.value("tractd_spool_bytes") == _spool_files_bytes(d)
+    d.stop()
+    d2 = daemon_factory(state_dir=d.state_dir)
+    m = get_metrics(d2.api)
+    assert m.value("tractd_spool_bytes") == _spool_files_bytes(d2)
+    assert {j["id"] for j in d2.api.get_json("/v1/jobs")["jobs"]} >= set(jobs)
+
+
+def _random_nifti(path, n_floats, seed):
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as f:
+        f.write(_nifti_header((n_floats, 1, 1), np.float32))
+        f.write(rng.uniform(0, 1, n_floats).astype(np.float32).tobytes())
+    return path
+
+
+def test_upload_quota_list_and_delete(daemon_factory, tmp_path):
+    """max_volume_bytes_per_user=1M: a user's second 600 KB upload is refused
+    with 507 quota_exceeded and leaves nothing behind, while another user
+    (the TCP token) may still upload; GET /v1/volumes lists the caller's own
+    volumes and what they take; DELETE /v1/volumes/ID forgets one (its file
+    goes with its last owner), after which the upload fits. Today any user
+    could fill the disk."""
+    d = daemon_factory(sets=["max_volume_bytes_per_user=1M"])
+    a = _random_nifti(tmp_path / "a.nii", 150_000, 1)
+    b = _random_nifti(tmp_path / "b.nii", 150_000, 2)
+    r = d.unix.upload(a)
+    assert r.status == 201, str(r)
+    a_id = r.json()["id"]
+    r = d.unix.upload(b)
+    assert r.status == 507, str(r)
+    assert r.error["code"] == "quota_exceeded", r.error
+    assert "max_volume_bytes_per_user" in r.error["message"]
+    vol_dir = d.state_dir / "volumes"
+    assert sorted(p.name for p in vol_dir.iterdir() if not p.name.startswith(".")) == \
+        [a_id[7:] + ".nii"]
+    r = d.tcp.upload(b)
+    assert r.status == 201, str(r)
+    b_id = r.json()["id"]
+    doc = d.unix.get_json("/v1/volumes")
+    assert [v["id"] for v in doc["volumes"]] == [a_id], doc
+    assert doc["used_bytes"] == a.stat().st_size and doc["quota_bytes"] == 1 << 20, doc
+    # Another user's volume is unknown to this one, for DELETE as for GET.
+    assert d.unix.request("DELETE", f"/v1/volumes/{b_id}").status == 404
+    assert d.unix.request("DELETE", f"/v1/volumes/{a_id}").status == 204
+    assert d.unix.get(f"/v1/volumes/{a_id}").status == 404
+    assert not (vol_dir / (a_id[7:] + ".nii")).exists()
+    assert d.unix.get_json("/v1/volumes")["volumes"] == []
+    r = d.unix.upload(b)
+    assert r.status == 201, str(r)
+    # b is now the TCP token's and this user's: one forget keeps the file.
+    assert d.tcp.request("DELETE", f"/v1/volumes/{b_id}").status == 204
+    assert (vol_dir / (b_id[7:] + ".nii")).exists()
+    assert d.unix.get(f"/v1/volumes/{b_id}").status == 200
+
+
+def test_expiry_on_an_idle_daemon(daemon_factory, phantom):
+    """result_ttl_seconds=60 and volume_ttl_seconds=60: a finished job's
+    result and the uploads leave the disk about a minute later with no
+    request in between (a timer, not the next job's end); today the result
+    stayed until another job ended, and uploads forever."""
+    d = daemon_factory(sets=["result_ttl_seconds=60", "volume_ttl_seconds=60"])
+    ids = upload_phantom(d.api, phantom)
+    doc, _ = run_to_completion(d.api, server_job(phantom, ids, count=50))
+    jid = doc["id"]
+    spool = d.state_dir / "spool"
+    assert (spool / f"{jid}.tractogram").exists()
+    time.sleep(70)
+    assert not (spool / f"{jid}.tractogram").exists()
+    r = d.api.get(f"/v1/jobs/{jid}/tractogram")
+    assert r.status == 410, str(r)
+    vol_dir = d.state_dir / "volumes"
+    assert [p.name for p in vol_dir.iterdir() if not p.name.startswith(".")] == []
+    assert d.api.get(f"/v1/volumes/{ids['odf']}").status == 404
+
+
+def test_dwi_budget_counts_the_fit(daemon_factory, phantom):
+    """A DWI job's budget adds what the fit derives on the DWI's grid (SH
+    coefficients of sh_order, FA, MD, the b0s-and-shell copy: a float per
+    voxel and value) to the images' voxels x (stored size + 4): with
+    max_job_host_memory set to exactly what the phantom's job takes at
+    sh_order 8, that job is taken and the same job at sh_order 16 is refused
+    with 422 limit_exceeded naming inputs.dwi."""
+    names = {"dwi": "dwi.nii.gz", "bvals": "dwi.bval", "bvecs": "dwi.bvec",
+             "mask": "mask.nii.gz", "roi": "seed_roi.nii.gz"}
+
+    def image(name):
+        img = nib.load(str(phantom.path(name)))
+        shape = img.shape + (1,) * (4 - len(img.shape))
+        return int(np.prod(shape[:3])), shape[3], img.get_data_dtype().itemsize
+
+    vox, nt, size = image("dwi.nii.gz")
+    total = vox * nt * (size + 4)
+    for name in ("mask.nii.gz", "seed_roi.nii.gz"):
+        v, t, s = image(name)
+        total += v * t * (s + 4)
+
+    def derived(order):
+        return vox * ((order + 1) * (order + 2) // 2 + 2 + nt) * 4
+
+    d = daemon_factory(sets=[f"max_job_host_memory={total + derived(8)}"])
+    ids = {}
+    for key, name in names.items():
+        r = d.api.upload(phantom.path(name))
+        assert r.status in (200, 201), str(r)
+        ids[key] = r.json()["id"]
+    job = json.loads((phantom.dir / "job_dwi.json").read_text())
+    job.pop("output", None)
+    job["inputs"] = {k: ids[k] for k in ("dwi", "bvals", "bvecs", "mask")}
+    job["seeds"] = {"roi": ids["roi"], "count": 10}
+    job["model"] = {"name": "csd", "sh_order": 16}
+    r = d.api.post_json("/v1/jobs", job)
+    assert r.status == 422, str(r)
+    assert (r.error["code"], r.error["field"]) == ("limit_exceeded", "inputs.dwi"), r.error
+    job["model"]["sh_order"] = 8
+    r = d.api.post_json("/v1/jobs", job)
+    assert r.status == 202, str(r)
+    d.api.request("DELETE", f"/v1/jobs/{r.json()['id']}")
+
+
+def test_queued_documents_bounded_per_user(daemon_factory, phantom):
+    """max_queued_bytes_per_user=1M: while a job runs, a user's queued jobs
+    of 600 KB documents (30,000 seed points) fit once; the second is refused
+    with 429 queue_full naming the limit; another user (the TCP token) may
+    still queue one. Today the documents of 32 queued jobs a user (and their
+    parsed seeds) were all held in memory."""
+    d = daemon_factory(sets=["max_queued_bytes_per_user=1M"])
+    ids = upload_phantom(d.unix, phantom)
+    tcp_ids = upload_phantom(d.tcp, phantom)
+    busy = d.unix.post_json("/v1/jobs", server_job(phantom, ids, count=2_000_000))
+    assert busy.status == 202, str(busy)
+    wait_running(d.unix, busy.json()["id"])
+    rng = np.random.default_rng(0)
+    pts = [[round(float(x), 3) for x in p] for p in rng.uniform(1, 3, size=(30_000, 3))]
+    job = server_job(phantom, ids)
+    job["seeds"] = {"points": pts}
+    assert 512 * 1024 < len(json.dumps(job)) < 1024 * 1024
+    r = d.unix.post_json("/v1/jobs", job)
+    assert r.status == 202, str(r)
+    r2 = d.unix.post_json("/v1/jobs", job)
+    assert r2.status == 429, str(r2)
+    assert r2.error["code"] == "queue_full" and "max_queued_bytes_per_user" in \
+        r2.error["message"], r2.error
+    r3 = d.tcp.post_json("/v1/jobs", server_job(phantom, tcp_ids) | {"seeds": {"points": pts}})
+    assert r3.status == 202, str(r3)
+    for jid in (r.json()["id"], r3.json()["id"], busy.json()["id"]):
+        d.unix.request("DELETE", f"/v1/jobs/{jid}")
