@@ -568,7 +568,8 @@ int store_list(struct store *s, const char *owner, struct store_entry **ret, siz
 			list = grown;
 			cap = cap ? 2 * cap : 16;
 		}
-		snprintf(list[count].id, sizeof(list[count].id), ID_PREFIX "%s", e->d_name);
+		/* is_hex_name: exactly HEX_LEN characters. */
+		snprintf(list[count].id, sizeof(list[count].id), ID_PREFIX "%.64s", e->d_name);
 		list[count].bytes = (uint64_t)st.st_size;
 		list[count++].kind = (enum store_kind)kind;
 	}
