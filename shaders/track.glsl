@@ -131,6 +131,7 @@ void suspend(uint item, Walk w)
 bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 {
 	int sign = w.half_index == 0u ? -1 : 1;
+	bool stopped = false;
 	reason = STOP_MAX_STEPS;
 	for (; w.step <= pc.work.z; w.step++) {
 		counter.x = w.step;
@@ -153,6 +154,7 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 #endif
 		if (stop != STILL_TRACKING) {
 			reason = stop;
+			stopped = true;
 			break;
 		}
 		w.length_mm += step_mm(pc.track.x * dir);
@@ -162,6 +164,13 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 		w.p = p;
 		w.dir = dir;
 	}
+#if LOOP_LIMITED
+	// This loop's own back edge can reach the limit after a step that
+	// passed the check: it then ends before max_steps without a stop, and
+	// w already stands at the next step.
+	if (!stopped && w.step <= pc.work.z)
+		return false;
+#endif
 	return true;
 }
 
