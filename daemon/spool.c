@@ -393,7 +393,10 @@ static int parse_record(const char *text, size_t len, const char *file_id,
 	r = parse_stats(stats, &rec.info.stats, err);
 	if (r == 0)
 		r = parse_error(error, &rec.info, err);
-	if (r == 0 && !json_is_null(spec)) {
+	/* As spool_record_parse's fast path: only a job that will be written
+	 * again keeps its document. */
+	if (r == 0 && !json_is_null(spec) &&
+	    (rec.info.state == JOB_QUEUED || rec.info.state == JOB_RUNNING)) {
 		rec.spec_json = json_dumps(spec, JSON_COMPACT);
 		if (!rec.spec_json)
 			r = errbuf_set(err, -ENOMEM, "job", "out of memory");
