@@ -57,8 +57,12 @@ float pmf_from_odf(Corners c)
 	return lane_max;
 }
 #else
-// Per vertex the corners are summed in order 0..7; the eight loads of a
-// vertex are independent and in flight together.
+// A lane interpolates a block of PMF_BLOCK of its vertices at a time (a
+// fixed block of registers walked over the sphere): the 8 * PMF_BLOCK loads
+// are independent and in flight together. Per vertex the corners are summed
+// in order 0..7. Lanes past NV read a valid vertex and store nothing.
+const uint PMF_BLOCK = 4u;
+
 float pmf_from_odf(Corners c)
 {
 	uint sg = gl_SubgroupID;
@@ -66,12 +70,20 @@ float pmf_from_odf(Corners c)
 	[[unroll]] for (int q = 0; q < 8; q++)
 		spots[q] = PAGE_SPOT(odf, c.voxel[q]);
 	float lane_max = 0.0;
-	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG) {
-		float v = 0.0;
+	for (uint base = gl_SubgroupInvocationID; base < NV; base += PMF_BLOCK * SG) {
+		float v[PMF_BLOCK];
+		[[unroll]] for (uint b = 0u; b < PMF_BLOCK; b++)
+			v[b] = 0.0;
 		[[unroll]] for (int q = 0; q < 8; q++)
-			v += c.weight[q] * odf_value(spots[q], j);
-		s_pmf[sg][j] = v;
-		lane_max = max(lane_max, v);
+			[[unroll]] for (uint b = 0u; b < PMF_BLOCK; b++)
+				v[b] += c.weight[q] * odf_value(spots[q], min(base + b * SG, NV - 1u));
+		[[unroll]] for (uint b = 0u; b < PMF_BLOCK; b++) {
+			uint j = base + b * SG;
+			if (j < NV) {
+				s_pmf[sg][j] = v[b];
+				lane_max = max(lane_max, v[b]);
+			}
+		}
 	}
 	return lane_max;
 }
