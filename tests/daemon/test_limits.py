@@ -112,7 +112,10 @@ def test_records_bounded_and_counted(daemon_factory, phantom, tmp_path):
     what the spool's files take (today: results only); the ended jobs'
     documents are not kept in memory (today: RSS grew by each document); a
     restart reloads them."""
-    d = daemon_factory()
+    # One malloc arena: each request runs on a connection thread of its own,
+    # and per-thread arenas would keep freed memory resident apart from what
+    # the daemon holds.
+    d = daemon_factory(env={"MALLOC_ARENA_MAX": "1"})
     ids = upload_phantom(d.api, phantom)
     small = tmp_path / "small.nii"
     with open(small, "wb") as f:
