@@ -356,7 +356,7 @@ class Load:
             ("post-metrics", u, "POST", "/metrics", "{}", None, 405, "method_not_allowed", None),
             ("patch-job", u, "PATCH", f"/v1/jobs/{UNKNOWN_JOB}", None, None,
              405, "method_not_allowed", None),
-            ("get-volumes", u, "GET", "/v1/volumes", None, None, 405, "method_not_allowed", None),
+            ("put-volumes", u, "PUT", "/v1/volumes", None, None, 405, "method_not_allowed", None),
             ("no-token", tcp, "POST", "/v1/jobs", json.dumps(good), None,
              401, "unauthorized", None),
             ("bad-token", Ident("tcp-bad", port=self.tcp_port, token="not-a-token-123456"),
