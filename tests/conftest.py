@@ -426,6 +426,18 @@ class LocalTrackingMinusFirst(LocalTracking):
 # voxel coordinates, and DIPY tracks in voxel space (identity affine) as the
 # engine does.
 
+def dipy_local_track(dg, fa, seeds, tracking, random_seed):
+    """Tracks with the direction getter dg, stopped by
+    ThresholdStoppingCriterion(fa, fa_threshold), through LocalTrackingMinusFirst
+    (maxlen = max_steps, return_all). Returns the streamlines (float64)."""
+    t = tracking
+    sc = ThresholdStoppingCriterion(fa, t["fa_threshold"])
+    tracker = LocalTrackingMinusFirst(dg, sc, seeds, affine=np.eye(4), step_size=t["step_size"],
+                                      maxlen=t["max_steps"], return_all=True,
+                                      random_seed=random_seed)
+    return [np.asarray(s, dtype=np.float64) for s in tracker]
+
+
 def dipy_prob_track(odf, fa, seeds, tracking, random_seed):
     """DIPY 1.6's ProbabilisticDirectionGetter.from_pmf on the ODF clipped at
     0 (tractd clips it before interpolating) and on tracking's sphere,
@@ -439,11 +451,7 @@ def dipy_prob_track(odf, fa, seeds, tracking, random_seed):
         odf, max_angle=t["max_angle"], sphere=sphere, pmf_threshold=t["pmf_threshold"],
         relative_peak_threshold=t["relative_peak_threshold"],
         min_separation_angle=t["min_separation_angle"])
-    sc = ThresholdStoppingCriterion(fa, t["fa_threshold"])
-    tracker = LocalTrackingMinusFirst(dg, sc, seeds, affine=np.eye(4), step_size=t["step_size"],
-                                      maxlen=t["max_steps"], return_all=True,
-                                      random_seed=random_seed)
-    return [np.asarray(s, dtype=np.float64) for s in tracker]
+    return dipy_local_track(dg, fa, seeds, t, random_seed)
 
 
 class DipyDwi:
@@ -477,11 +485,7 @@ def dipy_boot_track(dwi, model, seeds, tracking, random_seed):
         max_attempts=t["max_attempts"], pmf_threshold=t["pmf_threshold"],
         relative_peak_threshold=t["relative_peak_threshold"],
         min_separation_angle=t["min_separation_angle"])
-    sc = ThresholdStoppingCriterion(dwi.fa, t["fa_threshold"])
-    tracker = LocalTrackingMinusFirst(dg, sc, seeds, affine=np.eye(4), step_size=t["step_size"],
-                                      maxlen=t["max_steps"], return_all=True,
-                                      random_seed=random_seed)
-    return [np.asarray(s, dtype=np.float64) for s in tracker]
+    return dipy_local_track(dg, dwi.fa, seeds, t, random_seed)
 
 
 # DIPY's PTT (ptt_tracking) is not in Debian's DIPY 1.6: it runs in

@@ -18,12 +18,11 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import (LocalTrackingMinusFirst, assert_parity, format_table, load_trk, run_cli,
-                      run_job, summarize)
+from conftest import (assert_parity, dipy_local_track, format_table, load_trk, run_cli, run_job,
+                      summarize)
 
 from dipy.data import get_sphere
 from dipy.direction import ProbabilisticDirectionGetter
-from dipy.tracking.stopping_criterion import ThresholdStoppingCriterion
 from dipy.tracking.utils import random_seeds_from_mask
 
 # DIPY samples 45 coefficients on 362 vertices at every step; 3000 seeds take
@@ -68,11 +67,7 @@ def dipy_track(sh, fa, seeds):
         pmf_threshold=t["pmf_threshold"], basis_type="descoteaux07",
         relative_peak_threshold=t["relative_peak_threshold"],
         min_separation_angle=t["min_separation_angle"])
-    sc = ThresholdStoppingCriterion(fa, t["fa_threshold"])
-    tracker = LocalTrackingMinusFirst(dg, sc, seeds, affine=np.eye(4), step_size=t["step_size"],
-                                      maxlen=t["max_steps"], return_all=True,
-                                      random_seed=DIPY_RANDOM_SEED)
-    return [np.asarray(s, dtype=np.float64) for s in tracker]
+    return dipy_local_track(dg, fa, seeds, t, DIPY_RANDOM_SEED)
 
 
 @pytest.fixture(scope="module")
