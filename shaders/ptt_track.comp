@@ -33,7 +33,8 @@
 #include "philox.glsl"
 
 PAGED_TABLE(fa, 1);
-layout(std430, binding = 2) readonly buffer Vertices { float vertices[]; };
+#define VERTICES_BINDING 2
+#include "sphere.glsl"
 PAGED_TABLE(odf_scale, 3);
 layout(std430, binding = 4) readonly buffer Lut { uint lut[]; };
 layout(std430, binding = 5) readonly buffer Seeds { float seeds[]; };
@@ -136,7 +137,7 @@ float getter_reach()
 void prepare_workgroup()
 {
 	for (uint j = gl_LocalInvocationIndex; j < NV; j += SG * ITEMS)
-		s_vertex[j] = vec3(vertices[3 * j], vertices[3 * j + 1], vertices[3 * j + 2]);
+		s_vertex[j] = vertex(j);
 	barrier();
 }
 
