@@ -1090,7 +1090,10 @@ static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *con
 		return answer_error(api, conn, ERR_INTERNAL, "", "%s", err.message);
 	/* 201 when new to this uploader, whether or not another user had the
 	 * same bytes: the answer must not tell. */
-	r = store_claim(api->cfg.store, entry.id, req->who.name, &err);
+	r = store_claim(api->cfg.store, entry.id, req->who.name,
+			api->cfg.max_volume_bytes_per_user, &err);
+	if (r == -EDQUOT)
+		return answer_quota_exceeded(api, conn, &req->who);
 	if (r < 0)
 		return answer_error(api, conn, ERR_INTERNAL, "", "%s", err.message);
 	return answer_json(api, conn, r == 1 ? MHD_HTTP_CREATED : MHD_HTTP_OK, volume_json(&entry));
@@ -1145,7 +1148,10 @@ static void metric_u64(FILE *f, const char *name, const char *type, const char *
 	fprintf(f, "%s %llu\n", name, (unsigned long long)value);
 }
 
-static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
+/* The cache's counters only for admins: its hits, and the bytes it holds,
+ * would tell a user whether another has just run the same inputs. */
+static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn,
+			       const struct identity *who)
 {
 	struct jobs_status st;
 	char *text = NULL;
@@ -1168,12 +1174,14 @@ static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn)
 		   st.streamlines_total);
 	metric(f, "tractd_track_seconds_total", "counter", "Time spent tracking.");
 	fprintf(f, "tractd_track_seconds_total %.6f\n", st.track_seconds_total);
-	metric_u64(f, "tractd_cache_hits_total", "counter", "Jobs whose volumes were warm.",
-		   st.cache_hits);
-	metric_u64(f, "tractd_cache_misses_total", "counter", "Jobs that loaded volumes.",
-		   st.cache_misses);
-	metric_u64(f, "tractd_cache_bytes", "gauge", "GPU memory held by warm volumes.",
-		   st.cache_bytes);
+	if (who->admin) {
+		metric_u64(f, "tractd_cache_hits_total", "counter",
+			   "Jobs whose volumes were warm.", st.cache_hits);
+		metric_u64(f, "tractd_cache_misses_total", "counter",
+			   "Jobs that loaded volumes.", st.cache_misses);
+		metric_u64(f, "tractd_cache_bytes", "gauge", "GPU memory held by warm volumes.",
+			   st.cache_bytes);
+	}
 	metric_u64(f, "tractd_spool_bytes", "gauge", "Bytes of results and job records in the spool.",
 		   st.spool_bytes);
 	metric_u64(f, "tractd_connections_refused_total", "counter", "Unix connections closed "
@@ -1223,7 +1231,7 @@ static enum MHD_Result dispatch(struct api *api, struct MHD_Connection *conn, en
 	case ROUTE_HEALTH:
 		return answer_json(api, conn, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
 	case ROUTE_METRICS:
-		return metrics(api, conn);
+		return metrics(api, conn, &req->who);
 	case ROUTE_DEVICE:
 		return device_info(api, conn, &req->who);
 	case ROUTE_VOLUMES:

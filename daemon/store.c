@@ -462,9 +462,22 @@ int store_lookup(struct store *s, const char *id, struct store_entry *ret, char 
 
 /* ---- owners ---- */
 
-int store_claim(struct store *s, const char *id, const char *owner, struct errbuf *err)
+static int forget_locked(struct store *s, const char *hex, const char *owner);
+
+/* Whether owner's claims, the one just made included, stay within quota.
+ * Owners lock held, so that two uploads finishing together cannot both pass. */
+static bool claims_fit(struct store *s, const char *owner, uint64_t quota)
+{
+	uint64_t used;
+
+	return store_list(s, owner, NULL, NULL, &used) == 0 && used <= quota;
+}
+
+int store_claim(struct store *s, const char *id, const char *owner, uint64_t quota,
+		struct errbuf *err)
 {
 	char path[sizeof(OWNERS_DIR) + 256 + HEX_LEN + 2];
+	const char *hex = id + ID_PREFIX_LEN;
 	int fd;
 
 	if (!valid_id(id) || !*owner || strchr(owner, '/') || owner[0] == '.' ||
@@ -476,7 +489,7 @@ int store_claim(struct store *s, const char *id, const char *owner, struct errbu
 	    (mkdirat(s->dir_fd, path, 0700) < 0 && errno != EEXIST))
 		return errbuf_set(err, -EIO, "", "cannot create %s/%s: %s", s->dir, path,
 				  strerror(errno));
-	snprintf(path, sizeof(path), "%s/%s/%s", OWNERS_DIR, owner, id + ID_PREFIX_LEN);
+	snprintf(path, sizeof(path), "%s/%s/%s", OWNERS_DIR, owner, hex);
 	pthread_mutex_lock(&s->owners_lock);
 	fd = openat(s->dir_fd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0 && errno == EEXIST) {
@@ -485,6 +498,12 @@ int store_claim(struct store *s, const char *id, const char *owner, struct errbu
 		pthread_mutex_unlock(&s->owners_lock);
 		return fd < 0 ? errbuf_set(err, -EIO, "", "cannot renew %s/%s: %s", s->dir, path,
 					   strerror(errno)) : 0;
+	}
+	if (fd >= 0 && !claims_fit(s, owner, quota)) {
+		close(fd);
+		(void)forget_locked(s, hex, owner);   /* and the file, if no one else has it */
+		pthread_mutex_unlock(&s->owners_lock);
+		return errbuf_set(err, -EDQUOT, "", "%s would be over its quota", owner);
 	}
 	pthread_mutex_unlock(&s->owners_lock);
 	if (fd < 0)

@@ -62,11 +62,15 @@ int store_lookup(struct store *s, const char *id, struct store_entry *ret, char 
  * <root>/volumes/.owners/<owner>/<hex> (the content stays one copy; an
  * owner's list survives restarts). owner must be a safe file name (api.c's
  * owner names are). store_claim records it: 1 when owner had not uploaded
- * id before, 0 when it had, or a negative errno. store_claimed: whether
+ * id before, 0 when it had, or a negative errno: -EDQUOT when a new claim
+ * would take owner's volumes (store_list's bytes) past quota, checked with
+ * the claim so that uploads finishing together cannot both pass (the file
+ * then goes unless someone else claims it). store_claimed: whether
  * owner uploaded id. A claim made again is renewed: its expiry
  * (store_expire) starts over. Claims and forgets of one store are
  * serialised, so a volume's last claim and its file go together. */
-int store_claim(struct store *s, const char *id, const char *owner, struct errbuf *err);
+int store_claim(struct store *s, const char *id, const char *owner, uint64_t quota,
+		struct errbuf *err);
 bool store_claimed(struct store *s, const char *id, const char *owner);
 
 /* The volumes owner has claimed, into *ret (malloc'd, *n of them; free()

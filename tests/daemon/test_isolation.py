@@ -173,7 +173,8 @@ def test_cache_tells_only_of_ones_own_jobs(daemon_factory, phantom, tractctl):
     """Alice runs a job; Bob uploads the same files and runs the same job
     on the warm cache: his job reports a load time, as if he had loaded
     them, and his /v1/device shows his own miss and none of Alice's hits;
-    his second run is his own hit. An admin sees the whole cache."""
+    his second run is his own hit; /metrics shows him no cache counters.
+    An admin sees the whole cache."""
     d = daemon_factory(tokens=TWO_USERS)
     alice = Endpoint(port=d.port, token=ALICE)
     bob = Endpoint(port=d.port, token=BOB)
@@ -210,5 +211,8 @@ def test_cache_tells_only_of_ones_own_jobs(daemon_factory, phantom, tractctl):
                         "device"], capture_output=True, text=True, timeout=60, env=daemon_env())
     assert p.returncode == 0, p.stderr
     assert "your jobs' hits 1, misses 1" in p.stdout, p.stdout
+    bobs_metrics = bob.get("/metrics").body.decode()
+    assert "tractd_cache" not in bobs_metrics, "/metrics tells Bob of the whole cache"
     admin = d.tcp.get_json("/v1/device")["cache"]
     assert (admin["hits"], admin["misses"], admin["entries"]) == (2, 2, 1), admin
+    assert "tractd_cache_hits_total 2" in d.tcp.get("/metrics").body.decode()

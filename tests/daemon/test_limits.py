@@ -202,6 +202,50 @@ def test_upload_quota_list_and_delete(daemon_factory, tmp_path):
     assert d.unix.get(f"/v1/volumes/{b_id}").status == 200
 
 
+def _start_upload(sock_path, body):
+    """A Unix-socket POST /v1/volumes whose body is sent but for its last
+    byte; returns the socket, so that the upload stays in flight."""
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(sock_path)
+    s.sendall(b"POST /v1/volumes HTTP/1.1\r\nHost: localhost\r\n"
+              b"Content-Type: application/octet-stream\r\n"
+              + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+              + body[:-1])
+    return s
+
+
+def _finish_upload(s, body):
+    """Sends the last byte; returns the answer's status."""
+    s.sendall(body[-1:])
+    answer = b""
+    while b"\r\n" not in answer:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    s.close()
+    return int(answer.split(b" ")[1])
+
+
+def test_upload_quota_holds_for_uploads_in_flight_together(daemon_factory, tmp_path):
+    """max_volume_bytes_per_user=1M and two 600 KB uploads of one user in
+    flight at once (each started when the user had nothing): one is taken
+    and the other refused with 507 when it ends, and nothing of it stays.
+    The quota was checked only when an upload started, so both passed."""
+    d = daemon_factory(sets=["max_volume_bytes_per_user=1M"])
+    bodies = [_random_nifti(tmp_path / f"{n}.nii", 150_000, n).read_bytes() for n in (1, 2)]
+    socks = [_start_upload(d.unix.unix_socket, b) for b in bodies]
+    time.sleep(0.5)   # both bodies are in: both passed the check at the start
+    statuses = sorted(_finish_upload(s, b) for s, b in zip(socks, bodies))
+    assert statuses == [201, 507], statuses
+    doc = d.unix.get_json("/v1/volumes")
+    assert len(doc["volumes"]) == 1 and doc["used_bytes"] <= 1 << 20, doc
+    vol_dir = d.state_dir / "volumes"
+    assert len([p for p in vol_dir.iterdir() if not p.name.startswith(".")]) == 1
+
+
 def test_expiry_on_an_idle_daemon(daemon_factory, phantom):
     """result_ttl_seconds=60 and volume_ttl_seconds=60: a finished job's
     result and the uploads leave the disk about a minute later with no

@@ -439,18 +439,18 @@ static void test_owners(void **state)
 
 	assert_int_equal(upload(f->store, bvals, strlen(bvals), 7, &e, NULL), 1);
 	assert_false(store_claimed(f->store, e.id, "alice"));
-	assert_int_equal(store_claim(f->store, e.id, "alice", &err), 1);
-	assert_int_equal(store_claim(f->store, e.id, "alice", &err), 0);
+	assert_int_equal(store_claim(f->store, e.id, "alice", UINT64_MAX, &err), 1);
+	assert_int_equal(store_claim(f->store, e.id, "alice", UINT64_MAX, &err), 0);
 	assert_true(store_claimed(f->store, e.id, "alice"));
 	assert_false(store_claimed(f->store, e.id, "bob"));
-	assert_int_equal(store_claim(f->store, e.id, "uid:1000", &err), 1);
+	assert_int_equal(store_claim(f->store, e.id, "uid:1000", UINT64_MAX, &err), 1);
 	assert_true(store_claimed(f->store, e.id, "uid:1000"));
 	/* Names that would leave the owners' directory are refused. */
-	assert_int_equal(store_claim(f->store, e.id, "../x", &err), -EINVAL);
-	assert_int_equal(store_claim(f->store, e.id, "..", &err), -EINVAL);
-	assert_int_equal(store_claim(f->store, e.id, "", &err), -EINVAL);
+	assert_int_equal(store_claim(f->store, e.id, "../x", UINT64_MAX, &err), -EINVAL);
+	assert_int_equal(store_claim(f->store, e.id, "..", UINT64_MAX, &err), -EINVAL);
+	assert_int_equal(store_claim(f->store, e.id, "", UINT64_MAX, &err), -EINVAL);
 	assert_false(store_claimed(f->store, e.id, ".."));
-	assert_int_equal(store_claim(f->store, "sha256:xyz", "alice", &err), -EINVAL);
+	assert_int_equal(store_claim(f->store, "sha256:xyz", "alice", UINT64_MAX, &err), -EINVAL);
 	assert_false(store_claimed(f->store, "sha256:xyz", "alice"));
 	/* The volume and the hidden owners' directory: still one volume file. */
 	assert_int_equal(count_files(f), 2);
@@ -482,9 +482,9 @@ static void test_list_forget_expire(void **state)
 	assert_int_equal(store_list(f->store, "alice", &list, &n, &used), 0);
 	assert_true(n == 0 && used == 0);
 	free(list);
-	assert_int_equal(store_claim(f->store, a.id, "alice", &err), 1);
-	assert_int_equal(store_claim(f->store, b.id, "alice", &err), 1);
-	assert_int_equal(store_claim(f->store, a.id, "bob", &err), 1);
+	assert_int_equal(store_claim(f->store, a.id, "alice", UINT64_MAX, &err), 1);
+	assert_int_equal(store_claim(f->store, b.id, "alice", UINT64_MAX, &err), 1);
+	assert_int_equal(store_claim(f->store, a.id, "bob", UINT64_MAX, &err), 1);
 	assert_int_equal(store_list(f->store, "alice", &list, &n, &used), 0);
 	assert_true(n == 2 && used == strlen(bvals) + strlen(other));
 	free(list);
@@ -506,17 +506,43 @@ static void test_list_forget_expire(void **state)
 	assert_false(store_claimed(f->store, b.id, "alice"));
 	assert_int_equal(store_lookup(f->store, b.id, &b, NULL, 0, NULL), -ENOENT);
 	assert_int_equal(upload(f->store, other, strlen(other), 7, &b, NULL), 1);
-	assert_int_equal(store_claim(f->store, b.id, "alice", &err), 1);
+	assert_int_equal(store_claim(f->store, b.id, "alice", UINT64_MAX, &err), 1);
 	age_claim(f, "alice", b.id, 120);
-	assert_int_equal(store_claim(f->store, b.id, "alice", &err), 0);   /* renewed */
+	assert_int_equal(store_claim(f->store, b.id, "alice", UINT64_MAX, &err), 0);   /* renewed */
 	store_expire(f->store, 60);
 	assert_true(store_claimed(f->store, b.id, "alice"));
+}
+
+/* The quota is checked with the claim: a claim that would pass it is not
+ * made, and its file goes unless another owner has it. */
+static void test_claim_quota(void **state)
+{
+	static const char other[] = "0 500 500 500 1000\n";
+	struct fixture *f = *state;
+	struct store_entry a, b;
+	struct errbuf err = { 0 };
+	uint64_t quota = strlen(bvals) + strlen(other) - 1;
+
+	assert_int_equal(upload(f->store, bvals, strlen(bvals), 7, &a, NULL), 1);
+	assert_int_equal(upload(f->store, other, strlen(other), 7, &b, NULL), 1);
+	assert_int_equal(store_claim(f->store, a.id, "alice", quota, &err), 1);
+	assert_int_equal(store_claim(f->store, b.id, "alice", quota, &err), -EDQUOT);
+	assert_false(store_claimed(f->store, b.id, "alice"));
+	assert_int_equal(store_lookup(f->store, b.id, &b, NULL, 0, NULL), -ENOENT);
+	/* Renewing what is already held never counts twice. */
+	assert_int_equal(store_claim(f->store, a.id, "alice", quota, &err), 0);
+	/* bob's claim keeps the file when alice's is refused. */
+	assert_int_equal(upload(f->store, other, strlen(other), 7, &b, NULL), 1);
+	assert_int_equal(store_claim(f->store, b.id, "bob", quota, &err), 1);
+	assert_int_equal(store_claim(f->store, b.id, "alice", quota, &err), -EDQUOT);
+	assert_int_equal(store_lookup(f->store, b.id, &b, NULL, 0, NULL), 0);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_same_bytes_same_id, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_claim_quota, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_id_matches_sha256sum, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kinds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unsupported, setup, teardown),
