@@ -1108,8 +1108,9 @@ static json_t *cache_json(struct api *api, const struct identity *who,
 	uint64_t hits = st->cache_hits, misses = st->cache_misses;
 
 	if (who->admin)
-		return json_pack("{s:I, s:I, s:I, s:I, s:I}", "budget_bytes",
+		return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "budget_bytes",
 				 (json_int_t)st->cache_budget, "used_bytes", (json_int_t)st->cache_bytes,
+				 "host_bytes", (json_int_t)st->cache_host_bytes,
 				 "entries", (json_int_t)st->cache_entries, "hits", (json_int_t)hits,
 				 "misses", (json_int_t)misses);
 	jobs_owner_cache(api->cfg.jobs, who->name, &hits, &misses);
@@ -1181,6 +1182,8 @@ static enum MHD_Result metrics(struct api *api, struct MHD_Connection *conn,
 			   "Jobs that loaded volumes.", st.cache_misses);
 		metric_u64(f, "tractd_cache_bytes", "gauge", "GPU memory held by warm volumes.",
 			   st.cache_bytes);
+		metric_u64(f, "tractd_cache_host_bytes", "gauge",
+			   "Host memory held by warm volumes' copies.", st.cache_host_bytes);
 	}
 	metric_u64(f, "tractd_spool_bytes", "gauge", "Bytes of results and job records in the spool.",
 		   st.spool_bytes);

@@ -213,7 +213,8 @@ static const struct conf_key keys[] = {
 	U64(max_job_host_memory, CONF_SIZE, 0, 1024 * TiB, "0",
 	    "host memory one job's input images may take, from their headers (voxels x "
 	    "(stored size + 4)); more are refused with 422 limit_exceeded; 0 for half the "
-	    "memory of the host or of the service's cgroup, whichever is less"),
+	    "memory of the host or of the service's cgroup, whichever is less; also the host "
+	    "memory the warm volumes' copies may hold between jobs"),
 	U64(max_connections_per_user, CONF_COUNT, 1, 256, "32",
 	    "connections one user (uid; root has no limit) may hold open on the Unix socket; "
 	    "more are closed at once"),

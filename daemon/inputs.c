@@ -462,6 +462,22 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 	return fit_prepare_odf(&in->odf, &in->sphere, o, &in->symmetric, err);
 }
 
+static uint64_t volume_bytes(const struct volume *v)
+{
+	return v->data ? (uint64_t)volume_voxels(v) * (uint64_t)v->dim[3] * sizeof(float) : 0;
+}
+
+uint64_t inputs_host_bytes(const struct inputs *in)
+{
+	const struct boot_matrices *b = &in->boot;
+	uint64_t doubles = (uint64_t)b->n_dwi * (uint64_t)b->n_coef * 3 + (uint64_t)b->n_dwi +
+			   (uint64_t)b->nv * (uint64_t)b->n_coef;
+
+	return volume_bytes(&in->odf) + volume_bytes(&in->sh) + volume_bytes(&in->dwi) +
+	       volume_bytes(&in->stop) + volume_bytes(&in->fit.fa) + volume_bytes(&in->fit.md) +
+	       volume_bytes(&in->fit.sh) + (b->hat_u ? doubles * sizeof(double) : 0);
+}
+
 void inputs_free(struct inputs *in)
 {
 	if (!in)

@@ -44,6 +44,10 @@ int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct e
 int inputs_load(const struct jobspec *job, const struct fit_options *fit, struct inputs **ret,
 		struct errbuf *err);
 
+/* Host memory that in's images and matrices hold (what keeping them warm
+ * costs; the sphere's few vertices are not counted). */
+uint64_t inputs_host_bytes(const struct inputs *in);
+
 /* The fit alone of a dwi job (what inputs_load does for it before
  * sampling the ODF on the sphere): loads and validates inputs.dwi, the
  * tables and the mask, and fits them. Errors as inputs_load; free

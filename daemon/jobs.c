@@ -63,6 +63,7 @@ struct cache_entry {
 	struct inputs *inputs;
 	struct resident *residents[GPU_MAX_DEVICES];   /* one upload per device */
 	uint64_t bytes;                                         /* on each device */
+	uint64_t host_bytes;        /* inputs' host copies (inputs_host_bytes) */
 	uint64_t last_used;
 	/* What loading and uploading took, told to an owner whose first use
 	 * this is; and the owners who used it, so that a job hears of a warm
@@ -344,16 +345,36 @@ static void cache_evict(struct jobs *jobs, size_t i)
 {
 	pthread_mutex_lock(&jobs->lock);
 	jobs->status.cache_bytes -= jobs->cache[i].bytes;
+	jobs->status.cache_host_bytes -= jobs->cache[i].host_bytes;
 	jobs->status.cache_entries--;
 	pthread_mutex_unlock(&jobs->lock);
 	cache_entry_free(jobs, &jobs->cache[i]);
 	jobs->cache[i] = jobs->cache[--jobs->n_cache];
 }
 
-/* Makes room for `bytes` more by evicting least recently used entries. */
-static void cache_make_room(struct jobs *jobs, uint64_t bytes)
+/* Whether e fits the cache's budgets once room is made: GPU memory, and
+ * host memory for the inputs' copies (max_job_host_memory, so that the warm
+ * volumes and a running job's together stay within what the daemon may use;
+ * 0: no bound). */
+static bool cache_can_hold(const struct jobs *jobs, const struct cache_entry *e)
 {
-	while (jobs->n_cache > 0 && jobs->status.cache_bytes + bytes > jobs->status.cache_budget) {
+	uint64_t host = jobs->cfg.max_job_host_memory;
+
+	return e->bytes <= jobs->status.cache_budget && (!host || e->host_bytes <= host);
+}
+
+static bool cache_room_for(const struct jobs *jobs, const struct cache_entry *e)
+{
+	uint64_t host = jobs->cfg.max_job_host_memory;
+
+	return jobs->status.cache_bytes + e->bytes <= jobs->status.cache_budget &&
+	       (!host || jobs->status.cache_host_bytes + e->host_bytes <= host);
+}
+
+/* Makes room for e by evicting least recently used entries. */
+static void cache_make_room(struct jobs *jobs, const struct cache_entry *e)
+{
+	while (jobs->n_cache > 0 && !cache_room_for(jobs, e)) {
 		size_t lru = 0;
 		for (size_t i = 1; i < jobs->n_cache; i++)
 			if (jobs->cache[i].last_used < jobs->cache[lru].last_used)
@@ -443,20 +464,22 @@ static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec, const 
 		return r;
 	}
 	fresh.bytes = resident_bytes(fresh.residents[0]);
+	fresh.host_bytes = inputs_host_bytes(fresh.inputs);
 	fresh.last_used = ++jobs->cache_clock;
 	fresh.load_seconds = stats->load_seconds;
 	fresh.upload_seconds = stats->upload_seconds;
 	cache_entry_seen_by(&fresh, owner);
 	*owned = true;
-	if (key && fresh.bytes <= jobs->status.cache_budget) {
+	if (key && cache_can_hold(jobs, &fresh)) {
 		struct cache_entry *grown;
-		cache_make_room(jobs, fresh.bytes);
+		cache_make_room(jobs, &fresh);
 		grown = realloc(jobs->cache, sizeof(*grown) * (jobs->n_cache + 1));
 		if (grown) {
 			jobs->cache = grown;
 			jobs->cache[jobs->n_cache++] = fresh;
 			pthread_mutex_lock(&jobs->lock);
 			jobs->status.cache_bytes += fresh.bytes;
+			jobs->status.cache_host_bytes += fresh.host_bytes;
 			jobs->status.cache_entries++;
 			pthread_mutex_unlock(&jobs->lock);
 			*owned = false;

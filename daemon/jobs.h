@@ -67,7 +67,8 @@ struct jobs_config {
 	uint64_t max_queued_jobs_per_user;   /* queued jobs of one owner at most */
 	uint64_t max_queued_bytes_per_user;  /* their documents' bytes at most */
 	uint64_t max_seeds_per_job;   /* checked again once per-voxel seeds are counted */
-	uint64_t max_job_host_memory; /* input images' host bytes, checked again at start */
+	uint64_t max_job_host_memory; /* input images' host bytes, checked again at start;
+				       * also what warm volumes' host copies may hold */
 	uint64_t spool_max_bytes;
 	uint64_t result_ttl_seconds;
 	struct gpu_options gpu;       /* the options of every device opened */
@@ -84,6 +85,7 @@ struct jobs_status {
 	uint64_t seeds_total, streamlines_total;
 	double track_seconds_total;
 	uint64_t cache_hits, cache_misses, cache_entries, cache_bytes, cache_budget;
+	uint64_t cache_host_bytes;   /* host copies of the warm volumes */
 	uint64_t spool_bytes;
 	struct gpu_limits device;    /* the first device's */
 	size_t devices;              /* devices a job's seeds are shared out over */

@@ -310,6 +310,46 @@ def test_dwi_budget_counts_the_fit(daemon_factory, phantom):
     d.api.request("DELETE", f"/v1/jobs/{r.json()['id']}")
 
 
+def test_warm_volumes_host_copies_within_budget(daemon_factory, phantom, tmp_path):
+    """The warm cache's host copies count against max_job_host_memory: with
+    it at what one job on a uint8 ODF takes from its headers (voxels x 5
+    bytes), two jobs on two such ODFs cannot both stay warm (each copy is 4
+    bytes a value): the second evicts the first, whose next job loads again.
+    Before, the cache kept host copies up to its GPU budget (a quarter of the
+    device), past what the daemon may use."""
+    img = nib.load(str(phantom.path("odf.nii.gz")))
+    data = np.asarray(img.dataobj, dtype=np.float32)
+    odfs = []
+    for n, scale in enumerate((1.0, 0.9)):
+        out = nib.Nifti1Image(data * scale, img.affine)
+        out.set_data_dtype(np.uint8)
+        odfs.append(tmp_path / f"odf{n}.nii.gz")
+        nib.save(out, str(odfs[-1]))
+
+    def header_bytes(path):
+        i = nib.load(str(path))
+        return int(np.prod(i.shape)) * (i.get_data_dtype().itemsize + 4)
+
+    limit = sum(header_bytes(p) for p in (odfs[0], phantom.path("fa.nii.gz"),
+                                          phantom.path("seed_roi.nii.gz")))
+    d = daemon_factory(sets=[f"max_job_host_memory={limit}"])
+    ids = upload_phantom(d.unix, phantom)
+    jobs = []
+    for path in odfs:
+        r = d.unix.upload(path)
+        assert r.status == 201, str(r)
+        jobs.append(server_job(phantom, dict(ids, odf=r.json()["id"]), count=50))
+    first, _ = run_to_completion(d.unix, jobs[0])
+    assert first["seconds"]["load"] > 0
+    again, _ = run_to_completion(d.unix, jobs[0])
+    assert again["seconds"]["load"] == 0, "the first ODF was not kept warm at all"
+    run_to_completion(d.unix, jobs[1])
+    cache = d.unix.get_json("/v1/device")["cache"]
+    assert cache["entries"] == 1 and 0 < cache["host_bytes"] <= limit, cache
+    third, _ = run_to_completion(d.unix, jobs[0])
+    assert third["seconds"]["load"] > 0, "both ODFs' host copies stayed warm"
+
+
 def test_queued_documents_bounded_per_user(daemon_factory, phantom):
     """max_queued_bytes_per_user=1M: while a job runs, a user's queued jobs
     of 600 KB documents (30,000 seed points) fit once; the second is refused

@@ -27,6 +27,7 @@ API_METRICS = {
     "tractd_cache_hits_total": "counter",
     "tractd_cache_misses_total": "counter",
     "tractd_cache_bytes": "gauge",
+    "tractd_cache_host_bytes": "gauge",
     "tractd_spool_bytes": "gauge",
     "tractd_connections_refused_total": "counter",
     "tractd_http_requests_total": "counter",
@@ -70,7 +71,8 @@ def test_device_on_both_sockets(daemon):
     for key in ("max_binding_bytes", "max_alloc_bytes", "device_local_bytes"):
         assert isinstance(dev[key], int) and dev[key] > 0, dev
     cache = doc["cache"]
-    assert set(cache) == {"budget_bytes", "used_bytes", "entries", "hits", "misses"}, cache
+    assert set(cache) == {"budget_bytes", "used_bytes", "host_bytes", "entries", "hits",
+                          "misses"}, cache
     assert cache["budget_bytes"] > 0
     assert cache["used_bytes"] == 0 and cache["entries"] == 0, cache
     assert cache["hits"] == 0 and cache["misses"] == 0, cache
