@@ -350,6 +350,31 @@ def test_warm_volumes_host_copies_within_budget(daemon_factory, phantom, tmp_pat
     assert third["seconds"]["load"] > 0, "both ODFs' host copies stayed warm"
 
 
+def test_requests_answered_past_fd_setsize(daemon_factory, phantom):
+    """Queued jobs hold their inputs open (opened at submission as their
+    owner): 390 queued jobs of three inputs each push the daemon's
+    descriptors past select()'s FD_SETSIZE (1024), and a new connection is
+    still answered. libmicrohttpd's per-connection threads used select(),
+    which cannot watch a socket numbered 1024 or more: the daemon dropped
+    every new client."""
+    import resource
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 2048:
+        import pytest
+        pytest.skip("the open-files limit is below 2048")
+    d = daemon_factory(sets=["max_queued_jobs=400", "max_queued_jobs_per_user=400"])
+    ids = upload_phantom(d.unix, phantom)
+    busy = d.unix.post_json("/v1/jobs", server_job(phantom, ids, count=2_000_000))
+    assert busy.status == 202, str(busy)
+    wait_running(d.unix, busy.json()["id"])
+    for _ in range(390):
+        r = d.unix.post_json("/v1/jobs", server_job(phantom, ids, count=10))
+        assert r.status == 202, str(r)
+    fds = len(os.listdir(f"/proc/{d.pid}/fd"))
+    assert fds > 1100, fds
+    assert d.unix.get("/healthz").status == 200
+    assert d.tcp.get("/healthz").status == 200
+
+
 def test_queued_documents_bounded_per_user(daemon_factory, phantom):
     """max_queued_bytes_per_user=1M: while a job runs, a user's queued jobs
     of 600 KB documents (30,000 seed points) fit once; the second is refused
