@@ -48,8 +48,9 @@ NIFTI_CFLAGS = -I/usr/include/nifti
 NIFTI_LIBS = -lnifti2 -lznz
 
 CFLAGS ?= $(OPT) -g
+# -MMD -MP: each object's header dependencies go to a .d file beside it.
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
-	-Wmissing-prototypes -Idaemon -Iproto -I$(BUILD) $(PKG_CFLAGS) $(NIFTI_CFLAGS) $(SANFLAGS) $(CFLAGS)
+	-Wmissing-prototypes -MMD -MP -Idaemon -Iproto -I$(BUILD) $(PKG_CFLAGS) $(NIFTI_CFLAGS) $(SANFLAGS) $(CFLAGS)
 # Debian 12's libshaderc.so carries a partial glslang that clashes with the
 # rest of it: link shaderc and glslang statically (glslang-dev, spirv-tools).
 SHADERC_LIBS = -Wl,--start-group -lshaderc_combined -lglslang -lSPIRV -lSPIRV-Tools-opt -lSPIRV-Tools \
@@ -57,7 +58,8 @@ SHADERC_LIBS = -Wl,--start-group -lshaderc_combined -lglslang -lSPIRV -lSPIRV-To
 LIBS = $(PKG_LIBS) $(SHADERC_LIBS) $(NIFTI_LIBS) -llapack -lm -lpthread
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
-DAEMON_SRC = $(wildcard daemon/*.c)
+# daemon/ is one folder per layer (README, "Source layout"); main.c sits on top.
+DAEMON_SRC = $(wildcard daemon/*.c daemon/*/*.c)
 DAEMON_LIB_SRC = $(filter-out daemon/main.c,$(DAEMON_SRC))
 DAEMON_LIB_OBJ = $(patsubst daemon/%.c,$(BUILD)/daemon/%.o,$(DAEMON_LIB_SRC)) $(BUILD)/shaders_embed.o
 SHADER_SRC = $(sort $(wildcard shaders/*.comp shaders/*.glsl))
@@ -75,15 +77,16 @@ CLIENT_PKGS = libcurl jansson libcrypto
 CLIENT_SRC = $(wildcard client/*.c)
 CLIENT_OBJ = $(patsubst client/%.c,$(BUILD)/client/%.o,$(CLIENT_SRC))
 CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
-	-Wmissing-prototypes $(shell pkg-config --cflags $(CLIENT_PKGS) 2>/dev/null) $(SANFLAGS) $(CFLAGS)
+	-Wmissing-prototypes -MMD -MP $(shell pkg-config --cflags $(CLIENT_PKGS) 2>/dev/null) $(SANFLAGS) $(CFLAGS)
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
-.PHONY: all check check-unit check-asan check-python check-fuzz fuzz fuzz-bins venv venv-dipy demo \
+.PHONY: all check check-layers check-unit check-asan check-python check-fuzz fuzz fuzz-bins venv venv-dipy demo \
 	bench install \
 	clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
-$(BUILD)/daemon/%.o: daemon/%.c $(wildcard daemon/*.h) $(wildcard proto/*.def) | $(BUILD)/daemon
+$(BUILD)/daemon/%.o: daemon/%.c
+	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 $(BUILD)/embed: scripts/embed.c | $(BUILD)
@@ -92,7 +95,7 @@ $(BUILD)/embed: scripts/embed.c | $(BUILD)
 $(BUILD)/shaders_embed.c: $(BUILD)/embed $(SHADER_SRC)
 	$(BUILD)/embed $(SHADER_SRC) > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/shaders_embed.o: $(BUILD)/shaders_embed.c daemon/shaders.h
+$(BUILD)/shaders_embed.o: $(BUILD)/shaders_embed.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 $(BUILD)/libtractd.a: $(DAEMON_LIB_OBJ)
@@ -101,20 +104,23 @@ $(BUILD)/libtractd.a: $(DAEMON_LIB_OBJ)
 $(BUILD)/tractd: $(BUILD)/daemon/main.o $(BUILD)/libtractd.a
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libtractd.a | $(BUILD)/tests
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtractd.a | $(BUILD)/tests
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libtractd.a $(LIBS) -lcmocka
 
-$(BUILD)/client/%.o: client/%.c $(wildcard client/*.h) | $(BUILD)/client
+$(BUILD)/client/%.o: client/%.c | $(BUILD)/client
 	$(CC) $(CLIENT_CFLAGS) -c -o $@ $<
 
 $(BUILD)/tractctl: $(CLIENT_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_files.h $(BUILD)/libtractd.a | $(BUILD)/fuzz
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/libtractd.a | $(BUILD)/fuzz
 	$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libtractd.a $(LIBS)
 
-$(BUILD) $(BUILD)/daemon $(BUILD)/tests $(BUILD)/client $(BUILD)/fuzz:
+$(BUILD) $(BUILD)/tests $(BUILD)/client $(BUILD)/fuzz:
 	mkdir -p $@
+
+# Header dependencies written by -MMD (absent before the first build).
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # Unit tests (no GPU). Each binary is a cmocka suite.
 check-unit: $(UNIT_BIN)
@@ -123,12 +129,16 @@ check-unit: $(UNIT_BIN)
 # The whole suite: unit tests, then an ASan/UBSan pass over the unit tests and
 # the bad-input cases, then the engine tests on lavapipe, the DIPY parity
 # tests and the daemon's integration tests (pytest).
-check: all check-unit
+check: all check-layers check-unit
 	$(MAKE) --no-print-directory SANITIZE=1 check-asan
 	$(MAKE) --no-print-directory check-fuzz
 	$(MAKE) --no-print-directory check-python
 
 check-asan: $(BUILD)/tractd $(BUILD)/tractctl check-unit
+
+# daemon/'s includes run only downward between its layer folders, no circles.
+check-layers:
+	$(SYSTEM_PYTHON) scripts/check_layers.py daemon
 
 # libFuzzer harnesses (tests/fuzz/, clang only) in build-fuzz/fuzz/. Fuzz one
 # longer with e.g. `build-fuzz/fuzz/fuzz_jobspec -max_total_time=300
@@ -192,4 +202,4 @@ install: all
 		install -Dm644 etc/tractd.conf $(DESTDIR)$(SYSCONFDIR)/tractd/tractd.conf
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-clang

@@ -21,18 +21,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine.h"
-#include "errbuf.h"
-#include "gpu.h"
-#include "inputs.h"
-#include "jobspec.h"
-#include "log.h"
-#include "phantom.h"
-#include "resident.h"
-#include "shbasis.h"
-#include "serve.h"
-#include "stats_json.h"
-#include "timing.h"
+#include "engine/engine.h"
+#include "base/errbuf.h"
+#include "engine/gpu.h"
+#include "job/inputs.h"
+#include "job/jobspec.h"
+#include "base/log.h"
+#include "demo/phantom.h"
+#include "engine/resident.h"
+#include "models/shbasis.h"
+#include "server/serve.h"
+#include "engine/stats_json.h"
+#include "base/timing.h"
 
 #define TRACTD_VERSION "0.1.0"
 

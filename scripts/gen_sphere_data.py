@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""Writes daemon/sphere_data.c: DIPY's built-in spheres as C tables.
+"""Writes daemon/models/sphere_data.c: DIPY's built-in spheres as C tables.
 
-Usage: /usr/bin/python3 scripts/gen_sphere_data.py > daemon/sphere_data.c
+Usage: /usr/bin/python3 scripts/gen_sphere_data.py > daemon/models/sphere_data.c
 
 The vertex and face figures come from dipy.data.get_sphere(name), so the
 daemon samples ODFs on exactly the spheres DIPY users name. Edges are not
-stored: daemon/sphere.c derives them from the faces as DIPY does.
+stored: daemon/models/sphere.c derives them from the faces as DIPY does.
 """
 import sys
 
@@ -58,9 +58,9 @@ def main():
     out.write(f" * spheres, taken from DIPY {dipy.__version__} "
               "(dipy.data.get_sphere).\n")
     out.write(" * Regenerate: /usr/bin/python3 scripts/gen_sphere_data.py > "
-              "daemon/sphere_data.c\n")
+              "daemon/models/sphere_data.c\n")
     out.write(" */\n")
-    out.write('#include <stddef.h>\n\n#include "sphere.h"\n#include "sphere_data.h"\n\n')
+    out.write('#include <stddef.h>\n\n#include "models/sphere_data.h"\n\n')
     tables = [emit_sphere(out, name) for name in SPHERES]
     out.write("const char *const sphere_builtin_names[] = {\n")
     for name in SPHERES:

@@ -19,7 +19,7 @@
 
 layout(local_size_x = SG * ITEMS) in;
 
-// Mirrored by daemon/kernel_params.h.
+// Mirrored by daemon/engine/kernel_params.h.
 layout(push_constant, std430) uniform Params {
 	ivec4 dim;    // nx, ny, nz, loop count of loop_limit_reached (track.glsl)
 	vec4 track;   // step_size, cos(max_angle), pmf_threshold, fa_threshold

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Philox4x32-10, bit-identical to daemon/philox.c (counter layout in philox.h).
+// Philox4x32-10, bit-identical to daemon/base/philox.c (counter layout in philox.h).
 
 const uint PHILOX_STREAM_PROB = 3u;
 const uint PHILOX_STREAM_BOOT = 5u;

@@ -18,7 +18,7 @@
 //
 // Build-time defines (engine.c): PROBE_QUALITY, PROBE_COUNT,
 // REJECTION_SAMPLES (candidates estimating the support's maximum),
-// REJECTION_TRIES, LUT_RES (daemon/ptt.h's table). Push constants: pc.ptt =
+// REJECTION_TRIES, LUT_RES (daemon/engine/ptt.h's table). Push constants: pc.ptt =
 // (max_curvature, probe step length, probe_radius, 0).
 //
 // The including kernel declares the page table odf_scale, lut[] and the
@@ -34,7 +34,7 @@ const float TWO_PI = 6.28318530718;
 const uint LUT_CELLS = 6u * LUT_RES * LUT_RES;
 
 // Moves f by arclength s along the arc of curvatures k and returns the
-// displacement; the float twin of daemon/ptt.c's ptt_frame_move (unit-tested
+// displacement; the float twin of daemon/engine/ptt.c's ptt_frame_move (unit-tested
 // there against arcs and helices).
 vec3 ptt_move(inout Frame f, vec2 k, float s)
 {
@@ -54,7 +54,7 @@ vec3 ptt_move(inout Frame f, vec2 k, float s)
 	return disp;
 }
 
-// daemon/ptt.h's cell of direction d. Components are picked by selection,
+// daemon/engine/ptt.h's cell of direction d. Components are picked by selection,
 // not indexed at run time (common.glsl: lavapipe's stack).
 uint lut_cell(vec3 d)
 {

@@ -14,7 +14,7 @@
 //   1 fa         page table (volume.glsl)   stop map
 //   2 vertices   float[3 * NV]
 //   3 odf_scale  page table       1 / the voxel's ODF maximum, 0 where not tracked
-//   4 lut        uint[]           nearest-vertex table (daemon/ptt.h)
+//   4 lut        uint[]           nearest-vertex table (daemon/engine/ptt.h)
 //   5 seeds      float[3 * s]     the chunk's seeds (voxels), from pass 1
 //   6 dirs       float[3 * MAX_PEAKS * s]  their initial directions, from pass 1
 //   7 line_id    uint[2 * n]      global seed index, direction index at the seed

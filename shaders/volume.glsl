@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Reads paged volumes (daemon/paged_volume.h): a volume's voxels are split
+// Reads paged volumes (daemon/engine/paged_volume.h): a volume's voxels are split
 // into pages of whole voxels, each its own allocation reached through its
 // device address, so no binding or allocation limit bounds the volume. A
 // kernel binds a volume's table, declared with PAGED_TABLE, and locates a

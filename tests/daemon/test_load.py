@@ -95,7 +95,7 @@ Direct leak of 128 byte(s) in 1 object(s) allocated from:
 Indirect leak of 72 byte(s) in 1 object(s) allocated from:
     #0 0x7fbed26b89cf in __interceptor_malloc ../asan_malloc_linux.cpp:69
     #1 0x7fbed2cfc96b in json_object (/lib/x86_64-linux-gnu/libjansson.so.4+0x896b)
-    #2 0x55ef576181fc in job_doc daemon/api.c:5
+    #2 0x55ef576181fc in job_doc daemon/server/api.c:5
 
 Direct leak of 320 byte(s) in 10 object(s) allocated from:
     #0 0x7fbed26b89cf in __interceptor_malloc ../asan_malloc_linux.cpp:69

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Writes tests/unit/boot_reference.h, DIPY 1.6's matrices of the residual
 bootstrap direction getter that tests/unit/test_boot.c compares
-daemon/boot.c against.
+daemon/models/boot.c against.
 
 Run from anywhere with /usr/bin/python3 (needs dipy, numpy and scipy):
     /usr/bin/python3 tests/data/make_boot_reference.py
@@ -18,7 +18,7 @@ The signal is fed to DIPY already normalised, in float64, with
 assume_normed=True: DIPY's normalize_data works in float32, which the C side
 does not reproduce.
 
-The sphere vertices are written as float32 values that daemon/sphere.c's
+The sphere vertices are written as float32 values that daemon/models/sphere.c's
 sphere_from_vertices keeps unchanged (it normalises in double and stores
 float): the generator draws until it has 20 such vertices, so the sampling
 matrix is compared at exactly the points DIPY was given.

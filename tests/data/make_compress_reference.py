@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Writes tests/unit/compress_reference.h, the points DIPY 1.6's
 compress_streamlines keeps from a few polylines, which
-tests/unit/test_compress.c compares daemon/compress.c against.
+tests/unit/test_compress.c compares daemon/formats/compress.c against.
 
 Run from anywhere with /usr/bin/python3 (needs dipy):
     /usr/bin/python3 tests/data/make_compress_reference.py

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """Writes tests/unit/sh_reference.h, DIPY 1.6's values of the four real SH
-bases that tests/unit/test_shbasis.c compares daemon/shbasis.c against.
+bases that tests/unit/test_shbasis.c compares daemon/models/shbasis.c against.
 
 Run from anywhere with /usr/bin/python3 (needs dipy and scipy):
     /usr/bin/python3 tests/data/make_sh_reference.py

@@ -1,5 +1,5 @@
 """Whether an ODF input is antipodally symmetric, which decides how directions
-compare (|cos| when it is: daemon/fit.c, fit_prepare_odf). Every antipodal
+compare (|cos| when it is: daemon/models/fit.c, fit_prepare_odf). Every antipodal
 pair of every voxel is compared; values within 1e-3 of the voxel's maximum
 count as equal. One voxel out of that tolerance makes the whole ODF
 asymmetric, a difference within it does not. The answer is read from the

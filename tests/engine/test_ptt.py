@@ -3,7 +3,7 @@ the job alone (same bytes twice, whatever the chunking); against prob from
 the same seeds on the phantom's known bundles, at least as many valid
 connections and smoother streamlines; no step turns more than max_angle, nor
 more than the maximum curvature allows (the frame propagation of the shipped
-kernel; daemon/ptt.c's twin is unit-tested against arcs and helices); bad ptt
+kernel; daemon/engine/ptt.c's twin is unit-tested against arcs and helices); bad ptt
 jobs fail up front naming their field. Agreement with DIPY is
 tests/parity/test_ptt_dipy.py's.
 """

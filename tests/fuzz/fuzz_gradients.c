@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "fuzz_files.h"
-#include "gradients.h"
+#include "models/gradients.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_http: libFuzzer harness for the HTTP API's routing (daemon/route.c):
+ * fuzz_http: libFuzzer harness for the HTTP API's routing (daemon/server/route.c):
  * method + path + query -> route, id, allowed methods and checked
  * parameters, as api.c uses them.
  *
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "route.h"
+#include "server/route.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "fuzz_files.h"
-#include "volume.h"
+#include "formats/volume.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_spool: libFuzzer harness for the job records the daemon reloads from
- * its spool at start (spool_record_parse(), daemon/spool.c): a corrupt or
+ * its spool at start (spool_record_parse(), daemon/server/spool.c): a corrupt or
  * foreign file must be refused, never crash the daemon.
  *
  * Input layout: the record file's bytes. A record that parses is written
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "spool.h"
+#include "server/spool.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -27,7 +27,7 @@ grid that holds an 80-voxel bundle (160 steps of 0.5 voxel) and a crossing:
   end zones (labels 2b+1, 2b+2) 2 voxels either side of each tube's end cap,
   1 voxel wider than the tube, as `tractd phantom` draws them.
 
-Its tissue model is daemon/phantom.c's: the ODF is a sum of equal-weight
+Its tissue model is daemon/demo/phantom.c's: the ODF is a sum of equal-weight
 lobes exp(-10 sin^2) plus a 0.02 floor inside the tubes (0 outside), the FA
 stop map the closed-form FA of the equal-weight mixture of tensors (1.7, 0.3,
 0.3) um^2/ms, and the DWI (boot) that mixture's signal, isotropic 0.8 um^2/ms
@@ -83,7 +83,7 @@ ZONE_HALF_LENGTH = 2.0             # voxels either side of an end cap
 ZONE_RADIUS = TUBE_RADIUS + 1.0
 TIE = 1e-9                         # voxel centres on a tube's surface are inside
 
-# daemon/phantom.c's tissue model.
+# daemon/demo/phantom.c's tissue model.
 LOBE_KAPPA = 10.0
 ISOTROPIC_FLOOR = 0.02
 LAMBDA_PARALLEL, LAMBDA_PERPENDICULAR = 1.7e-3, 0.3e-3

@@ -14,7 +14,7 @@ MRtrix3 and DIPY as those tools mean them.
    inputs.sh without sh_basis.
 
 Gradients. `tractd phantom` writes dwi.bvec along the image's voxel axes (DIPY's
-reading, see daemon/gradients.h), while FSL's convention, which MRtrix3's
+reading, see daemon/models/gradients.h), while FSL's convention, which MRtrix3's
 -fslgrad follows, negates x for an image whose affine has a positive
 determinant (FSL's internal voxel frame is radiological). The MRtrix3 runs
 therefore get a table converted here from the phantom's scanner-space

@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "affine.h"
+#include "formats/affine.h"
 
 /* cmocka 1.1 compares only as float; the affine checks need double. */
 #define assert_near(a, b, tol)                                                          \

@@ -20,11 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "boot.h"
+#include "models/boot.h"
 #include "boot_reference.h"
-#include "errbuf.h"
-#include "shbasis.h"
-#include "sphere.h"
+#include "base/errbuf.h"
+#include "models/shbasis.h"
+#include "models/sphere.h"
 
 #define MAX_NC 28   /* sh_order 6 */
 

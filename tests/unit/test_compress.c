@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "compress.h"
+#include "formats/compress.h"
 #include "compress_reference.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

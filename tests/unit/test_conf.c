@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "conf.h"
+#include "server/conf.h"
 
 #define ETC_FILE "etc/tractd.conf"
 #define MAX_KEYS 64

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gradients.h"
+#include "models/gradients.h"
 
 #define FIELD_BVALS "job.inputs.bvals"
 #define FIELD_BVECS "job.inputs.bvecs"

@@ -12,7 +12,7 @@
 
 #include <math.h>
 
-#include "half.h"
+#include "formats/half.h"
 
 static void test_known_encodings(void **state)
 {

@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "infile.h"
+#include "base/infile.h"
 #include "tmpdir.h"
 
 static char base[] = "/tmp/tractd-test-infile-XXXXXX";

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of daemon/jobspec.c: defaults, every bound of every parameter
+ * Unit tests of daemon/job/jobspec.c: defaults, every bound of every parameter
  * from both sides, unknown fields, wrong types, the seed kinds, paths, size
  * and nesting limits, the input kinds (odf, sh, dwi) and the CSD model, and
  * the documents in proto/examples.
@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "jobspec.h"
+#include "job/jobspec.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 

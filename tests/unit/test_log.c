@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-#include "log.h"
+#include "base/log.h"
 
 static void test_control_characters_escaped(void **state)
 {

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "parallel.h"
+#include "base/parallel.h"
 
 #define MANY_PARTS (3 * PARALLEL_MAX_PARTS + 5)
 

@@ -19,10 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "phantom.h"
-#include "sphere.h"
+#include "demo/phantom.h"
+#include "models/sphere.h"
 #include "tmpdir.h"
-#include "volume.h"
+#include "formats/volume.h"
 
 #define DEG (M_PI / 180.0)
 

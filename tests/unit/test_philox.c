@@ -11,7 +11,7 @@
 
 #include <math.h>
 
-#include "philox.h"
+#include "base/philox.h"
 
 struct known_answer {
 	uint32_t counter[4], key[2], expected[4];

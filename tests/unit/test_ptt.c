@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "philox.h"
-#include "ptt.h"
-#include "sphere.h"
+#include "base/philox.h"
+#include "engine/ptt.h"
+#include "models/sphere.h"
 
 static const char *const sphere_names[] = { "repulsion724", "repulsion100", "symmetric362" };
 

@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-#include "redact.h"
+#include "server/redact.h"
 
 #define HEX "40f434252a3a4a80b2f5699eb133ca9e52eed81e07adf51150863a5e8b30e2fd"
 #define STATE "/var/lib/tractd"

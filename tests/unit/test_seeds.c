@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "seeds.h"
+#include "job/seeds.h"
 
 struct mask {
 	struct volume vol;

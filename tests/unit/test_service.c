@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "service.h"
+#include "server/service.h"
 #include "tmpdir.h"
 
 #define LISTEN_FD 3   /* SD_LISTEN_FDS_START */

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shbasis.h"
+#include "models/shbasis.h"
 #include "sh_reference.h"
 
 #define N_REFERENCE ((int)(sizeof(sh_reference) / sizeof(sh_reference[0])))

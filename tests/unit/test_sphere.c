@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sphere.h"
+#include "models/sphere.h"
 
 struct dipy_edges {
 	const char *name;

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "spool.h"
+#include "server/spool.h"
 #include "tmpdir.h"
 
 struct fixture {

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "store.h"
+#include "server/store.h"
 #include "tmpdir.h"
 
 #define MAX_BYTES (1u << 20)

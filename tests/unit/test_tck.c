@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "affine.h"
-#include "tck.h"
+#include "formats/affine.h"
+#include "formats/tck.h"
 
 /* What the writer must produce: nibabel's key order, a fixed-width count and
  * the data at the next multiple of 4 after the text. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests of the tokens file parser and the token check (daemon/tokens.c). */
+/* Unit tests of the tokens file parser and the token check (daemon/server/tokens.c). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "tokens.h"
+#include "server/tokens.h"
 
 #define TOK_A "aaaaaaaaaaaaaaaa1"
 #define TOK_B "bbbbbbbbbbbbbbbb22"

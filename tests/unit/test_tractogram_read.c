@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "output.h"
-#include "tractogram_read.h"
+#include "formats/output.h"
+#include "formats/tractogram_read.h"
 
 static const struct tractogram_grid grid = {
 	.dim = { 40, 50, 30 },

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "trk.h"
+#include "formats/trk.h"
 
 static const int64_t dims[3] = { 10, 20, 30 };
 

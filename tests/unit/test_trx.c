@@ -19,8 +19,8 @@
 #include <unistd.h>
 #include <zip.h>
 
-#include "half.h"
-#include "trx.h"
+#include "formats/half.h"
+#include "formats/trx.h"
 
 static const int64_t dims[3] = { 10, 20, 30 };
 /* Oblique and scaled, so that a transposed or partial affine shows. */

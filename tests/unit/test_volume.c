@@ -19,7 +19,7 @@
 #include <nifti2_io.h>
 
 #include "tmpdir.h"
-#include "volume.h"
+#include "formats/volume.h"
 
 #ifndef TESTS_DATA_DIR
 #define TESTS_DATA_DIR "tests/data"

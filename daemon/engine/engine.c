@@ -1,0 +1,1425 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine: one tracking job from validated spec to tractogram records (see engine.h).
+ *
+ * Flow, on inputs already loaded (inputs.h) and uploaded (resident.h): plan
+ * chunk and batch sizes from the device limits -> compile/fetch pipelines ->
+ * allocate the work buffers (and upload ptt's tables) -> for each seed chunk:
+ * pass 1 (prob_init: initial directions per seed), build the streamline list
+ * on the host, then for each batch of streamlines pass 2 (prob_track; boot_*
+ * and ptt_track for the other getters), read back only the points of kept
+ * streamlines and append them to the output writer (TRK or TCK).
+ */
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/affine.h"
+#include "models/boot.h"
+#include "formats/compress.h"
+#include "job/inputs.h"
+#include "engine/kernel_params.h"
+#include "base/log.h"
+#include "base/philox.h"
+#include "engine/ptt.h"
+#include "engine/resident.h"
+#include "job/seeds.h"
+#include "base/timing.h"
+#include "formats/output.h"
+#include "engine/paged_volume.h"
+#include "formats/volume.h"
+
+/* Lanes per workgroup to aim for: the subgroups of a workgroup share one copy
+ * of the sphere in shared memory, and on an H100 prob tracking ran 8% faster
+ * at 128 lanes and 16% at 256 than at 64 (more subgroups resident per SM). */
+#define TARGET_WORKGROUP_LANES 256
+#define FIRST_TIMED_CHUNK_SEEDS 256
+#define CHUNKS_PER_DEVICE 8
+#define MAX_CHUNK_SEEDS (1ull << 21)
+#define SUBMIT_SECONDS 0.25
+/* Each write slot's read-back buffer holds at most this much of a batch's
+ * packed points by default: host memory the driver pins (slow to allocate
+ * and free), so it is not sized for the worst case of every line running
+ * max_steps; a batch whose kept points do not fit goes out in pieces. */
+#define DEFAULT_READBACK_BYTES (256ull << 20)
+
+struct job_plan {
+	uint32_t subgroup;        /* lanes per item */
+	uint32_t items;           /* items (subgroups) per workgroup */
+	uint32_t max_peaks;       /* initial directions kept per seed, at most */
+	uint32_t slot_points;     /* 2 * max_steps + 1 */
+	uint32_t resume_bytes_per_line;  /* track.glsl's resume state (LOOP_LIMITED), else 0 */
+	uint64_t chunk_seeds;
+	uint64_t batch_lines;
+	uint64_t readback_bytes;  /* of each write slot */
+};
+
+struct job_gpu {
+	struct gpu_pipeline *init, *track, *compact;
+	const struct resident *res;
+	struct gpu_buffer *seeds, *ndirs, *dirs;   /* the chunk's seeds and their directions */
+	struct gpu_buffer *line_id, *points, *ranges, *dest;
+	struct gpu_buffer *resume;          /* track.glsl's suspended streamlines */
+	struct paged_volume odf_scale;        /* ptt: daemon/engine/ptt.h's tables for this job */
+	struct gpu_buffer *lut;
+};
+
+/* A streamline's words in the track kernels' ranges (shaders/track.glsl). */
+enum range_word {
+	RANGE_FIRST_SLOT,
+	RANGE_POINTS,
+	RANGE_LENGTH,             /* in mm, float bits */
+	RANGE_STOPS,              /* why each half stopped: count_stop_reasons() */
+	RANGE_WORDS
+};
+
+/* Host-side arrays reused across chunks and batches. */
+struct job_host {
+	float *seed_xyz;          /* 3 * chunk_seeds */
+	uint32_t *ndirs;          /* chunk_seeds */
+	uint32_t *line_id;        /* 2 * chunk lines: (global seed, direction index) */
+	uint32_t *ranges;         /* RANGE_WORDS * batch_lines: the tracked batch's ranges */
+	uint32_t *dest;           /* batch_lines: packed offsets within each piece */
+	float *compressed;        /* 3 * slot_points when output.compress, else NULL */
+	uint32_t *kept;           /* slot_points: indices compression kept, with it */
+	struct compress_params compress;
+};
+
+#define DROP_LINE 0xffffffffu
+
+/* A piece of a tracked batch on its way to the output: lines whose kept
+ * points fit the read-back buffer (usually the whole batch). A device has
+ * two: it fills one while its writer thread writes the other. */
+struct write_slot {
+	struct gpu_buffer *readback;   /* the piece's kept points, packed */
+	uint32_t *ranges;              /* RANGE_WORDS per line */
+	uint32_t *dest;                /* per line: first packed point, or DROP_LINE */
+	uint32_t *seed_index;          /* per line: its seed's global index */
+	float *seed_vox;               /* 3 per line with output.save_seeds: its seed
+					* (voxels), else NULL */
+	uint64_t n_lines;
+	uint64_t chunk, end_seed;      /* its chunk's index, and the seed after the chunk */
+	bool first_of_chunk, last_of_chunk;
+	bool full;                     /* tracked, not yet written */
+};
+
+#define WRITE_SLOTS 2
+
+/* ---- planning ----------------------------------------------------------- */
+
+/* Peaks kept are pairwise more than min_separation_angle apart, so caps of
+ * half that angle around them (and around their antipodes when |cos| is used)
+ * are disjoint: n * 2 pi (1 - cos(a/2)) <= 4 pi, halved for axes. */
+static uint32_t peak_bound(double min_separation_deg, bool symmetric, int nv)
+{
+	double cap = 1.0 - cos(min_separation_deg * M_PI / 360.0);
+	double bound = floor((symmetric ? 1.0 : 2.0) / cap);
+
+	return bound < (double)nv ? (uint32_t)bound : (uint32_t)nv;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* track.glsl's RESUME_WORDS: a status and the walk (12 words), and ptt's
+ * state across steps (27, ptt_track.comp's GETTER_WORDS). */
+static uint32_t resume_words(const struct jobspec *job)
+{
+	return 12u + (job->direction_getter == JOBSPEC_DG_PTT ? 27u : 0u);
+}
+
+/* Shared memory of a kernel: per item (subgroup) and per workgroup. */
+struct shared_use {
+	uint32_t per_item, per_workgroup;
+};
+
+static uint32_t shared_bytes(struct shared_use u, uint32_t items)
+{
+	return items * u.per_item + u.per_workgroup;
+}
+
+/* The shared memory of the pass-1 and pass-2 kernels (their .glsl files
+ * declare it): per subgroup, prob and boot keep a float per vertex for the
+ * PMF (pmf.glsl), pass 1 and boot one more for peak marks (peaks.glsl); SH
+ * storage adds the interpolated coefficients; boot adds two floats per
+ * diffusion-weighted volume and its coefficients (boot.glsl). ptt's pass 2
+ * keeps the sphere's vertices, a vec3 (16 bytes) each, per workgroup. */
+static void kernel_shared_use(const struct jobspec *job, const struct inputs *in,
+			      const struct resident *res, struct shared_use use[2])
+{
+	uint32_t nv = (uint32_t)inputs_sphere(in)->nv;
+	uint32_t coefs;
+
+	if (inputs_boot(in)) {
+		uint32_t hr = (uint32_t)inputs_boot_matrices(in)->n_dwi;
+		uint32_t nc = (uint32_t)inputs_boot_matrices(in)->n_coef;
+		use[0] = (struct shared_use){ 4u * (2u * nv + 2u * hr + nc), 0 };
+		use[1] = use[0];
+		return;
+	}
+	coefs = resident_odf_storage(res) == JOBSPEC_ODF_SH ? resident_sh_coefs(res) : 0;
+	use[0] = (struct shared_use){ 4u * (2u * nv + coefs), 0 };
+	if (job->direction_getter == JOBSPEC_DG_PTT)
+		use[1] = (struct shared_use){ 0, 16u * nv };
+	else
+		use[1] = (struct shared_use){ 4u * (nv + coefs), 0 };
+}
+
+/* Subgroups per workgroup: as many as fill TARGET_WORKGROUP_LANES while the
+ * shared memory of both kernels fits. */
+static int choose_items(const struct gpu_limits *lim, const struct jobspec *job,
+			const struct inputs *in, const struct resident *res, uint32_t *ret,
+			struct errbuf *err)
+{
+	struct shared_use use[2];
+	uint32_t items = TARGET_WORKGROUP_LANES / lim->subgroup_size;
+
+	kernel_shared_use(job, in, res, use);
+	for (int k = 0; k < 2; k++)
+		if (shared_bytes(use[k], 1) > lim->max_shared_bytes)
+			return errbuf_set(err, -E2BIG, "tracking.sphere", "a sphere of %d vertices "
+					  "needs %u bytes of shared memory, over this device's %u",
+					  inputs_sphere(in)->nv, shared_bytes(use[k], 1),
+					  lim->max_shared_bytes);
+	if (items == 0)
+		items = 1;
+	while (items > 1 && (shared_bytes(use[0], items) > lim->max_shared_bytes ||
+			     shared_bytes(use[1], items) > lim->max_shared_bytes ||
+			     items * lim->subgroup_size > lim->max_workgroup_invocations))
+		items--;
+	*ret = items;
+	return 0;
+}
+
+static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
+		     const struct inputs *in, const struct resident *res,
+		     struct seeds *seeds, const struct engine_options *opts, struct job_plan *plan,
+		     struct errbuf *err)
+{
+	uint64_t budget = resident_budget(lim, opts->memory_budget);
+	uint64_t buffer_limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
+	uint64_t inputs = resident_bytes(res);
+	uint64_t work, line_slot_bytes, per_line, per_seed;
+	int r;
+
+	/* A cached upload may come from a job with a larger budget. */
+	if (inputs >= budget)
+		return errbuf_set(err, -E2BIG, inputs_grid_field(in), "the inputs need %.1f MiB of GPU "
+				  "memory, over the job's budget of %.1f MiB",
+				  (double)inputs / (1 << 20), (double)budget / (1 << 20));
+	work = budget - inputs > RESIDENT_MIN_WORK_BYTES ? budget - inputs : RESIDENT_MIN_WORK_BYTES;
+	r = choose_items(lim, job, in, res, &plan->items, err);
+	if (r < 0)
+		return r;
+	plan->subgroup = lim->subgroup_size;
+	plan->max_peaks = peak_bound(job->min_separation_angle, inputs_symmetric(in),
+				     inputs_sphere(in)->nv);
+	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
+	plan->resume_bytes_per_line = lim->loop_limited ? 4u * resume_words(job) : 0u;
+
+	/* Two thirds of the work budget for streamlines: point slots on the GPU,
+	 * id (seed, direction), range, destination. */
+	line_slot_bytes = 12ull * plan->slot_points;
+	per_line = line_slot_bytes + 8 + 4 * RANGE_WORDS + 4 + plan->resume_bytes_per_line;
+	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
+	if (plan->resume_bytes_per_line)
+		plan->batch_lines = min_u64(plan->batch_lines,
+					    (buffer_limit - 4) / plan->resume_bytes_per_line);
+	/* The rest for seeds: position, direction count, directions. */
+	per_seed = 12 + 4 + 12ull * plan->max_peaks;
+	plan->chunk_seeds = min_u64(buffer_limit / (12ull * plan->max_peaks), work / 3 / per_seed);
+	plan->chunk_seeds = min_u64(plan->chunk_seeds, seeds_count(seeds));
+	/* The chunk's host arrays grow with it (16 bytes a seed and 8 for each
+	 * of its possible streamlines: 120 at 13 peaks): a cap keeps a large
+	 * GPU budget from costing gigabytes of host memory; two million seeds
+	 * keep the largest GPU busy already. */
+	plan->chunk_seeds = min_u64(plan->chunk_seeds, MAX_CHUNK_SEEDS);
+	if (opts->max_chunk_seeds)
+		plan->chunk_seeds = min_u64(plan->chunk_seeds, opts->max_chunk_seeds);
+	/* Line ids and slot offsets are 32-bit in the kernels. */
+	plan->batch_lines = min_u64(plan->batch_lines, UINT32_MAX / plan->slot_points / 3);
+	if (plan->batch_lines == 0 || plan->chunk_seeds == 0)
+		return errbuf_set(err, -E2BIG, "tracking.max_steps", "a streamline of up to %u points "
+				  "does not fit this device's buffer limit of %llu bytes",
+				  plan->slot_points, (unsigned long long)buffer_limit);
+	/* At least one whole streamline, so that every piece makes progress. */
+	plan->readback_bytes = opts->readback_bytes ? opts->readback_bytes : DEFAULT_READBACK_BYTES;
+	plan->readback_bytes = min_u64(plan->readback_bytes, line_slot_bytes * plan->batch_lines);
+	plan->readback_bytes = min_u64(plan->readback_bytes, buffer_limit);
+	if (plan->readback_bytes < line_slot_bytes)
+		plan->readback_bytes = line_slot_bytes;
+	log_debug("plan: %u lanes x %u items per workgroup, %u peaks/seed, %llu seeds/chunk, "
+		  "%llu streamlines/batch, %.1f MiB read-back per slot", plan->subgroup, plan->items,
+		  plan->max_peaks, (unsigned long long)plan->chunk_seeds,
+		  (unsigned long long)plan->batch_lines, (double)plan->readback_bytes / (1 << 20));
+	return 0;
+}
+
+/* ---- GPU resources ------------------------------------------------------ */
+
+/* Bindings of the kernels (see their .comp headers); prob binds the SH
+ * sampling matrix after these with SH storage. */
+#define PROB_INIT_BINDINGS 7
+#define PROB_TRACK_BINDINGS 9
+#define BOOT_INIT_BINDINGS 8
+#define BOOT_TRACK_BINDINGS 12
+#define PTT_TRACK_BINDINGS 11
+#define COMPACT_BINDINGS 4
+#define MAX_BINDINGS BOOT_TRACK_BINDINGS
+
+#define MAX_DEFINES 16
+#define DEFINE_LEN 48
+
+struct defines {
+	char text[MAX_DEFINES][DEFINE_LEN];
+	const char *list[MAX_DEFINES + 1];
+	int n;
+};
+
+static void define(struct defines *d, const char *name, long long value)
+{
+	snprintf(d->text[d->n], DEFINE_LEN, "%s=%lld", name, value);
+	d->list[d->n] = d->text[d->n];
+	d->list[++d->n] = NULL;
+}
+
+static void boot_defines(const struct inputs *in, struct defines *d)
+{
+	define(d, "T", inputs_dwi(in)->dim[3]);
+	define(d, "NB0", inputs_n_b0(in));
+	define(d, "HR", inputs_boot_matrices(in)->n_dwi);
+	define(d, "NC", inputs_boot_matrices(in)->n_coef);
+	define(d, "MODEL_CSA", inputs_boot_model(in) == BOOT_MODEL_CSA);
+}
+
+/* odf.glsl's ODF_STORAGE codes. */
+static int odf_storage_code(enum jobspec_odf_storage storage)
+{
+	return storage == JOBSPEC_ODF_SH ? 2 : storage == JOBSPEC_ODF_FLOAT16 ? 1 : 0;
+}
+
+static uint32_t prob_bindings(const struct resident *res, uint32_t base)
+{
+	return base + (resident_odf_storage(res) == JOBSPEC_ODF_SH);
+}
+
+static void ptt_defines(const struct jobspec *job, const struct inputs *in,
+			struct defines *d)
+{
+	define(d, "PROBE_QUALITY", job->probe_quality);
+	define(d, "PROBE_COUNT", job->probe_count);
+	define(d, "REJECTION_SAMPLES", job->rejection_samples);
+	define(d, "REJECTION_TRIES", job->rejection_tries);
+	define(d, "LUT_RES", ptt_lut_res(inputs_sphere(in)->nv));
+}
+
+static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
+			 const struct job_plan *plan, const struct inputs *in,
+			 struct job_gpu *g, struct errbuf *err)
+{
+	struct defines d = { .n = 0 };
+	const struct resident *res = g->res;
+	int r;
+
+	define(&d, "SG", plan->subgroup);
+	define(&d, "ITEMS", plan->items);
+	define(&d, "NV", inputs_sphere(in)->nv);
+	define(&d, "MAX_PEAKS", plan->max_peaks);
+	define(&d, "SYMMETRIC", inputs_symmetric(in));
+	define(&d, "LOOP_LIMITED", gpu_get_limits(gpu)->loop_limited);
+	r = gpu_pipeline_get(gpu, "compact.comp", d.list, COMPACT_BINDINGS,
+			     sizeof(struct kernel_params), &g->compact, err);
+	if (r < 0 || !inputs_boot(in)) {
+		define(&d, "ODF_STORAGE", odf_storage_code(resident_odf_storage(res)));
+		define(&d, "NC", resident_sh_coefs(res));
+		if (r == 0)
+			r = gpu_pipeline_get(gpu, "prob_init.comp", d.list,
+					     prob_bindings(res, PROB_INIT_BINDINGS),
+					     sizeof(struct kernel_params), &g->init, err);
+		if (r < 0)
+			return r;
+		if (job->direction_getter == JOBSPEC_DG_PTT &&
+		    resident_odf_storage(res) == JOBSPEC_ODF_SH)
+			/* Sampling SH at every probe point gave far shorter
+			 * streamlines than float32 on lavapipe, and different ones
+			 * for equivalent orders of the sums: refused until that is
+			 * understood. */
+			return errbuf_set(err, -E2BIG, "tracking.odf_storage", "ptt tracks the ODF "
+					  "as float32 or float16, and these inputs are on the GPU as "
+					  "SH coefficients (neither fits the budget): raise the GPU "
+					  "memory budget, use a smaller sphere or crop the volume");
+		if (job->direction_getter == JOBSPEC_DG_PTT) {
+			ptt_defines(job, in, &d);
+			return gpu_pipeline_get(gpu, "ptt_track.comp", d.list,
+						prob_bindings(res, PTT_TRACK_BINDINGS),
+						sizeof(struct kernel_params), &g->track, err);
+		}
+		return gpu_pipeline_get(gpu, "prob_track.comp", d.list,
+					prob_bindings(res, PROB_TRACK_BINDINGS),
+					sizeof(struct kernel_params), &g->track, err);
+	}
+	boot_defines(in, &d);
+	define(&d, "DWI_BINDING", BOOT_INIT_BINDINGS - 1);
+	r = gpu_pipeline_get(gpu, "boot_init.comp", d.list, BOOT_INIT_BINDINGS,
+			     sizeof(struct kernel_params), &g->init, err);
+	d.n--;
+	define(&d, "DWI_BINDING", BOOT_TRACK_BINDINGS - 1);
+	if (r == 0)
+		r = gpu_pipeline_get(gpu, "boot_track.comp", d.list, BOOT_TRACK_BINDINGS,
+				     sizeof(struct kernel_params), &g->track, err);
+	return r;
+}
+
+static int new_buffer(struct gpu_ctx *gpu, uint64_t bytes, enum gpu_memory kind,
+		      struct gpu_buffer **ret, struct errbuf *err)
+{
+	return gpu_buffer_new(gpu, bytes ? bytes : 4, kind, ret, err);
+}
+
+static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
+			      struct job_gpu *g, struct errbuf *err)
+{
+	uint64_t s = plan->chunk_seeds, l = plan->batch_lines;
+	uint64_t slot_bytes = 12ull * plan->slot_points * l;
+	int r = new_buffer(gpu, 12 * s, GPU_MEMORY_DEVICE, &g->seeds, err);
+
+	if (r == 0)
+		r = new_buffer(gpu, 4 * s, GPU_MEMORY_DEVICE, &g->ndirs, err);
+	if (r == 0)
+		r = new_buffer(gpu, 12ull * plan->max_peaks * s, GPU_MEMORY_DEVICE, &g->dirs, err);
+	if (r == 0)
+		r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &g->line_id, err);
+	if (r == 0)
+		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_DEVICE, &g->points, err);
+	if (r == 0)
+		r = new_buffer(gpu, 4 * RANGE_WORDS * l, GPU_MEMORY_DEVICE, &g->ranges, err);
+	if (r == 0)
+		r = new_buffer(gpu, 4 * l, GPU_MEMORY_DEVICE, &g->dest, err);
+	if (r == 0)
+		r = new_buffer(gpu, 4 + plan->resume_bytes_per_line * l, GPU_MEMORY_DEVICE, &g->resume,
+			       err);
+	return r;
+}
+
+static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
+{
+	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
+				     g->ranges, g->dest, g->resume, g->lut };
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		gpu_buffer_free(gpu, all[i]);
+	paged_free(gpu, &g->odf_scale);
+	memset(g, 0, sizeof(*g));
+}
+
+static int alloc_host(const struct job_plan *plan, struct job_host *h, struct errbuf *err)
+{
+	uint64_t s = plan->chunk_seeds;
+	uint64_t chunk_lines = s * plan->max_peaks;
+
+	h->seed_xyz = malloc(12 * s);
+	h->ndirs = malloc(4 * s);
+	h->line_id = malloc(8 * chunk_lines);
+	h->ranges = malloc(4 * RANGE_WORDS * plan->batch_lines);
+	h->dest = malloc(4 * plan->batch_lines);
+	if (!h->seed_xyz || !h->ndirs || !h->line_id || !h->ranges || !h->dest)
+		return errbuf_set(err, -ENOMEM, "", "out of host memory for %llu seeds per chunk",
+				  (unsigned long long)s);
+	return 0;
+}
+
+/* output.compress: a scratch streamline for compress_streamline. One
+ * streamline is compressed at a time, so the longest one bounds it. */
+static int alloc_compress(const struct job_plan *plan, const struct jobspec *job,
+			  const double affine[4][4], struct job_host *h, struct errbuf *err)
+{
+	if (!job->compress)
+		return 0;
+	compress_params_init(&h->compress, job->compress_tolerance_mm,
+			     job->compress_max_segment_mm, affine);
+	h->compressed = malloc(12ull * plan->slot_points);
+	h->kept = malloc(4ull * plan->slot_points);
+	if (!h->compressed || !h->kept)
+		return errbuf_set(err, -ENOMEM, "", "out of host memory for a streamline of %u "
+				  "points", plan->slot_points);
+	return 0;
+}
+
+static void free_host(struct job_host *h)
+{
+	free(h->seed_xyz);
+	free(h->ndirs);
+	free(h->line_id);
+	free(h->ranges);
+	free(h->dest);
+	free(h->compressed);
+	free(h->kept);
+	memset(h, 0, sizeof(*h));
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+/* What the devices of one run share. Chunks are handed out in seed order
+ * and written in that order: a device that has tracked a batch of chunk k
+ * waits until chunk k - 1 is written (its turn), so the output does not
+ * depend on how many devices there are or how fast each is. lock guards
+ * the fields after it; out and stats are the turn holder's. */
+struct run_shared {
+	const struct jobspec *job;
+	const struct inputs *in;
+	struct seeds *seeds;
+	const struct engine_options *opts;
+	struct output_writer *out;
+	struct engine_stats *stats;
+	uint64_t total;           /* seeds */
+	uint64_t chunk_limit;     /* the smallest of the devices' chunk sizes */
+	double t0;
+	pthread_mutex_t lock;
+	pthread_cond_t changed;   /* the turn, a slot or the error changed */
+	uint64_t next_seed;       /* first seed of the next chunk handed out */
+	uint64_t next_chunk;      /* index of that chunk */
+	uint64_t turn;            /* the chunk being written */
+	int error;                /* the first failure (its errbuf is failed_err) */
+	struct errbuf failed_err;
+};
+
+/* One device's part of a run. */
+struct job_run {
+	struct run_shared *sh;
+	struct gpu_ctx *gpu;
+	const struct resident *res;
+	const struct jobspec *job;
+	const struct inputs *in;
+	struct job_plan plan;
+	struct job_gpu g;
+	struct job_host h;
+	struct kernel_params params;
+	struct engine_stats stats;   /* this device's kernels, chunks, batches */
+	double rate[3];              /* items per second of track, compact, init */
+	uint64_t chunk;              /* index of the chunk it tracks */
+	struct write_slot slots[WRITE_SLOTS];
+	unsigned next_fill, next_write;   /* the slot tracked into next, written next */
+	bool tracking_done;          /* no more slots will be filled */
+	struct errbuf err;           /* the tracking thread's */
+	struct errbuf write_err;     /* the writer thread's */
+	pthread_t thread, writer;
+	bool started, writer_started;
+};
+
+static void fill_params(struct job_run *run)
+{
+	const struct jobspec *job = run->job;
+	uint32_t key[2];
+
+	memset(&run->params, 0, sizeof(run->params));
+	const struct volume *grid = inputs_grid(run->in);
+
+	for (int i = 0; i < 3; i++)
+		run->params.dim[i] = (int32_t)grid->dim[i];
+	run->params.track[0] = (float)job->step_size;
+	run->params.track[1] = (float)cos(job->max_angle * M_PI / 180.0);
+	run->params.track[2] = (float)job->pmf_threshold;
+	run->params.track[3] = (float)job->fa_threshold;
+	run->params.peak[0] = (float)job->relative_peak_threshold;
+	run->params.peak[1] = (float)cos(job->min_separation_angle * M_PI / 180.0);
+	run->params.peak[2] = (float)job->model.min_signal;
+	/* Lengths in mm of voxel-space steps: |A d|^2 = d^T (A^T A) d. */
+	for (int r = 0, k = 0; r < 3; r++)
+		for (int c = r; c < 3; c++, k++) {
+			const double (*A)[4] = grid->affine;
+			run->params.metric[k] = (float)(A[0][r] * A[0][c] + A[1][r] * A[1][c] +
+							A[2][r] * A[2][c]);
+		}
+	philox_key_from_seed(job->rng_seed, key);
+	run->params.rng[0] = key[0];
+	run->params.rng[1] = key[1];
+	run->params.work[2] = (uint32_t)job->max_steps;
+	run->params.work[3] = (uint32_t)job->max_attempts;
+	run->params.dim[3] = 2;
+	/* DIPY: the curvature of the circle on which a step of step_size turns
+	 * by max_angle, 2 sin(max_angle / 2) / step_size. */
+	run->params.ptt[0] = (float)(2.0 * sin(job->max_angle * M_PI / 360.0) / job->step_size);
+	run->params.ptt[1] = (float)(job->probe_length / (job->probe_quality - 1));
+	run->params.ptt[2] = (float)job->probe_radius;
+}
+
+/* Items one submit may carry. The first submit of a kernel carries
+ * ENGINE_MAX_DISPATCH_STEPS worst-case steps (every item running max_steps),
+ * which any device runs quickly; later ones about SUBMIT_SECONDS of work at
+ * the rate measured so far, so a fast GPU is not starved of items and no
+ * submit runs long enough to trip a GPU watchdog. --max-dispatch-steps
+ * fixes the bound instead. */
+static uint64_t items_per_submit(const struct job_run *run, double rate)
+{
+	uint64_t fixed = run->sh->opts->max_dispatch_steps;
+	uint64_t first = (fixed ? fixed : ENGINE_MAX_DISPATCH_STEPS) / (uint64_t)run->job->max_steps;
+	double sized = rate * SUBMIT_SECONDS;
+
+	first = first ? first : 1;
+	if (fixed || sized <= (double)first)
+		return first;
+	return sized >= (double)UINT32_MAX ? UINT32_MAX : (uint64_t)sized;
+}
+
+/* Dispatches items [first, n) of a kernel in submits of items_per_submit,
+ * each split where the workgroup count limit requires it; *rate keeps the
+ * kernel's items per second. Items carry their global index (work[0]), so
+ * the split changes no output. */
+static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipeline *pipe,
+			  struct gpu_buffer *const *buffers, uint64_t first_item, uint64_t n,
+			  double *rate, struct errbuf *err)
+{
+	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
+	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan.items;
+	uint64_t submits = 0;
+	double t0 = timing_now();
+	int r = 0;
+
+	for (uint64_t start = first_item; r == 0 && start < n; submits++) {
+		uint64_t end = min_u64(n, start + items_per_submit(run, *rate));
+		double t_submit = timing_now(), took;
+
+		r = gpu_batch_begin(run->gpu, err);
+		for (uint64_t first = start; r == 0 && first < end; first += per_dispatch) {
+			uint64_t count = min_u64(per_dispatch, end - first);
+			run->params.work[0] = (uint32_t)first;
+			run->params.work[1] = (uint32_t)count;
+			r = gpu_batch_dispatch(run->gpu, pipe, buffers, &run->params,
+					       (uint32_t)((count + run->plan.items - 1) / run->plan.items),
+					       err);
+		}
+		if (r == 0)
+			r = gpu_batch_submit_wait(run->gpu, err);
+		took = timing_now() - t_submit;
+		if (took > 0.0)
+			*rate = (double)(end - start) / took;
+		start = end;
+	}
+	run->stats.submits += submits;
+	run->stats.kernel_seconds += timing_now() - t0;
+	log_debug("%s: %llu items in %llu submit(s), %.4f s", what,
+		  (unsigned long long)(n - first_item), (unsigned long long)submits,
+		  timing_now() - t0);
+	return r;
+}
+
+/* Ends the piece of the batch's lines that starts at line first: as many
+ * lines as the read-back buffer holds the kept points of. Each streamline to
+ * keep (>= 2 points, length within the job's limits) gets its place there;
+ * the others are DROP_LINE and never read back. Returns the piece's end. */
+static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lines)
+{
+	struct job_host *h = &run->h;
+	uint64_t capacity = run->plan.readback_bytes / 12, next = 0, i;
+
+	for (i = first; i < n_lines; i++) {
+		uint32_t count = h->ranges[RANGE_WORDS * i + RANGE_POINTS];
+		float length_mm;
+
+		memcpy(&length_mm, &h->ranges[RANGE_WORDS * i + RANGE_LENGTH], sizeof(length_mm));
+		if (count < 2 || length_mm < run->job->min_length ||
+		    length_mm > run->job->max_length) {
+			h->dest[i] = DROP_LINE;
+			continue;
+		}
+		/* A streamline is never longer than a slot, which the plan keeps
+		 * within the capacity: a piece holds at least one. */
+		if (next + count > capacity)
+			break;
+		h->dest[i] = (uint32_t)next;
+		next += count;
+	}
+	return i;
+}
+
+/* The seed of a slot's line i in RAS+ mm, as saved per streamline. */
+static void seed_ras(const struct job_run *run, const struct write_slot *w, uint64_t i,
+		     float out[3])
+{
+	double vox[3], ras[3];
+
+	for (int a = 0; a < 3; a++)
+		vox[a] = w->seed_vox[3 * i + (uint64_t)a];
+	affine_apply(inputs_grid(run->in)->affine, vox, ras);
+	for (int a = 0; a < 3; a++)
+		out[a] = (float)ras[a];
+}
+
+/* The index of the batch's line i's seed among the points written. The
+ * kernel stores a line's backward half below its seed's slot, and slots are
+ * 2 * max_steps + 1 apart with the seed at max_steps, so the first point's
+ * slot gives the backward count. Compression may drop the seed: then the
+ * first kept point past it is named (tckgen's seeds never meet that case). */
+static uint32_t seed_vertex(const struct job_run *run, const struct write_slot *w, uint64_t i,
+			    uint32_t count)
+{
+	uint32_t max_steps = (uint32_t)run->job->max_steps;
+	uint32_t first_slot = w->ranges[RANGE_WORDS * i + RANGE_FIRST_SLOT];
+	uint32_t v = max_steps - first_slot % (2 * max_steps + 1);
+
+	if (!run->h.compressed)
+		return v;
+	for (uint32_t k = 0; k < count; k++)
+		if (run->h.kept[k] >= v)
+			return k;
+	return count - 1;
+}
+
+/* Appends the packed streamlines of a slot's batch to the output. */
+static int write_batch(struct job_run *run, const struct write_slot *w, struct errbuf *err)
+{
+	const float *packed = gpu_buffer_host(w->readback);
+	struct job_host *h = &run->h;
+	double t0 = timing_now();
+
+	for (uint64_t i = 0; i < w->n_lines; i++) {
+		uint32_t count = w->ranges[RANGE_WORDS * i + RANGE_POINTS];
+		const float *points;
+		float seed[3];
+		struct output_dps dps = {
+			.seed_ras = w->seed_vox ? seed : NULL,
+			.direction_getter = (uint8_t)run->job->direction_getter,
+		};
+		int r;
+
+		if (w->dest[i] == DROP_LINE)
+			continue;
+		points = packed + 3ull * w->dest[i];
+		/* After the length filter: min/max length judge the whole line. */
+		if (h->compressed) {
+			count = compress_streamline(&h->compress, points, count, h->kept,
+						    h->compressed);
+			points = h->compressed;
+		}
+		dps.seed_index = w->seed_index[i];
+		dps.seed_vertex = seed_vertex(run, w, i, count);
+		if (w->seed_vox)
+			seed_ras(run, w, i, seed);
+		r = output_write_streamline_dps(run->sh->out, points, count, &dps);
+		if (r < 0)
+			return errbuf_set(err, r, "output.path", "cannot write the tractogram: %s",
+					  strerror(-r));
+		run->sh->stats->streamlines++;
+		run->sh->stats->points += count;
+	}
+	run->sh->stats->write_seconds += timing_now() - t0;
+	return 0;
+}
+
+static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
+{
+	const struct job_gpu *g = &run->g;
+	const struct resident_bindings res = resident_bindings(g->res);
+
+	if (run->job->direction_getter == JOBSPEC_DG_PTT) {
+		struct gpu_buffer *const ptt[PTT_TRACK_BINDINGS + 1] = {
+			res.odf, res.stop, res.vertices, g->odf_scale.table, g->lut, g->seeds,
+			g->dirs, g->line_id, g->points, g->ranges, g->resume, res.odf_basis };
+		memcpy(b, ptt, sizeof(ptt));
+		return;
+	}
+	if (!inputs_boot(run->in)) {
+		struct gpu_buffer *const prob[PROB_TRACK_BINDINGS + 1] = {
+			res.odf, res.stop, res.vertices, g->seeds, g->dirs, g->line_id,
+			g->points, g->ranges, g->resume, res.odf_basis };
+		memcpy(b, prob, sizeof(prob));
+		return;
+	}
+	struct gpu_buffer *const boot[BOOT_TRACK_BINDINGS] = {
+		res.stop, res.vertices, res.nbr_offset, res.nbr, res.matrices, g->seeds,
+		g->dirs, g->line_id, g->points, g->ranges, g->resume, res.dwi };
+	memcpy(b, boot, sizeof(boot));
+}
+
+static void init_bindings(const struct job_run *run, struct gpu_buffer **b)
+{
+	const struct job_gpu *g = &run->g;
+	const struct resident_bindings res = resident_bindings(g->res);
+
+	if (!inputs_boot(run->in)) {
+		struct gpu_buffer *const prob[PROB_INIT_BINDINGS + 1] = {
+			res.odf, res.vertices, res.nbr_offset, res.nbr, g->seeds, g->ndirs,
+			g->dirs, res.odf_basis };
+		memcpy(b, prob, sizeof(prob));
+		return;
+	}
+	struct gpu_buffer *const boot[BOOT_INIT_BINDINGS] = {
+		res.vertices, res.nbr_offset, res.nbr, res.matrices, g->seeds, g->ndirs,
+		g->dirs, res.dwi };
+	memcpy(b, boot, sizeof(boot));
+}
+
+/* Waits until the chunk before `chunk` is written. -ECANCELED when a device
+ * failed or the job was cancelled meanwhile. */
+static int wait_turn(struct job_run *run, uint64_t chunk, struct errbuf *err)
+{
+	struct run_shared *sh = run->sh;
+	int r = 0;
+
+	pthread_mutex_lock(&sh->lock);
+	while (sh->turn != chunk && !sh->error)
+		pthread_cond_wait(&sh->changed, &sh->lock);
+	if (sh->turn != chunk)
+		r = errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
+	pthread_mutex_unlock(&sh->lock);
+	return r;
+}
+
+/* The slot to track into next, once the writer is done with it; NULL when
+ * the run failed meanwhile. */
+static struct write_slot *take_slot(struct job_run *run)
+{
+	struct run_shared *sh = run->sh;
+	struct write_slot *w;
+
+	pthread_mutex_lock(&sh->lock);
+	while (run->slots[run->next_fill].full && !sh->error)
+		pthread_cond_wait(&sh->changed, &sh->lock);
+	w = sh->error ? NULL : &run->slots[run->next_fill];
+	run->next_fill = (run->next_fill + 1) % WRITE_SLOTS;
+	pthread_mutex_unlock(&sh->lock);
+	return w;
+}
+
+static void post_slot(struct job_run *run, struct write_slot *w)
+{
+	pthread_mutex_lock(&run->sh->lock);
+	w->full = true;
+	pthread_cond_broadcast(&run->sh->changed);
+	pthread_mutex_unlock(&run->sh->lock);
+}
+
+/* Where a batch sits in its chunk, for the slots its pieces go out in. */
+struct batch_place {
+	uint64_t end_seed;        /* the seed after the chunk */
+	bool first, last;         /* the chunk's first and last batch */
+};
+
+/* The seeds of a slot's lines: the writer needs them after the chunk's
+ * arrays are rebuilt for the next chunk, which need not wait for it. */
+static void copy_line_seeds(const struct job_run *run, struct write_slot *w, uint64_t first_line,
+			    uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t seed = run->h.line_id[2 * (first_line + i)];
+		w->seed_index[i] = seed;
+		if (w->seed_vox)
+			memcpy(&w->seed_vox[3 * i],
+			       &run->h.seed_xyz[3 * (uint64_t)(seed - run->params.rng[2])], 12);
+	}
+}
+
+/* Packs the batch's lines [first, end), tracked, into a write slot for the
+ * writer thread. */
+static int post_piece(struct job_run *run, const struct batch_place *at, uint64_t batch_line,
+		      uint64_t first, uint64_t end, bool batch_end, struct errbuf *err)
+{
+	struct job_gpu *g = &run->g;
+	struct job_host *h = &run->h;
+	struct write_slot *w = take_slot(run);
+	int r;
+
+	if (!w)
+		return errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
+	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, w->readback };
+	r = gpu_upload(run->gpu, g->dest, 4 * first, h->dest + first, 4 * (end - first), err);
+	if (r == 0)
+		r = dispatch_items(run, "compact", g->compact, pack_buffers, first, end,
+				   &run->rate[1], err);
+	if (r < 0)
+		return r;
+	memcpy(w->ranges, h->ranges + RANGE_WORDS * first, 4 * RANGE_WORDS * (end - first));
+	memcpy(w->dest, h->dest + first, 4 * (end - first));
+	copy_line_seeds(run, w, batch_line + first, end - first);
+	w->n_lines = end - first;
+	w->chunk = run->chunk;
+	w->end_seed = at->end_seed;
+	w->first_of_chunk = at->first && first == 0;
+	w->last_of_chunk = at->last && batch_end;
+	post_slot(run, w);
+	run->stats.pieces++;
+	return 0;
+}
+
+/* Tracks the batch's n_lines lines. On a LOOP_LIMITED device the kernel
+ * suspends the streamlines whose loops the device would cut, and runs again
+ * over the batch, resuming them, until none is left (shaders/track.glsl). */
+static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, uint64_t n_lines,
+		       struct errbuf *err)
+{
+	struct job_gpu *g = &run->g;
+	const uint32_t none = 0;
+	uint32_t suspended = 0;
+	int r = 0;
+
+	for (uint32_t pass = 0; r == 0 && (pass == 0 || suspended > 0); pass++) {
+		run->params.rng[3] = pass > 0;
+		if (run->plan.resume_bytes_per_line)
+			r = gpu_upload(run->gpu, g->resume, 0, &none, sizeof(none), err);
+		if (r == 0)
+			r = dispatch_items(run, "track", g->track, buffers, 0, n_lines,
+					   &run->rate[0], err);
+		if (r == 0 && run->plan.resume_bytes_per_line)
+			r = gpu_download(run->gpu, g->resume, 0, &suspended, sizeof(suspended), err);
+		if (r == 0 && suspended > 0)
+			log_debug("track: %u streamlines suspended in pass %u", suspended, pass);
+	}
+	run->params.rng[3] = 0;
+	return r;
+}
+
+/* A kernel's stop code as counted: ENGINE_STOP_UNKNOWN past the known ones. */
+static enum engine_stop stop_from_code(uint32_t code)
+{
+	return code < ENGINE_STOP_UNKNOWN ? (enum engine_stop)code : ENGINE_STOP_UNKNOWN;
+}
+
+/* Adds why both ends of each of the batch's n_lines streamlines stopped to
+ * the device's counts: every tracked streamline, also those the length
+ * limits or a single point keep from the output. The kernel packs the
+ * backward half's code in bits 0-7 and the forward half's in bits 8-15. */
+static void count_stop_reasons(struct job_run *run, uint64_t n_lines)
+{
+	for (uint64_t i = 0; i < n_lines; i++) {
+		uint32_t stops = run->h.ranges[RANGE_WORDS * i + RANGE_STOPS];
+
+		run->stats.stop_reasons[stop_from_code(stops & 0xffu)]++;
+		run->stats.stop_reasons[stop_from_code(stops >> 8)]++;
+	}
+}
+
+/* Tracks lines [first_line, first_line + n_lines) of the chunk and hands
+ * the kept ones to the writer, in as many pieces as the read-back needs. */
+static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t first_line,
+		     uint64_t n_lines, struct errbuf *err)
+{
+	struct job_gpu *g = &run->g;
+	struct gpu_buffer *buffers[MAX_BINDINGS];
+	int r = gpu_upload(run->gpu, g->line_id, 0, run->h.line_id + 2 * first_line, 8 * n_lines,
+			   err);
+
+	track_bindings(run, buffers);
+	if (r == 0)
+		r = track_lines(run, buffers, n_lines, err);
+	if (r == 0)
+		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 4 * RANGE_WORDS * n_lines,
+				 err);
+	if (r == 0)
+		count_stop_reasons(run, n_lines);
+	for (uint64_t first = 0, end; r == 0 && first < n_lines; first = end) {
+		end = assign_piece(run, first, n_lines);
+		r = post_piece(run, at, first_line, first, end, end == n_lines, err);
+	}
+	run->stats.batches++;
+	return r;
+}
+
+/* A chunk without streamlines still posts an empty slot: its turn must pass. */
+static int post_empty_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *err)
+{
+	struct write_slot *w = take_slot(run);
+
+	if (!w)
+		return errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
+	w->n_lines = 0;
+	w->chunk = run->chunk;
+	w->end_seed = end_seed;
+	w->first_of_chunk = true;
+	w->last_of_chunk = true;
+	post_slot(run, w);
+	return 0;
+}
+
+/* Lists the chunk's streamlines: one per initial direction of each seed, in
+ * (seed, direction) order, and counts the seeds that have none. The seeds
+ * and directions stay on the GPU, where the track kernels read them by these
+ * ids. */
+static uint64_t build_lines(struct job_run *run, uint64_t first_seed, uint64_t n_seeds)
+{
+	struct job_host *h = &run->h;
+	uint64_t n = 0;
+
+	for (uint64_t s = 0; s < n_seeds; s++) {
+		run->stats.seeds_without_direction += h->ndirs[s] == 0;
+		for (uint32_t d = 0; d < h->ndirs[s]; d++, n++) {
+			h->line_id[2 * n] = (uint32_t)(first_seed + s);
+			h->line_id[2 * n + 1] = d;
+		}
+	}
+	return n;
+}
+
+static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds, struct errbuf *err)
+{
+	struct job_gpu *g = &run->g;
+	struct job_host *h = &run->h;
+	struct gpu_buffer *buffers[MAX_BINDINGS];
+	uint64_t n_lines;
+	double t0 = timing_now();
+	int r = seeds_fill(run->sh->seeds, first_seed, n_seeds, h->seed_xyz);
+
+	init_bindings(run, buffers);
+	/* Seed indices are 32-bit in the kernels' random streams (JOBSPEC_MAX_SEEDS). */
+	run->params.rng[2] = (uint32_t)first_seed;
+	if (r < 0)
+		return errbuf_set(err, r, "seeds", "cannot generate seeds %llu..%llu",
+				  (unsigned long long)first_seed,
+				  (unsigned long long)(first_seed + n_seeds));
+	r = gpu_upload(run->gpu, g->seeds, 0, h->seed_xyz, 12 * n_seeds, err);
+	if (r == 0)
+		r = dispatch_items(run, "init", g->init, buffers, 0, n_seeds, &run->rate[2], err);
+	if (r == 0)
+		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
+	if (r < 0)
+		return r;
+	n_lines = build_lines(run, first_seed, n_seeds);
+	log_debug("chunk %llu: %llu seeds, %llu streamlines, listed in %.4f s",
+		  (unsigned long long)run->chunk, (unsigned long long)n_seeds,
+		  (unsigned long long)n_lines, timing_now() - t0);
+	if (n_lines == 0)
+		r = post_empty_chunk(run, first_seed + n_seeds, err);
+	for (uint64_t first = 0; r == 0 && first < n_lines; first += run->plan.batch_lines) {
+		uint64_t n = min_u64(run->plan.batch_lines, n_lines - first);
+		struct batch_place at = { first_seed + n_seeds, first == 0, first + n >= n_lines };
+		r = run_batch(run, &at, first, n, err);
+	}
+	run->stats.chunks++;
+	return r;
+}
+
+/* With a target chunk duration, the first chunk is small and later ones are
+ * sized from the rate measured so far (never above the devices' limit). */
+static uint64_t next_chunk_seeds(const struct run_shared *sh, uint64_t done, double elapsed)
+{
+	double target = sh->opts->chunk_seconds;
+	double sized;
+
+	if (target <= 0.0)
+		return sh->chunk_limit;
+	if (done == 0 || elapsed <= 0.0)
+		return min_u64(sh->chunk_limit, FIRST_TIMED_CHUNK_SEEDS);
+	sized = (double)done / elapsed * target;
+	if (sized < (double)FIRST_TIMED_CHUNK_SEEDS)
+		return min_u64(sh->chunk_limit, FIRST_TIMED_CHUNK_SEEDS);
+	return sized >= (double)sh->chunk_limit ? sh->chunk_limit : (uint64_t)sized;
+}
+
+/* Hands this device the next chunk: false when none is left or the run
+ * stopped. */
+static bool take_chunk(struct job_run *run, uint64_t *first, uint64_t *n)
+{
+	struct run_shared *sh = run->sh;
+	bool got;
+
+	pthread_mutex_lock(&sh->lock);
+	got = !sh->error && sh->next_seed < sh->total;
+	if (got) {
+		*first = sh->next_seed;
+		*n = min_u64(next_chunk_seeds(sh, sh->next_seed, timing_now() - sh->t0),
+			     sh->total - sh->next_seed);
+		run->chunk = sh->next_chunk++;
+		sh->next_seed += *n;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return got;
+}
+
+/* After a chunk is written (this device holds the turn): flushes the
+ * output, reports progress and passes the turn on. */
+static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *err)
+{
+	struct run_shared *sh = run->sh;
+	const struct engine_options *o = sh->opts;
+	int r = 0;
+
+	if (output_flush(sh->out) < 0)
+		r = errbuf_set(err, -EIO, "output.path", "cannot write the tractogram");
+	if (r == 0 && o->progress &&
+	    !o->progress(o->progress_userdata, end_seed, sh->total, sh->stats->streamlines))
+		r = errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
+			       (unsigned long long)end_seed, (unsigned long long)sh->total);
+	pthread_mutex_lock(&sh->lock);
+	if (r == 0)
+		sh->turn++;
+	pthread_cond_broadcast(&sh->changed);
+	pthread_mutex_unlock(&sh->lock);
+	return r;
+}
+
+/* Records a failure; the first one is the run's. */
+static void fail_run(struct run_shared *sh, int r, const struct errbuf *err)
+{
+	pthread_mutex_lock(&sh->lock);
+	if (!sh->error) {
+		sh->error = r;
+		sh->failed_err = *err;
+	}
+	pthread_cond_broadcast(&sh->changed);
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/* Writes one slot: waits for its chunk's turn first, passes the turn on
+ * after the chunk's last batch. */
+static int write_slot(struct job_run *run, const struct write_slot *w)
+{
+	int r = w->first_of_chunk ? wait_turn(run, w->chunk, &run->write_err) : 0;
+
+	if (r == 0 && w->n_lines > 0)
+		r = write_batch(run, w, &run->write_err);
+	if (r == 0 && w->last_of_chunk)
+		r = finish_chunk(run, w->end_seed, &run->write_err);
+	return r;
+}
+
+/* The device's writer thread: writes its slots in the order they were
+ * filled until tracking is done and every slot is written. */
+static void *write_slots(void *arg)
+{
+	struct job_run *run = arg;
+	struct run_shared *sh = run->sh;
+
+	for (;;) {
+		struct write_slot *w = &run->slots[run->next_write];
+		int r;
+
+		pthread_mutex_lock(&sh->lock);
+		while (!w->full && !run->tracking_done && !sh->error)
+			pthread_cond_wait(&sh->changed, &sh->lock);
+		if (!w->full || sh->error) {
+			pthread_mutex_unlock(&sh->lock);
+			break;
+		}
+		pthread_mutex_unlock(&sh->lock);
+		r = write_slot(run, w);
+		if (r < 0) {
+			fail_run(sh, r, &run->write_err);
+			break;
+		}
+		pthread_mutex_lock(&sh->lock);
+		w->full = false;
+		run->next_write = (run->next_write + 1) % WRITE_SLOTS;
+		pthread_cond_broadcast(&sh->changed);
+		pthread_mutex_unlock(&sh->lock);
+	}
+	return NULL;
+}
+
+/* A device's tracking thread; its writer thread writes each batch while it
+ * tracks the next. */
+static void *track_chunks(void *arg)
+{
+	struct job_run *run = arg;
+	struct run_shared *sh = run->sh;
+	uint64_t first, n;
+	int r = pthread_create(&run->writer, NULL, write_slots, run);
+
+	fill_params(run);
+	run->writer_started = r == 0;
+	if (r != 0)
+		r = errbuf_set(&run->err, -r, "", "cannot start a writer thread: %s", strerror(r));
+	while (r == 0 && take_chunk(run, &first, &n))
+		r = run_chunk(run, first, n, &run->err);
+	if (r < 0)
+		fail_run(sh, r, &run->err);
+	pthread_mutex_lock(&sh->lock);
+	run->tracking_done = true;
+	pthread_cond_broadcast(&sh->changed);
+	pthread_mutex_unlock(&sh->lock);
+	if (run->writer_started)
+		pthread_join(run->writer, NULL);
+	return NULL;
+}
+
+/* ptt's per-voxel ODF scale: the ODF's maxima come from the values on the
+ * vertices, which SH inputs are sampled to here (the host copy lives only
+ * for this). */
+static int ptt_scale(const struct jobspec *job, const struct inputs *in, float *scale,
+		     struct errbuf *err)
+{
+	struct volume sampled = { 0 };
+	const struct volume *odf;
+	int r = inputs_odf_view(in, NULL, &sampled, &odf, err);
+
+	if (r == 0)
+		ptt_odf_scale(odf, inputs_stop(in), job->fa_threshold, scale);
+	volume_free(&sampled);
+	return r;
+}
+
+/* The ptt tables depend on the job (stop threshold, sphere symmetry) as well
+ * as on the cached inputs, so each job builds and uploads its own; the scale
+ * is paged like the stop map it matches in size. */
+static int upload_ptt_tables(struct gpu_ctx *gpu, const struct jobspec *job,
+			     const struct inputs *in, struct job_gpu *g, struct errbuf *err)
+{
+	size_t nvox = volume_voxels(inputs_stop(in));
+	float *scale = malloc(sizeof(float) * nvox);
+	struct ptt_lut lut = { 0 };
+	struct paged_layout layout;
+	int r;
+
+	if (!scale || ptt_lut_build(inputs_sphere(in), inputs_symmetric(in), &lut) < 0) {
+		free(scale);
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	}
+	r = ptt_scale(job, in, scale, err);
+	if (r == 0)
+		r = paged_plan(nvox, 1, PAGED_FLOAT32, gpu_get_limits(gpu)->max_alloc_bytes, &layout,
+			       err);
+	if (r == 0)
+		r = paged_upload(gpu, &layout, scale, &g->odf_scale, err);
+	if (r == 0)
+		r = gpu_upload_new(gpu, lut.words, 4ull * lut.n_words, &g->lut, err);
+	free(scale);
+	ptt_lut_free(&lut);
+	return r;
+}
+
+static int alloc_slots(struct job_run *run, struct errbuf *err)
+{
+	uint64_t l = run->plan.batch_lines;
+	int r = 0;
+
+	for (unsigned k = 0; r == 0 && k < WRITE_SLOTS; k++) {
+		struct write_slot *w = &run->slots[k];
+		r = new_buffer(run->gpu, run->plan.readback_bytes, GPU_MEMORY_READBACK, &w->readback,
+			       err);
+		w->ranges = malloc(4 * RANGE_WORDS * l);
+		w->dest = malloc(4 * l);
+		w->seed_index = malloc(4 * l);
+		w->seed_vox = run->job->save_seeds ? malloc(12 * l) : NULL;
+		if (r == 0 && (!w->ranges || !w->dest || !w->seed_index ||
+			       (run->job->save_seeds && !w->seed_vox)))
+			r = errbuf_set(err, -ENOMEM, "", "out of host memory for %llu streamlines per "
+				       "batch", (unsigned long long)l);
+	}
+	return r;
+}
+
+static void free_slots(struct job_run *run)
+{
+	for (unsigned k = 0; k < WRITE_SLOTS; k++) {
+		gpu_buffer_free(run->gpu, run->slots[k].readback);
+		free(run->slots[k].ranges);
+		free(run->slots[k].dest);
+		free(run->slots[k].seed_index);
+		free(run->slots[k].seed_vox);
+	}
+	memset(run->slots, 0, sizeof(run->slots));
+}
+
+static int prepare_gpu(struct job_run *run, struct errbuf *err)
+{
+	double compile_before = gpu_compile_seconds(run->gpu), t0;
+	int r = get_pipelines(run->gpu, run->job, &run->plan, run->in, &run->g, err);
+
+	run->stats.compile_seconds = gpu_compile_seconds(run->gpu) - compile_before;
+	t0 = timing_now();
+	if (r == 0)
+		r = alloc_work_buffers(run->gpu, &run->plan, &run->g, err);
+	if (r == 0 && run->job->direction_getter == JOBSPEC_DG_PTT)
+		r = upload_ptt_tables(run->gpu, run->job, run->in, &run->g, err);
+	if (r == 0)
+		r = alloc_slots(run, err);
+	if (r == 0)
+		r = alloc_host(&run->plan, &run->h, err);
+	if (r == 0)
+		r = alloc_compress(&run->plan, run->job, inputs_grid(run->in)->affine, &run->h, err);
+	if (r == 0)
+		log_debug("work buffers allocated in %.3f s", timing_now() - t0);
+	return r;
+}
+
+static void free_device_run(struct job_run *run)
+{
+	free_slots(run);
+	free_host(&run->h);
+	free_job_gpu(run->gpu, &run->g);
+}
+
+/* TRK stores properties as float32, exact for integers up to 2^24: a larger
+ * job's seed indices would silently collide, so it is refused instead. */
+static int check_seed_index(const struct jobspec *job, struct seeds *seeds, struct errbuf *err)
+{
+	const uint64_t exact = 1ull << 24;
+
+	if (!job->save_seed_index || job->output_format != OUTPUT_TRK || seeds_count(seeds) <= exact)
+		return 0;
+	return errbuf_set(err, -EINVAL, "output.save_seed_index", "TRK keeps seed indices as "
+			  "float32, exact up to %llu seeds; this job has %llu: use output.format "
+			  "\"trx\"", (unsigned long long)exact,
+			  (unsigned long long)seeds_count(seeds));
+}
+
+static int open_output(struct run_shared *sh, FILE *out, struct errbuf *err)
+{
+	const struct jobspec *job = sh->job;
+	const struct volume *grid = inputs_grid(sh->in);
+	struct output_options oo = { .with_seeds = job->save_seeds,
+				     .with_seed_index = job->save_seed_index,
+				     .with_direction_getter = job->save_direction_getter,
+				     .seeds_file = sh->opts->seeds_file,
+				     .positions = job->output_positions,
+				     .compression = job->output_compression };
+	int r = output_writer_new(job->output_format, out, grid->dim, grid->affine, &oo, &sh->out,
+				  err);
+
+	if (r == 0) {
+		memcpy(sh->stats->grid_dim, grid->dim, sizeof(sh->stats->grid_dim));
+		memcpy(sh->stats->grid_affine, grid->affine, sizeof(sh->stats->grid_affine));
+	}
+	return r;
+}
+
+/* Plans and allocates every device's part; the smallest chunk is the run's. */
+static int prepare_devices(struct run_shared *sh, const struct engine_device *devs,
+			   struct job_run *runs, size_t n, struct errbuf *err)
+{
+	int r = 0;
+
+	sh->chunk_limit = UINT64_MAX;
+	for (size_t i = 0; i < n && r == 0; i++) {
+		struct job_run *run = &runs[i];
+		run->sh = sh;
+		run->gpu = devs[i].gpu;
+		run->res = devs[i].resident;
+		run->g.res = devs[i].resident;
+		run->job = sh->job;
+		run->in = sh->in;
+		r = plan_work(gpu_get_limits(run->gpu), sh->job, sh->in, run->res, sh->seeds, sh->opts,
+			      &run->plan, err);
+		if (r == 0)
+			r = prepare_gpu(run, err);
+		if (r == 0)
+			sh->chunk_limit = min_u64(sh->chunk_limit, run->plan.chunk_seeds);
+	}
+	/* Several chunks per device, so that they all have work to the end. */
+	if (n > 1)
+		sh->chunk_limit = min_u64(sh->chunk_limit,
+					  (sh->total + CHUNKS_PER_DEVICE * n - 1) / (CHUNKS_PER_DEVICE * n));
+	return r;
+}
+
+/* Device 0 runs on the calling thread, the others on threads of their own. */
+static int track_on_devices(struct run_shared *sh, struct job_run *runs, size_t n,
+			    struct errbuf *err)
+{
+	for (size_t i = 1; i < n; i++) {
+		int r = pthread_create(&runs[i].thread, NULL, track_chunks, &runs[i]);
+		if (r != 0) {
+			errbuf_set(&runs[i].err, -r, "device", "cannot start a thread: %s", strerror(r));
+			fail_run(sh, -r, &runs[i].err);
+			break;
+		}
+		runs[i].started = true;
+	}
+	track_chunks(&runs[0]);
+	for (size_t i = 1; i < n; i++)
+		if (runs[i].started)
+			pthread_join(runs[i].thread, NULL);
+	if (sh->error)
+		*err = sh->failed_err;
+	return sh->error;
+}
+
+static void add_device_stats(struct engine_stats *total, const struct engine_stats *dev)
+{
+	total->chunks += dev->chunks;
+	total->batches += dev->batches;
+	total->pieces += dev->pieces;
+	total->kernel_seconds += dev->kernel_seconds;
+	total->submits += dev->submits;
+	total->compile_seconds += dev->compile_seconds;
+	total->seeds_without_direction += dev->seeds_without_direction;
+	for (int k = 0; k < ENGINE_STOP_REASONS; k++)
+		total->stop_reasons[k] += dev->stop_reasons[k];
+}
+
+const char *engine_stop_key(enum engine_stop reason)
+{
+	switch (reason) {
+#define X(name, key, words) case name: return key;
+#include "stop_reasons.def"
+#undef X
+	case ENGINE_STOP_REASONS:
+		break;
+	}
+	return "unknown";
+}
+
+const char *engine_stop_words(enum engine_stop reason)
+{
+	switch (reason) {
+#define X(name, key, words) case name: return words;
+#include "stop_reasons.def"
+#undef X
+	case ENGINE_STOP_REASONS:
+		break;
+	}
+	return "unknown";
+}
+
+uint64_t engine_stop_ends(const struct engine_stats *stats)
+{
+	uint64_t ends = 0;
+
+	for (int k = 0; k < ENGINE_STOP_REASONS; k++)
+		ends += stats->stop_reasons[k];
+	return ends;
+}
+
+int engine_run(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
+	       const struct inputs *in, struct seeds *seeds, const struct engine_options *opts,
+	       FILE *out, struct engine_stats *stats, struct errbuf *err)
+{
+	struct engine_stats local_stats;
+	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts,
+				 .total = seeds_count(seeds) };
+	struct job_run *runs = calloc(n_devs ? n_devs : 1, sizeof(*runs));
+	double write_before;
+	int r;
+
+	if (!stats)
+		stats = &local_stats;
+	memset(stats, 0, sizeof(*stats));
+	if (!runs)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	sh.stats = stats;
+	stats->odf_storage = resident_storage(devs[0].resident);
+	stats->gpu_input_bytes = resident_bytes(devs[0].resident);
+	pthread_mutex_init(&sh.lock, NULL);
+	pthread_cond_init(&sh.changed, NULL);
+	r = check_seed_index(job, seeds, err);
+	if (r == 0)
+		r = prepare_devices(&sh, devs, runs, n_devs, err);
+	if (r == 0)
+		r = open_output(&sh, out, err);
+	sh.t0 = timing_now();
+	write_before = stats->write_seconds;
+	if (r == 0)
+		r = track_on_devices(&sh, runs, n_devs, err);
+	stats->seeds = sh.total;
+	stats->track_seconds = timing_now() - sh.t0 - (stats->write_seconds - write_before);
+	if (sh.out) {
+		int fr = output_writer_finish(sh.out);
+		if (r == 0 && fr < 0)
+			r = errbuf_set(err, fr, "output.path", "cannot finish the tractogram: %s",
+				       strerror(-fr));
+	}
+	for (size_t i = 0; i < n_devs; i++) {
+		add_device_stats(stats, &runs[i].stats);
+		if (runs[i].gpu)
+			free_device_run(&runs[i]);
+	}
+	pthread_cond_destroy(&sh.changed);
+	pthread_mutex_destroy(&sh.lock);
+	free(runs);
+	return r;
+}

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine: runs one validated tracking job on one or more GPU contexts and
+ * streams the streamlines to the job's output format (output.h: TRK, TCK,
+ * TRX).
+ *
+ * Reads the job's inputs (inputs.h) and their GPU copies (resident.h), which
+ * the caller loads and keeps. Owns, for the duration of engine_run(), the
+ * job's pipelines, work buffers and host arrays (all released before it
+ * returns). Plans the work
+ * from the device limits: seeds are processed in chunks whose per-seed buffers
+ * fit one storage-buffer binding, one allocation and the memory budget, and
+ * each chunk's streamlines in batches whose point slots fit likewise. Output
+ * is in (seed index, direction index) order and bit-identical whatever the
+ * chunk and batch sizes, because every random draw is keyed by the global seed
+ * index (philox.h). Logs progress at debug level and failures not at all (the
+ * caller reports the errbuf).
+ */
+#ifndef TRACTD_ENGINE_H
+#define TRACTD_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/errbuf.h"
+#include "engine/gpu.h"
+#include "job/inputs.h"
+#include "job/jobspec.h"
+#include "engine/resident.h"
+#include "job/seeds.h"
+
+/* Called after each seed chunk is written, with the chunks in seed order.
+ * Returning false cancels the job:
+ * engine_run then returns -ECANCELED. */
+typedef bool engine_progress_fn(void *userdata, uint64_t seeds_done, uint64_t seeds_total,
+				uint64_t streamlines);
+
+/* The default bound on one submit's work, in streamline steps: a few
+ * milliseconds on a discrete GPU, well under a second on lavapipe, so that
+ * no single submit of a huge chunk runs into a driver's GPU-hang timeout
+ * (TDR) on a slow device, whatever the chunk size. */
+#define ENGINE_MAX_DISPATCH_STEPS (1ull << 22)
+
+struct engine_options {
+	uint64_t max_chunk_seeds;   /* 0: as many as the limits allow */
+	uint64_t max_dispatch_steps; /* tracking steps one GPU submit may run at most
+				     * (items x max_steps); 0: ENGINE_MAX_DISPATCH_STEPS */
+	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
+	uint64_t readback_bytes;    /* host memory of each of a device's two read-back
+				     * buffers, at most; 0: 256 MiB. Smaller ones
+				     * split batches into more pieces, same output */
+	double chunk_seconds;       /* > 0: size chunks to take about this long, so that
+				     * progress, streaming and cancellation stay responsive */
+	engine_progress_fn *progress;   /* may be NULL */
+	void *progress_userdata;
+	FILE *seeds_file;           /* TCK jobs with output.save_seeds: where the seeds
+				     * text (tckgen -output_seeds) goes; NULL refuses them */
+};
+
+/* Why an end of a streamline stopped (proto/stop_reasons.def, in the order
+ * of the track kernels' codes; the last, ENGINE_STOP_UNKNOWN, is the host's
+ * for codes no kernel should write). */
+enum engine_stop {
+#define X(name, key, words) name,
+#include "stop_reasons.def"
+#undef X
+	ENGINE_STOP_REASONS
+};
+
+struct engine_stats {
+	uint64_t seeds;
+	uint64_t streamlines;       /* written to the output */
+	uint64_t points;
+	uint64_t chunks;            /* seed chunks */
+	uint64_t batches;           /* streamline batches */
+	uint64_t pieces;            /* read-backs of them (engine_options.readback_bytes) */
+	uint64_t submits;           /* kernel submits (each within max_dispatch_steps) */
+	/* Streamline ends by why they stopped (enum engine_stop), two per
+	 * tracked streamline: also those that min_length, max_length or a
+	 * single point keep from the output. */
+	uint64_t stop_reasons[ENGINE_STOP_REASONS];
+	uint64_t seeds_without_direction;  /* no initial direction: no streamline, no ends */
+	double load_seconds;        /* reading inputs, seeds, sphere */
+	double upload_seconds;
+	double compile_seconds;     /* pipelines compiled during this job */
+	double track_seconds;       /* the run's wall time less write_seconds,
+				     * which the writer threads spend while the
+				     * GPU tracks: less than the GPU's time when
+				     * there are several batches */
+	double kernel_seconds;      /* in the kernels' submits; overlaps
+				     * write_seconds */
+	double write_seconds;       /* TRK encoding and writing */
+	const char *odf_storage;    /* resident_storage() of the inputs used */
+	uint64_t gpu_input_bytes;   /* resident_bytes() of them */
+	/* The reference grid the tractogram was written on (dims, voxel-to-RAS+
+	 * mm; zero until the writer starts). Kept because a TCK file does not
+	 * carry it and the API converts finished results between formats. */
+	int64_t grid_dim[3];
+	double grid_affine[4][4];
+};
+
+/* A device of a run and the inputs uploaded to it. */
+struct engine_device {
+	struct gpu_ctx *gpu;
+	const struct resident *resident;
+};
+
+/* Runs job on seeds over the devices (each with its own upload of the same
+ * inputs; one is the usual case) and writes the tractogram to out in
+ * job->output_format (seekable: the count is patched). Seed chunks go to
+ * whichever device is free, and each chunk's streamlines are written in
+ * seed order, so the output is byte-identical to a one-device run. The
+ * progress callback runs on one thread at a time, not always the caller's.
+ * Returns 0 or a negative errno: -E2BIG when the job does not fit a device
+ * (err says how much it needs), -ECANCELED when the progress callback asked
+ * to stop, other codes with err's field "device" for GPU failures or
+ * "output.path" for write failures. stats may be NULL; its load and upload
+ * times are the caller's to fill. */
+int engine_run(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
+	       const struct inputs *in, struct seeds *seeds, const struct engine_options *opts,
+	       FILE *out, struct engine_stats *stats, struct errbuf *err);
+
+/* A stop reason's key in the statistics' JSON ("stop_map"...) and its words
+ * for people ("left the image"...); static strings. */
+const char *engine_stop_key(enum engine_stop reason);
+const char *engine_stop_words(enum engine_stop reason);
+
+/* The ends counted in stats->stop_reasons: twice the streamlines tracked. */
+uint64_t engine_stop_ends(const struct engine_stats *stats);
+
+#endif

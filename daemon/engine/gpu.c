@@ -1,0 +1,1649 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpu: Vulkan context, buffers, shaderc-compiled compute pipelines and batches.
+ * See gpu.h for what it owns. Everything created here is destroyed by
+ * gpu_close() in reverse order; buffers and pipelines are kept on intrusive
+ * lists so that nothing leaks when a caller fails half-way.
+ */
+#include "engine/gpu.h"
+
+#include <ctype.h>
+#include <strings.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <shaderc/shaderc.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vulkan/vulkan.h>
+
+#include "base/log.h"
+#include "base/parallel.h"
+#include "engine/shaders.h"
+#include "base/timing.h"
+
+/* Transfers go through UPLOAD_SLOTS staging buffers of STAGING_BYTES each:
+ * the CPU fills one (on threads, each at least FILL_MIN_BYTES) while the GPU
+ * copies another out. */
+#define STAGING_BYTES (64u << 20)
+#define UPLOAD_SLOTS 2
+#define FILL_MIN_BYTES (4u << 20)
+#define DESCRIPTOR_SETS_PER_BATCH 256
+#define MAX_BINDINGS 16
+
+struct gpu_buffer {
+	VkBuffer buffer;
+	VkDeviceMemory memory;
+	void *host;            /* persistent mapping, or NULL */
+	bool coherent;
+	uint64_t size;
+	struct gpu_buffer *next;
+};
+
+struct gpu_copy_region {
+	uint64_t src_offset, dst_offset, size;
+};
+
+struct gpu_pipeline {
+	char *key;             /* shader name + defines */
+	VkDescriptorSetLayout set_layout;
+	VkPipelineLayout layout;
+	VkPipeline pipeline;
+	uint32_t n_buffers;
+	uint32_t push_bytes;
+	struct gpu_pipeline *next;
+};
+
+/* A staging buffer with the command buffer and fence of the copy out of it. */
+struct upload_slot {
+	struct gpu_buffer *staging;
+	VkCommandBuffer cmd;
+	VkFence fence;
+	bool pending;            /* submitted, not yet waited for */
+};
+
+struct gpu_ctx {
+	VkInstance instance;
+	VkPhysicalDevice physical;
+	VkDevice device;
+	VkQueue queue;
+	uint32_t queue_family;
+	VkCommandPool command_pool;
+	VkCommandBuffer cmd;
+	VkFence fence;
+	VkDescriptorPool descriptor_pool;
+	VkPipelineCache pipeline_cache;
+	char *pipeline_cache_path;
+	VkPhysicalDeviceMemoryProperties memory_props;
+	bool size_control;       /* can require the subgroup size and full subgroups */
+	bool recording;
+	bool batch_has_commands;
+	struct upload_slot slots[UPLOAD_SLOTS];   /* created at the first transfer */
+	struct gpu_buffer *buffers;
+	uint64_t buffer_bytes, peak_buffer_bytes;   /* held by buffers, and at most */
+	struct gpu_pipeline *pipelines;
+	shaderc_compiler_t compiler;
+	double compile_seconds;
+	struct gpu_limits limits;
+	bool lost;               /* a submit failed for good: every later one fails */
+	bool fault_armed;        /* TRACTD_FAULT_DEVICE_LOST_AFTER applies to this context */
+	uint64_t fault_after;    /* submits that succeed before the injected loss */
+	uint64_t submits;
+};
+
+/* The test hook TRACTD_FAULT_DEVICE_LOST_AFTER=N: the first context the
+ * process opens fails its submit number N+1 as if the device were lost
+ * (lavapipe never loses it), so that the daemon's recovery can be tested.
+ * Only the first context, so the one recreated after the loss works. */
+static atomic_flag fault_taken = ATOMIC_FLAG_INIT;
+
+static void arm_fault(struct gpu_ctx *ctx)
+{
+	const char *value = getenv("TRACTD_FAULT_DEVICE_LOST_AFTER");
+	char *end;
+	unsigned long long n;
+
+	if (!value || !value[0] || atomic_flag_test_and_set(&fault_taken))
+		return;
+	errno = 0;
+	n = strtoull(value, &end, 10);
+	if (errno || *end)
+		return;
+	ctx->fault_armed = true;
+	ctx->fault_after = n;
+	log_debug("fault injection: the device is lost after %llu submits", n);
+}
+
+static const char *vk_result_name(VkResult r)
+{
+	switch (r) {
+	case VK_SUCCESS: return "VK_SUCCESS";
+	case VK_NOT_READY: return "VK_NOT_READY";
+	case VK_TIMEOUT: return "VK_TIMEOUT";
+	case VK_INCOMPLETE: return "VK_INCOMPLETE";
+	case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+	case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+	case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+	case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
+	case VK_ERROR_MEMORY_MAP_FAILED: return "VK_ERROR_MEMORY_MAP_FAILED";
+	case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
+	case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+	case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
+	case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
+	case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
+	case VK_ERROR_FORMAT_NOT_SUPPORTED: return "VK_ERROR_FORMAT_NOT_SUPPORTED";
+	case VK_ERROR_FRAGMENTED_POOL: return "VK_ERROR_FRAGMENTED_POOL";
+	case VK_ERROR_OUT_OF_POOL_MEMORY: return "VK_ERROR_OUT_OF_POOL_MEMORY";
+	default: return "VkResult(other)";
+	}
+}
+
+static int vk_errno(VkResult r)
+{
+	switch (r) {
+	case VK_ERROR_OUT_OF_HOST_MEMORY: return -ENOMEM;
+	case VK_ERROR_OUT_OF_DEVICE_MEMORY: return -ENOSPC;
+	case VK_ERROR_DEVICE_LOST: return -ENODEV;
+	case VK_ERROR_INCOMPATIBLE_DRIVER: return -ENODEV;
+	case VK_ERROR_INITIALIZATION_FAILED: return -ENODEV;
+	case VK_ERROR_FEATURE_NOT_PRESENT: return -ENOTSUP;
+	case VK_ERROR_EXTENSION_NOT_PRESENT: return -ENOTSUP;
+	default: return -EIO;
+	}
+}
+
+/* Reports a failed Vulkan call with its text and location, once, and maps it. */
+#define GPU_TRY(err, call)                                                              \
+	do {                                                                            \
+		VkResult vr_ = (call);                                                  \
+		if (vr_ != VK_SUCCESS)                                                  \
+			return errbuf_set((err), vk_errno(vr_), "device", "%s failed: %s (%s:%d)", \
+					  #call, vk_result_name(vr_), __FILE__, __LINE__); \
+	} while (0)
+
+/* ---- instance and device selection ------------------------------------- */
+
+static int create_instance(VkInstance *ret, struct errbuf *err)
+{
+	VkApplicationInfo app = {
+		.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+		.pApplicationName = "tractd",
+		.applicationVersion = 1,
+		.pEngineName = "tractd",
+		.apiVersion = VK_API_VERSION_1_2,
+	};
+	VkInstanceCreateInfo info = {
+		.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+		.pApplicationInfo = &app,
+	};
+	VkResult r = vkCreateInstance(&info, NULL, ret);
+
+	if (r != VK_SUCCESS)
+		return errbuf_set(err, -ENODEV, "device",
+				  "cannot create a Vulkan instance (%s): is a Vulkan driver installed "
+				  "(e.g. mesa-vulkan-drivers for lavapipe)?", vk_result_name(r));
+	return 0;
+}
+
+static int device_type_rank(VkPhysicalDeviceType t)
+{
+	switch (t) {
+	case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 4;
+	case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 3;
+	case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+	case VK_PHYSICAL_DEVICE_TYPE_CPU: return 1;
+	default: return 0;
+	}
+}
+
+static const char *device_type_name(VkPhysicalDeviceType t)
+{
+	switch (t) {
+	case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
+	case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
+	case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
+	case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
+	default: return "other";
+	}
+}
+
+static int enumerate_devices(VkInstance instance, VkPhysicalDevice **ret, uint32_t *ret_n,
+			     struct errbuf *err)
+{
+	uint32_t n = 0;
+	VkPhysicalDevice *devs;
+
+	GPU_TRY(err, vkEnumeratePhysicalDevices(instance, &n, NULL));
+	if (n == 0)
+		return errbuf_set(err, -ENODEV, "device", "no Vulkan device found (install "
+				  "mesa-vulkan-drivers for the CPU fallback lavapipe)");
+	devs = calloc(n, sizeof(*devs));
+	if (!devs)
+		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	VkResult r = vkEnumeratePhysicalDevices(instance, &n, devs);
+	if (r != VK_SUCCESS && r != VK_INCOMPLETE) {
+		free(devs);
+		return errbuf_set(err, vk_errno(r), "device", "vkEnumeratePhysicalDevices: %s",
+				  vk_result_name(r));
+	}
+	*ret = devs;
+	*ret_n = n;
+	return 0;
+}
+
+static void format_uuid(const uint8_t id[VK_UUID_SIZE], char out[GPU_UUID_LEN + 1])
+{
+	char *p = out;
+
+	for (unsigned i = 0; i < VK_UUID_SIZE; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*p++ = '-';
+		p += sprintf(p, "%02x", id[i]);
+	}
+}
+
+static void device_uuid(VkPhysicalDevice dev, char out[GPU_UUID_LEN + 1])
+{
+	VkPhysicalDeviceIDProperties id = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES };
+	VkPhysicalDeviceProperties2 p = { .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+					  .pNext = &id };
+
+	vkGetPhysicalDeviceProperties2(dev, &p);
+	format_uuid(id.deviceUUID, out);
+}
+
+bool gpu_is_uuid(const char *text)
+{
+	if (strlen(text) != GPU_UUID_LEN)
+		return false;
+	for (int i = 0; i < GPU_UUID_LEN; i++) {
+		bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+		if (dash ? text[i] != '-' : !isxdigit((unsigned char)text[i]))
+			return false;
+	}
+	return true;
+}
+
+int gpu_parse_devices(const char *text, struct gpu_device_choice out[GPU_MAX_DEVICES],
+		      size_t *n, struct errbuf *err)
+{
+	const char *p = text;
+
+	*n = 0;
+	if (strcmp(text, "-1") == 0)
+		return 0;
+	while (*p) {
+		size_t len = strcspn(p, ",");
+		char item[GPU_UUID_LEN + 2] = "";
+		char *end = NULL;
+		long index = -1;
+
+		if (*n == GPU_MAX_DEVICES)
+			return errbuf_set(err, -EINVAL, "device", "lists more than %d devices",
+					  GPU_MAX_DEVICES);
+		if (len < sizeof(item))
+			memcpy(item, p, len);
+		if (len > 0 && len < 10 && isdigit((unsigned char)item[0]))
+			index = strtol(item, &end, 10);
+		memset(&out[*n], 0, sizeof(out[*n]));
+		out[*n].index = -1;
+		if (end && *end == '\0' && index >= 0)
+			out[*n].index = (int)index;
+		else if (len < sizeof(item) && gpu_is_uuid(item))
+			memcpy(out[*n].uuid, item, GPU_UUID_LEN + 1);
+		else
+			return errbuf_set(err, -EINVAL, "device", "'%.*s' is neither a device index "
+					  "nor a UUID as `tractd devices` lists them", (int)(len < 64 ? len : 64), p);
+		(*n)++;
+		p += len;
+		if (*p == ',' && !*++p)
+			return errbuf_set(err, -EINVAL, "device", "ends with a comma");
+	}
+	return 0;
+}
+
+int gpu_open_devices(const struct gpu_options *opts, const struct gpu_device_choice *choices,
+		     size_t n, struct gpu_ctx **ret, size_t *opened, struct errbuf *err)
+{
+	size_t want = n ? n : 1;
+	int r = 0;
+
+	*opened = 0;
+	for (size_t i = 0; r == 0 && i < want; i++) {
+		struct gpu_options o = *opts;
+		if (n) {
+			o.device_index = choices[i].index;
+			o.device_uuid = choices[i].uuid[0] ? choices[i].uuid : NULL;
+		}
+		r = gpu_open(&o, &ret[i], err);
+		if (r == 0)
+			(*opened)++;
+	}
+	if (r < 0) {
+		for (size_t i = 0; i < *opened; i++)
+			gpu_close(ret[i]);
+		*opened = 0;
+	}
+	return r;
+}
+
+static int index_of_uuid(VkPhysicalDevice *devs, uint32_t n, const char *uuid)
+{
+	char have[GPU_UUID_LEN + 1];
+
+	for (uint32_t i = 0; i < n; i++) {
+		device_uuid(devs[i], have);
+		if (strcasecmp(have, uuid) == 0)
+			return (int)i;
+	}
+	return -1;
+}
+
+static int pick_device(VkInstance instance, int index, const char *uuid, VkPhysicalDevice *ret,
+		       struct errbuf *err)
+{
+	VkPhysicalDevice *devs;
+	uint32_t n;
+	int best = -1, best_rank = -1;
+	int r = enumerate_devices(instance, &devs, &n, err);
+
+	if (r < 0)
+		return r;
+	if (uuid) {
+		index = index_of_uuid(devs, n, uuid);
+		if (index < 0) {
+			free(devs);
+			return errbuf_set(err, -ENODEV, "device", "no device has UUID %s (see "
+					  "`tractd devices`)", uuid);
+		}
+	}
+	if (index >= 0) {
+		if ((uint32_t)index >= n) {
+			free(devs);
+			return errbuf_set(err, -ENODEV, "device",
+					  "device index %d out of range: %u device(s) present "
+					  "(see `tractd devices`)", index, n);
+		}
+		best = index;
+	} else {
+		for (uint32_t i = 0; i < n; i++) {
+			VkPhysicalDeviceProperties p;
+			vkGetPhysicalDeviceProperties(devs[i], &p);
+			if (device_type_rank(p.deviceType) > best_rank) {
+				best_rank = device_type_rank(p.deviceType);
+				best = (int)i;
+			}
+		}
+	}
+	*ret = devs[best];
+	free(devs);
+	return 0;
+}
+
+static int find_compute_queue(VkPhysicalDevice phys, uint32_t *ret, struct errbuf *err)
+{
+	uint32_t n = 0;
+	VkQueueFamilyProperties *q;
+	int found = -1;
+
+	vkGetPhysicalDeviceQueueFamilyProperties(phys, &n, NULL);
+	q = calloc(n ? n : 1, sizeof(*q));
+	if (!q)
+		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	vkGetPhysicalDeviceQueueFamilyProperties(phys, &n, q);
+	/* Prefer a compute family without graphics (async compute) when present. */
+	for (uint32_t i = 0; i < n && found < 0; i++)
+		if ((q[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && !(q[i].queueFlags & VK_QUEUE_GRAPHICS_BIT))
+			found = (int)i;
+	for (uint32_t i = 0; i < n && found < 0; i++)
+		if (q[i].queueFlags & VK_QUEUE_COMPUTE_BIT)
+			found = (int)i;
+	free(q);
+	if (found < 0)
+		return errbuf_set(err, -ENODEV, "device", "the device has no compute queue");
+	*ret = (uint32_t)found;
+	return 0;
+}
+
+static int check_subgroup_support(const VkPhysicalDeviceSubgroupProperties *sg, struct errbuf *err)
+{
+	const VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_VOTE_BIT |
+		VK_SUBGROUP_FEATURE_ARITHMETIC_BIT | VK_SUBGROUP_FEATURE_BALLOT_BIT;
+
+	if (!(sg->supportedStages & VK_SHADER_STAGE_COMPUTE_BIT))
+		return errbuf_set(err, -ENOTSUP, "device", "subgroup operations are not supported "
+				  "in compute shaders on this device");
+	if ((sg->supportedOperations & need) != need)
+		return errbuf_set(err, -ENOTSUP, "device", "the device lacks subgroup basic/vote/"
+				  "arithmetic/ballot operations (have 0x%x)", sg->supportedOperations);
+	if (sg->subgroupSize < 4 || sg->subgroupSize > 128)
+		return errbuf_set(err, -ENOTSUP, "device", "unsupported subgroup size %u",
+				  sg->subgroupSize);
+	return 0;
+}
+
+static uint64_t largest_device_heap(const VkPhysicalDeviceMemoryProperties *m)
+{
+	uint64_t best = 0;
+
+	for (uint32_t i = 0; i < m->memoryHeapCount; i++)
+		if ((m->memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
+		    m->memoryHeaps[i].size > best)
+			best = m->memoryHeaps[i].size;
+	return best;
+}
+
+static uint64_t lower_limit(uint64_t device_value, uint64_t requested)
+{
+	return (requested && requested < device_value) ? requested : device_value;
+}
+
+/* Reads the properties the engine plans with, and whether subgroup size control
+ * (required size + full subgroups) is available for compute shaders. */
+static int read_limits(struct gpu_ctx *ctx, const struct gpu_options *opts, struct errbuf *err)
+{
+	VkPhysicalDeviceDriverProperties driver = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES,
+	};
+	VkPhysicalDeviceSubgroupSizeControlProperties size_ctl = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES,
+		.pNext = &driver,
+	};
+	VkPhysicalDeviceSubgroupProperties sg = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+		.pNext = &size_ctl,
+	};
+	VkPhysicalDeviceMaintenance3Properties m3 = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES,
+		.pNext = &sg,
+	};
+	VkPhysicalDeviceProperties2 props = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+		.pNext = &m3,
+	};
+	struct gpu_limits *l = &ctx->limits;
+	int r;
+
+	vkGetPhysicalDeviceProperties2(ctx->physical, &props);
+	r = check_subgroup_support(&sg, err);
+	if (r < 0)
+		return r;
+	vkGetPhysicalDeviceMemoryProperties(ctx->physical, &ctx->memory_props);
+
+	snprintf(l->device_name, sizeof(l->device_name), "%s", props.properties.deviceName);
+	l->device_type = device_type_name(props.properties.deviceType);
+	l->api_version = props.properties.apiVersion;
+	l->max_binding_bytes = lower_limit(props.properties.limits.maxStorageBufferRange,
+					   opts->max_binding_bytes);
+	l->max_alloc_bytes = lower_limit(m3.maxMemoryAllocationSize, opts->max_alloc_bytes);
+	l->device_local_bytes = largest_device_heap(&ctx->memory_props);
+	l->subgroup_size = sg.subgroupSize;
+	l->max_shared_bytes = props.properties.limits.maxComputeSharedMemorySize;
+	l->max_workgroup_invocations = props.properties.limits.maxComputeWorkGroupInvocations;
+	l->max_workgroup_count_x = props.properties.limits.maxComputeWorkGroupCount[0];
+	l->max_push_constant_bytes = props.properties.limits.maxPushConstantsSize;
+	/* llvmpipe ends every loop of a shader invocation past 65535 iterations
+	 * in all (shaders/track.glsl resumes the streamlines it cut). */
+	l->loop_limited = props.properties.apiVersion >= VK_API_VERSION_1_2 &&
+		driver.driverID == VK_DRIVER_ID_MESA_LLVMPIPE;
+
+	ctx->size_control = props.properties.apiVersion >= VK_API_VERSION_1_3 &&
+		(size_ctl.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+		size_ctl.minSubgroupSize <= sg.subgroupSize && sg.subgroupSize <= size_ctl.maxSubgroupSize;
+	return 0;
+}
+
+static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
+{
+	float priority = 1.0f;
+	VkDeviceQueueCreateInfo queue = {
+		.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+		.queueFamilyIndex = ctx->queue_family,
+		.queueCount = 1,
+		.pQueuePriorities = &priority,
+	};
+	VkPhysicalDeviceVulkan13Features f13 = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
+	};
+	VkPhysicalDeviceVulkan12Features f12 = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+		.pNext = ctx->size_control ? &f13 : NULL,
+	};
+	VkPhysicalDeviceFeatures2 have = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+		.pNext = &f12,
+	};
+	VkPhysicalDeviceVulkan13Features want13 = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
+	};
+	/* Volumes larger than one binding are read through device addresses
+	 * (gpu_buffer_address), which only maxMemoryAllocationSize bounds. */
+	VkPhysicalDeviceVulkan12Features want12 = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+		.bufferDeviceAddress = VK_TRUE,
+	};
+	VkDeviceCreateInfo info = {
+		.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+		.pNext = &want12,
+		.queueCreateInfoCount = 1,
+		.pQueueCreateInfos = &queue,
+	};
+
+	vkGetPhysicalDeviceFeatures2(ctx->physical, &have);
+	if (!f12.bufferDeviceAddress)
+		return errbuf_set(err, -ENOTSUP, "device", "the device lacks bufferDeviceAddress "
+				  "(Vulkan 1.2), which tractd needs to read large volumes");
+	if (ctx->size_control && f13.subgroupSizeControl && f13.computeFullSubgroups) {
+		want13.subgroupSizeControl = VK_TRUE;
+		want13.computeFullSubgroups = VK_TRUE;
+		want12.pNext = &want13;
+	} else {
+		ctx->size_control = false;
+	}
+	GPU_TRY(err, vkCreateDevice(ctx->physical, &info, NULL, &ctx->device));
+	vkGetDeviceQueue(ctx->device, ctx->queue_family, 0, &ctx->queue);
+	return 0;
+}
+
+static int create_command_objects(struct gpu_ctx *ctx, struct errbuf *err)
+{
+	VkCommandPoolCreateInfo pool = {
+		.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+		.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+		.queueFamilyIndex = ctx->queue_family,
+	};
+	VkCommandBufferAllocateInfo alloc = {
+		.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+		.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+		.commandBufferCount = 1,
+	};
+	VkFenceCreateInfo fence = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
+	VkDescriptorPoolSize sizes = {
+		.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+		.descriptorCount = DESCRIPTOR_SETS_PER_BATCH * MAX_BINDINGS,
+	};
+	VkDescriptorPoolCreateInfo dpool = {
+		.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+		.maxSets = DESCRIPTOR_SETS_PER_BATCH,
+		.poolSizeCount = 1,
+		.pPoolSizes = &sizes,
+	};
+
+	GPU_TRY(err, vkCreateCommandPool(ctx->device, &pool, NULL, &ctx->command_pool));
+	alloc.commandPool = ctx->command_pool;
+	GPU_TRY(err, vkAllocateCommandBuffers(ctx->device, &alloc, &ctx->cmd));
+	GPU_TRY(err, vkCreateFence(ctx->device, &fence, NULL, &ctx->fence));
+	GPU_TRY(err, vkCreateDescriptorPool(ctx->device, &dpool, NULL, &ctx->descriptor_pool));
+	return 0;
+}
+
+/* ---- pipeline cache on disk -------------------------------------------- */
+
+static void *read_whole_file(const char *path, size_t *ret_size)
+{
+	FILE *f = fopen(path, "rb");
+	void *data = NULL;
+	long size;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
+		data = malloc((size_t)size);
+		if (data && fread(data, 1, (size_t)size, f) != (size_t)size) {
+			free(data);
+			data = NULL;
+		}
+		*ret_size = (size_t)size;
+	}
+	fclose(f);
+	return data;
+}
+
+static int create_pipeline_cache(struct gpu_ctx *ctx, const char *path, struct errbuf *err)
+{
+	size_t size = 0;
+	void *data = path ? read_whole_file(path, &size) : NULL;
+	VkPipelineCacheCreateInfo info = {
+		.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
+		.initialDataSize = data ? size : 0,
+		.pInitialData = data,
+	};
+	VkResult r = vkCreatePipelineCache(ctx->device, &info, NULL, &ctx->pipeline_cache);
+
+	if (r != VK_SUCCESS && data) {
+		/* A cache from another driver or version: start empty. */
+		log_debug("pipeline cache %s rejected (%s), starting empty", path, vk_result_name(r));
+		info.initialDataSize = 0;
+		info.pInitialData = NULL;
+		r = vkCreatePipelineCache(ctx->device, &info, NULL, &ctx->pipeline_cache);
+	}
+	free(data);
+	if (r != VK_SUCCESS)
+		return errbuf_set(err, vk_errno(r), "device", "vkCreatePipelineCache: %s",
+				  vk_result_name(r));
+	if (path) {
+		ctx->pipeline_cache_path = strdup(path);
+		if (!ctx->pipeline_cache_path)
+			return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	}
+	return 0;
+}
+
+static int mkdir_parents(const char *path)
+{
+	char *copy = strdup(path);
+	int r = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	for (char *p = copy + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(copy, 0755) < 0 && errno != EEXIST)
+			r = -errno;
+		*p = '/';
+	}
+	free(copy);
+	return r;
+}
+
+/* Best effort: a cache that cannot be written only costs compile time later. */
+static void save_pipeline_cache(struct gpu_ctx *ctx)
+{
+	size_t size = 0;
+	void *data = NULL;
+	char tmp[4200];
+	bool written;
+	FILE *f;
+
+	if (!ctx->pipeline_cache_path || !ctx->pipeline_cache)
+		return;
+	if (vkGetPipelineCacheData(ctx->device, ctx->pipeline_cache, &size, NULL) != VK_SUCCESS || !size)
+		return;
+	data = malloc(size);
+	if (!data || vkGetPipelineCacheData(ctx->device, ctx->pipeline_cache, &size, data) != VK_SUCCESS)
+		goto out;
+	if (mkdir_parents(ctx->pipeline_cache_path) < 0)
+		goto out;
+	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", ctx->pipeline_cache_path, (int)getpid());
+	f = fopen(tmp, "wb");
+	if (!f)
+		goto out;
+	written = fwrite(data, 1, size, f) == size;
+	if (fclose(f) != 0 || !written || rename(tmp, ctx->pipeline_cache_path) < 0) {
+		log_debug("cannot save pipeline cache %s", ctx->pipeline_cache_path);
+		unlink(tmp);
+	}
+out:
+	free(data);
+}
+
+/* ---- open / close ------------------------------------------------------- */
+
+int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf *err)
+{
+	struct gpu_ctx *ctx = calloc(1, sizeof(*ctx));
+	int r;
+
+	if (!ctx)
+		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	r = create_instance(&ctx->instance, err);
+	if (r < 0)
+		goto fail;
+	r = pick_device(ctx->instance, opts->device_index, opts->device_uuid, &ctx->physical, err);
+	if (r < 0)
+		goto fail;
+	r = read_limits(ctx, opts, err);
+	if (r < 0)
+		goto fail;
+	r = find_compute_queue(ctx->physical, &ctx->queue_family, err);
+	if (r < 0)
+		goto fail;
+	r = create_device(ctx, err);
+	if (r < 0)
+		goto fail;
+	r = create_command_objects(ctx, err);
+	if (r < 0)
+		goto fail;
+	r = create_pipeline_cache(ctx, opts->pipeline_cache_path, err);
+	if (r < 0)
+		goto fail;
+	ctx->compiler = shaderc_compiler_initialize();
+	if (!ctx->compiler) {
+		r = errbuf_set(err, -ENOMEM, "device", "cannot initialise the shader compiler");
+		goto fail;
+	}
+	arm_fault(ctx);
+	log_debug("device: %s (%s), subgroup %u, binding %llu B, allocation %llu B",
+		  ctx->limits.device_name, ctx->limits.device_type, ctx->limits.subgroup_size,
+		  (unsigned long long)ctx->limits.max_binding_bytes,
+		  (unsigned long long)ctx->limits.max_alloc_bytes);
+	*ret = ctx;
+	return 0;
+fail:
+	gpu_close(ctx);
+	return r;
+}
+
+static void destroy_pipeline(VkDevice dev, struct gpu_pipeline *p)
+{
+	if (p->pipeline)
+		vkDestroyPipeline(dev, p->pipeline, NULL);
+	if (p->layout)
+		vkDestroyPipelineLayout(dev, p->layout, NULL);
+	if (p->set_layout)
+		vkDestroyDescriptorSetLayout(dev, p->set_layout, NULL);
+	free(p->key);
+	free(p);
+}
+
+static void destroy_buffer(VkDevice dev, struct gpu_buffer *b)
+{
+	if (b->host)
+		vkUnmapMemory(dev, b->memory);
+	if (b->buffer)
+		vkDestroyBuffer(dev, b->buffer, NULL);
+	if (b->memory)
+		vkFreeMemory(dev, b->memory, NULL);
+	free(b);
+}
+
+void gpu_close(struct gpu_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	if (ctx->device) {
+		vkDeviceWaitIdle(ctx->device);
+		save_pipeline_cache(ctx);
+		while (ctx->pipelines) {
+			struct gpu_pipeline *next = ctx->pipelines->next;
+			destroy_pipeline(ctx->device, ctx->pipelines);
+			ctx->pipelines = next;
+		}
+		while (ctx->buffers) {
+			struct gpu_buffer *next = ctx->buffers->next;
+			destroy_buffer(ctx->device, ctx->buffers);
+			ctx->buffers = next;
+		}
+		if (ctx->pipeline_cache)
+			vkDestroyPipelineCache(ctx->device, ctx->pipeline_cache, NULL);
+		if (ctx->descriptor_pool)
+			vkDestroyDescriptorPool(ctx->device, ctx->descriptor_pool, NULL);
+		if (ctx->fence)
+			vkDestroyFence(ctx->device, ctx->fence, NULL);
+		for (int i = 0; i < UPLOAD_SLOTS; i++)
+			if (ctx->slots[i].fence)
+				vkDestroyFence(ctx->device, ctx->slots[i].fence, NULL);
+		if (ctx->command_pool)
+			vkDestroyCommandPool(ctx->device, ctx->command_pool, NULL);
+		vkDestroyDevice(ctx->device, NULL);
+	}
+	if (ctx->instance)
+		vkDestroyInstance(ctx->instance, NULL);
+	if (ctx->compiler)
+		shaderc_compiler_release(ctx->compiler);
+	free(ctx->pipeline_cache_path);
+	free(ctx);
+}
+
+const struct gpu_limits *gpu_get_limits(const struct gpu_ctx *ctx)
+{
+	return &ctx->limits;
+}
+
+double gpu_compile_seconds(const struct gpu_ctx *ctx)
+{
+	return ctx->compile_seconds;
+}
+
+int gpu_list_devices(FILE *out, struct errbuf *err)
+{
+	VkInstance instance;
+	VkPhysicalDevice *devs;
+	uint32_t n;
+	int r = create_instance(&instance, err);
+
+	if (r < 0)
+		return r;
+	r = enumerate_devices(instance, &devs, &n, err);
+	if (r < 0) {
+		vkDestroyInstance(instance, NULL);
+		return r;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		VkPhysicalDeviceSubgroupProperties sg = {
+			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+		};
+		VkPhysicalDeviceProperties2 p = {
+			.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+			.pNext = &sg,
+		};
+		VkPhysicalDeviceMemoryProperties mem;
+		char uuid[GPU_UUID_LEN + 1];
+		vkGetPhysicalDeviceProperties2(devs[i], &p);
+		vkGetPhysicalDeviceMemoryProperties(devs[i], &mem);
+		device_uuid(devs[i], uuid);
+		fprintf(out, "%u\t%s\t%s\t%s\tVulkan %u.%u\tsubgroup %u\tbinding %u MiB\t"
+			"memory %llu MiB\n",
+			i, device_type_name(p.properties.deviceType), p.properties.deviceName, uuid,
+			VK_API_VERSION_MAJOR(p.properties.apiVersion),
+			VK_API_VERSION_MINOR(p.properties.apiVersion), sg.subgroupSize,
+			p.properties.limits.maxStorageBufferRange >> 20,
+			(unsigned long long)(largest_device_heap(&mem) >> 20));
+	}
+	free(devs);
+	vkDestroyInstance(instance, NULL);
+	return 0;
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+static int find_memory_type(const struct gpu_ctx *ctx, uint32_t allowed,
+			    const VkMemoryPropertyFlags *preferences, int n_pref)
+{
+	const VkPhysicalDeviceMemoryProperties *m = &ctx->memory_props;
+
+	for (int p = 0; p < n_pref; p++)
+		for (uint32_t i = 0; i < m->memoryTypeCount; i++)
+			if ((allowed & (1u << i)) &&
+			    (m->memoryTypes[i].propertyFlags & preferences[p]) == preferences[p])
+				return (int)i;
+	return -1;
+}
+
+static int memory_type_for(const struct gpu_ctx *ctx, uint32_t allowed, enum gpu_memory kind)
+{
+	static const VkMemoryPropertyFlags device_pref[] = {
+		VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
+		0,
+	};
+	static const VkMemoryPropertyFlags readback_pref[] = {
+		VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT |
+			VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
+		VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+	};
+
+	if (kind == GPU_MEMORY_DEVICE)
+		return find_memory_type(ctx, allowed, device_pref, 2);
+	return find_memory_type(ctx, allowed, readback_pref, 2);
+}
+
+int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
+		   struct gpu_buffer **ret, struct errbuf *err)
+{
+	VkBufferCreateInfo info = {
+		.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+		.size = size,
+		.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+			 VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT,
+		.sharingMode = VK_SHARING_MODE_EXCLUSIVE,
+	};
+	VkMemoryRequirements req;
+	VkMemoryAllocateFlagsInfo alloc_flags = {
+		.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+		.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT,
+	};
+	VkMemoryAllocateInfo alloc = { .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+				       .pNext = &alloc_flags };
+	struct gpu_buffer *b;
+	VkMemoryPropertyFlags flags;
+	VkResult vr;
+	int type;
+
+	if (size == 0 || size > ctx->limits.max_alloc_bytes)
+		return errbuf_set(err, -EINVAL, "device", "buffer of %llu bytes is outside (0, %llu], "
+				  "the device's allocation limit", (unsigned long long)size,
+				  (unsigned long long)ctx->limits.max_alloc_bytes);
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	b->size = size;
+	vr = vkCreateBuffer(ctx->device, &info, NULL, &b->buffer);
+	if (vr != VK_SUCCESS)
+		goto vk_fail;
+	vkGetBufferMemoryRequirements(ctx->device, b->buffer, &req);
+	type = memory_type_for(ctx, req.memoryTypeBits, memory);
+	if (type < 0) {
+		destroy_buffer(ctx->device, b);
+		return errbuf_set(err, -ENOTSUP, "device", "no suitable memory type for a %s buffer",
+				  memory == GPU_MEMORY_DEVICE ? "device" : "readback");
+	}
+	alloc.allocationSize = req.size;
+	alloc.memoryTypeIndex = (uint32_t)type;
+	vr = vkAllocateMemory(ctx->device, &alloc, NULL, &b->memory);
+	if (vr != VK_SUCCESS)
+		goto vk_fail;
+	vr = vkBindBufferMemory(ctx->device, b->buffer, b->memory, 0);
+	if (vr != VK_SUCCESS)
+		goto vk_fail;
+	flags = ctx->memory_props.memoryTypes[type].propertyFlags;
+	if (flags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
+		vr = vkMapMemory(ctx->device, b->memory, 0, VK_WHOLE_SIZE, 0, &b->host);
+		if (vr != VK_SUCCESS)
+			goto vk_fail;
+		b->coherent = flags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+	}
+	b->next = ctx->buffers;
+	ctx->buffers = b;
+	ctx->buffer_bytes += size;
+	if (ctx->buffer_bytes > ctx->peak_buffer_bytes)
+		ctx->peak_buffer_bytes = ctx->buffer_bytes;
+	*ret = b;
+	return 0;
+vk_fail:
+	destroy_buffer(ctx->device, b);
+	return errbuf_set(err, vk_errno(vr), "device", "cannot allocate a buffer of %llu bytes: %s",
+			  (unsigned long long)size, vk_result_name(vr));
+}
+
+void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf)
+{
+	if (!buf)
+		return;
+	for (struct gpu_buffer **p = &ctx->buffers; *p; p = &(*p)->next) {
+		if (*p == buf) {
+			*p = buf->next;
+			break;
+		}
+	}
+	ctx->buffer_bytes -= buf->size;
+	destroy_buffer(ctx->device, buf);
+}
+
+uint64_t gpu_peak_buffer_bytes(const struct gpu_ctx *ctx)
+{
+	return ctx->peak_buffer_bytes;
+}
+
+void *gpu_buffer_host(const struct gpu_buffer *buf)
+{
+	return buf->host;
+}
+
+uint64_t gpu_buffer_address(struct gpu_ctx *ctx, const struct gpu_buffer *buf)
+{
+	VkBufferDeviceAddressInfo info = {
+		.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO,
+		.buffer = buf->buffer,
+	};
+
+	return vkGetBufferDeviceAddress(ctx->device, &info);
+}
+
+static int sync_host_range(struct gpu_ctx *ctx, struct gpu_buffer *b, bool to_device,
+			   struct errbuf *err)
+{
+	VkMappedMemoryRange range = {
+		.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE,
+		.memory = b->memory,
+		.offset = 0,
+		.size = VK_WHOLE_SIZE,
+	};
+
+	if (b->coherent)
+		return 0;
+	if (to_device)
+		GPU_TRY(err, vkFlushMappedMemoryRanges(ctx->device, 1, &range));
+	else
+		GPU_TRY(err, vkInvalidateMappedMemoryRanges(ctx->device, 1, &range));
+	return 0;
+}
+
+static int check_range(const struct gpu_buffer *b, uint64_t offset, uint64_t size, struct errbuf *err)
+{
+	if (offset > b->size || size > b->size - offset)
+		return errbuf_set(err, -EINVAL, "device", "transfer of %llu bytes at %llu exceeds "
+				  "a buffer of %llu bytes", (unsigned long long)size,
+				  (unsigned long long)offset, (unsigned long long)b->size);
+	return 0;
+}
+
+static int batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
+		      const struct gpu_copy_region *regions, uint32_t n_regions, struct errbuf *err);
+
+static int staged_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t src_off,
+		       struct gpu_buffer *dst, uint64_t dst_off, uint64_t size, struct errbuf *err)
+{
+	struct gpu_copy_region region = { src_off, dst_off, size };
+	int r = gpu_batch_begin(ctx, err);
+
+	if (r < 0)
+		return r;
+	r = batch_copy(ctx, src, dst, &region, 1, err);
+	if (r < 0)
+		return r;
+	return gpu_batch_submit_wait(ctx, err);
+}
+
+/* A failed submit or wait. Out of memory leaves the device usable; anything
+ * else (DEVICE_LOST, a driver reset) leaves the context's state unknown. */
+static int gpu_failed(struct gpu_ctx *ctx, VkResult vr, struct errbuf *err)
+{
+	if (vr != VK_ERROR_OUT_OF_HOST_MEMORY && vr != VK_ERROR_OUT_OF_DEVICE_MEMORY)
+		ctx->lost = true;
+	return errbuf_set(err, vk_errno(vr), "device", "the GPU work failed: %s",
+			  vk_result_name(vr));
+}
+
+/* The staging slots, their command buffers and fences; made once per context. */
+static int ensure_slots(struct gpu_ctx *ctx, struct errbuf *err)
+{
+	/* Whole 64-byte units, so that every fill starts at a multiple of 64. */
+	uint64_t size = STAGING_BYTES < ctx->limits.max_alloc_bytes ? STAGING_BYTES
+								    : ctx->limits.max_alloc_bytes & ~63ull;
+	VkCommandBufferAllocateInfo alloc = {
+		.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+		.commandPool = ctx->command_pool,
+		.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+		.commandBufferCount = 1,
+	};
+	VkFenceCreateInfo fence = { .sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO };
+
+	for (int i = 0; i < UPLOAD_SLOTS; i++) {
+		struct upload_slot *slot = &ctx->slots[i];
+		if (slot->staging)
+			continue;
+		if (!slot->cmd)
+			GPU_TRY(err, vkAllocateCommandBuffers(ctx->device, &alloc, &slot->cmd));
+		if (!slot->fence)
+			GPU_TRY(err, vkCreateFence(ctx->device, &fence, NULL, &slot->fence));
+		int r = gpu_buffer_new(ctx, size, GPU_MEMORY_READBACK, &slot->staging, err);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* Submits cmd with fence (the injected fault and a lost device included). */
+static int submit(struct gpu_ctx *ctx, VkCommandBuffer cmd, VkFence fence, struct errbuf *err)
+{
+	VkSubmitInfo info = {
+		.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+		.commandBufferCount = 1,
+		.pCommandBuffers = &cmd,
+	};
+	VkResult vr;
+
+	if (ctx->lost)
+		return errbuf_set(err, -ENODEV, "device", "the device was lost by an earlier "
+				  "submit");
+	GPU_TRY(err, vkResetFences(ctx->device, 1, &fence));
+	if (ctx->fault_armed && ctx->submits >= ctx->fault_after) {
+		ctx->lost = true;
+		return errbuf_set(err, -ENODEV, "device", "the GPU work failed: VK_ERROR_DEVICE_LOST "
+				  "(injected by TRACTD_FAULT_DEVICE_LOST_AFTER)");
+	}
+	ctx->submits++;
+	vr = vkQueueSubmit(ctx->queue, 1, &info, fence);
+	return vr == VK_SUCCESS ? 0 : gpu_failed(ctx, vr, err);
+}
+
+static int wait_fence(struct gpu_ctx *ctx, VkFence fence, struct errbuf *err)
+{
+	VkResult vr = vkWaitForFences(ctx->device, 1, &fence, VK_TRUE, UINT64_MAX);
+
+	return vr == VK_SUCCESS ? 0 : gpu_failed(ctx, vr, err);
+}
+
+/* Waits for a slot's copy, if one is under way. */
+static int settle_slot(struct gpu_ctx *ctx, struct upload_slot *slot, struct errbuf *err)
+{
+	if (!slot->pending)
+		return 0;
+	slot->pending = false;
+	return wait_fence(ctx, slot->fence, err);
+}
+
+/* Waits for every slot; the first error is kept. */
+static int settle_slots(struct gpu_ctx *ctx, int r, struct errbuf *err)
+{
+	for (int i = 0; i < UPLOAD_SLOTS; i++) {
+		int rs = settle_slot(ctx, &ctx->slots[i], r < 0 ? NULL : err);
+		r = r < 0 ? r : rs;
+	}
+	return r;
+}
+
+/* Records and submits the copy of a slot's first size bytes into dst at
+ * offset, made visible to whatever the queue runs next. */
+static int submit_slot_copy(struct gpu_ctx *ctx, struct upload_slot *slot, struct gpu_buffer *dst,
+			    uint64_t offset, uint64_t size, struct errbuf *err)
+{
+	VkCommandBufferBeginInfo begin = {
+		.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+		.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+	};
+	VkBufferCopy region = { 0, offset, size };
+	VkMemoryBarrier done = {
+		.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+		.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+		.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+				 VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+	};
+	int r;
+
+	GPU_TRY(err, vkResetCommandBuffer(slot->cmd, 0));
+	GPU_TRY(err, vkBeginCommandBuffer(slot->cmd, &begin));
+	vkCmdCopyBuffer(slot->cmd, slot->staging->buffer, dst->buffer, 1, &region);
+	vkCmdPipelineBarrier(slot->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
+			     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+			     0, 1, &done, 0, NULL, 0, NULL);
+	GPU_TRY(err, vkEndCommandBuffer(slot->cmd));
+	r = submit(ctx, slot->cmd, slot->fence, err);
+	slot->pending = r == 0;
+	return r;
+}
+
+/* One thread's part of a fill: [offset, offset + size) of the upload. */
+struct fill_part {
+	gpu_fill_fn *fill;
+	void *userdata;
+	char *dst;
+	uint64_t offset, size;
+};
+
+static void fill_part(void *arg)
+{
+	struct fill_part *p = arg;
+
+	if (p->size > 0)
+		p->fill(p->dst, p->offset, p->size, p->userdata);
+}
+
+/* Calls fill for [offset, offset + size) into dst, split over threads at
+ * multiples of 64 bytes. */
+static void fill_parallel(char *dst, uint64_t offset, uint64_t size, gpu_fill_fn *fill,
+			  void *userdata)
+{
+	struct fill_part parts[PARALLEL_MAX_PARTS];
+	size_t n = parallel_parts(size, FILL_MIN_BYTES);
+	uint64_t share = (size / n + 63) & ~63ull, at = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t len = size - at < share ? size - at : share;
+		parts[i] = (struct fill_part){ .fill = fill, .userdata = userdata, .dst = dst + at,
+					       .offset = offset + at, .size = len };
+		at += len;
+	}
+	parallel_run(fill_part, parts, sizeof(parts[0]), n);
+}
+
+int gpu_upload_fill(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset, uint64_t size,
+		    gpu_fill_fn *fill, void *userdata, struct errbuf *err)
+{
+	int r = check_range(dst, offset, size, err);
+
+	if (r < 0)
+		return r;
+	if (dst->host) {
+		fill_parallel((char *)dst->host + offset, 0, size, fill, userdata);
+		return sync_host_range(ctx, dst, true, err);
+	}
+	r = ensure_slots(ctx, err);
+	for (uint64_t done = 0, k = 0; r == 0 && done < size; k++) {
+		struct upload_slot *slot = &ctx->slots[k % UPLOAD_SLOTS];
+		uint64_t n = size - done < slot->staging->size ? size - done : slot->staging->size;
+		r = settle_slot(ctx, slot, err);
+		if (r < 0)
+			break;
+		fill_parallel(slot->staging->host, done, n, fill, userdata);
+		r = sync_host_range(ctx, slot->staging, true, err);
+		if (r == 0)
+			r = submit_slot_copy(ctx, slot, dst, offset + done, n, err);
+		done += n;
+	}
+	return settle_slots(ctx, r, err);
+}
+
+static void fill_copy(void *dst, uint64_t offset, uint64_t size, void *src)
+{
+	memcpy(dst, (const char *)src + offset, size);
+}
+
+int gpu_upload(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset,
+	       const void *src, uint64_t size, struct errbuf *err)
+{
+	return gpu_upload_fill(ctx, dst, offset, size, fill_copy, (void *)src, err);
+}
+
+int gpu_upload_new(struct gpu_ctx *ctx, const void *src, uint64_t size,
+			  struct gpu_buffer **ret, struct errbuf *err)
+{
+	int r = gpu_buffer_new(ctx, size ? size : 4, GPU_MEMORY_DEVICE, ret, err);
+
+	if (r < 0)
+		return r;
+	return gpu_upload(ctx, *ret, 0, src, size, err);
+}
+
+int gpu_download(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t offset,
+		 void *dst, uint64_t size, struct errbuf *err)
+{
+	char *bytes = dst;
+	struct gpu_buffer *staging;
+	int r = check_range(src, offset, size, err);
+
+	if (r < 0)
+		return r;
+	if (src->host) {
+		r = sync_host_range(ctx, src, false, err);
+		if (r < 0)
+			return r;
+		memcpy(dst, (const char *)src->host + offset, size);
+		return 0;
+	}
+	r = ensure_slots(ctx, err);
+	if (r < 0)
+		return r;
+	staging = ctx->slots[0].staging;
+	for (uint64_t done = 0; done < size;) {
+		uint64_t n = size - done < staging->size ? size - done : staging->size;
+		r = staged_copy(ctx, src, offset + done, staging, 0, n, err);
+		if (r < 0)
+			return r;
+		r = sync_host_range(ctx, staging, false, err);
+		if (r < 0)
+			return r;
+		memcpy(bytes + done, staging->host, n);
+		done += n;
+	}
+	return 0;
+}
+
+/* ---- shader compilation and pipelines ----------------------------------- */
+
+static const struct shader_source *find_shader(const char *name)
+{
+	for (const struct shader_source *s = shader_sources; s->name; s++)
+		if (strcmp(s->name, name) == 0)
+			return s;
+	return NULL;
+}
+
+static shaderc_include_result *resolve_include(void *user, const char *requested, int type,
+					       const char *requesting, size_t depth)
+{
+	const struct shader_source *s = find_shader(requested);
+	shaderc_include_result *res = calloc(1, sizeof(*res));
+
+	(void)user;
+	(void)type;
+	(void)requesting;
+	(void)depth;
+	if (!res)
+		return NULL;
+	if (s) {
+		res->source_name = s->name;
+		res->source_name_length = strlen(s->name);
+		res->content = s->text;
+		res->content_length = strlen(s->text);
+	} else {
+		/* shaderc reports an empty source name as a failed include. */
+		res->content = "include not found among the embedded shaders";
+		res->content_length = strlen(res->content);
+	}
+	return res;
+}
+
+static void release_include(void *user, shaderc_include_result *res)
+{
+	(void)user;
+	free(res);
+}
+
+static int add_define(shaderc_compile_options_t opts, const char *def, struct errbuf *err)
+{
+	const char *eq = strchr(def, '=');
+
+	if (!eq)
+		return errbuf_set(err, -EINVAL, "device", "bad shader define '%s'", def);
+	shaderc_compile_options_add_macro_definition(opts, def, (size_t)(eq - def), eq + 1,
+						     strlen(eq + 1));
+	return 0;
+}
+
+static int compile_glsl(struct gpu_ctx *ctx, const struct shader_source *src,
+			const char *const *defines, shaderc_compilation_result_t *ret,
+			struct errbuf *err)
+{
+	shaderc_compile_options_t opts = shaderc_compile_options_initialize();
+	shaderc_compilation_result_t res;
+	int r = 0;
+
+	if (!opts)
+		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	shaderc_compile_options_set_target_env(opts, shaderc_target_env_vulkan,
+					       shaderc_env_version_vulkan_1_2);
+	shaderc_compile_options_set_optimization_level(opts, shaderc_optimization_level_performance);
+	shaderc_compile_options_set_include_callbacks(opts, resolve_include, release_include, NULL);
+	for (const char *const *d = defines; d && *d && r == 0; d++)
+		r = add_define(opts, *d, err);
+	if (r < 0) {
+		shaderc_compile_options_release(opts);
+		return r;
+	}
+	res = shaderc_compile_into_spv(ctx->compiler, src->text, strlen(src->text),
+				       shaderc_compute_shader, src->name, "main", opts);
+	shaderc_compile_options_release(opts);
+	if (!res)
+		return errbuf_set(err, -ENOMEM, "device", "shader compiler failed");
+	if (shaderc_result_get_compilation_status(res) != shaderc_compilation_status_success) {
+		r = errbuf_set(err, -EINVAL, "device", "compiling %s: %s", src->name,
+			       shaderc_result_get_error_message(res));
+		shaderc_result_release(res);
+		return r;
+	}
+	*ret = res;
+	return 0;
+}
+
+static char *pipeline_key(const char *shader, const char *const *defines)
+{
+	size_t len = strlen(shader) + 1;
+	char *key;
+
+	for (const char *const *d = defines; d && *d; d++)
+		len += strlen(*d) + 1;
+	key = malloc(len);
+	if (!key)
+		return NULL;
+	strcpy(key, shader);
+	for (const char *const *d = defines; d && *d; d++) {
+		strcat(key, " ");
+		strcat(key, *d);
+	}
+	return key;
+}
+
+static int create_layouts(struct gpu_ctx *ctx, struct gpu_pipeline *p, struct errbuf *err)
+{
+	VkDescriptorSetLayoutBinding bindings[MAX_BINDINGS];
+	VkDescriptorSetLayoutCreateInfo set_info = {
+		.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+		.bindingCount = p->n_buffers,
+		.pBindings = bindings,
+	};
+	VkPushConstantRange push = {
+		.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
+		.offset = 0,
+		.size = p->push_bytes,
+	};
+	VkPipelineLayoutCreateInfo layout_info = {
+		.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+		.setLayoutCount = 1,
+		.pSetLayouts = &p->set_layout,
+		.pushConstantRangeCount = p->push_bytes ? 1 : 0,
+		.pPushConstantRanges = &push,
+	};
+
+	for (uint32_t i = 0; i < p->n_buffers; i++)
+		bindings[i] = (VkDescriptorSetLayoutBinding){
+			.binding = i,
+			.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+			.descriptorCount = 1,
+			.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
+		};
+	GPU_TRY(err, vkCreateDescriptorSetLayout(ctx->device, &set_info, NULL, &p->set_layout));
+	GPU_TRY(err, vkCreatePipelineLayout(ctx->device, &layout_info, NULL, &p->layout));
+	return 0;
+}
+
+static int create_compute_pipeline(struct gpu_ctx *ctx, struct gpu_pipeline *p,
+				   shaderc_compilation_result_t spv, struct errbuf *err)
+{
+	VkShaderModuleCreateInfo mod_info = {
+		.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+		.codeSize = shaderc_result_get_length(spv),
+		.pCode = (const uint32_t *)shaderc_result_get_bytes(spv),
+	};
+	VkPipelineShaderStageRequiredSubgroupSizeCreateInfo required = {
+		.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
+		.requiredSubgroupSize = ctx->limits.subgroup_size,
+	};
+	VkComputePipelineCreateInfo info = {
+		.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+		.stage = {
+			.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+			/* The kernels give each subgroup one seed or streamline and size
+			 * their per-lane loops by the subgroup size they were built for. */
+			.pNext = ctx->size_control ? &required : NULL,
+			.flags = ctx->size_control ?
+				VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT : 0,
+			.stage = VK_SHADER_STAGE_COMPUTE_BIT,
+			.pName = "main",
+		},
+		.layout = p->layout,
+	};
+	VkShaderModule module;
+	VkResult vr;
+
+	GPU_TRY(err, vkCreateShaderModule(ctx->device, &mod_info, NULL, &module));
+	info.stage.module = module;
+	vr = vkCreateComputePipelines(ctx->device, ctx->pipeline_cache, 1, &info, NULL, &p->pipeline);
+	vkDestroyShaderModule(ctx->device, module, NULL);
+	if (vr != VK_SUCCESS)
+		return errbuf_set(err, vk_errno(vr), "device", "vkCreateComputePipelines: %s",
+				  vk_result_name(vr));
+	return 0;
+}
+
+static int build_pipeline(struct gpu_ctx *ctx, const struct shader_source *src,
+			  const char *const *defines, struct gpu_pipeline *p, struct errbuf *err)
+{
+	shaderc_compilation_result_t spv = NULL;
+	int r = compile_glsl(ctx, src, defines, &spv, err);
+
+	if (r < 0)
+		return r;
+	r = create_layouts(ctx, p, err);
+	if (r == 0)
+		r = create_compute_pipeline(ctx, p, spv, err);
+	shaderc_result_release(spv);
+	return r;
+}
+
+int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const *defines,
+		     uint32_t n_buffers, uint32_t push_bytes, struct gpu_pipeline **ret,
+		     struct errbuf *err)
+{
+	const struct shader_source *src = find_shader(shader);
+	struct gpu_pipeline *p;
+	char *key;
+	double t0;
+	int r;
+
+	if (!src)
+		return errbuf_set(err, -ENOENT, "device", "no embedded shader named %s", shader);
+	if (n_buffers > MAX_BINDINGS || push_bytes > ctx->limits.max_push_constant_bytes)
+		return errbuf_set(err, -EINVAL, "device", "pipeline %s needs %u bindings and %u "
+				  "push-constant bytes; the limit is %d and %u", shader, n_buffers,
+				  push_bytes, MAX_BINDINGS, ctx->limits.max_push_constant_bytes);
+	key = pipeline_key(shader, defines);
+	if (!key)
+		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	for (p = ctx->pipelines; p; p = p->next) {
+		if (strcmp(p->key, key) == 0) {
+			free(key);
+			*ret = p;
+			return 0;
+		}
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		free(key);
+		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	}
+	p->key = key;
+	p->n_buffers = n_buffers;
+	p->push_bytes = push_bytes;
+	t0 = timing_now();
+	r = build_pipeline(ctx, src, defines, p, err);
+	ctx->compile_seconds += timing_now() - t0;
+	if (r < 0) {
+		destroy_pipeline(ctx->device, p);
+		return r;
+	}
+	log_debug("compiled %s in %.3f s", key, timing_now() - t0);
+	p->next = ctx->pipelines;
+	ctx->pipelines = p;
+	*ret = p;
+	return 0;
+}
+
+/* ---- batches ------------------------------------------------------------ */
+
+int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err)
+{
+	VkCommandBufferBeginInfo begin = {
+		.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+		.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+	};
+
+	if (ctx->lost)
+		return errbuf_set(err, -ENODEV, "device", "the device was lost by an earlier "
+				  "submit");
+	/* Resetting also discards a batch abandoned after an error. */
+	GPU_TRY(err, vkResetDescriptorPool(ctx->device, ctx->descriptor_pool, 0));
+	GPU_TRY(err, vkResetCommandBuffer(ctx->cmd, 0));
+	GPU_TRY(err, vkBeginCommandBuffer(ctx->cmd, &begin));
+	ctx->recording = true;
+	ctx->batch_has_commands = false;
+	return 0;
+}
+
+/* Orders every command after the previous one (compute and transfer alike). */
+static void barrier_before_next(struct gpu_ctx *ctx)
+{
+	VkMemoryBarrier mb = {
+		.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+		.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+		.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+				 VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+	};
+	const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
+					    VK_PIPELINE_STAGE_TRANSFER_BIT;
+
+	if (ctx->batch_has_commands)
+		vkCmdPipelineBarrier(ctx->cmd, stages, stages, 0, 1, &mb, 0, NULL, 0, NULL);
+	ctx->batch_has_commands = true;
+}
+
+static int bind_buffers(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
+			struct gpu_buffer *const *buffers, VkDescriptorSet *ret, struct errbuf *err)
+{
+	VkDescriptorSetAllocateInfo alloc = {
+		.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+		.descriptorPool = ctx->descriptor_pool,
+		.descriptorSetCount = 1,
+		.pSetLayouts = &pipe->set_layout,
+	};
+	VkDescriptorBufferInfo infos[MAX_BINDINGS];
+	VkWriteDescriptorSet writes[MAX_BINDINGS];
+	VkDescriptorSet set;
+
+	GPU_TRY(err, vkAllocateDescriptorSets(ctx->device, &alloc, &set));
+	for (uint32_t i = 0; i < pipe->n_buffers; i++) {
+		if (buffers[i]->size > ctx->limits.max_binding_bytes)
+			return errbuf_set(err, -EINVAL, "device", "binding %u is %llu bytes, over the "
+					  "device's storage-buffer range of %llu", i,
+					  (unsigned long long)buffers[i]->size,
+					  (unsigned long long)ctx->limits.max_binding_bytes);
+		infos[i] = (VkDescriptorBufferInfo){ buffers[i]->buffer, 0, buffers[i]->size };
+		writes[i] = (VkWriteDescriptorSet){
+			.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+			.dstSet = set,
+			.dstBinding = i,
+			.descriptorCount = 1,
+			.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+			.pBufferInfo = &infos[i],
+		};
+	}
+	vkUpdateDescriptorSets(ctx->device, pipe->n_buffers, writes, 0, NULL);
+	*ret = set;
+	return 0;
+}
+
+int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
+		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
+		       struct errbuf *err)
+{
+	VkDescriptorSet set;
+	int r;
+
+	if (!ctx->recording)
+		return errbuf_set(err, -EINVAL, "device", "dispatch outside a batch");
+	if (groups == 0)
+		return 0;
+	if (groups > ctx->limits.max_workgroup_count_x)
+		return errbuf_set(err, -EINVAL, "device", "%u workgroups exceed the device limit %u",
+				  groups, ctx->limits.max_workgroup_count_x);
+	r = bind_buffers(ctx, pipe, buffers, &set, err);
+	if (r < 0)
+		return r;
+	barrier_before_next(ctx);
+	vkCmdBindPipeline(ctx->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe->pipeline);
+	vkCmdBindDescriptorSets(ctx->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipe->layout, 0, 1, &set,
+				0, NULL);
+	if (pipe->push_bytes)
+		vkCmdPushConstants(ctx->cmd, pipe->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
+				   pipe->push_bytes, push);
+	vkCmdDispatch(ctx->cmd, groups, 1, 1);
+	return 0;
+}
+
+static int batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
+		      const struct gpu_copy_region *regions, uint32_t n_regions, struct errbuf *err)
+{
+	VkBufferCopy *copies;
+
+	if (!ctx->recording)
+		return errbuf_set(err, -EINVAL, "device", "copy outside a batch");
+	if (n_regions == 0)
+		return 0;
+	copies = malloc(sizeof(*copies) * n_regions);
+	if (!copies)
+		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	for (uint32_t i = 0; i < n_regions; i++) {
+		int r = check_range(src, regions[i].src_offset, regions[i].size, err);
+		if (r == 0)
+			r = check_range(dst, regions[i].dst_offset, regions[i].size, err);
+		if (r < 0) {
+			free(copies);
+			return r;
+		}
+		copies[i] = (VkBufferCopy){ regions[i].src_offset, regions[i].dst_offset,
+					    regions[i].size };
+	}
+	barrier_before_next(ctx);
+	vkCmdCopyBuffer(ctx->cmd, src->buffer, dst->buffer, n_regions, copies);
+	free(copies);
+	return 0;
+}
+
+int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err)
+{
+	VkMemoryBarrier to_host = {
+		.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+		.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+		.dstAccessMask = VK_ACCESS_HOST_READ_BIT,
+	};
+	int r;
+
+	if (!ctx->recording)
+		return errbuf_set(err, -EINVAL, "device", "no batch to submit");
+	ctx->recording = false;
+	vkCmdPipelineBarrier(ctx->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
+			     VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
+			     &to_host, 0, NULL, 0, NULL);
+	GPU_TRY(err, vkEndCommandBuffer(ctx->cmd));
+	r = submit(ctx, ctx->cmd, ctx->fence, err);
+	return r < 0 ? r : wait_fence(ctx, ctx->fence, err);
+}
+
+bool gpu_lost(const struct gpu_ctx *ctx)
+{
+	return ctx->lost;
+}

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpu: the Vulkan context. Owns the instance, the chosen physical and logical
+ * device, one compute queue, a command pool, descriptor pool, two staging
+ * buffers, every compiled pipeline (cached by shader name + defines for the life
+ * of the context, backed by a VkPipelineCache on disk) and the buffers it hands
+ * out (each buffer owns its VkBuffer, memory and mapping).
+ *
+ * Shaders are the GLSL sources embedded from shaders/ (daemon/engine/shaders.h),
+ * compiled with libshaderc on first use. Work is recorded into one batch at a
+ * time (dispatches, copies, barriers) and submitted synchronously; callers are
+ * single-threaded per context. Sizes are never assumed: gpu_get_limits()
+ * reports what the device allows, optionally lowered by gpu_options so that
+ * tests can force splitting on lavapipe.
+ *
+ * Errors: negative errno plus struct errbuf (field "device"); Vulkan result
+ * codes are mapped (OUT_OF_*_MEMORY -> -ENOSPC / -ENOMEM, DEVICE_LOST -> -ENODEV).
+ * Logs at debug level only.
+ */
+#ifndef TRACTD_GPU_H
+#define TRACTD_GPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/errbuf.h"
+
+struct gpu_ctx;
+struct gpu_buffer;
+struct gpu_pipeline;
+
+#define GPU_UUID_LEN 36           /* 8-4-4-4-12 hex digits */
+
+struct gpu_options {
+	int device_index;            /* -1: best by type (discrete > integrated > virtual > cpu) */
+	const char *device_uuid;     /* or the device with this UUID (`tractd devices`); NULL: none */
+	uint64_t max_binding_bytes;  /* 0: device limit; otherwise lowers maxStorageBufferRange */
+	uint64_t max_alloc_bytes;    /* 0: device limit; otherwise lowers maxMemoryAllocationSize */
+	const char *pipeline_cache_path; /* NULL: no on-disk pipeline cache */
+};
+
+struct gpu_limits {
+	char device_name[256];
+	const char *device_type;     /* "discrete", "integrated", "virtual", "cpu", "other" */
+	uint32_t api_version;
+	uint64_t max_binding_bytes;  /* effective maxStorageBufferRange */
+	uint64_t max_alloc_bytes;    /* effective maxMemoryAllocationSize */
+	uint64_t device_local_bytes; /* size of the largest device-local heap */
+	uint32_t subgroup_size;
+	uint32_t max_shared_bytes;
+	uint32_t max_workgroup_invocations;
+	uint32_t max_workgroup_count_x;
+	uint32_t max_push_constant_bytes;
+	bool loop_limited;           /* loops end after a fixed number of iterations (lavapipe) */
+};
+
+enum gpu_memory {
+	GPU_MEMORY_DEVICE,   /* device-local; mapped too when the device allows it */
+	GPU_MEMORY_READBACK, /* host-visible, cached when possible: copy targets read by the CPU */
+};
+
+/* Opens the device. Returns 0, -ENODEV (no Vulkan device / index out of range /
+ * no compute queue), -ENOTSUP (a required feature is missing: the message
+ * names it), -ENOMEM. */
+int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf *err);
+
+/* Whether text looks like a device UUID as `tractd devices` prints it. */
+bool gpu_is_uuid(const char *text);
+
+#define GPU_MAX_DEVICES 16
+
+/* A device named in a list: its index, or (index -1) its UUID. */
+struct gpu_device_choice {
+	int index;
+	char uuid[GPU_UUID_LEN + 1];
+};
+
+/* Parses a comma-separated list of device indices and UUIDs ("0,1",
+ * "e22b2a88-...,1"); "" and "-1" are the empty list (the best device). A
+ * device may repeat: each entry opens a context of its own. 0, or -EINVAL
+ * with the reason in err (field "device"). */
+int gpu_parse_devices(const char *text, struct gpu_device_choice out[GPU_MAX_DEVICES],
+		      size_t *n, struct errbuf *err);
+
+/* Opens a context on each of the n devices chosen (n = 0: one, on the best
+ * device), each with opts otherwise: ret[0..*opened). On failure none stays
+ * open (*opened = 0). Errors as gpu_open. */
+int gpu_open_devices(const struct gpu_options *opts, const struct gpu_device_choice *choices,
+		     size_t n, struct gpu_ctx **ret, size_t *opened, struct errbuf *err);
+
+/* Waits for the device, saves the pipeline cache, destroys everything the
+ * context owns (including buffers not yet freed). Accepts NULL. */
+void gpu_close(struct gpu_ctx *ctx);
+
+const struct gpu_limits *gpu_get_limits(const struct gpu_ctx *ctx);
+
+/* Prints one line per Vulkan device (index, type, name, UUID, key limits) to out. */
+int gpu_list_devices(FILE *out, struct errbuf *err);
+
+/* A buffer of size bytes (> 0, <= max_alloc_bytes). Returns 0, -EINVAL, -ENOSPC. */
+int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
+		   struct gpu_buffer **ret, struct errbuf *err);
+/* Destroys the buffer now (the caller guarantees no pending work uses it). Accepts NULL. */
+void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf);
+/* Host pointer for mapped buffers (READBACK always; DEVICE when host-visible), else NULL. */
+void *gpu_buffer_host(const struct gpu_buffer *buf);
+/* The buffer's device address, for shaders that reach it through a buffer
+ * reference rather than a binding (no maxStorageBufferRange limit). */
+uint64_t gpu_buffer_address(struct gpu_ctx *ctx, const struct gpu_buffer *buf);
+
+/* Writes bytes [offset, offset + size) of an upload to dst. Called on
+ * several threads at once, for disjoint ranges that start at multiples of
+ * 64 bytes. */
+typedef void gpu_fill_fn(void *dst, uint64_t offset, uint64_t size, void *userdata);
+
+/* Uploads the size bytes that fill writes into a buffer at offset:
+ * directly when it is mapped, else through the staging buffers, the CPU
+ * filling one on several threads while the GPU copies another out.
+ * Returns when the data are in place: 0 or a negative errno. */
+int gpu_upload_fill(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset, uint64_t size,
+		    gpu_fill_fn *fill, void *userdata, struct errbuf *err);
+/* gpu_upload_fill of a copy of host data. */
+int gpu_upload(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset,
+	       const void *src, uint64_t size, struct errbuf *err);
+/* A DEVICE buffer holding a copy of size bytes of src (4 bytes when size
+ * is 0, so that a binding of nothing still has a buffer). On an upload
+ * failure *ret is the buffer, for the caller to free. */
+int gpu_upload_new(struct gpu_ctx *ctx, const void *src, uint64_t size,
+			  struct gpu_buffer **ret, struct errbuf *err);
+/* Copies buffer contents to host memory, waiting for completion. */
+int gpu_download(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t offset,
+		 void *dst, uint64_t size, struct errbuf *err);
+
+/* Returns the compute pipeline for shaders/<shader> compiled with defines
+ * ("NAME=VALUE" strings, NULL-terminated), binding storage buffers 0..n_buffers-1
+ * and a push-constant block of push_bytes. Compiled once per context per
+ * (shader, defines). The context owns the pipeline. */
+int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const *defines,
+		     uint32_t n_buffers, uint32_t push_bytes, struct gpu_pipeline **ret,
+		     struct errbuf *err);
+
+/* Batch recording: begin, add dispatches, submit and wait. Commands in a batch
+ * run in order, each separated by a full compute/transfer barrier. */
+int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err);
+int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
+		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
+		       struct errbuf *err);
+/* A submit that fails for another reason than memory (VK_ERROR_DEVICE_LOST)
+ * marks the context lost: see gpu_lost. */
+int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
+
+/* The most bytes the context's buffers held at once so far (for statistics). */
+uint64_t gpu_peak_buffer_bytes(const struct gpu_ctx *ctx);
+
+/* Whether a submit failed for good: the context and every buffer and
+ * pipeline on it are useless; close it and open another. Test hook: the
+ * environment variable TRACTD_FAULT_DEVICE_LOST_AFTER=N makes the first
+ * context of the process fail its submit number N+1 with
+ * VK_ERROR_DEVICE_LOST (README, "Testing"). */
+bool gpu_lost(const struct gpu_ctx *ctx);
+
+/* Seconds spent in shaderc + vkCreateComputePipelines so far (for statistics). */
+double gpu_compile_seconds(const struct gpu_ctx *ctx);
+
+#endif

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+#include "engine/paged_volume.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/half.h"
+
+/* The table: uvec4 (voxels per page, channels, 0, 0), then uvec2 addresses. */
+#define TABLE_HEADER_BYTES 16u
+
+static uint64_t value_bytes(enum paged_type type)
+{
+	return type == PAGED_FLOAT16 ? 2 : 4;
+}
+
+/* Bytes of a page of n voxels: float16 pairs fill 32-bit words. */
+static uint64_t page_bytes(enum paged_type type, uint32_t channels, uint64_t n)
+{
+	uint64_t values = n * channels;
+
+	if (type == PAGED_FLOAT16)
+		return 4 * ((values + 1) / 2);
+	return 4 * values;
+}
+
+static uint64_t table_bytes(uint32_t n_pages)
+{
+	return TABLE_HEADER_BYTES + 8ull * n_pages;
+}
+
+int paged_plan(uint64_t voxels, uint32_t channels, enum paged_type type, uint64_t max_page_bytes,
+	       struct paged_layout *ret, struct errbuf *err)
+{
+	/* The kernels index a page's values with 32-bit integers. */
+	uint64_t limit = max_page_bytes < (1ull << 32) ? max_page_bytes : (1ull << 32) - 4;
+	uint64_t per_page = limit / (value_bytes(type) * channels);
+	uint64_t n_pages;
+
+	memset(ret, 0, sizeof(*ret));
+	/* float16 pages end on a whole word, which may add two bytes. */
+	while (per_page > 0 && page_bytes(type, channels, per_page) > limit)
+		per_page--;
+	if (per_page == 0 || voxels == 0)
+		return errbuf_set(err, -E2BIG, "device", "one voxel of %u values does not fit the "
+				  "device's %llu-byte allocations", channels,
+				  (unsigned long long)max_page_bytes);
+	if (per_page > voxels)
+		per_page = voxels;
+	n_pages = (voxels + per_page - 1) / per_page;
+	if (per_page > UINT32_MAX || n_pages > UINT32_MAX / 8)
+		return errbuf_set(err, -E2BIG, "device", "a volume of %llu voxels needs %llu pages "
+				  "of %llu voxels, more than the kernels address",
+				  (unsigned long long)voxels, (unsigned long long)n_pages,
+				  (unsigned long long)per_page);
+	ret->voxels = voxels;
+	ret->channels = channels;
+	ret->type = type;
+	ret->voxels_per_page = per_page;
+	ret->n_pages = (uint32_t)n_pages;
+	return 0;
+}
+
+uint64_t paged_bytes(const struct paged_layout *l)
+{
+	uint64_t full = l->voxels / l->voxels_per_page;
+	uint64_t rest = l->voxels - full * l->voxels_per_page;
+
+	return full * page_bytes(l->type, l->channels, l->voxels_per_page) +
+	       (rest ? page_bytes(l->type, l->channels, rest) : 0) +
+	       table_bytes(l->n_pages);
+}
+
+/* The float16 bytes of a page from its float32 values: byte 2i is value
+ * i, and the pad value of an odd count is 0. */
+struct halves {
+	const float *src;
+	uint64_t n;
+};
+
+static void fill_halves(void *dst, uint64_t offset, uint64_t size, void *userdata)
+{
+	const struct halves *h = userdata;
+	uint16_t *out = dst;
+	uint64_t first = offset / 2;
+
+	for (uint64_t i = 0; i < size / 2; i++)
+		out[i] = first + i < h->n ? half_from_float(h->src[first + i]) : 0;
+}
+
+static int upload_page(struct gpu_ctx *gpu, const struct paged_layout *l, uint32_t k,
+		       const float *data, struct gpu_buffer **ret, struct errbuf *err)
+{
+	uint64_t first = (uint64_t)k * l->voxels_per_page;
+	uint64_t n = l->voxels - first < l->voxels_per_page ? l->voxels - first : l->voxels_per_page;
+	uint64_t bytes = page_bytes(l->type, l->channels, n);
+	struct halves halves = { data + first * l->channels, n * l->channels };
+	int r = gpu_buffer_new(gpu, bytes, GPU_MEMORY_DEVICE, ret, err);
+
+	if (r < 0)
+		return r;
+	if (l->type == PAGED_FLOAT16)
+		return gpu_upload_fill(gpu, *ret, 0, bytes, fill_halves, &halves, err);
+	return gpu_upload(gpu, *ret, 0, halves.src, bytes, err);
+}
+
+static int upload_table(struct gpu_ctx *gpu, struct paged_volume *v, struct errbuf *err)
+{
+	const struct paged_layout *l = &v->layout;
+	uint64_t bytes = table_bytes(l->n_pages);
+	uint32_t *table = calloc(1, bytes);
+	int r;
+
+	if (!table)
+		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	table[0] = (uint32_t)l->voxels_per_page;
+	table[1] = l->channels;
+	for (uint32_t k = 0; k < l->n_pages; k++) {
+		uint64_t address = gpu_buffer_address(gpu, v->pages[k]);
+		memcpy(&table[4 + 2 * k], &address, sizeof(address));
+	}
+	r = gpu_buffer_new(gpu, bytes, GPU_MEMORY_DEVICE, &v->table, err);
+	if (r == 0)
+		r = gpu_upload(gpu, v->table, 0, table, bytes, err);
+	free(table);
+	return r;
+}
+
+int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const float *data,
+		 struct paged_volume *ret, struct errbuf *err)
+{
+	int r = 0;
+
+	memset(ret, 0, sizeof(*ret));
+	ret->layout = *layout;
+	ret->pages = calloc(layout->n_pages, sizeof(*ret->pages));
+	if (!ret->pages)
+		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+	for (uint32_t k = 0; k < layout->n_pages && r == 0; k++)
+		r = upload_page(gpu, layout, k, data, &ret->pages[k], err);
+	if (r == 0)
+		r = upload_table(gpu, ret, err);
+	if (r < 0) {
+		paged_free(gpu, ret);
+		return r;
+	}
+	ret->bytes = paged_bytes(layout);
+	return 0;
+}
+
+void paged_free(struct gpu_ctx *gpu, struct paged_volume *v)
+{
+	for (uint32_t k = 0; v->pages && k < v->layout.n_pages; k++)
+		gpu_buffer_free(gpu, v->pages[k]);
+	free(v->pages);
+	gpu_buffer_free(gpu, v->table);
+	memset(v, 0, sizeof(*v));
+}

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * paged_volume: a voxel volume on the GPU that no single buffer limit
+ * bounds. The voxels ([x][y][z], channels fastest) are split into pages of
+ * whole voxels, one allocation each, and the kernels reach them through
+ * device addresses (shaders/volume.glsl), so neither maxStorageBufferRange
+ * nor maxMemoryAllocationSize caps the volume: only the memory it needs.
+ *
+ * Owns the pages and the small table the kernels bind: voxels per page,
+ * channels, then each page's address. Values are stored as float32, or as
+ * float16 (binary16, round to nearest even, two per 32-bit word), which
+ * halves the memory of an ODF. Does not log.
+ */
+#ifndef TRACTD_PAGED_VOLUME_H
+#define TRACTD_PAGED_VOLUME_H
+
+#include <stdint.h>
+
+#include "base/errbuf.h"
+#include "engine/gpu.h"
+
+enum paged_type {
+	PAGED_FLOAT32,
+	PAGED_FLOAT16,
+};
+
+struct paged_layout {
+	uint64_t voxels;
+	uint32_t channels;
+	enum paged_type type;
+	uint64_t voxels_per_page;
+	uint32_t n_pages;
+};
+
+struct paged_volume {
+	struct paged_layout layout;
+	struct gpu_buffer **pages;
+	struct gpu_buffer *table;
+	uint64_t bytes;           /* pages and table */
+};
+
+/* The page layout of voxels x channels values of type in pages of at most
+ * max_page_bytes. -E2BIG when one voxel does not fit a page or the page
+ * count passes what the table's 32-bit fields can address. */
+int paged_plan(uint64_t voxels, uint32_t channels, enum paged_type type, uint64_t max_page_bytes,
+	       struct paged_layout *ret, struct errbuf *err);
+
+/* GPU bytes a layout takes (pages and table). */
+uint64_t paged_bytes(const struct paged_layout *layout);
+
+/* Allocates the layout's pages and uploads data (voxels x channels floats,
+ * converted to float16 in pieces when the layout says so). GPU errors have
+ * field "device"; on failure nothing stays allocated. */
+int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const float *data,
+		 struct paged_volume *ret, struct errbuf *err);
+
+/* Accepts a zeroed volume. The device must be idle for it. */
+void paged_free(struct gpu_ctx *gpu, struct paged_volume *v);
+
+#endif

@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * resident: a job's inputs on the GPU (see resident.h).
+ *
+ * Flow: plan the pages of the ODF in each storage (or of a boot job's DWI)
+ * and keep the first that fits the budget -> upload it (SH inputs sampled
+ * on the sphere here unless stored as SH) -> upload the stop map and the
+ * sphere -> count the bytes held.
+ */
+#include "engine/resident.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/boot.h"
+#include "base/log.h"
+#include "engine/paged_volume.h"
+#include "base/parallel.h"
+#include "models/sphere.h"
+#include "base/timing.h"
+#include "formats/volume.h"
+
+struct resident {
+	struct paged_volume odf;  /* prob: ODF values or SH coefficients (storage) */
+	enum jobspec_odf_storage storage;   /* never auto */
+	uint32_t sh_coefs;        /* SH storage: coefficients per voxel */
+	struct gpu_buffer *odf_basis;       /* SH storage: the sampling matrix */
+	struct paged_volume dwi;  /* boot */
+	struct paged_volume stop; /* the stop map */
+	struct gpu_buffer *vertices, *nbr_offset, *nbr;
+	struct gpu_buffer *matrices;        /* boot: boot.glsl's layout */
+	uint64_t bytes;
+};
+
+/* Floats of the boot matrices buffer (boot.glsl's layout). */
+static uint64_t boot_matrix_floats(const struct boot_matrices *m)
+{
+	return (uint64_t)m->n_coef * (3ull * (uint64_t)m->n_dwi + (uint64_t)m->nv) +
+	       (uint64_t)m->n_dwi;
+}
+
+uint64_t resident_budget(const struct gpu_limits *lim, uint64_t requested)
+{
+	return requested ? requested : lim->device_local_bytes / 2;
+}
+
+/* What every job binds besides its ODF or DWI: the stop map and the sphere. */
+static uint64_t common_bytes(const struct inputs *in)
+{
+	uint64_t nv = (uint64_t)inputs_sphere(in)->nv;
+
+	return 4ull * volume_voxels(inputs_grid(in)) + 12ull * nv + 4ull * (nv + 1) +
+	       8ull * (uint64_t)inputs_sphere(in)->n_edges;
+}
+
+static const char *const storage_names[] = {
+	[JOBSPEC_ODF_AUTO] = "auto", [JOBSPEC_ODF_FLOAT32] = "float32",
+	[JOBSPEC_ODF_FLOAT16] = "float16", [JOBSPEC_ODF_SH] = "sh",
+};
+
+/* The pages of the ODF in a storage, and its GPU bytes with the SH
+ * sampling matrix. */
+static int plan_odf(const struct gpu_limits *lim, const struct inputs *in,
+		    enum jobspec_odf_storage storage, struct paged_layout *ret, uint64_t *bytes,
+		    struct errbuf *err)
+{
+	uint64_t voxels = volume_voxels(inputs_grid(in));
+	uint32_t nv = (uint32_t)inputs_sphere(in)->nv;
+	uint64_t basis = 0;
+	int r;
+
+	if (storage == JOBSPEC_ODF_SH) {
+		uint32_t nc = (uint32_t)inputs_sh(in)->dim[3];
+		basis = 4ull * nc * nv;
+		r = paged_plan(voxels, nc, PAGED_FLOAT32, lim->max_alloc_bytes, ret, err);
+	} else {
+		r = paged_plan(voxels, nv, storage == JOBSPEC_ODF_FLOAT16 ? PAGED_FLOAT16 : PAGED_FLOAT32,
+			       lim->max_alloc_bytes, ret, err);
+	}
+	*bytes = r == 0 ? paged_bytes(ret) + basis : 0;
+	return r;
+}
+
+static int odf_too_big(const struct inputs *in, enum jobspec_odf_storage requested,
+		       const uint64_t need[4], uint64_t budget, struct errbuf *err)
+{
+	char sizes[256];
+	int n = snprintf(sizes, sizeof(sizes), "%.1f MiB as float32, %.1f MiB as float16",
+			 (double)need[JOBSPEC_ODF_FLOAT32] / (1 << 20),
+			 (double)need[JOBSPEC_ODF_FLOAT16] / (1 << 20));
+
+	if (inputs_sh(in))
+		snprintf(sizes + n, sizeof(sizes) - (size_t)n, ", %.1f MiB as SH coefficients",
+			 (double)need[JOBSPEC_ODF_SH] / (1 << 20));
+	return errbuf_set(err, -E2BIG, requested == JOBSPEC_ODF_AUTO ? inputs_grid_field(in)
+				  : "tracking.odf_storage",
+			  "the ODF on %d vertices needs %s of GPU memory; with %.1f MiB for the "
+			  "stop map, sphere and tracking, %s fits the job's budget of %.1f MiB: "
+			  "%suse a smaller sphere, crop the volume or raise the budget "
+			  "(gpu_memory_budget)", inputs_sphere(in)->nv, sizes,
+			  (double)(common_bytes(in) + RESIDENT_MIN_WORK_BYTES) / (1 << 20),
+			  requested == JOBSPEC_ODF_AUTO ? "none" : storage_names[requested],
+			  (double)budget / (1 << 20),
+			  inputs_sh(in) ? "track from SH input (tracking.odf_storage \"sh\"), "
+				    : "give SH coefficients (inputs.sh) instead, ");
+}
+
+/* The requested storage, or with auto the first of float32, float16 and SH
+ * that fits the budget: float32 is exact, float16 halves the memory, SH
+ * takes the least but samples the sphere at every step. */
+static int choose_odf_storage(const struct gpu_limits *lim, const struct inputs *in,
+			      enum jobspec_odf_storage requested, uint64_t budget,
+			      struct resident *res, struct paged_layout *ret,
+			      struct errbuf *err)
+{
+	static const enum jobspec_odf_storage order[] = {
+		JOBSPEC_ODF_FLOAT32, JOBSPEC_ODF_FLOAT16, JOBSPEC_ODF_SH };
+	uint64_t fixed = common_bytes(in) + RESIDENT_MIN_WORK_BYTES;
+	uint64_t need[4] = { 0 };
+
+	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
+		enum jobspec_odf_storage storage = order[k];
+		struct paged_layout layout;
+		int r;
+
+		if (storage == JOBSPEC_ODF_SH && !inputs_sh(in))
+			continue;
+		r = plan_odf(lim, in, storage, &layout, &need[storage], err);
+		if (r < 0)
+			return r;
+		if ((requested == JOBSPEC_ODF_AUTO || requested == storage) &&
+		    fixed + need[storage] <= budget) {
+			res->storage = storage;
+			if (storage == JOBSPEC_ODF_SH)
+				res->sh_coefs = layout.channels;
+			*ret = layout;
+			return 0;
+		}
+	}
+	return odf_too_big(in, requested, need, budget, err);
+}
+
+static int plan_dwi(const struct gpu_limits *lim, const struct inputs *in,
+		    uint64_t budget, struct paged_layout *ret, struct errbuf *err)
+{
+	const struct volume *dwi = inputs_dwi(in);
+	uint64_t fixed = common_bytes(in) + RESIDENT_MIN_WORK_BYTES +
+			 4ull * boot_matrix_floats(inputs_boot_matrices(in));
+	int r = paged_plan(volume_voxels(dwi), (uint32_t)dwi->dim[3], PAGED_FLOAT32,
+			   lim->max_alloc_bytes, ret, err);
+
+	if (r == 0 && fixed + paged_bytes(ret) > budget)
+		r = errbuf_set(err, -E2BIG, "inputs.dwi", "the DWI (%lld volumes used) needs "
+			       "%.1f MiB of GPU memory, and %.1f MiB more for the stop map, sphere, "
+			       "matrices and tracking, over the job's budget of %.1f MiB: crop the "
+			       "volume or raise the budget (gpu_memory_budget)",
+			       (long long)dwi->dim[3], (double)paged_bytes(ret) / (1 << 20),
+			       (double)fixed / (1 << 20), (double)budget / (1 << 20));
+	return r;
+}
+
+/* boot.glsl's matrices[]: U^T, 1/leverage, Q, B, S^T, as floats. */
+static float *pack_boot_matrices(const struct boot_matrices *m)
+{
+	size_t hr = (size_t)m->n_dwi, nc = (size_t)m->n_coef, nv = (size_t)m->nv;
+	float *out = malloc(sizeof(float) * boot_matrix_floats(m));
+	float *ut, *lev, *q, *b, *st;
+
+	if (!out)
+		return NULL;
+	ut = out;
+	lev = ut + nc * hr;
+	q = lev + hr;
+	b = q + nc * hr;
+	st = b + nc * hr;
+	for (size_t j = 0; j < hr; j++) {
+		lev[j] = (float)m->inv_leverage[j];
+		for (size_t c = 0; c < nc; c++) {
+			ut[c * hr + j] = (float)m->hat_u[j * nc + c];
+			q[c * hr + j] = (float)m->fit_q[c * hr + j];
+			b[c * hr + j] = (float)m->fit_b[c * hr + j];
+		}
+	}
+	for (size_t v = 0; v < nv; v++)
+		for (size_t c = 0; c < nc; c++)
+			st[c * nv + v] = (float)m->sampling[v * nc + c];
+	return out;
+}
+
+static int upload_boot(struct gpu_ctx *gpu, const struct inputs *in,
+		       const struct paged_layout *layout, struct resident *res,
+		       struct errbuf *err)
+{
+	const struct boot_matrices *m = inputs_boot_matrices(in);
+	float *packed = pack_boot_matrices(m);
+	int r;
+
+	if (!packed)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	r = gpu_upload_new(gpu, packed, 4ull * boot_matrix_floats(m), &res->matrices, err);
+	free(packed);
+	if (r == 0)
+		r = paged_upload(gpu, layout, inputs_dwi(in)->data, &res->dwi, err);
+	return r;
+}
+
+/* The ODF on the vertices for the uploads of one resident_new_all: sampled
+ * from SH inputs once, by the first upload that needs it, the others
+ * waiting on the lock; the host copy lives only until they are done. */
+struct odf_values {
+	pthread_mutex_t lock;
+	bool done;
+	int r;
+	struct errbuf err;
+	struct volume sampled;
+	const struct volume *view;
+};
+
+static void odf_values_init(struct odf_values *v)
+{
+	memset(v, 0, sizeof(*v));
+	pthread_mutex_init(&v->lock, NULL);
+}
+
+static void odf_values_free(struct odf_values *v)
+{
+	volume_free(&v->sampled);
+	pthread_mutex_destroy(&v->lock);
+}
+
+static int odf_values_get(struct odf_values *v, const struct inputs *in,
+			  const struct fit_options *fit, const struct volume **ret,
+			  struct errbuf *err)
+{
+	pthread_mutex_lock(&v->lock);
+	if (!v->done) {
+		v->r = inputs_odf_view(in, fit, &v->sampled, &v->view, &v->err);
+		v->done = true;
+	}
+	pthread_mutex_unlock(&v->lock);
+	if (v->r < 0)
+		*err = v->err;
+	*ret = v->view;
+	return v->r;
+}
+
+/* The ODF as its storage wants it: SH coefficients and the matrix that
+ * samples them, or values on the vertices (odf_values). */
+static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
+		      const struct fit_options *fit, struct odf_values *values,
+		      const struct paged_layout *layout, struct resident *res, struct errbuf *err)
+{
+	const struct volume *odf;
+	int r;
+
+	if (res->storage == JOBSPEC_ODF_SH) {
+		float *basis = inputs_sh_sampling_matrix(in);
+		if (!basis)
+			return errbuf_set(err, -ENOMEM, "", "out of memory");
+		r = gpu_upload_new(gpu, basis, 4ull * res->sh_coefs * (uint64_t)inputs_sphere(in)->nv,
+				   &res->odf_basis, err);
+		free(basis);
+		if (r == 0)
+			r = paged_upload(gpu, layout, inputs_sh(in)->data, &res->odf, err);
+		return r;
+	}
+	r = odf_values_get(values, in, fit, &odf, err);
+	if (r == 0)
+		r = paged_upload(gpu, layout, odf->data, &res->odf, err);
+	return r;
+}
+
+static int upload_common(struct gpu_ctx *gpu, const struct inputs *in,
+			 struct resident *res, struct errbuf *err)
+{
+	const struct sphere *s = inputs_sphere(in);
+	struct paged_layout layout;
+	int r = paged_plan(volume_voxels(inputs_stop(in)), 1, PAGED_FLOAT32,
+			   gpu_get_limits(gpu)->max_alloc_bytes, &layout, err);
+
+	if (r == 0)
+		r = paged_upload(gpu, &layout, inputs_stop(in)->data, &res->stop, err);
+	if (r == 0)
+		r = gpu_upload_new(gpu, s->vertices, 12ull * (uint64_t)s->nv, &res->vertices, err);
+	if (r == 0)
+		r = gpu_upload_new(gpu, s->nbr_offset, 4ull * (uint64_t)(s->nv + 1), &res->nbr_offset,
+				   err);
+	if (r == 0)
+		r = gpu_upload_new(gpu, s->nbr, 8ull * (uint64_t)s->n_edges, &res->nbr, err);
+	return r;
+}
+
+static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
+			   const struct resident_upload *up, struct odf_values *values,
+			   struct resident *res, struct errbuf *err)
+{
+	const struct gpu_limits *lim = gpu_get_limits(gpu);
+	uint64_t budget = resident_budget(lim, up->memory_budget);
+	uint64_t nv = (uint64_t)inputs_sphere(in)->nv;
+	struct paged_layout layout;
+	int r;
+
+	if (inputs_boot(in)) {
+		r = plan_dwi(lim, in, budget, &layout, err);
+		if (r == 0)
+			r = upload_boot(gpu, in, &layout, res, err);
+	} else {
+		r = choose_odf_storage(lim, in, up->odf_storage, budget, res, &layout, err);
+		if (r == 0)
+			r = upload_odf(gpu, in, up->fit, values, &layout, res, err);
+	}
+	if (r == 0)
+		r = upload_common(gpu, in, res, err);
+	if (r == 0)
+		res->bytes = res->odf.bytes + res->dwi.bytes + res->stop.bytes +
+			     common_bytes(in) - 4ull * volume_voxels(inputs_grid(in)) +
+			     (inputs_boot(in) ? 4ull * boot_matrix_floats(inputs_boot_matrices(in)) : 0) +
+			     (res->odf_basis ? 4ull * res->sh_coefs * nv : 0);
+	return r;
+}
+
+static int new_resident(struct gpu_ctx *gpu, const struct inputs *in,
+			const struct resident_upload *up, struct odf_values *values,
+			struct resident **ret, struct errbuf *err)
+{
+	struct resident *res = calloc(1, sizeof(*res));
+	double t0 = timing_now(), seconds;
+	int r;
+
+	if (!res)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	r = upload_resident(gpu, in, up, values, res, err);
+	seconds = timing_now() - t0;
+	if (r < 0) {
+		resident_free(gpu, res);
+		return r;
+	}
+	{
+		const struct paged_volume *v = inputs_boot(in) ? &res->dwi : &res->odf;
+		log_debug("%s on the GPU%s%s: %u pages of %llu voxels, %.1f MiB; inputs uploaded "
+			  "in %.3f s (%.1f GB/s)", inputs_boot(in) ? "DWI" : "ODF",
+			  inputs_boot(in) ? "" : " as ", inputs_boot(in) ? "" : resident_storage(res),
+			  v->layout.n_pages, (unsigned long long)v->layout.voxels_per_page,
+			  (double)v->bytes / (1 << 20), seconds,
+			  seconds > 0 ? (double)res->bytes / seconds * 1e-9 : 0.0);
+	}
+	*ret = res;
+	return 0;
+}
+
+struct upload_task {
+	struct gpu_ctx *gpu;
+	const struct inputs *in;
+	const struct resident_upload *up;
+	struct odf_values *values;
+	struct resident *res;
+	struct errbuf err;
+	int r;
+};
+
+static void upload_task_main(void *arg)
+{
+	struct upload_task *t = arg;
+
+	t->r = new_resident(t->gpu, t->in, t->up, t->values, &t->res, &t->err);
+}
+
+int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs *in,
+		     const struct resident_upload *up, struct resident **ret, struct errbuf *err)
+{
+	struct upload_task *tasks = calloc(n ? n : 1, sizeof(*tasks));
+	struct odf_values values;
+	int r = 0;
+
+	if (!tasks)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	odf_values_init(&values);
+	for (size_t i = 0; i < n; i++)
+		tasks[i] = (struct upload_task){ .gpu = gpus[i], .in = in, .up = up,
+						 .values = &values };
+	parallel_run(upload_task_main, tasks, sizeof(*tasks), n);
+	for (size_t i = 0; i < n && r == 0; i++)
+		if (tasks[i].r < 0) {
+			r = tasks[i].r;
+			*err = tasks[i].err;
+		}
+	for (size_t i = 0; i < n; i++) {
+		if (r < 0)
+			resident_free(gpus[i], tasks[i].res);
+		ret[i] = r < 0 ? NULL : tasks[i].res;
+	}
+	odf_values_free(&values);
+	free(tasks);
+	return r;
+}
+
+uint64_t resident_bytes(const struct resident *res)
+{
+	return res->bytes;
+}
+
+const char *resident_storage(const struct resident *res)
+{
+	return res->odf.pages ? storage_names[res->storage] : "dwi";
+}
+
+enum jobspec_odf_storage resident_odf_storage(const struct resident *res)
+{
+	return res->storage;
+}
+
+uint32_t resident_sh_coefs(const struct resident *res)
+{
+	return res->sh_coefs;
+}
+
+struct resident_bindings resident_bindings(const struct resident *res)
+{
+	return (struct resident_bindings){
+		.odf = res->odf.table, .odf_basis = res->odf_basis, .dwi = res->dwi.table,
+		.matrices = res->matrices, .stop = res->stop.table, .vertices = res->vertices,
+		.nbr_offset = res->nbr_offset, .nbr = res->nbr,
+	};
+}
+
+void resident_free(struct gpu_ctx *gpu, struct resident *res)
+{
+	if (!res)
+		return;
+	paged_free(gpu, &res->odf);
+	paged_free(gpu, &res->dwi);
+	gpu_buffer_free(gpu, res->odf_basis);
+	paged_free(gpu, &res->stop);
+	gpu_buffer_free(gpu, res->vertices);
+	gpu_buffer_free(gpu, res->nbr_offset);
+	gpu_buffer_free(gpu, res->nbr);
+	gpu_buffer_free(gpu, res->matrices);
+	free(res);
+}

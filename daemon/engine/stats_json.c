@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/* stats_json: the shared members of a run's statistics as JSON (see stats_json.h). */
+#include "engine/stats_json.h"
+
+#include <errno.h>
+
+#define STOP_REASONS_KEY "stop_reasons"
+#define SEEDS_WITHOUT_DIRECTION_KEY "seeds_without_direction"
+
+static json_t *stop_reasons_json(const struct engine_stats *stats)
+{
+	json_t *reasons = json_object();
+
+	for (int k = 0; reasons && k < ENGINE_STOP_REASONS; k++)
+		if (json_object_set_new(reasons, engine_stop_key((enum engine_stop)k),
+					json_integer((json_int_t)stats->stop_reasons[k])) < 0) {
+			json_decref(reasons);
+			return NULL;
+		}
+	return reasons;
+}
+
+int stats_json_add(json_t *doc, const struct engine_stats *stats)
+{
+	if (json_object_set_new(doc, STOP_REASONS_KEY, stop_reasons_json(stats)) < 0 ||
+	    json_object_set_new(doc, SEEDS_WITHOUT_DIRECTION_KEY,
+				json_integer((json_int_t)stats->seeds_without_direction)) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+/* A count member of doc into *ret: absent reads as 0. */
+static int read_count(const json_t *doc, const char *key, uint64_t *ret)
+{
+	const json_t *v = json_object_get(doc, key);
+
+	if (!v) {
+		*ret = 0;
+		return 0;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
+		return -EINVAL;
+	*ret = (uint64_t)json_integer_value(v);
+	return 0;
+}
+
+int stats_json_read(const json_t *doc, struct engine_stats *stats, struct errbuf *err)
+{
+	const json_t *reasons = json_object_get(doc, STOP_REASONS_KEY);
+
+	if (reasons && !json_is_object(reasons))
+		return errbuf_set(err, -EINVAL, STOP_REASONS_KEY, "not an object");
+	for (int k = 0; k < ENGINE_STOP_REASONS; k++) {
+		const char *key = engine_stop_key((enum engine_stop)k);
+		if (read_count(reasons, key, &stats->stop_reasons[k]) < 0)
+			return errbuf_set(err, -EINVAL, STOP_REASONS_KEY, "%s: not a count", key);
+	}
+	if (read_count(doc, SEEDS_WITHOUT_DIRECTION_KEY, &stats->seeds_without_direction) < 0)
+		return errbuf_set(err, -EINVAL, SEEDS_WITHOUT_DIRECTION_KEY, "not a count");
+	return 0;
+}

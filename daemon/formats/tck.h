@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tck: streaming MRtrix3 .tck writer.
+ *
+ * Owns the writer state, not the FILE. The text header ("mrtrix tracks",
+ * datatype Float32LE, "file: . OFFSET", a fixed-width count) is written
+ * first; streamlines follow as float32 xyz triplets in RAS+ mm (the affine
+ * applied to the voxel coordinates the engine produces), each ended by a NaN
+ * triplet, and the file by an Inf triplet. The count is patched at the end
+ * when the stream is seekable. Does not log.
+ */
+#ifndef TRACTD_TCK_H
+#define TRACTD_TCK_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/errbuf.h"
+
+struct tck_writer;
+
+/* Writes the header, which must start the file ("file: . OFFSET" is an
+ * absolute position). Returns 0, -EINVAL (non-finite affine), -EIO, -ENOMEM. */
+int tck_writer_new(FILE *out, const double affine[4][4], struct tck_writer **ret,
+		   struct errbuf *err);
+
+/* Appends one streamline of n finite points (xyz interleaved, voxel
+ * coordinates, centres at integers; a NaN would read as a record end).
+ * n == 0 is skipped. Returns 0 or -EIO. */
+int tck_write_streamline(struct tck_writer *w, const float *points_vox, uint32_t n);
+
+/* Pushes whole records to the FILE and flushes it. On a seekable stream the
+ * file then ends in the Inf marker (so a reader of the file mid-run sees a
+ * complete file) and the stream stands just before it, so ftell counts whole
+ * records only; the count is patched at finish only. Returns 0 or -EIO. */
+int tck_flush(struct tck_writer *w);
+
+/* Writes the end marker, patches the count when seekable, frees the writer
+ * (not the FILE). Returns 0 or -EIO; the writer is freed either way. Accepts NULL. */
+int tck_writer_finish(struct tck_writer *w);
+
+#endif

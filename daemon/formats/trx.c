@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * trx: TRX zip writer over temporary record files (see trx.h).
+ */
+#include "formats/trx.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zip.h>
+
+#include "formats/binio.h"
+#include "formats/half.h"
+
+#define TRX_POINTS_PER_CHUNK 1024
+#define TRX_COPY_BYTES ((size_t)1 << 16)
+#define TRX_MAX_DIM 65535
+/* Entries get a fixed time, not the clock's, so that the same job gives the
+ * same bytes (1980-01-02: the DOS epoch plus a day, clear of time zones). */
+#define TRX_ENTRY_MTIME ((time_t)315619200)
+
+struct trx_writer {
+	FILE *out;
+	FILE *positions;        /* encoded points, RAS+ mm */
+	FILE *offsets;          /* uint64 first vertex per streamline */
+	FILE *seeds;            /* float32 RAS+ seed per streamline; NULL without seeds */
+	FILE *seed_index;       /* uint32 per streamline; NULL unless with_seed_index */
+	FILE *dg;               /* uint8 per streamline; NULL unless with_direction_getter */
+	double affine[4][4];
+	int64_t dim[3];
+	struct trx_options opts;
+	uint64_t nb_streamlines;
+	uint64_t nb_vertices;
+	int failed;             /* a write failed; later calls report -EIO */
+};
+
+static int affine_finite(const double affine[4][4])
+{
+	for (int r = 0; r < 4; r++)
+		for (int c = 0; c < 4; c++)
+			if (!isfinite(affine[r][c]))
+				return 0;
+	return 1;
+}
+
+static void close_file(FILE **f)
+{
+	if (*f)
+		fclose(*f);
+	*f = NULL;
+}
+
+static void free_writer(struct trx_writer *w)
+{
+	close_file(&w->positions);
+	close_file(&w->offsets);
+	close_file(&w->seeds);
+	close_file(&w->seed_index);
+	close_file(&w->dg);
+	free(w);
+}
+
+int trx_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
+		   const struct trx_options *opts, struct trx_writer **ret, struct errbuf *err)
+{
+	struct trx_writer *w;
+
+	if (!affine_finite(affine))
+		return errbuf_set(err, -EINVAL, NULL, "the voxel-to-RAS affine has a non-finite entry");
+	for (int i = 0; i < 3; i++)
+		if (dim[i] < 1 || dim[i] > TRX_MAX_DIM)
+			return errbuf_set(err, -EINVAL, NULL,
+					  "TRX keeps volume dimensions up to %d, got %lld",
+					  TRX_MAX_DIM, (long long)dim[i]);
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return errbuf_set(err, -ENOMEM, NULL, "out of memory for the TRX writer");
+	w->out = out;
+	memcpy(w->affine, affine, sizeof(w->affine));
+	memcpy(w->dim, dim, sizeof(w->dim));
+	w->opts = *opts;
+	w->positions = tmpfile();
+	w->offsets = tmpfile();
+	w->seeds = opts->with_seeds ? tmpfile() : NULL;
+	w->seed_index = opts->with_seed_index ? tmpfile() : NULL;
+	w->dg = opts->with_direction_getter ? tmpfile() : NULL;
+	if (!w->positions || !w->offsets || (opts->with_seeds && !w->seeds) ||
+	    (opts->with_seed_index && !w->seed_index) || (opts->with_direction_getter && !w->dg)) {
+		int e = errno;
+		free_writer(w);
+		return errbuf_set(err, -EIO, NULL, "cannot create a temporary file for TRX: %s",
+				  strerror(e));
+	}
+	*ret = w;
+	return 0;
+}
+
+/* RAS+ mm = affine * (p, 1), in double, rounded to float once (as TCK). For
+ * float16 that float is rounded again: the double rounding can only move a
+ * result by a float ulp, far below a half's resolution. */
+static unsigned char *encode_point(unsigned char *dst, const struct trx_writer *w,
+				   const float *p)
+{
+	double x = p[0], y = p[1], z = p[2];
+
+	for (int r = 0; r < 3; r++) {
+		float v = (float)(w->affine[r][0] * x + w->affine[r][1] * y +
+				  w->affine[r][2] * z + w->affine[r][3]);
+		if (w->opts.positions == TRX_POSITIONS_FLOAT16) {
+			uint16_t h = half_from_float(v);
+			dst[0] = (unsigned char)h;
+			dst[1] = (unsigned char)(h >> 8);
+			dst += 2;
+		} else {
+			binio_put_f32(dst, v);
+			dst += 4;
+		}
+	}
+	return dst;
+}
+
+/* Encodes in chunks on the stack: a streamline of any length needs no heap. */
+static int append_points(struct trx_writer *w, const float *p, uint32_t n)
+{
+	unsigned char buf[TRX_POINTS_PER_CHUNK * 12];
+
+	while (n > 0) {
+		uint32_t k = n < TRX_POINTS_PER_CHUNK ? n : TRX_POINTS_PER_CHUNK;
+		unsigned char *end = buf;
+
+		for (uint32_t i = 0; i < k; i++, p += 3)
+			end = encode_point(end, w, p);
+		if (fwrite(buf, 1, (size_t)(end - buf), w->positions) != (size_t)(end - buf))
+			return -EIO;
+		n -= k;
+	}
+	return 0;
+}
+
+static int append_u64(FILE *f, uint64_t v)
+{
+	unsigned char b[8];
+
+	binio_put_u64(b, v);
+	return fwrite(b, 1, sizeof(b), f) == sizeof(b) ? 0 : -EIO;
+}
+
+static int append_seed(FILE *f, const float seed[3])
+{
+	unsigned char b[12];
+
+	for (int c = 0; c < 3; c++)
+		binio_put_f32(b + 4 * c, seed ? seed[c] : NAN);
+	return fwrite(b, 1, sizeof(b), f) == sizeof(b) ? 0 : -EIO;
+}
+
+static int append_dps(struct trx_writer *w, const struct trx_dps *dps)
+{
+	static const struct trx_dps none = { 0 };
+	unsigned char b[4];
+
+	if (!dps)
+		dps = &none;
+	if (w->seeds && append_seed(w->seeds, dps->seed_ras))
+		return -EIO;
+	binio_put_u32(b, dps->seed_index);
+	if (w->seed_index && fwrite(b, 1, 4, w->seed_index) != 4)
+		return -EIO;
+	if (w->dg && fputc(dps->direction_getter, w->dg) == EOF)
+		return -EIO;
+	return 0;
+}
+
+int trx_write_streamline_dps(struct trx_writer *w, const float *points_vox, uint32_t n,
+			     const struct trx_dps *dps)
+{
+	if (w->failed)
+		return -EIO;
+	if (n == 0)
+		return 0;
+	if (append_u64(w->offsets, w->nb_vertices) || append_points(w, points_vox, n) ||
+	    append_dps(w, dps)) {
+		w->failed = 1;
+		return -EIO;
+	}
+	w->nb_streamlines++;
+	w->nb_vertices += n;
+	return 0;
+}
+
+int trx_write_streamline(struct trx_writer *w, const float *points_vox, uint32_t n,
+			 const float seed_ras[3])
+{
+	struct trx_dps dps = { .seed_ras = seed_ras };
+
+	return trx_write_streamline_dps(w, points_vox, n, &dps);
+}
+
+static int flush_file(FILE *f)
+{
+	return !f || (fflush(f) == 0 && !ferror(f)) ? 0 : -EIO;
+}
+
+int trx_flush(struct trx_writer *w)
+{
+	if (w->failed || flush_file(w->positions) || flush_file(w->offsets) ||
+	    flush_file(w->seeds) || flush_file(w->seed_index) || flush_file(w->dg))
+		w->failed = 1;
+	return w->failed ? -EIO : 0;
+}
+
+/* header.json as text (the caller frees it), or NULL. */
+static char *header_json(const struct trx_writer *w)
+{
+	json_t *m = json_array(), *root;
+	char *text;
+
+	if (!m)
+		return NULL;
+	for (int r = 0; r < 4; r++) {
+		json_t *row = json_pack("[ffff]", w->affine[r][0], w->affine[r][1],
+					w->affine[r][2], w->affine[r][3]);
+		if (!row || json_array_append_new(m, row)) {
+			json_decref(m);
+			return NULL;
+		}
+	}
+	root = json_pack("{s:o, s:[III], s:I, s:I}", "VOXEL_TO_RASMM", m, "DIMENSIONS",
+			 (json_int_t)w->dim[0], (json_int_t)w->dim[1], (json_int_t)w->dim[2],
+			 "NB_STREAMLINES", (json_int_t)w->nb_streamlines, "NB_VERTICES",
+			 (json_int_t)w->nb_vertices);
+	if (!root)
+		return NULL;
+	text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(root);
+	return text;
+}
+
+/* Names src in the archive with the method and time the job asked for. On
+ * failure src is freed here, as zip_file_add leaves it to the caller. */
+static int add_entry(zip_t *za, const char *name, zip_source_t *src,
+		     enum trx_compression compression)
+{
+	zip_int64_t idx;
+
+	if (!src)
+		return -EIO;
+	idx = zip_file_add(za, name, src, ZIP_FL_ENC_UTF_8);
+	if (idx < 0) {
+		zip_source_free(src);
+		return -EIO;
+	}
+	if (zip_set_file_compression(za, (zip_uint64_t)idx,
+				     compression == TRX_COMPRESSION_DEFLATE ? ZIP_CM_DEFLATE
+									    : ZIP_CM_STORE, 0) ||
+	    zip_file_set_mtime(za, (zip_uint64_t)idx, TRX_ENTRY_MTIME, 0))
+		return -EIO;
+	return 0;
+}
+
+/* A source reading all of a temporary file through its own descriptor, so
+ * that libzip owns (and closes) that FILE and the writer keeps its own. */
+static zip_source_t *file_source(zip_t *za, FILE *f)
+{
+	int fd = dup(fileno(f));
+	FILE *copy = fd < 0 ? NULL : fdopen(fd, "rb");
+	zip_source_t *src;
+
+	if (!copy) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	/* The descriptors share the offset, left at the end by the writes, and
+	 * libzip reads a source starting at 0 from wherever the FILE stands. */
+	if (fseek(copy, 0, SEEK_SET) != 0) {
+		fclose(copy);
+		return NULL;
+	}
+	src = zip_source_filep(za, copy, 0, -1);
+	if (!src)
+		fclose(copy);
+	return src;
+}
+
+static int add_entries(zip_t *za, const struct trx_writer *w, const char *header)
+{
+	enum trx_compression c = w->opts.compression;
+	const char *positions = w->opts.positions == TRX_POSITIONS_FLOAT16
+					? "positions.3.float16" : "positions.3.float32";
+	int r;
+
+	r = add_entry(za, "header.json", zip_source_buffer(za, header, strlen(header), 0), c);
+	if (!r)
+		r = add_entry(za, positions, file_source(za, w->positions), c);
+	if (!r)
+		r = add_entry(za, "offsets.uint64", file_source(za, w->offsets), c);
+	if (!r && w->seeds)
+		r = add_entry(za, "dps/seeds.3.float32", file_source(za, w->seeds), c);
+	if (!r && w->seed_index)
+		r = add_entry(za, "dps/seed_index.uint32", file_source(za, w->seed_index), c);
+	if (!r && w->dg)
+		r = add_entry(za, "dps/direction_getter.uint8", file_source(za, w->dg), c);
+	return r;
+}
+
+/* Writes the archive to path (which exists, empty; libzip replaces it). */
+static int write_archive(const struct trx_writer *w, const char *path)
+{
+	char *header = header_json(w);
+	zip_t *za = NULL;
+	int zerr = 0;
+	int r = header ? 0 : -ENOMEM;
+
+	if (!r) {
+		za = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &zerr);
+		r = za ? 0 : -EIO;
+	}
+	if (!r)
+		r = add_entries(za, w, header);
+	if (!r && zip_close(za) != 0)
+		r = -EIO;
+	else if (!r)
+		za = NULL;
+	if (za)
+		zip_discard(za);
+	free(header);
+	return r;
+}
+
+static int copy_to(const char *path, FILE *out)
+{
+	unsigned char *buf = malloc(TRX_COPY_BYTES);
+	FILE *in = fopen(path, "rb");
+	int r = buf && in ? 0 : -EIO;
+	size_t n;
+
+	while (!r && (n = fread(buf, 1, TRX_COPY_BYTES, in)) > 0)
+		if (fwrite(buf, 1, n, out) != n)
+			r = -EIO;
+	if (!r && (ferror(in) || fflush(out) != 0))
+		r = -EIO;
+	if (in)
+		fclose(in);
+	free(buf);
+	return r;
+}
+
+/* The archive is built in a file of its own, since libzip writes by path. */
+static int build_and_copy(const struct trx_writer *w)
+{
+	const char *dir = getenv("TMPDIR");
+	char *path = NULL;
+	int fd, r;
+
+	if (!dir || !*dir)
+		dir = "/tmp";
+	if (asprintf(&path, "%s/tractd-trx-XXXXXX", dir) < 0)
+		return -ENOMEM;
+	fd = mkstemp(path);
+	if (fd < 0) {
+		free(path);
+		return -EIO;
+	}
+	close(fd);
+	r = write_archive(w, path);
+	if (!r)
+		r = copy_to(path, w->out);
+	unlink(path);
+	free(path);
+	return r;
+}
+
+int trx_writer_finish(struct trx_writer *w)
+{
+	int r;
+
+	if (!w)
+		return 0;
+	r = w->failed ? -EIO : 0;
+	if (!r && (append_u64(w->offsets, w->nb_vertices) || trx_flush(w)))
+		r = -EIO;
+	if (!r)
+		r = build_and_copy(w);
+	free_writer(w);
+	return r;
+}

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * trx: TRX tractogram writer (tee-ar-ex/trx-spec), a zip of
+ *   header.json           VOXEL_TO_RASMM, DIMENSIONS, NB_STREAMLINES, NB_VERTICES
+ *   positions.3.float32   (or .float16) points in RAS+ mm, little-endian
+ *   offsets.uint64        first vertex of each streamline, then NB_VERTICES
+ *                         (the closing entry trx-python 0.6 requires)
+ *   dps/seeds.3.float32   each streamline's seed in RAS+ mm (with_seeds only)
+ *   dps/seed_index.uint32 each streamline's global seed index (with_seed_index)
+ *   dps/direction_getter.uint8  the getter that tracked it, 0 prob, 1 boot
+ *                         (with_direction_getter; one value per job, a column
+ *                         so that merged tractograms keep it per streamline)
+ *
+ * The counts belong in the header and the zip's directory ends the file, so
+ * nothing useful can reach the FILE before the last record: records go to
+ * unlinked temporary files (tmpfile()) and trx_writer_finish() builds the zip
+ * with libzip in $TMPDIR (or /tmp) and copies it to the FILE, which then
+ * holds the whole archive or, on failure, whatever had been copied.
+ *
+ * Owns the writer state and its temporary files, not the FILE. Does not log.
+ */
+#ifndef TRACTD_TRX_H
+#define TRACTD_TRX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/errbuf.h"
+
+enum trx_positions { TRX_POSITIONS_FLOAT32, TRX_POSITIONS_FLOAT16 };
+enum trx_compression { TRX_COMPRESSION_STORE, TRX_COMPRESSION_DEFLATE };
+
+struct trx_options {
+	enum trx_positions positions;
+	enum trx_compression compression;
+	bool with_seeds;
+	bool with_seed_index;
+	bool with_direction_getter;
+};
+
+/* A streamline's data_per_streamline; seed_ras is NULL without seeds. */
+struct trx_dps {
+	const float *seed_ras;
+	uint32_t seed_index;
+	uint8_t direction_getter;
+};
+
+struct trx_writer;
+
+/* Opens the temporary files. Returns 0, -EINVAL (non-finite affine, a
+ * dimension outside [1, 65535], which header readers keep as uint16), -EIO,
+ * -ENOMEM. */
+int trx_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
+		   const struct trx_options *opts, struct trx_writer **ret, struct errbuf *err);
+
+/* Appends one streamline of n points (xyz interleaved, voxel coordinates)
+ * and, with seeds, its seed (RAS+ mm). n == 0 is skipped, as TCK does, so
+ * that every format of a job holds the same streamlines. Returns 0 or -EIO. */
+int trx_write_streamline(struct trx_writer *w, const float *points_vox, uint32_t n,
+			 const float seed_ras[3]);
+
+/* As trx_write_streamline with every dps column the options asked for (dps
+ * NULL: a NaN seed, zero index and getter). */
+int trx_write_streamline_dps(struct trx_writer *w, const float *points_vox, uint32_t n,
+			     const struct trx_dps *dps);
+
+/* Flushes the temporary files (the FILE gets nothing before finish).
+ * Returns 0 or -EIO. */
+int trx_flush(struct trx_writer *w);
+
+/* Builds the archive, copies it to the FILE and flushes it, removes the
+ * temporary files and frees the writer (not the FILE). Returns 0, -EIO or
+ * -ENOMEM; the writer is freed either way. Accepts NULL. */
+int trx_writer_finish(struct trx_writer *w);
+
+#endif

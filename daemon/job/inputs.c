@@ -1,0 +1,607 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * inputs: a job's volumes, sphere and seeds read and validated on the host
+ * (see inputs.h).
+ *
+ * Flow: the sphere -> the input that sets the grid (an ODF, SH coefficients,
+ * or a DWI series: fitted for prob and ptt, reordered with its model's
+ * matrices for boot) -> the stop map on that grid (a dwi job's own FA when
+ * none is given) -> whether directions compare by |cos|.
+ */
+#include "job/inputs.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/gradients.h"
+#include "models/shbasis.h"
+
+struct inputs {
+	struct volume odf;        /* inputs.odf: the ODF on the sphere's vertices, clipped */
+	struct volume sh;         /* inputs.sh: its coefficients (a dwi job's are fit.sh) */
+	enum sh_basis sh_basis;
+	bool sh_world;            /* inputs.sh_frame world: directions map through to_sh */
+	double to_sh[3][3];
+	struct volume dwi;        /* boot: the b0 volumes first, then one shell's */
+	int n_b0;
+	struct boot_matrices boot;
+	enum boot_model boot_model;
+	bool boot_getter;
+	struct volume stop;
+	struct sphere sphere;
+	bool symmetric;       /* compare directions by |cos| */
+	const char *grid_field;   /* the input that sets the grid, for messages */
+	bool fitted;          /* fit holds the DTI and CSD of a dwi input */
+	struct fit_result fit;
+};
+
+/* The volume in slot: read from the descriptor the job holds (a server
+ * job's, opened by its owner at submission), else opened by its path (the
+ * CLI's, as the user running it). */
+static int load_volume(const struct jobspec *job, enum jobspec_file_slot slot, const char *path,
+		       const char *field, struct volume *ret, struct errbuf *err)
+{
+	int fd = jobspec_opened_fd(job, slot);
+
+	if (fd < 0)
+		return volume_load(path, field, ret, err);
+	return volume_load_fd(fd, path, field, ret, err);
+}
+
+/* The gradient tables, as load_volume reads a volume. */
+static int load_gradients(const struct jobspec *job, int64_t n_volumes, struct gradients *ret,
+			  struct errbuf *err)
+{
+	struct gradients_file bvals = { jobspec_opened_fd(job, JOBSPEC_SLOT_BVALS),
+					job->bvals_path, "inputs.bvals" };
+	struct gradients_file bvecs = { jobspec_opened_fd(job, JOBSPEC_SLOT_BVECS),
+					job->bvecs_path, "inputs.bvecs" };
+
+	if (bvals.fd < 0 || bvecs.fd < 0)
+		return gradients_load(bvals.path, bvecs.path, n_volumes, bvals.field, bvecs.field,
+				      ret, err);
+	return gradients_read(&bvals, &bvecs, n_volumes, ret, err);
+}
+
+/* The inputs that are NIfTI images (bvals and bvecs are text). */
+static const struct {
+	const char *field;
+	size_t offset;
+	enum jobspec_file_slot slot;
+} image_inputs[] = {
+	{ "inputs.odf", offsetof(struct jobspec, odf_path), JOBSPEC_SLOT_ODF },
+	{ "inputs.sh", offsetof(struct jobspec, sh_path), JOBSPEC_SLOT_SH },
+	{ "inputs.dwi", offsetof(struct jobspec, dwi_path), JOBSPEC_SLOT_DWI },
+	{ "inputs.mask", offsetof(struct jobspec, mask_path), JOBSPEC_SLOT_MASK },
+	{ "inputs.stop_map", offsetof(struct jobspec, stop_map_path), JOBSPEC_SLOT_STOP_MAP },
+	{ "seeds.roi", offsetof(struct jobspec, seed_roi_path), JOBSPEC_SLOT_SEED_ROI },
+};
+
+/* An input's shape and stored value size, from the descriptor the job
+ * holds (a server job's), else from its path (the CLI's), as load_volume. */
+static int probe_volume(const struct jobspec *job, enum jobspec_file_slot slot, const char *path,
+			const char *field, int64_t dim[4], size_t *stored_size, struct errbuf *err)
+{
+	int fd = jobspec_opened_fd(job, slot);
+
+	if (fd < 0)
+		return volume_probe(path, field, dim, stored_size, err);
+	return volume_probe_fd(fd, path, field, dim, stored_size, err);
+}
+
+/* Host bytes of one input image: voxels x (stored size + 4), and for the
+ * DWI what the fit derives from it on the same grid (the SH coefficients
+ * of sh_order, FA and MD) and the b0s-and-shell copy of a boot job, each
+ * a float per voxel and value. UINT64_MAX past 2^64 - 1: no budget admits it. */
+static uint64_t image_bytes(const struct jobspec *job, bool dwi, const int64_t dim[4],
+			    size_t stored_size)
+{
+	uint64_t l = job->model.sh_order > 0 ? (uint64_t)job->model.sh_order : 16;
+	uint64_t derived_per_voxel = (l + 1) * (l + 2) / 2 + 2 + (uint64_t)dim[3];
+	int64_t grid[4] = { dim[0], dim[1], dim[2], 1 };
+	uint64_t bytes, derived;
+
+	if (volume_host_bytes(dim, stored_size, &bytes) < 0)
+		return UINT64_MAX;
+	if (!dwi)
+		return bytes;
+	/* stored size 4 * n - 4 makes volume_host_bytes count 4 * n bytes. */
+	if (volume_host_bytes(grid, 4 * derived_per_voxel - 4, &derived) < 0 ||
+	    __builtin_add_overflow(bytes, derived, &bytes))
+		return UINT64_MAX;
+	return bytes;
+}
+
+int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct errbuf *err)
+{
+	uint64_t total = 0;
+
+	if (!limit)
+		return 0;
+	for (size_t i = 0; i < sizeof(image_inputs) / sizeof(image_inputs[0]); i++) {
+		const char *path = *(char *const *)((const char *)job + image_inputs[i].offset);
+		const char *field = image_inputs[i].field;
+		int64_t dim[4];
+		size_t stored_size;
+		uint64_t bytes;
+		int r;
+
+		if (!path)
+			continue;
+		r = probe_volume(job, image_inputs[i].slot, path, field, dim, &stored_size, err);
+		if (r < 0)
+			return r;
+		bytes = image_bytes(job, image_inputs[i].offset == offsetof(struct jobspec, dwi_path),
+				    dim, stored_size);
+		if (__builtin_add_overflow(total, bytes, &total))
+			total = UINT64_MAX;
+		if (total > limit)
+			return errbuf_set(err, -EFBIG, field, "its header declares an image that "
+					  "takes %llu bytes of host memory (voxels x (stored size + "
+					  "4), and for a DWI what the fit derives), %llu with the job's other inputs: over the limit of "
+					  "%llu bytes per job (max_job_host_memory)",
+					  (unsigned long long)bytes, (unsigned long long)total,
+					  (unsigned long long)limit);
+	}
+	return 0;
+}
+
+static int load_sphere(const struct jobspec *job, struct sphere *ret, struct errbuf *err)
+{
+	if (job->sphere_vertices)
+		return sphere_from_vertices(job->sphere_vertices, job->sphere_nv,
+					    "tracking.sphere.vertices", ret, err);
+	return sphere_builtin(job->sphere_name, ret, err);
+}
+
+static int require_3d_on_grid(const struct volume *v, const struct volume *ref,
+			      const char *ref_field, const char *field, const char *path,
+			      struct errbuf *err)
+{
+	if (v->dim[3] != 1)
+		return errbuf_set(err, -EINVAL, field, "%s must be a 3D volume, got %lld volumes",
+				  path, (long long)v->dim[3]);
+	if (!volume_same_grid(v, ref))
+		return errbuf_set(err, -EINVAL, field, "%s is on a different grid (%lldx%lldx%lld "
+				  "or another affine) than %s (%lldx%lldx%lld)", path,
+				  (long long)v->dim[0], (long long)v->dim[1], (long long)v->dim[2],
+				  ref_field, (long long)ref->dim[0], (long long)ref->dim[1], (long long)ref->dim[2]);
+	return 0;
+}
+
+static int load_seeds(const struct jobspec *job, const struct volume *odf, const char *grid_field,
+		      struct seeds **ret, struct errbuf *err)
+{
+	struct volume roi = { 0 };
+	int r;
+
+	if (job->seed_kind == JOBSPEC_SEEDS_POINTS)
+		return seeds_from_points(job->seed_points, job->n_seed_points, job->seed_points_ras,
+					 odf->affine, odf->dim, ret, err);
+	r = load_volume(job, JOBSPEC_SLOT_SEED_ROI, job->seed_roi_path, "seeds.roi", &roi, err);
+	if (r == 0)
+		r = require_3d_on_grid(&roi, odf, grid_field, "seeds.roi", job->seed_roi_path, err);
+	if (r == 0)
+		r = seeds_from_mask(&roi, job->seed_count, job->seed_per_voxel, job->rng_seed, ret, err);
+	volume_free(&roi);
+	if (r == 0 && seeds_count(*ret) > JOBSPEC_MAX_SEEDS) {
+		seeds_free(*ret);
+		*ret = NULL;
+		r = errbuf_set(err, -EINVAL, "seeds.count", "%llu seeds per voxel exceed the limit "
+			       "of %llu seeds per job", (unsigned long long)job->seed_count,
+			       (unsigned long long)JOBSPEC_MAX_SEEDS);
+	}
+	return r;
+}
+
+static int load_odf(const struct jobspec *job, struct inputs *in, struct errbuf *err)
+{
+	int r = load_volume(job, JOBSPEC_SLOT_ODF, job->odf_path, "inputs.odf", &in->odf, err);
+
+	if (r == 0 && in->odf.dim[3] != in->sphere.nv)
+		r = errbuf_set(err, -EINVAL, "inputs.odf", "%s has %lld volumes but the sphere "
+			       "(tracking.sphere) has %d vertices: the ODF must be sampled on it",
+			       job->odf_path, (long long)in->odf.dim[3], in->sphere.nv);
+	return r;
+}
+
+/* The linear part of the affine, which takes a step along the voxel axes
+ * to scanner (RAS+) space: where MRtrix3 expresses its FOD directions. */
+static void voxel_to_world_directions(const struct volume *v, double m[3][3])
+{
+	for (int r = 0; r < 3; r++)
+		for (int c = 0; c < 3; c++)
+			m[r][c] = v->affine[r][c];
+}
+
+/* The coefficients stay as read: the ODF is sampled from them when it is
+ * uploaded (sample_odf), or on the GPU at every step (SH storage). */
+static int load_sh(const struct jobspec *job, struct inputs *in, struct errbuf *err)
+{
+	int r = load_volume(job, JOBSPEC_SLOT_SH, job->sh_path, "inputs.sh", &in->sh, err);
+	int order;
+
+	if (r < 0)
+		return r;
+	order = sh_order_from_ncoef(in->sh.dim[3]);
+	if (order < 0 || order > SH_MAX_ORDER)
+		return errbuf_set(err, -EINVAL, "inputs.sh", "has %lld volumes, which is not the "
+				  "coefficient count of an even SH order up to %d (1, 6, 15, 28, "
+				  "45, ...)", (long long)in->sh.dim[3], SH_MAX_ORDER);
+	in->sh_basis = job->sh_basis;
+	in->sh_world = job->sh_frame == JOBSPEC_SH_FRAME_WORLD;
+	voxel_to_world_directions(&in->sh, in->to_sh);
+	return 0;
+}
+
+static void fit_params_from_job(const struct jobspec *job, struct fit_params *p)
+{
+	fit_default_params(p);
+	p->csd.sh_order = job->model.sh_order;
+	p->csd.lambda = job->model.lambda;
+	p->csd.tau = job->model.tau;
+	p->fa_threshold = job->fa_threshold;
+	p->response_roi_radius = job->model.roi_radius;
+	p->response_fa = job->model.response_fa;
+	p->response_given = job->model.response_given;
+	memcpy(p->response.evals, job->model.response_evals, sizeof(p->response.evals));
+	p->response.s0 = job->model.response_s0;
+}
+
+static int load_dwi_volumes(const struct jobspec *job, struct volume *dwi, struct volume *mask,
+			    struct gradients *g, struct errbuf *err)
+{
+	int r = load_volume(job, JOBSPEC_SLOT_DWI, job->dwi_path, "inputs.dwi", dwi, err);
+
+	if (r == 0 && dwi->dim[3] < 7)
+		r = errbuf_set(err, -EINVAL, "inputs.dwi", "%s has %lld volume%s: a DWI series "
+			       "is 4D, with a b=0 volume and at least 6 diffusion directions",
+			       job->dwi_path, (long long)dwi->dim[3], dwi->dim[3] == 1 ? "" : "s");
+	if (r == 0)
+		r = load_gradients(job, dwi->dim[3], g, err);
+	if (r == 0 && job->mask_path) {
+		r = load_volume(job, JOBSPEC_SLOT_MASK, job->mask_path, "inputs.mask", mask, err);
+		if (r == 0)
+			r = require_3d_on_grid(mask, dwi, "inputs.dwi", "inputs.mask", job->mask_path,
+					       err);
+	}
+	return r;
+}
+
+int inputs_fit_dwi(const struct jobspec *job, const struct fit_options *o,
+		   struct fit_result *ret, struct errbuf *err)
+{
+	struct volume dwi = { 0 }, mask = { 0 };
+	struct gradients g = { 0 };
+	struct fit_params p;
+	int r = load_dwi_volumes(job, &dwi, &mask, &g, err);
+
+	fit_params_from_job(job, &p);
+	if (r == 0)
+		r = fit_dwi(&dwi, &g, job->mask_path ? &mask : NULL, &p, o, ret, err);
+	volume_free(&dwi);
+	volume_free(&mask);
+	gradients_free(&g);
+	return r;
+}
+
+static int load_dwi(const struct jobspec *job, const struct fit_options *o,
+		    struct inputs *in, struct errbuf *err)
+{
+	int r = inputs_fit_dwi(job, o, &in->fit, err);
+
+	in->fitted = r == 0;
+	in->sh_basis = SH_DESCOTEAUX07_LEGACY;
+	return r;
+}
+
+/* Copies the b0s and the shell's volumes, in that order, so that the boot
+ * kernels find the b0s at 0..n_b0-1 and the diffusion-weighted volumes after. */
+static int gather_volumes(const struct volume *dwi, const size_t *volumes, size_t n,
+			  struct volume *out, struct errbuf *err)
+{
+	size_t nvox = volume_voxels(dwi), nt = (size_t)dwi->dim[3];
+
+	if (volume_alloc_on_grid(out, dwi, (int64_t)n) < 0)
+		return errbuf_set(err, -ENOMEM, "inputs.dwi", "out of memory for the DWI");
+	for (size_t v = 0; v < nvox; v++)
+		for (size_t i = 0; i < n; i++)
+			out->data[v * n + i] = dwi->data[v * nt + volumes[i]];
+	return 0;
+}
+
+/* Reorders volumes[0..n) (ascending) to put the b0s first, each group staying
+ * ascending, using scratch (n entries); writes the directions of the others
+ * to dirs. Returns the number of b0s. */
+static size_t b0s_first(const struct gradients *g, size_t *volumes, size_t n, size_t *scratch,
+			double *dirs)
+{
+	size_t n_b0 = 0, n_dw = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t v = volumes[i];
+		if (g->is_b0[v]) {
+			volumes[n_b0++] = v;
+			continue;
+		}
+		memcpy(&dirs[3 * n_dw], &g->bvecs[3 * v], sizeof(double) * 3);
+		scratch[n_dw++] = v;
+	}
+	memcpy(volumes + n_b0, scratch, sizeof(*volumes) * n_dw);
+	return n_b0;
+}
+
+static void boot_params_from_job(const struct jobspec *job, struct boot_params *p)
+{
+	p->model = job->model.name == JOBSPEC_MODEL_CSA ? BOOT_MODEL_CSA : BOOT_MODEL_OPDT;
+	p->sh_order = job->model.sh_order;
+	p->sh_lambda = job->model.sh_lambda;
+}
+
+/* The boot getter's inputs: the b0s and the lowest shell of the DWI (the SH
+ * model of the residual bootstrap is single-shell; GPUStreamlines and the
+ * CSD fit take the same shell), the model's matrices, and the DTI FA of the
+ * whole series when no stop map is given. */
+static int load_boot(const struct jobspec *job, const struct fit_options *o,
+		     struct inputs *in, struct errbuf *err)
+{
+	struct volume dwi = { 0 }, mask = { 0 };
+	struct gradients g = { 0 };
+	struct boot_params params;
+	size_t *volumes = NULL, n = 0;
+	double *dirs = NULL;
+	int r = load_dwi_volumes(job, &dwi, &mask, &g, err);
+
+	if (r == 0 && !job->stop_map_path)
+		r = fit_tensor(&dwi, &g, job->mask_path ? &mask : NULL, o, &in->fit, err);
+	if (r == 0) {
+		volumes = malloc(sizeof(*volumes) * 2 * g.n);
+		dirs = malloc(sizeof(*dirs) * 3 * g.n);
+		if (!volumes || !dirs)
+			r = errbuf_set(err, -ENOMEM, "inputs.dwi", "out of memory");
+	}
+	if (r == 0) {
+		n = gradients_lowest_shell(&g, volumes);
+		in->n_b0 = (int)b0s_first(&g, volumes, n, volumes + g.n, dirs);
+	}
+	boot_params_from_job(job, &params);
+	in->boot_model = params.model;
+	if (r == 0)
+		r = boot_matrices_build(dirs, n - (size_t)in->n_b0, &in->sphere, &params, &in->boot, err);
+	if (r == 0)
+		r = gather_volumes(&dwi, volumes, n, &in->dwi, err);
+	in->symmetric = true;   /* even-order SH */
+	free(volumes);
+	free(dirs);
+	volume_free(&dwi);
+	volume_free(&mask);
+	gradients_free(&g);
+	return r;
+}
+
+/* The SH coefficients behind a prob job's ODF, or NULL for an ODF input. */
+static const struct volume *sh_of(const struct inputs *in)
+{
+	if (in->fitted)
+		return &in->fit.sh;
+	return in->sh.data ? &in->sh : NULL;
+}
+
+static const struct volume *grid_of(const struct inputs *in)
+{
+	if (in->boot_getter)
+		return &in->dwi;
+	return sh_of(in) ? sh_of(in) : &in->odf;
+}
+
+/* The ODF on the sphere's vertices, clipped at zero, from SH coefficients. */
+static int sample_odf(const struct inputs *in, const struct fit_options *o,
+		      struct volume *odf, struct errbuf *err)
+{
+	return fit_sample_sh(sh_of(in), in->sh_basis, in->sh_world ? in->to_sh : NULL, &in->sphere,
+			     o, in->grid_field, odf, err);
+}
+
+static int load_stop_map(const struct jobspec *job, struct inputs *in, struct errbuf *err)
+{
+	int r;
+
+	if (!job->stop_map_path) {
+		/* A dwi job stops on its own FA. */
+		r = volume_alloc_on_grid(&in->stop, &in->fit.fa, 1);
+		if (r < 0)
+			return errbuf_set(err, r, "", "out of memory");
+		memcpy(in->stop.data, in->fit.fa.data, sizeof(float) * volume_voxels(&in->stop));
+		return 0;
+	}
+	r = load_volume(job, JOBSPEC_SLOT_STOP_MAP, job->stop_map_path, "inputs.stop_map",
+			&in->stop, err);
+	if (r == 0)
+		r = require_3d_on_grid(&in->stop, grid_of(in), in->grid_field, "inputs.stop_map",
+				       job->stop_map_path, err);
+	return r;
+}
+
+static int load_inputs(const struct jobspec *job, const struct fit_options *o,
+		       struct inputs *in, struct errbuf *err)
+{
+	static const char *const grid_fields[] = {
+		[JOBSPEC_INPUT_ODF] = "inputs.odf",
+		[JOBSPEC_INPUT_SH] = "inputs.sh",
+		[JOBSPEC_INPUT_DWI] = "inputs.dwi",
+	};
+	int r = load_sphere(job, &in->sphere, err);
+
+	in->grid_field = grid_fields[job->input_kind];
+	if (r < 0)
+		return r;
+	switch (job->input_kind) {
+	case JOBSPEC_INPUT_ODF:
+		r = load_odf(job, in, err);
+		break;
+	case JOBSPEC_INPUT_SH:
+		r = load_sh(job, in, err);
+		break;
+	case JOBSPEC_INPUT_DWI:
+		in->boot_getter = job->direction_getter == JOBSPEC_DG_BOOT;
+		r = in->boot_getter ? load_boot(job, o, in, err) : load_dwi(job, o, in, err);
+		break;
+	}
+	if (r == 0)
+		r = load_stop_map(job, in, err);
+	if (in->boot_getter)
+		fit_result_free(&in->fit);   /* its FA is now the stop map */
+	if (r < 0 || in->boot_getter)
+		return r;
+	if (sh_of(in)) {
+		in->symmetric = true;   /* even-order SH */
+		return 0;
+	}
+	return fit_prepare_odf(&in->odf, &in->sphere, o, &in->symmetric, err);
+}
+
+static uint64_t volume_bytes(const struct volume *v)
+{
+	return v->data ? (uint64_t)volume_voxels(v) * (uint64_t)v->dim[3] * sizeof(float) : 0;
+}
+
+uint64_t inputs_host_bytes(const struct inputs *in)
+{
+	const struct boot_matrices *b = &in->boot;
+	uint64_t doubles = (uint64_t)b->n_dwi * (uint64_t)b->n_coef * 3 + (uint64_t)b->n_dwi +
+			   (uint64_t)b->nv * (uint64_t)b->n_coef;
+
+	return volume_bytes(&in->odf) + volume_bytes(&in->sh) + volume_bytes(&in->dwi) +
+	       volume_bytes(&in->stop) + volume_bytes(&in->fit.fa) + volume_bytes(&in->fit.md) +
+	       volume_bytes(&in->fit.sh) + (b->hat_u ? doubles * sizeof(double) : 0);
+}
+
+void inputs_free(struct inputs *in)
+{
+	if (!in)
+		return;
+	volume_free(&in->odf);
+	volume_free(&in->sh);
+	volume_free(&in->dwi);
+	boot_matrices_free(&in->boot);
+	volume_free(&in->stop);
+	sphere_free(&in->sphere);
+	fit_result_free(&in->fit);
+	free(in);
+}
+
+int inputs_load(const struct jobspec *job, const struct fit_options *fit, struct inputs **ret,
+		struct errbuf *err)
+{
+	struct inputs *in = calloc(1, sizeof(*in));
+	int r;
+
+	if (!in)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	r = load_inputs(job, fit, in, err);
+	if (r < 0) {
+		inputs_free(in);
+		return r;
+	}
+	*ret = in;
+	return 0;
+}
+
+int inputs_seeds_load(const struct jobspec *job, const struct inputs *in, struct seeds **ret,
+		      struct errbuf *err)
+{
+	return load_seeds(job, grid_of(in), in->grid_field, ret, err);
+}
+
+int inputs_odf(const struct inputs *in, const struct fit_options *o, struct volume *ret,
+	       struct errbuf *err)
+{
+	if (in->boot_getter)
+		return errbuf_set(err, -EINVAL, "direction_getter", "a boot job has no ODF volume");
+	if (sh_of(in))
+		return sample_odf(in, o, ret, err);
+	if (volume_alloc_on_grid(ret, &in->odf, in->odf.dim[3]) < 0)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	memcpy(ret->data, in->odf.data, sizeof(float) * volume_voxels(ret) * (size_t)ret->dim[3]);
+	return 0;
+}
+
+const struct fit_result *inputs_fit(const struct inputs *in)
+{
+	return in->fitted ? &in->fit : NULL;
+}
+
+/* ---- read access -------------------------------------------------------- */
+
+const struct volume *inputs_grid(const struct inputs *in)
+{
+	return grid_of(in);
+}
+
+const char *inputs_grid_field(const struct inputs *in)
+{
+	return in->grid_field;
+}
+
+const struct sphere *inputs_sphere(const struct inputs *in)
+{
+	return &in->sphere;
+}
+
+bool inputs_symmetric(const struct inputs *in)
+{
+	return in->symmetric;
+}
+
+const struct volume *inputs_stop(const struct inputs *in)
+{
+	return &in->stop;
+}
+
+const struct volume *inputs_sh(const struct inputs *in)
+{
+	return sh_of(in);
+}
+
+float *inputs_sh_sampling_matrix(const struct inputs *in)
+{
+	return fit_sh_sampling_matrix(in->sh_basis, sh_order_from_ncoef(sh_of(in)->dim[3]),
+				      in->sh_world ? in->to_sh : NULL, &in->sphere);
+}
+
+int inputs_odf_view(const struct inputs *in, const struct fit_options *fit,
+		    struct volume *scratch, const struct volume **ret, struct errbuf *err)
+{
+	*ret = &in->odf;
+	if (!sh_of(in))
+		return 0;
+	*ret = scratch;
+	return sample_odf(in, fit, scratch, err);
+}
+
+bool inputs_boot(const struct inputs *in)
+{
+	return in->boot_getter;
+}
+
+const struct volume *inputs_dwi(const struct inputs *in)
+{
+	return &in->dwi;
+}
+
+int inputs_n_b0(const struct inputs *in)
+{
+	return in->n_b0;
+}
+
+const struct boot_matrices *inputs_boot_matrices(const struct inputs *in)
+{
+	return &in->boot;
+}
+
+enum boot_model inputs_boot_model(const struct inputs *in)
+{
+	return in->boot_model;
+}

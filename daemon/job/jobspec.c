@@ -1,0 +1,1257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jobspec: validation of job documents.
+ *
+ * Every JSON object of the job format is described by a table of its fields.
+ * One walker rejects keys that are not in the table and hands each value to
+ * the parser for its kind, which writes it into struct jobspec at the row's
+ * offset; so a new parameter is one table row, and every error names the full
+ * path of the field it is about. Rules that involve more than one field (seed
+ * kinds, min_length < max_length, required inputs) run after the walk.
+ */
+#include "job/jobspec.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "formats/compress.h"
+#include "models/sphere.h"
+
+#define FIELD_MAX sizeof(((struct errbuf *)NULL)->field)
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The deepest valid value, tracking.sphere.vertices[i][j], is at nesting
+ * depth 5; the margin lets ordinary mistakes (one bracket too many) reach the
+ * walker and be reported by field name. jansson itself stops only at 2048. */
+#define MAX_DEPTH 16
+
+/* Same limits as sphere_from_vertices, checked here so that an oversized list
+ * is refused before it is copied and the error names the JSON field. */
+#define SPHERE_MIN_NV 6
+#define SPHERE_MAX_NV 65536
+
+/* 2^53: the largest range in which every integer is exact in a double, so a
+ * seed survives a trip through any JSON implementation unchanged. */
+#define RNG_SEED_MAX 9007199254740992.0
+
+#define DEFAULT_SPHERE "repulsion724"
+#define READ_INITIAL (64u << 10)   /* buffer for input of unknown size */
+
+enum kind {
+	K_OBJECT,   /* nested object described by sub[0..n_sub) */
+	K_PATH,     /* char *: non-empty string, resolved against base_dir */
+	K_BOOL,     /* bool */
+	K_REAL,     /* double within bounds; null means +inf when nullable */
+	K_INT,      /* int within bounds (integral value) */
+	K_U64,      /* uint64_t within bounds (integral value) */
+	K_CUSTOM,   /* handled by parse() */
+};
+
+enum { CLOSED = 0, OPEN = 1 };
+
+struct bounds {
+	double min, max;         /* integer kinds use closed bounds only */
+	bool min_open, max_open;
+	bool nullable;
+	const char *unit;        /* appended to the range in messages, or NULL */
+};
+
+struct ctx {
+	struct jobspec *js;
+	const char *base_dir;
+	struct errbuf *err;
+	bool sh_basis_given, sh_frame_given, model_given, model_name_given;
+};
+
+struct member {
+	const char *key;
+	enum kind kind;
+	size_t offset;               /* into struct jobspec, for value kinds */
+	struct bounds b;             /* K_REAL, K_INT, K_U64 */
+	const struct member *sub;    /* K_OBJECT */
+	size_t n_sub;
+	int (*parse)(json_t *v, const char *field, struct ctx *c);   /* K_CUSTOM */
+};
+
+/* Table rows. REAL's key is the struct jobspec member of the same name. */
+#define REAL(k, lo, lo_open, hi, hi_open, u) \
+	{ .key = #k, .kind = K_REAL, .offset = offsetof(struct jobspec, k), \
+	  .b = { .min = (lo), .max = (hi), .min_open = (lo_open), .max_open = (hi_open), \
+		 .unit = (u) } }
+#define INTEGER(k, member, type, lo, hi) \
+	{ .key = k, .kind = type, .offset = offsetof(struct jobspec, member), \
+	  .b = { .min = (lo), .max = (hi) } }
+#define PATH(k, member) \
+	{ .key = k, .kind = K_PATH, .offset = offsetof(struct jobspec, member) }
+#define OBJECT(k, table) { .key = k, .kind = K_OBJECT, .sub = table, .n_sub = ARRAY_SIZE(table) }
+#define CUSTOM(k, fn) { .key = k, .kind = K_CUSTOM, .parse = fn }
+
+/* In enum jobspec_direction_getter order. */
+static const char *const direction_getters[] = { "prob", "boot", "ptt", NULL };
+static const char *const seed_spaces[] = { "voxel", "ras", NULL };
+/* In enum output_format order. */
+static const char *const output_formats[] = { "trk", "tck", "trx", NULL };
+/* In enum jobspec_odf_storage order. */
+static const char *const odf_storages[] = { "auto", "float32", "float16", "sh", NULL };
+/* In enum trx_positions order. */
+static const char *const output_positions[] = { "float32", "float16", NULL };
+/* In enum trx_compression order. */
+static const char *const output_compressions[] = { "store", "deflate", NULL };
+/* In enum sh_basis order. */
+static const char *const sh_bases[] = { "descoteaux07_legacy", "descoteaux07", "tournier07",
+					"tournier07_legacy", NULL };
+/* In enum jobspec_sh_frame order. */
+static const char *const sh_frames[] = { "voxel", "world", NULL };
+/* In enum jobspec_model_name order. */
+static const char *const models[] = { "csd", "opdt", "csa", NULL };
+
+static int walk_object(json_t *obj, const char *field, const struct member *members, size_t n,
+		       struct ctx *c);
+
+/* ---- messages ---- */
+
+/* Shortest of %.15g / %.17g that reads back as v: "got 0.1", not
+ * "got 0.10000000000000001", while 1.0000000000000002 still prints exactly. */
+static void fmt_num(double v, char buf[static 32])
+{
+	snprintf(buf, 32, "%.15g", v);
+	if (strtod(buf, NULL) != v)
+		snprintf(buf, 32, "%.17g", v);
+}
+
+static int type_error(struct errbuf *err, const char *field, const char *what)
+{
+	return errbuf_set(err, -EINVAL, field, "must be %s", what);
+}
+
+static int oom(struct errbuf *err)
+{
+	return errbuf_set(err, -ENOMEM, "", "out of memory");
+}
+
+/* "must be in (0, 90] degrees, got 120", "must be > 0 mm or null, got 0". */
+static int range_error(struct errbuf *err, const char *field, const struct bounds *b,
+		       const char *got)
+{
+	char lo[32], hi[32], range[80];
+
+	fmt_num(b->min, lo);
+	fmt_num(b->max, hi);
+	if (isinf(b->max))
+		snprintf(range, sizeof(range), "%s %s", b->min_open ? ">" : ">=", lo);
+	else
+		snprintf(range, sizeof(range), "in %c%s, %s%c", b->min_open ? '(' : '[', lo, hi,
+			 b->max_open ? ')' : ']');
+	return errbuf_set(err, -EINVAL, field, "must be %s%s%s%s, got %s", range,
+			  b->unit ? " " : "", b->unit ? b->unit : "", b->nullable ? " or null" : "",
+			  got);
+}
+
+/* Appends item to the ", "-separated list in buf; truncates, never overflows. */
+static void list_append(char *buf, size_t size, const char *item, bool quoted)
+{
+	size_t used = strnlen(buf, size);
+	const char *q = quoted ? "\"" : "";
+
+	if (used + 1 < size)
+		snprintf(buf + used, size - used, "%s%s%s%s", used ? ", " : "", q, item, q);
+}
+
+/* ---- scalar parsers ---- */
+
+static bool in_bounds(double x, const struct bounds *b)
+{
+	bool above = b->min_open ? x > b->min : x >= b->min;
+	bool below = b->max_open ? x < b->max : x <= b->max;
+
+	return above && below;
+}
+
+static int parse_real(json_t *v, const char *field, const struct bounds *b, double *out,
+		      struct errbuf *err)
+{
+	char got[32];
+	double x;
+
+	if (b->nullable && json_is_null(v)) {
+		*out = INFINITY;
+		return 0;
+	}
+	/* JSON integers are numbers too: "max_angle": 60 is fine. */
+	if (!json_is_number(v))
+		return type_error(err, field, b->nullable ? "a number or null" : "a number");
+	x = json_number_value(v);
+	/* The JSON grammar has no NaN or infinity; guard anyway so that no
+	 * non-finite value can ever reach the GPU parameters. */
+	if (!isfinite(x))
+		return type_error(err, field, "a finite number");
+	if (!in_bounds(x, b)) {
+		fmt_num(x, got);
+		return range_error(err, field, b, got);
+	}
+	*out = x;
+	return 0;
+}
+
+/* Counts must be integral. An integral real such as 2000.0 is accepted, as
+ * JSON Schema's "integer" accepts it. JSON integers are compared as integers
+ * so that 2^53 + 1 is not rounded into range on the way. */
+static int parse_integer(json_t *v, const char *field, const struct bounds *b, json_int_t *out,
+			 struct errbuf *err)
+{
+	char got[32];
+
+	if (json_is_integer(v)) {
+		json_int_t x = json_integer_value(v);
+
+		if (x >= (json_int_t)b->min && x <= (json_int_t)b->max) {
+			*out = x;
+			return 0;
+		}
+		snprintf(got, sizeof(got), "%" JSON_INTEGER_FORMAT, x);
+	} else if (json_is_real(v)) {
+		double x = json_real_value(v);
+
+		fmt_num(x, got);
+		if (!isfinite(x) || x != floor(x))
+			return errbuf_set(err, -EINVAL, field, "must be an integer, got %s", got);
+		if (in_bounds(x, b)) {
+			*out = (json_int_t)x;
+			return 0;
+		}
+	} else {
+		return type_error(err, field, "an integer");
+	}
+	return range_error(err, field, b, got);
+}
+
+/* Joins a relative path to base_dir; absolute paths, and every path when
+ * base_dir is NULL or empty, are kept as given. */
+static int resolve_path(const char *base_dir, const char *s, size_t len, const char *field,
+			char **out, struct errbuf *err)
+{
+	size_t blen = (base_dir && s[0] != '/') ? strlen(base_dir) : 0;
+	size_t sep = (blen && base_dir[blen - 1] != '/') ? 1 : 0;
+	size_t total = blen + sep + len;
+	char *p;
+
+	/* PATH_MAX counts the terminating NUL; a longer name cannot be opened. */
+	if (total >= PATH_MAX)
+		return errbuf_set(err, -EINVAL, field, "must be at most %d bytes%s, got %zu",
+				  PATH_MAX - 1, blen ? " once joined to the base directory" : "",
+				  total);
+	p = malloc(total + 1);
+	if (!p)
+		return oom(err);
+	if (blen)
+		memcpy(p, base_dir, blen);
+	if (sep)
+		p[blen] = '/';
+	memcpy(p + blen + sep, s, len);
+	p[total] = '\0';
+	*out = p;
+	return 0;
+}
+
+static int parse_path(json_t *v, const char *field, struct ctx *c, char **out)
+{
+	const char *s;
+	size_t len;
+
+	if (!json_is_string(v))
+		return type_error(c->err, field, "a string");
+	s = json_string_value(v);
+	len = json_string_length(v);
+	if (len == 0)
+		return errbuf_set(c->err, -EINVAL, field, "must not be empty");
+	/* jansson refuses \u0000 unless JSON_ALLOW_NUL; checked here as well
+	 * because a path cut short at a NUL would name a different file. */
+	if (memchr(s, '\0', len))
+		return errbuf_set(c->err, -EINVAL, field, "must not contain NUL bytes");
+	return resolve_path(c->base_dir, s, len, field, out, c->err);
+}
+
+/* Sets *idx to the position of v's string in names. */
+static int parse_choice(json_t *v, const char *field, const char *const *names, int *idx,
+			struct errbuf *err)
+{
+	char list[256] = "";
+	const char *s;
+
+	if (!json_is_string(v))
+		return type_error(err, field, "a string");
+	s = json_string_value(v);
+	for (int i = 0; names[i]; i++) {
+		if (!strcmp(s, names[i])) {
+			*idx = i;
+			return 0;
+		}
+	}
+	for (int i = 0; names[i]; i++)
+		list_append(list, sizeof(list), names[i], true);
+	return errbuf_set(err, -EINVAL, field, "must be one of %s, got \"%s\"", list, s);
+}
+
+/* An array of min_n..max_n arrays of exactly 3 finite numbers, flattened. */
+static int parse_vec3_list(json_t *v, const char *field, size_t min_n, size_t max_n,
+			   const char *noun, double **out, size_t *n_out, struct errbuf *err)
+{
+	size_t n, i;
+	json_t *item;
+	double *xyz;
+
+	if (!json_is_array(v))
+		return type_error(err, field, "an array");
+	n = json_array_size(v);
+	if (n < min_n || n > max_n)
+		return errbuf_set(err, -EINVAL, field, "must have %zu to %zu %s, got %zu", min_n,
+				  max_n, noun, n);
+	xyz = calloc(n, 3 * sizeof(*xyz));
+	if (!xyz)
+		return oom(err);
+	json_array_foreach(v, i, item) {
+		bool ok = json_is_array(item) && json_array_size(item) == 3;
+
+		for (size_t k = 0; ok && k < 3; k++) {
+			json_t *num = json_array_get(item, k);
+
+			ok = json_is_number(num) && isfinite(json_number_value(num));
+			if (ok)
+				xyz[3 * i + k] = json_number_value(num);
+		}
+		if (!ok) {
+			char elem[FIELD_MAX];
+
+			free(xyz);
+			snprintf(elem, sizeof(elem), "%s[%zu]", field, i);
+			return errbuf_set(err, -EINVAL, elem, "must be an array of 3 numbers");
+		}
+	}
+	*out = xyz;
+	*n_out = n;
+	return 0;
+}
+
+/* ---- custom fields ---- */
+
+static int parse_direction_getter(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, direction_getters, &idx, c->err);
+
+	if (!rc)
+		c->js->direction_getter = (enum jobspec_direction_getter)idx;
+	return rc;
+}
+
+static int parse_seed_points(json_t *v, const char *field, struct ctx *c)
+{
+	size_t n;
+	int rc = parse_vec3_list(v, field, 1, JOBSPEC_MAX_POINTS, "points", &c->js->seed_points,
+				 &n, c->err);
+
+	if (!rc)
+		c->js->n_seed_points = n;
+	return rc;
+}
+
+static int parse_seed_space(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, seed_spaces, &idx, c->err);
+
+	if (!rc)
+		c->js->seed_points_ras = !strcmp(seed_spaces[idx], "ras");
+	return rc;
+}
+
+static int parse_output_format(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, output_formats, &idx, c->err);
+
+	if (!rc)
+		c->js->output_format = (enum output_format)idx;
+	return rc;
+}
+
+static int parse_odf_storage(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, odf_storages, &idx, c->err);
+
+	if (!rc)
+		c->js->odf_storage = (enum jobspec_odf_storage)idx;
+	return rc;
+}
+
+static int parse_output_positions(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, output_positions, &idx, c->err);
+
+	if (!rc)
+		c->js->output_positions = (enum trx_positions)idx;
+	return rc;
+}
+
+static int parse_output_compression(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, output_compressions, &idx, c->err);
+
+	if (!rc)
+		c->js->output_compression = (enum trx_compression)idx;
+	return rc;
+}
+
+static int parse_sh_basis(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, sh_bases, &idx, c->err);
+
+	if (!rc) {
+		c->js->sh_basis = (enum sh_basis)idx;
+		c->sh_basis_given = true;
+	}
+	return rc;
+}
+
+static int parse_sh_frame(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, sh_frames, &idx, c->err);
+
+	if (!rc) {
+		c->js->sh_frame = (enum jobspec_sh_frame)idx;
+		c->sh_frame_given = true;
+	}
+	return rc;
+}
+
+static int parse_model_name(json_t *v, const char *field, struct ctx *c)
+{
+	int idx;
+	int rc = parse_choice(v, field, models, &idx, c->err);
+
+	if (!rc) {
+		c->js->model.name = (enum jobspec_model_name)idx;
+		c->model_name_given = true;
+	}
+	return rc;
+}
+
+static int parse_sh_order(json_t *v, const char *field, struct ctx *c)
+{
+	static const struct bounds b = { .min = 2, .max = SH_MAX_ORDER };
+	json_int_t x;
+	int rc = parse_integer(v, field, &b, &x, c->err);
+
+	if (!rc && x % 2)
+		rc = errbuf_set(c->err, -EINVAL, field, "must be even (symmetric harmonics), "
+				"got %lld", (long long)x);
+	if (!rc)
+		c->js->model.sh_order = (int)x;
+	return rc;
+}
+
+static int parse_response_evals(json_t *v, const char *field, struct ctx *c)
+{
+	size_t i;
+	json_t *item;
+
+	if (!json_is_array(v) || json_array_size(v) != 3)
+		return type_error(c->err, field, "an array of 3 eigenvalues (mm^2/s)");
+	json_array_foreach(v, i, item) {
+		double x = json_number_value(item);
+
+		if (!json_is_number(item) || !isfinite(x) || x <= 0.0 || x > 1.0)
+			return errbuf_set(c->err, -EINVAL, field, "eigenvalue %zu must be a number "
+					  "in (0, 1] mm^2/s (e.g. 0.0017)", i);
+		c->js->model.response_evals[i] = x;
+	}
+	if (c->js->model.response_evals[1] != c->js->model.response_evals[2])
+		return errbuf_set(c->err, -EINVAL, field, "must describe an axially symmetric "
+				  "tensor: the 2nd and 3rd eigenvalues must be equal");
+	return 0;
+}
+
+static const struct member response_members[] = {
+	CUSTOM("evals", parse_response_evals),
+	{ .key = "s0", .kind = K_REAL, .offset = offsetof(struct jobspec, model.response_s0),
+	  .b = { .min = 0, .max = INFINITY, .min_open = OPEN } },
+};
+
+static int parse_response(json_t *v, const char *field, struct ctx *c)
+{
+	int rc;
+
+	if (json_is_string(v) && !strcmp(json_string_value(v), "auto"))
+		return 0;
+	if (!json_is_object(v))
+		return type_error(c->err, field, "\"auto\" or an object {\"evals\": [...], "
+				  "\"s0\": ...}");
+	rc = walk_object(v, field, response_members, ARRAY_SIZE(response_members), c);
+	if (!rc && (!json_object_get(v, "evals") || !json_object_get(v, "s0")))
+		rc = errbuf_set(c->err, -EINVAL, field, "needs both \"evals\" and \"s0\"");
+	c->js->model.response_given = rc == 0;
+	return rc;
+}
+
+static const struct member model_members[] = {
+	CUSTOM("name", parse_model_name),
+	CUSTOM("sh_order", parse_sh_order),
+	{ .key = "lambda", .kind = K_REAL, .offset = offsetof(struct jobspec, model.lambda),
+	  .b = { .min = 0, .max = 1e6, .min_open = OPEN } },
+	{ .key = "tau", .kind = K_REAL, .offset = offsetof(struct jobspec, model.tau),
+	  .b = { .min = 0, .max = 1 } },
+	{ .key = "roi_radius", .kind = K_INT, .offset = offsetof(struct jobspec, model.roi_radius),
+	  .b = { .min = 1, .max = 128, .unit = "voxels" } },
+	{ .key = "response_fa", .kind = K_REAL,
+	  .offset = offsetof(struct jobspec, model.response_fa),
+	  .b = { .min = 0, .max = 1, .min_open = OPEN, .max_open = OPEN } },
+	CUSTOM("response", parse_response),
+	{ .key = "sh_lambda", .kind = K_REAL, .offset = offsetof(struct jobspec, model.sh_lambda),
+	  .b = { .min = 0, .max = 10 } },
+	{ .key = "min_signal", .kind = K_REAL, .offset = offsetof(struct jobspec, model.min_signal),
+	  .b = { .min = 0, .max = 1e6, .min_open = OPEN } },
+};
+
+static int parse_model(json_t *v, const char *field, struct ctx *c)
+{
+	c->model_given = true;
+	if (json_is_string(v))
+		return parse_model_name(v, field, c);
+	if (!json_is_object(v))
+		return type_error(c->err, field, "a model name (\"csd\", \"opdt\", \"csa\") or "
+				  "an object");
+	return walk_object(v, field, model_members, ARRAY_SIZE(model_members), c);
+}
+
+static int parse_sphere_vertices(json_t *v, const char *field, struct ctx *c)
+{
+	size_t n;
+	int rc = parse_vec3_list(v, field, SPHERE_MIN_NV, SPHERE_MAX_NV, "vertices",
+				 &c->js->sphere_vertices, &n, c->err);
+
+	if (!rc)
+		c->js->sphere_nv = (int)n;
+	return rc;
+}
+
+static const struct member sphere_members[] = {
+	CUSTOM("vertices", parse_sphere_vertices),
+};
+
+/* A built-in sphere by name, or {"vertices": [...]}; the geometry of given
+ * vertices is checked later by sphere_from_vertices. */
+static int parse_sphere(json_t *v, const char *field, struct ctx *c)
+{
+	int idx, rc;
+
+	if (json_is_object(v)) {
+		rc = walk_object(v, field, sphere_members, ARRAY_SIZE(sphere_members), c);
+		if (!rc && !c->js->sphere_vertices) {
+			char sub[FIELD_MAX];
+
+			snprintf(sub, sizeof(sub), "%s.vertices", field);
+			rc = errbuf_set(c->err, -EINVAL, sub, "is required");
+		}
+		return rc;
+	}
+	if (!json_is_string(v))
+		return type_error(c->err, field,
+				  "a sphere name (string) or an object {\"vertices\": [...]}");
+	rc = parse_choice(v, field, sphere_builtin_names, &idx, c->err);
+	if (rc)
+		return rc;
+	c->js->sphere_name = strdup(sphere_builtin_names[idx]);
+	return c->js->sphere_name ? 0 : oom(c->err);
+}
+
+/* ---- the document ---- */
+
+static const struct member inputs_members[] = {
+	PATH("odf", odf_path),
+	PATH("sh", sh_path),
+	CUSTOM("sh_basis", parse_sh_basis),
+	CUSTOM("sh_frame", parse_sh_frame),
+	PATH("dwi", dwi_path),
+	PATH("bvals", bvals_path),
+	PATH("bvecs", bvecs_path),
+	PATH("mask", mask_path),
+	PATH("stop_map", stop_map_path),
+};
+
+#define INPUT_FILE(k, member) { "inputs." k, offsetof(struct jobspec, member) }
+
+/* The PATH rows of inputs_members, in enum jobspec_file_slot's order. */
+const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES] = {
+	INPUT_FILE("odf", odf_path),
+	INPUT_FILE("sh", sh_path),
+	INPUT_FILE("dwi", dwi_path),
+	INPUT_FILE("bvals", bvals_path),
+	INPUT_FILE("bvecs", bvecs_path),
+	INPUT_FILE("mask", mask_path),
+	INPUT_FILE("stop_map", stop_map_path),
+};
+
+static const struct member seeds_members[] = {
+	PATH("roi", seed_roi_path),
+	INTEGER("count", seed_count, K_U64, 1, (double)JOBSPEC_MAX_SEEDS),
+	{ .key = "per_voxel", .kind = K_BOOL,
+	  .offset = offsetof(struct jobspec, seed_per_voxel) },
+	INTEGER("rng_seed", rng_seed, K_U64, 0, RNG_SEED_MAX),
+	CUSTOM("points", parse_seed_points),
+	CUSTOM("space", parse_seed_space),
+};
+
+static const struct member tracking_members[] = {
+	CUSTOM("sphere", parse_sphere),
+	REAL(step_size, 0, OPEN, 5, CLOSED, "voxels"),
+	REAL(max_angle, 0, OPEN, 90, CLOSED, "degrees"),
+	REAL(fa_threshold, 0, CLOSED, 1e6, CLOSED, NULL),
+	REAL(relative_peak_threshold, 0, CLOSED, 1, CLOSED, NULL),
+	REAL(min_separation_angle, 1, CLOSED, 90, CLOSED, "degrees"),
+	REAL(pmf_threshold, 0, CLOSED, 1, OPEN, NULL),
+	INTEGER("max_steps", max_steps, K_INT, 1, 10000),
+	REAL(min_length, 0, CLOSED, INFINITY, CLOSED, "mm"),
+	{ .key = "max_length", .kind = K_REAL, .offset = offsetof(struct jobspec, max_length),
+	  .b = { .min = 0, .max = INFINITY, .min_open = OPEN, .nullable = true, .unit = "mm" } },
+	INTEGER("max_attempts", max_attempts, K_INT, 1, 100),
+	CUSTOM("odf_storage", parse_odf_storage),
+	REAL(probe_length, 0, OPEN, 10, CLOSED, "voxels"),
+	INTEGER("probe_quality", probe_quality, K_INT, 2, 64),
+	INTEGER("probe_count", probe_count, K_INT, 1, 16),
+	REAL(probe_radius, 0, CLOSED, 5, CLOSED, "voxels"),
+	INTEGER("rejection_samples", rejection_samples, K_INT, 1, 1000),
+	INTEGER("rejection_tries", rejection_tries, K_INT, 1, 10000),
+};
+
+static const struct member compress_members[] = {
+	{ .key = "tolerance_mm", .kind = K_REAL,
+	  .offset = offsetof(struct jobspec, compress_tolerance_mm),
+	  .b = { .min = 0, .max = 10, .min_open = OPEN, .unit = "mm" } },
+	{ .key = "max_segment_mm", .kind = K_REAL,
+	  .offset = offsetof(struct jobspec, compress_max_segment_mm),
+	  .b = { .min = 0, .max = 1000, .min_open = OPEN, .unit = "mm" } },
+};
+
+/* null (or false) leaves compression off; true turns it on with DIPY's
+ * defaults, an object with its own tolerances. */
+static int parse_output_compress(json_t *v, const char *field, struct ctx *c)
+{
+	if (json_is_null(v) || json_is_boolean(v)) {
+		c->js->compress = json_is_true(v);
+		return 0;
+	}
+	if (!json_is_object(v))
+		return type_error(c->err, field, "null, true or an object {\"tolerance_mm\": ..., "
+				  "\"max_segment_mm\": ...}");
+	c->js->compress = true;
+	return walk_object(v, field, compress_members, ARRAY_SIZE(compress_members), c);
+}
+
+static const struct member output_members[] = {
+	CUSTOM("format", parse_output_format),
+	PATH("path", output_path),
+	{ .key = "save_seeds", .kind = K_BOOL, .offset = offsetof(struct jobspec, save_seeds) },
+	{ .key = "save_seed_index", .kind = K_BOOL,
+	  .offset = offsetof(struct jobspec, save_seed_index) },
+	{ .key = "save_direction_getter", .kind = K_BOOL,
+	  .offset = offsetof(struct jobspec, save_direction_getter) },
+	CUSTOM("positions", parse_output_positions),
+	CUSTOM("compression", parse_output_compression),
+	CUSTOM("compress", parse_output_compress),
+};
+
+static const struct member root_members[] = {
+	OBJECT("inputs", inputs_members),
+	CUSTOM("model", parse_model),
+	CUSTOM("direction_getter", parse_direction_getter),
+	OBJECT("seeds", seeds_members),
+	OBJECT("tracking", tracking_members),
+	OBJECT("output", output_members),
+};
+
+/* A member of an object (inputs, seeds, model, output) that belongs to one
+ * kind of it only: an input kind, a seed kind, a model family, a format. */
+struct kind_key {
+	const char *key;
+	int kind;
+};
+
+/* The first of the n keys present in obj whose kind is not kind, or NULL. */
+static const struct kind_key *foreign_key(json_t *obj, const struct kind_key *keys, size_t n,
+					  int kind)
+{
+	for (size_t i = 0; json_is_object(obj) && i < n; i++)
+		if (keys[i].kind != kind && json_object_get(obj, keys[i].key))
+			return &keys[i];
+	return NULL;
+}
+
+/* Options that belong to one seed kind only. rng_seed is in neither list:
+ * the tracker draws from it whichever way the seeds were given. */
+static const struct kind_key seed_kind_keys[] = {
+	{ "count", JOBSPEC_SEEDS_ROI },
+	{ "per_voxel", JOBSPEC_SEEDS_ROI },
+	{ "space", JOBSPEC_SEEDS_POINTS },
+};
+
+static int parse_member(const struct member *m, json_t *v, const char *field, struct ctx *c)
+{
+	void *slot = (char *)c->js + m->offset;
+	json_int_t x;
+	int rc;
+
+	switch (m->kind) {
+	case K_OBJECT:
+		if (!json_is_object(v))
+			return type_error(c->err, field, "an object");
+		return walk_object(v, field, m->sub, m->n_sub, c);
+	case K_PATH:
+		return parse_path(v, field, c, slot);
+	case K_BOOL:
+		if (!json_is_boolean(v))
+			return type_error(c->err, field, "a boolean");
+		*(bool *)slot = json_is_true(v);
+		return 0;
+	case K_REAL:
+		return parse_real(v, field, &m->b, slot, c->err);
+	case K_INT:
+		rc = parse_integer(v, field, &m->b, &x, c->err);
+		if (!rc)
+			*(int *)slot = (int)x;
+		return rc;
+	case K_U64:
+		rc = parse_integer(v, field, &m->b, &x, c->err);
+		if (!rc)
+			*(uint64_t *)slot = (uint64_t)x;
+		return rc;
+	case K_CUSTOM:
+		break;
+	}
+	return m->parse(v, field, c);
+}
+
+static int unknown_field(const char *field, const struct member *members, size_t n,
+			 struct errbuf *err)
+{
+	char known[400] = "";
+
+	for (size_t i = 0; i < n; i++)
+		list_append(known, sizeof(known), members[i].key, false);
+	return errbuf_set(err, -EINVAL, field, "unknown field (known: %s)", known);
+}
+
+static int walk_object(json_t *obj, const char *field, const struct member *members, size_t n,
+		       struct ctx *c)
+{
+	const char *key;
+	json_t *v;
+
+	/* jansson keeps insertion order, so the first bad key in the document is
+	 * the one reported. */
+	json_object_foreach(obj, key, v) {
+		char sub[FIELD_MAX];
+		const struct member *m = NULL;
+		int rc;
+
+		for (size_t i = 0; i < n && !m; i++)
+			if (!strcmp(members[i].key, key))
+				m = &members[i];
+		snprintf(sub, sizeof(sub), "%s%s%s", field, *field ? "." : "", key);
+		if (!m)
+			return unknown_field(sub, members, n, c->err);
+		rc = parse_member(m, v, sub, c);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Inputs that belong to one input kind only. */
+static const struct kind_key input_kind_keys[] = {
+	{ "sh_basis", JOBSPEC_INPUT_SH },
+	{ "sh_frame", JOBSPEC_INPUT_SH },
+	{ "bvals", JOBSPEC_INPUT_DWI },
+	{ "bvecs", JOBSPEC_INPUT_DWI },
+	{ "mask", JOBSPEC_INPUT_DWI },
+};
+
+static const char *const input_kind_names[] = { "odf", "sh", "dwi" };
+
+static int check_input_kind(json_t *inputs, struct jobspec *js, struct errbuf *err)
+{
+	int given = !!js->odf_path + !!js->sh_path + !!js->dwi_path;
+	const struct kind_key *k;
+	char field[FIELD_MAX];
+
+	if (given != 1)
+		return errbuf_set(err, -EINVAL, "inputs", "needs exactly one of \"odf\" (an ODF "
+				  "on tracking.sphere), \"sh\" (SH coefficients) or \"dwi\" "
+				  "(raw DWI with bvals and bvecs), got %d", given);
+	js->input_kind = js->odf_path ? JOBSPEC_INPUT_ODF :
+			 js->sh_path ? JOBSPEC_INPUT_SH : JOBSPEC_INPUT_DWI;
+	k = foreign_key(inputs, input_kind_keys, ARRAY_SIZE(input_kind_keys), js->input_kind);
+	if (!k)
+		return 0;
+	snprintf(field, sizeof(field), "inputs.%s", k->key);
+	return errbuf_set(err, -EINVAL, field, "is only allowed with inputs.%s",
+			  input_kind_names[k->kind]);
+}
+
+static int check_inputs(json_t *root, const struct ctx *c)
+{
+	struct jobspec *js = c->js;
+	struct errbuf *err = c->err;
+	int rc = check_input_kind(json_object_get(root, "inputs"), js, err);
+
+	if (rc)
+		return rc;
+	if (js->input_kind == JOBSPEC_INPUT_DWI) {
+		if (!js->bvals_path)
+			return errbuf_set(err, -EINVAL, "inputs.bvals", "is required with inputs.dwi");
+		if (!js->bvecs_path)
+			return errbuf_set(err, -EINVAL, "inputs.bvecs", "is required with inputs.dwi");
+		return 0;
+	}
+	if (c->model_given)
+		return errbuf_set(err, -EINVAL, "model", "applies to inputs.dwi only (the model "
+				  "is fitted to raw DWI; an ODF or SH input is already fitted)");
+	if (js->input_kind == JOBSPEC_INPUT_SH && !c->sh_basis_given)
+		return errbuf_set(err, -EINVAL, "inputs.sh_basis", "is required with inputs.sh: "
+				  "\"tournier07\" for MRtrix3 (dwi2fod), \"descoteaux07_legacy\" for "
+				  "DIPY's default, \"descoteaux07\" for DIPY with legacy=False");
+	if (js->input_kind == JOBSPEC_INPUT_SH && !c->sh_frame_given)
+		js->sh_frame = js->sh_basis == SH_TOURNIER07 || js->sh_basis == SH_TOURNIER07_LEGACY ?
+			       JOBSPEC_SH_FRAME_WORLD : JOBSPEC_SH_FRAME_VOXEL;
+	if (!js->stop_map_path)
+		return errbuf_set(err, -EINVAL, "inputs.stop_map", "is required with inputs.%s "
+				  "(only a dwi input has a default: its DTI FA)",
+				  input_kind_names[js->input_kind]);
+	return 0;
+}
+
+/* Model members that belong to one family of models only: kind 1 for
+ * csd's, 0 for opdt's and csa's. */
+static const struct kind_key model_family_keys[] = {
+	{ "lambda", 1 }, { "tau", 1 }, { "roi_radius", 1 }, { "response_fa", 1 },
+	{ "response", 1 }, { "sh_lambda", 0 }, { "min_signal", 0 },
+};
+
+static int check_model_members(json_t *model, const struct jobspec *js, struct errbuf *err)
+{
+	const struct kind_key *k = foreign_key(model, model_family_keys,
+					       ARRAY_SIZE(model_family_keys),
+					       js->model.name == JOBSPEC_MODEL_CSD);
+	char field[FIELD_MAX];
+
+	if (!k)
+		return 0;
+	snprintf(field, sizeof(field), "model.%s", k->key);
+	return errbuf_set(err, -EINVAL, field, "applies to model %s, not \"%s\"",
+			  k->kind ? "\"csd\"" : "\"opdt\" or \"csa\"", models[js->model.name]);
+}
+
+/* Tracking options of one direction getter only. */
+static const struct kind_key getter_tracking_keys[] = {
+	{ "max_attempts", JOBSPEC_DG_BOOT },
+	{ "probe_length", JOBSPEC_DG_PTT },
+	{ "probe_quality", JOBSPEC_DG_PTT },
+	{ "probe_count", JOBSPEC_DG_PTT },
+	{ "probe_radius", JOBSPEC_DG_PTT },
+	{ "rejection_samples", JOBSPEC_DG_PTT },
+	{ "rejection_tries", JOBSPEC_DG_PTT },
+};
+
+/* Each direction getter has its models: prob and ptt track a CSD fit of the
+ * whole volume, boot refits OPDT or CSA at every step from the raw signal. */
+static int check_model(json_t *root, struct ctx *c)
+{
+	struct jobspec *js = c->js;
+	json_t *model = json_object_get(root, "model");
+	bool boot = js->direction_getter == JOBSPEC_DG_BOOT;
+	const struct kind_key *k;
+	char field[FIELD_MAX];
+	bool csd;
+
+	if (boot && js->input_kind != JOBSPEC_INPUT_DWI)
+		return errbuf_set(c->err, -EINVAL, "direction_getter", "\"boot\" needs inputs.dwi "
+				  "with bvals and bvecs: it resamples the raw signal at every step");
+	k = foreign_key(json_object_get(root, "tracking"), getter_tracking_keys,
+			ARRAY_SIZE(getter_tracking_keys), (int)js->direction_getter);
+	if (k) {
+		snprintf(field, sizeof(field), "tracking.%s", k->key);
+		return errbuf_set(c->err, -EINVAL, field, "applies to direction_getter \"%s\" only",
+				  direction_getters[k->kind]);
+	}
+	if (boot && js->odf_storage != JOBSPEC_ODF_AUTO)
+		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "applies to direction "
+				  "getters that sample an ODF, not \"boot\" (which keeps the DWI)");
+	if (js->odf_storage == JOBSPEC_ODF_SH && js->direction_getter == JOBSPEC_DG_PTT)
+		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "\"sh\" is not available "
+				  "with direction_getter \"ptt\" yet: use \"float32\" or \"float16\"");
+	if (js->odf_storage == JOBSPEC_ODF_SH && js->input_kind == JOBSPEC_INPUT_ODF)
+		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "\"sh\" needs SH "
+				  "coefficients: inputs.sh or inputs.dwi, not inputs.odf");
+	if (!c->model_name_given)
+		js->model.name = boot ? JOBSPEC_MODEL_OPDT : JOBSPEC_MODEL_CSD;
+	csd = js->model.name == JOBSPEC_MODEL_CSD;
+	if (csd && boot)
+		return errbuf_set(c->err, -EINVAL, json_is_object(model) ? "model.name" : "model",
+				  "must be \"opdt\" or \"csa\" with direction_getter \"boot\", "
+				  "got \"csd\"");
+	if (!csd && !boot)
+		return errbuf_set(c->err, -EINVAL, json_is_object(model) ? "model.name" : "model",
+				  "must be \"csd\" with direction_getter \"%s\" (\"opdt\" and "
+				  "\"csa\" are for \"boot\"), got \"%s\"",
+				  direction_getters[js->direction_getter], models[js->model.name]);
+	if (!json_object_get(model, "sh_order"))
+		js->model.sh_order = csd ? 8 : 4;
+	else if (!csd && js->model.sh_order > JOBSPEC_BOOT_MAX_SH_ORDER)
+		return errbuf_set(c->err, -EINVAL, "model.sh_order", "must be at most %d for "
+				  "model \"%s\", got %d", JOBSPEC_BOOT_MAX_SH_ORDER,
+				  models[js->model.name], js->model.sh_order);
+	return check_model_members(model, js, c->err);
+}
+
+static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
+{
+	bool roi = js->seed_roi_path != NULL, points = js->seed_points != NULL;
+	const struct kind_key *k;
+	char field[FIELD_MAX];
+
+	if (roi && points)
+		return errbuf_set(err, -EINVAL, "seeds",
+				  "takes either \"roi\" or \"points\", not both");
+	if (!roi && !points)
+		return errbuf_set(err, -EINVAL, "seeds",
+				  "is required, with either \"roi\" or \"points\"");
+	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : JOBSPEC_SEEDS_POINTS;
+	k = foreign_key(seeds, seed_kind_keys, ARRAY_SIZE(seed_kind_keys), (int)js->seed_kind);
+	if (!k)
+		return 0;
+	snprintf(field, sizeof(field), "seeds.%s", k->key);
+	return errbuf_set(err, -EINVAL, field, "is only allowed with seeds.%s",
+			  k->kind == JOBSPEC_SEEDS_ROI ? "roi" : "points");
+}
+
+static int check_lengths(const struct jobspec *js, struct errbuf *err)
+{
+	char lo[32], hi[32];
+
+	if (js->min_length < js->max_length)
+		return 0;
+	fmt_num(js->min_length, lo);
+	fmt_num(js->max_length, hi);
+	return errbuf_set(err, -EINVAL, "tracking.min_length",
+			  "must be less than tracking.max_length (%s mm), got %s", hi, lo);
+}
+
+/* TCK has no place for per-streamline values (its seeds go to tckgen's
+ * separate seeds file, which only the CLI writes); positions and compression
+ * name TRX's arrays and zip entries, which the other formats do not have, so
+ * giving them elsewhere is a mistake worth reporting rather than ignoring. */
+static int check_output(json_t *output, const struct jobspec *js, struct errbuf *err)
+{
+	static const struct kind_key trx_only[] = {
+		{ "positions", OUTPUT_TRX }, { "compression", OUTPUT_TRX },
+	};
+	const struct kind_key *k;
+	char field[FIELD_MAX];
+
+	if (js->save_seed_index && js->output_format == OUTPUT_TCK)
+		return errbuf_set(err, -EINVAL, "output.save_seed_index",
+				  "needs output.format \"trk\" or \"trx\" (TCK keeps no "
+				  "per-streamline data)");
+	if (js->save_direction_getter && js->output_format == OUTPUT_TCK)
+		return errbuf_set(err, -EINVAL, "output.save_direction_getter",
+				  "needs output.format \"trk\" or \"trx\" (TCK keeps no "
+				  "per-streamline data)");
+	k = foreign_key(output, trx_only, ARRAY_SIZE(trx_only), (int)js->output_format);
+	if (!k)
+		return 0;
+	snprintf(field, sizeof(field), "output.%s", k->key);
+	return errbuf_set(err, -EINVAL, field, "needs output.format \"trx\", got \"%s\"",
+			  output_format_name(js->output_format));
+}
+
+static void set_defaults(struct jobspec *js)
+{
+	memset(js, 0, sizeof(*js));
+	js->seed_kind = JOBSPEC_SEEDS_ROI;
+	js->seed_count = 10000;
+	js->step_size = 0.5;
+	js->max_angle = 60;
+	js->fa_threshold = 0.1;
+	js->relative_peak_threshold = 0.25;
+	js->min_separation_angle = 45;
+	js->pmf_threshold = 0.05;
+	js->max_steps = 500;
+	js->min_length = 0;
+	js->max_length = INFINITY;
+	js->model.sh_order = 8;
+	js->model.lambda = 1.0;
+	js->model.tau = 0.1;
+	js->model.roi_radius = 10;
+	js->model.response_fa = 0.7;
+	js->model.sh_lambda = 0.006;
+	js->model.min_signal = 1.0;
+	js->max_attempts = 5;
+	/* GPUStreamlines' probe (8 steps of 0.25 voxels) and DIPY's rejection
+	 * sampling (reference 3.3). */
+	js->probe_length = 2.0;
+	js->probe_quality = 9;
+	js->probe_count = 1;
+	js->probe_radius = 0.0;
+	js->rejection_samples = 10;
+	js->rejection_tries = 100;
+	js->compress_tolerance_mm = COMPRESS_DEFAULT_TOLERANCE_MM;
+	js->compress_max_segment_mm = COMPRESS_DEFAULT_MAX_SEGMENT_MM;
+}
+
+static int validate(json_t *root, struct ctx *c)
+{
+	int rc = walk_object(root, "", root_members, ARRAY_SIZE(root_members), c);
+
+	if (!rc)
+		rc = check_inputs(root, c);
+	if (!rc)
+		rc = check_model(root, c);
+	if (!rc)
+		rc = check_seeds(json_object_get(root, "seeds"), c->js, c->err);
+	if (!rc)
+		rc = check_lengths(c->js, c->err);
+	if (!rc)
+		rc = check_output(json_object_get(root, "output"), c->js, c->err);
+	if (!rc && !c->js->sphere_name && !c->js->sphere_vertices) {
+		c->js->sphere_name = strdup(DEFAULT_SPHERE);
+		if (!c->js->sphere_name)
+			rc = oom(c->err);
+	}
+	return rc;
+}
+
+/* Refuses nesting deeper than MAX_DEPTH before jansson recurses into it.
+ * Brackets inside strings do not count. Line and column are counted as
+ * jansson counts them (columns in characters), so messages look alike. */
+static int check_depth(const char *s, size_t len, struct errbuf *err)
+{
+	int depth = 0, line = 1, column = 0;
+	bool in_string = false, escaped = false;
+
+	for (size_t i = 0; i < len; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		if ((ch & 0xc0) != 0x80)
+			column++;
+		if (ch == '\n') {
+			line++;
+			column = 0;
+		}
+		if (in_string) {
+			if (escaped)
+				escaped = false;
+			else if (ch == '\\')
+				escaped = true;
+			else if (ch == '"')
+				in_string = false;
+		} else if (ch == '"') {
+			in_string = true;
+		} else if ((ch == '[' || ch == '{') && ++depth > MAX_DEPTH) {
+			return errbuf_set(err, -EINVAL, "",
+					  "nesting deeper than %d levels at line %d, column %d",
+					  MAX_DEPTH, line, column);
+		} else if (ch == ']' || ch == '}') {
+			depth--;
+		}
+	}
+	return 0;
+}
+
+static int load_document(const char *json, size_t len, json_t **root, struct errbuf *err)
+{
+	json_error_t je;
+	int rc;
+
+	if (len > JOBSPEC_MAX_BYTES)
+		return errbuf_set(err, -EINVAL, "",
+				  "job document is %zu bytes; the limit is %u bytes", len,
+				  JOBSPEC_MAX_BYTES);
+	rc = check_depth(json, len, err);
+	if (rc)
+		return rc;
+	*root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+	if (!*root) {
+		if (json_error_code(&je) == json_error_out_of_memory)
+			return oom(err);
+		return errbuf_set(err, -EINVAL, "", "invalid JSON at line %d, column %d: %s",
+				  je.line, je.column, je.text);
+	}
+	if (!json_is_object(*root)) {
+		json_decref(*root);
+		return errbuf_set(err, -EINVAL, "", "the job document must be a JSON object");
+	}
+	return 0;
+}
+
+int jobspec_parse(const char *json, size_t len, const char *base_dir, struct jobspec *ret,
+		  struct errbuf *err)
+{
+	struct jobspec js;
+	struct ctx c = { .js = &js, .base_dir = base_dir, .err = err };
+	json_t *root = NULL;
+	int rc;
+
+	/* Zeroed on failure too, so callers may always jobspec_free(ret). */
+	memset(ret, 0, sizeof(*ret));
+	rc = load_document(json, len, &root, err);
+	if (rc)
+		return rc;
+	set_defaults(&js);
+	rc = validate(root, &c);
+	json_decref(root);
+	if (rc) {
+		jobspec_free(&js);
+		return rc;
+	}
+	*ret = js;
+	return 0;
+}
+
+/* ---- files ---- */
+
+static int io_error(struct errbuf *err, int errnum, const char *what, const char *path)
+{
+	char buf[128];
+
+	/* GNU strerror_r (we build with _GNU_SOURCE): thread-safe, returns text. */
+	return errbuf_set(err, -errnum, "", "cannot %s %s: %s", what, path,
+			  strerror_r(errnum, buf, sizeof(buf)));
+}
+
+static int too_large(struct errbuf *err, const char *path)
+{
+	return errbuf_set(err, -EINVAL, "", "job file %s is larger than the limit of %u bytes",
+			  path, JOBSPEC_MAX_BYTES);
+}
+
+/* Reads all of f, refusing more than JOBSPEC_MAX_BYTES. The buffer holds one
+ * byte beyond the limit so that a larger file is detected by reading it. */
+static int read_capped(FILE *f, const char *path, char **out, size_t *len_out,
+		       struct errbuf *err)
+{
+	const size_t limit = (size_t)JOBSPEC_MAX_BYTES + 1;
+	struct stat st;
+	size_t cap = READ_INITIAL, len = 0, n;
+	char *buf, *grown;
+	int rc = 0;
+
+	if (fstat(fileno(f), &st))
+		return io_error(err, errno, "stat", path);
+	if (S_ISREG(st.st_mode)) {
+		/* Refuse without reading; size the buffer to see EOF in one go. */
+		if (st.st_size > (off_t)JOBSPEC_MAX_BYTES)
+			return too_large(err, path);
+		cap = (size_t)st.st_size + 1;
+	}
+	buf = malloc(cap);
+	if (!buf)
+		return oom(err);
+	errno = 0;
+	while ((n = fread(buf + len, 1, cap - len, f)) > 0) {
+		len += n;
+		if (len < cap)
+			continue;
+		if (cap == limit) {
+			rc = too_large(err, path);
+			break;
+		}
+		cap = cap > limit / 2 ? limit : 2 * cap;
+		grown = realloc(buf, cap);
+		if (!grown) {
+			rc = oom(err);
+			break;
+		}
+		buf = grown;
+	}
+	if (!rc && ferror(f))
+		rc = io_error(err, errno ? errno : EIO, "read", path);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	*out = buf;
+	*len_out = len;
+	return 0;
+}
+
+/* Directory of a job file: before the last '/', "/" for a file in the root,
+ * "." for a bare name. */
+static int dir_of(const char *path, char **out, struct errbuf *err)
+{
+	const char *slash = strrchr(path, '/');
+
+	if (!slash)
+		*out = strdup(".");
+	else
+		*out = strndup(path, slash == path ? 1 : (size_t)(slash - path));
+	return *out ? 0 : oom(err);
+}
+
+int jobspec_load_file(const char *path, struct jobspec *ret, struct errbuf *err)
+{
+	char *buf = NULL, *dir = NULL;
+	size_t len = 0;
+	FILE *f;
+	int rc;
+
+	memset(ret, 0, sizeof(*ret));
+	f = fopen(path, "rbe");
+	if (!f)
+		return io_error(err, errno, "open", path);
+	rc = read_capped(f, path, &buf, &len, err);
+	/* Read-only stream: nothing buffered can be lost, so fclose cannot fail
+	 * in a way that matters. */
+	(void)fclose(f);
+	if (rc)
+		return rc;
+	rc = dir_of(path, &dir, err);
+	if (!rc)
+		rc = jobspec_parse(buf, len, dir, ret, err);
+	free(dir);
+	free(buf);
+	return rc;
+}
+
+void jobspec_free(struct jobspec *js)
+{
+	if (!js)
+		return;
+	for (int slot = 0; slot < JOBSPEC_SLOTS; slot++)
+		if (js->opened.held & (1u << slot))
+			close(js->opened.fd[slot]);
+	free(js->odf_path);
+	free(js->sh_path);
+	free(js->dwi_path);
+	free(js->bvals_path);
+	free(js->bvecs_path);
+	free(js->mask_path);
+	free(js->stop_map_path);
+	free(js->seed_roi_path);
+	free(js->seed_points);
+	free(js->sphere_name);
+	free(js->sphere_vertices);
+	free(js->output_path);
+	memset(js, 0, sizeof(*js));
+}

@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jobspec: the only reader of job JSON. Turns a request into a validated
+ * struct jobspec with every default filled in, or into an error naming the
+ * offending field and the reason. Knows nothing about GPUs, files' contents or
+ * HTTP. Does not log.
+ *
+ * Job document (proto/job.schema.json is the normative description):
+ * {
+ *   "inputs":   exactly one of
+ *               {"odf": PATH, "stop_map": PATH}
+ *               {"sh": PATH, "sh_basis": BASIS, "sh_frame": "voxel" | "world",
+ *                "stop_map": PATH}
+ *               {"dwi": PATH, "bvals": PATH, "bvecs": PATH, "mask": PATH,
+ *                "stop_map": PATH}       (mask and stop_map optional)
+ *   "model":    (dwi inputs only) for prob: "csd" or {"name": "csd", "sh_order": 8,
+ *                "lambda": 1, "tau": 0.1, "response": "auto" | {"evals": [l1, l2, l3],
+ *                "s0": S0}, "roi_radius": 10, "response_fa": 0.7};
+ *               for boot: "opdt" | "csa" or {"name": "opdt", "sh_order": 4,
+ *                "sh_lambda": 0.006, "min_signal": 1}
+ *   "direction_getter": "prob" | "boot" | "ptt" (boot needs a dwi input),
+ *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0}
+ *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras"},
+ *   "tracking": {"sphere": "repulsion724" | {"vertices": [[x,y,z], ...]},
+ *                "step_size": 0.5, "max_angle": 60, "fa_threshold": 0.1,
+ *                "relative_peak_threshold": 0.25, "min_separation_angle": 45,
+ *                "pmf_threshold": 0.05, "max_steps": 500,
+ *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only),
+ *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob; ptt: not sh),
+ *                "probe_length": 2, "probe_quality": 9, "probe_count": 1, "probe_radius": 0,
+ *                "rejection_samples": 10, "rejection_tries": 100 (ptt only)},
+ *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
+ *                "save_seed_index": false, "save_direction_getter": false,
+ *                "positions": "float32" | "float16" (trx only),
+ *                "compression": "store" | "deflate" (trx only),
+ *                "compress": null | true | {"tolerance_mm": 0.01, "max_segment_mm": 10}}
+ * }
+ * Unknown keys anywhere are errors. Relative paths are resolved against
+ * base_dir (the job file's directory for the CLI).
+ * On failure *ret is zeroed (jobspec_free is always safe); I/O errors while
+ * reading a job file are returned as -errno.
+ */
+#ifndef TRACTD_JOBSPEC_H
+#define TRACTD_JOBSPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/errbuf.h"
+#include "formats/output.h"
+#include "models/shbasis.h"
+
+enum jobspec_seed_kind {
+	JOBSPEC_SEEDS_ROI,        /* random seeds in seeds.roi */
+	JOBSPEC_SEEDS_POINTS,     /* explicit seeds.points */
+};
+
+enum jobspec_input_kind {
+	JOBSPEC_INPUT_ODF,        /* an ODF sampled on tracking.sphere */
+	JOBSPEC_INPUT_SH,         /* SH coefficients, sampled on the sphere here */
+	JOBSPEC_INPUT_DWI,        /* raw DWI: DTI and CSD are fitted here */
+};
+
+enum jobspec_sh_frame {
+	JOBSPEC_SH_FRAME_VOXEL,   /* directions along the voxel axes (DIPY) */
+	JOBSPEC_SH_FRAME_WORLD,   /* directions in RAS+ scanner space (MRtrix3) */
+};
+
+enum jobspec_direction_getter {
+	JOBSPEC_DG_PROB,          /* samples the ODF within the cone */
+	JOBSPEC_DG_BOOT,          /* closest peak of a residual-bootstrap ODF of the DWI */
+	JOBSPEC_DG_PTT,           /* parallel transport: curves sampled by their ODF support */
+};
+
+enum jobspec_model_name {
+	JOBSPEC_MODEL_CSD,        /* prob's model */
+	JOBSPEC_MODEL_OPDT,       /* boot's models */
+	JOBSPEC_MODEL_CSA,
+};
+
+/* How the GPU holds what prob samples (tracking.odf_storage). */
+enum jobspec_odf_storage {
+	JOBSPEC_ODF_AUTO,         /* the first of float32, float16, sh that fits the budget */
+	JOBSPEC_ODF_FLOAT32,      /* the ODF on the sphere's vertices */
+	JOBSPEC_ODF_FLOAT16,      /* the same in half precision: half the memory */
+	JOBSPEC_ODF_SH,           /* SH coefficients, sampled on the sphere at each step */
+};
+
+#define JOBSPEC_BOOT_MAX_SH_ORDER 12
+
+/* model: CSD parameters with defaults as DIPY's ConstrainedSphericalDeconvModel
+ * and auto_response_ssst; OPDT/CSA parameters with GPUStreamlines' defaults. */
+struct jobspec_model {
+	enum jobspec_model_name name; /* csd for prob, opdt for boot by default */
+	int sh_order;               /* even; csd 2..16, default 8; opdt/csa 2..12, default 4 */
+	double lambda;              /* (0, 1e6], default 1 */
+	double tau;                 /* [0, 1], default 0.1 */
+	int roi_radius;             /* voxels, 1..128, default 10 */
+	double response_fa;         /* (0, 1), default 0.7 */
+	bool response_given;        /* model.response is an object */
+	double response_evals[3];   /* mm^2/s, > 0 */
+	double response_s0;         /* > 0 */
+	double sh_lambda;           /* opdt/csa regularisation, [0, 10], default 0.006 */
+	double min_signal;          /* opdt/csa signal floor, > 0, default 1 */
+};
+
+/* The files a job reads, by slot: jobspec_input_files' order, then seeds.roi. */
+enum jobspec_file_slot {
+	JOBSPEC_SLOT_ODF,
+	JOBSPEC_SLOT_SH,
+	JOBSPEC_SLOT_DWI,
+	JOBSPEC_SLOT_BVALS,
+	JOBSPEC_SLOT_BVECS,
+	JOBSPEC_SLOT_MASK,
+	JOBSPEC_SLOT_STOP_MAP,
+	JOBSPEC_SLOT_SEED_ROI,
+	JOBSPEC_SLOTS
+};
+
+/* Inputs opened before the job runs (a server job's, by its owner: see
+ * infile.h): fd[slot] is open when held has bit slot. Readers take them
+ * rather than the paths, which then only name the files in messages. */
+struct jobspec_opened {
+	int fd[JOBSPEC_SLOTS];
+	unsigned held;
+};
+
+struct jobspec {
+	enum jobspec_input_kind input_kind;
+	struct jobspec_opened opened;   /* closed by jobspec_free */
+	char *odf_path;             /* inputs.odf, resolved */
+	char *sh_path;              /* inputs.sh */
+	enum sh_basis sh_basis;     /* inputs.sh_basis (required with sh, no default) */
+	enum jobspec_sh_frame sh_frame; /* inputs.sh_frame; default world for tournier07
+					 * (MRtrix3), voxel for descoteaux07 (DIPY) */
+	char *dwi_path;             /* inputs.dwi */
+	char *bvals_path;           /* inputs.bvals (FSL text) */
+	char *bvecs_path;           /* inputs.bvecs (FSL text) */
+	char *mask_path;            /* inputs.mask: where to fit (optional) */
+	char *stop_map_path;        /* inputs.stop_map; optional with dwi (FA is used) */
+	struct jobspec_model model;
+	enum jobspec_direction_getter direction_getter; /* default prob */
+
+	enum jobspec_seed_kind seed_kind;
+	char *seed_roi_path;        /* seeds.roi (ROI kind) */
+	uint64_t seed_count;        /* seeds.count, default 10000, 1..JOBSPEC_MAX_SEEDS */
+	bool seed_per_voxel;        /* seeds.per_voxel, default false */
+	uint64_t rng_seed;          /* seeds.rng_seed, default 0, 0..2^53 */
+	double *seed_points;        /* seeds.points, 3*n_seed_points (POINTS kind) */
+	uint64_t n_seed_points;
+	bool seed_points_ras;       /* seeds.space == "ras" (default "voxel") */
+
+	char *sphere_name;          /* tracking.sphere as a name (default "repulsion724"), or NULL */
+	double *sphere_vertices;    /* tracking.sphere.vertices, 3*sphere_nv, or NULL */
+	int sphere_nv;
+
+	double step_size;               /* voxels, (0, 5], default 0.5 */
+	double max_angle;               /* degrees, (0, 90], default 60 */
+	double fa_threshold;            /* stop where stop_map <= this; [0, 1e6], default 0.1 */
+	double relative_peak_threshold; /* [0, 1], default 0.25 */
+	double min_separation_angle;    /* degrees, [1, 90], default 45 */
+	double pmf_threshold;           /* [0, 1), default 0.05 */
+	int max_steps;                  /* steps per direction, [1, 10000], default 500 */
+	double min_length;              /* mm, >= 0, default 0 */
+	double max_length;              /* mm, > 0, default INFINITY (JSON null) */
+	int max_attempts;               /* boot: bootstrap samples tried per step while
+					 * none has a peak, [1, 100], default 5 */
+	enum jobspec_odf_storage odf_storage; /* prob: default auto; sh needs an sh or
+					       * dwi input */
+	double probe_length;            /* ptt: voxels, (0, 10], default 2 */
+	int probe_quality;              /* ptt: points along the probe, [2, 64], default 9 */
+	int probe_count;                /* ptt: parallel probe lines, [1, 16], default 1 */
+	double probe_radius;            /* ptt: voxels, [0, 5], default 0 */
+	int rejection_samples;          /* ptt: candidates estimating the support's maximum,
+					 * [1, 1000], default 10 */
+	int rejection_tries;            /* ptt: candidates tried per step, [1, 10000], default 100 */
+
+	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
+	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)
+				     * as TRK data_per_streamline "seeds" or TRX
+				     * dps/seeds; tck: the CLI's seeds file */
+	bool save_seed_index;       /* output.save_seed_index: each streamline's global
+				     * seed index (TRK property, TRX dps); not tck */
+	bool save_direction_getter; /* output.save_direction_getter: the getter's code
+				     * (0 prob, 1 boot, 2 ptt) per streamline; not tck */
+	enum trx_positions output_positions;     /* output.positions (trx): float32 default */
+	enum trx_compression output_compression; /* output.compression (trx): store default */
+	bool compress;              /* output.compress: true or an object drops points as
+				     * DIPY's compress_streamlines; null/absent/false: off */
+	double compress_tolerance_mm;   /* output.compress.tolerance_mm, (0, 10], default 0.01 */
+	double compress_max_segment_mm; /* output.compress.max_segment_mm, (0, 1000], default 10 */
+	char *output_path;          /* output.path, resolved; NULL when not given */
+};
+
+/* The members of inputs that name files, for code that handles every input
+ * file alike (resolving volume ids, keying the volume cache). */
+struct jobspec_input_file {
+	const char *field;          /* "inputs.dwi" */
+	size_t offset;              /* of its char * path in struct jobspec */
+};
+#define JOBSPEC_INPUT_FILES JOBSPEC_SLOT_SEED_ROI
+extern const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES];
+
+/* The path of f in js (NULL when not given), and the slot holding it. */
+static inline const char *jobspec_input_path(const struct jobspec *js,
+					     const struct jobspec_input_file *f)
+{
+	return *(char *const *)((const char *)js + f->offset);
+}
+
+static inline char **jobspec_input_slot(struct jobspec *js, const struct jobspec_input_file *f)
+{
+	return (char **)((char *)js + f->offset);
+}
+
+/* The descriptor held for slot, or -1 when the file is to be opened by its
+ * path (the CLI). */
+static inline int jobspec_opened_fd(const struct jobspec *js, enum jobspec_file_slot slot)
+{
+	return js->opened.held & (1u << slot) ? js->opened.fd[slot] : -1;
+}
+
+/* Gives fd to js for slot (which must not hold one yet). */
+static inline void jobspec_hold_fd(struct jobspec *js, enum jobspec_file_slot slot, int fd)
+{
+	js->opened.fd[slot] = fd;
+	js->opened.held |= 1u << slot;
+}
+
+#define JOBSPEC_MAX_SEEDS 100000000ull   /* 1e8: an explicit, documented limit */
+#define JOBSPEC_MAX_POINTS 1000000ull    /* explicit seed points per job (fits the document limit) */
+#define JOBSPEC_MAX_BYTES (64u << 20)    /* largest accepted job document */
+
+/* Parses and validates json (len bytes, need not be NUL-terminated). Relative
+ * paths are joined to base_dir (may be NULL = as given). On success fills *ret
+ * (free with jobspec_free) and returns 0; on failure returns -EINVAL (or
+ * -ENOMEM) with err->field like "tracking.max_angle" and err->message
+ * like "must be in (0, 90] degrees, got 120". */
+int jobspec_parse(const char *json, size_t len, const char *base_dir,
+		  struct jobspec *ret, struct errbuf *err);
+
+/* Reads path (at most JOBSPEC_MAX_BYTES) and parses it with base_dir = the
+ * file's directory. */
+int jobspec_load_file(const char *path, struct jobspec *ret, struct errbuf *err);
+
+/* Frees owned strings/arrays, closes the opened inputs and zeroes *js;
+ * accepts zeroed specs. */
+void jobspec_free(struct jobspec *js);
+
+#endif

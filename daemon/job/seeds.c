@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: MIT */
+#include "job/seeds.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/affine.h"
+#include "base/parallel.h"
+#include "base/philox.h"
+
+struct seeds {
+	uint64_t count;
+	/* From a mask (points == NULL): mask voxels as [x][y][z] indices in
+	 * seeding order; seed i sits in order[i % nvox]. */
+	uint64_t nvox;
+	uint64_t *order;
+	uint64_t ny, nz;
+	uint32_t key[2];
+	/* From points: 3*count voxel coordinates. */
+	float *points;
+};
+
+/* Uniform integer in [0, bound) for draw `item` of the shuffle, by rejection
+ * from 64-bit words so that no value is favoured; each Philox block offers two
+ * candidates, and a rejected pair moves on to the next draw index. */
+static uint64_t uniform_below(uint64_t bound, const uint32_t key[2], uint64_t item)
+{
+	/* 2^64 mod bound: the candidates below it would make small results
+	 * more likely. */
+	uint64_t reject_below = (0 - bound) % bound;
+
+	for (uint32_t draw = 0;; draw++) {
+		const uint32_t counter[4] = {draw, (uint32_t)item, (uint32_t)(item >> 32),
+					     PHILOX_STREAM_SEED_ORDER};
+		uint32_t out[4];
+
+		philox4x32_10(counter, key, out);
+		for (int w = 0; w < 4; w += 2) {
+			uint64_t x = (uint64_t)out[w] << 32 | out[w + 1];
+
+			if (x >= reject_below)
+				return x % bound;
+		}
+	}
+}
+
+/* Fisher-Yates, swap i drawn as item i. */
+static void shuffle(uint64_t *order, uint64_t n, const uint32_t key[2])
+{
+	for (uint64_t i = n; i-- > 1;) {
+		uint64_t j = uniform_below(i + 1, key, i), swap = order[i];
+
+		order[i] = order[j];
+		order[j] = swap;
+	}
+}
+
+static uint64_t voxels_of(const struct volume *v)
+{
+	return (uint64_t)v->dim[0] * (uint64_t)v->dim[1] * (uint64_t)v->dim[2];
+}
+
+/* Voxels with a value > 0 in the first volume, counted (order == NULL) or
+ * listed in index order. */
+static uint64_t mask_voxels(const struct volume *mask, uint64_t *order)
+{
+	uint64_t n = 0, total = voxels_of(mask);
+	size_t stride = (size_t)mask->dim[3];
+
+	for (uint64_t idx = 0; idx < total; idx++) {
+		if (!(mask->data[idx * stride] > 0))
+			continue;
+		if (order)
+			order[n] = idx;
+		n++;
+	}
+	return n;
+}
+
+static int seed_total(uint64_t count, bool per_voxel, uint64_t nvox, uint64_t *total,
+		      struct errbuf *err)
+{
+	if (count == 0)
+		return errbuf_set(err, -EINVAL, "seeds.count", "must be at least 1");
+	if (per_voxel && count > UINT64_MAX / nvox)
+		return errbuf_set(err, -EINVAL, "seeds.count",
+				  "%llu seeds in each of %llu voxels overflow the seed count",
+				  (unsigned long long)count, (unsigned long long)nvox);
+	*total = per_voxel ? count * nvox : count;
+	return 0;
+}
+
+int seeds_from_mask(const struct volume *mask, uint64_t count, bool per_voxel,
+		    uint64_t rng_seed, struct seeds **ret, struct errbuf *err)
+{
+	uint64_t nvox = mask_voxels(mask, NULL);
+	struct seeds *s;
+	int rc;
+
+	if (nvox == 0)
+		return errbuf_set(err, -EINVAL, "seeds.roi", "the mask has no voxel above 0");
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	rc = seed_total(count, per_voxel, nvox, &s->count, err);
+	if (rc)
+		goto fail;
+	s->order = nvox <= SIZE_MAX / sizeof(*s->order) ?
+		   malloc((size_t)nvox * sizeof(*s->order)) : NULL;
+	if (!s->order) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	s->nvox = nvox;
+	s->ny = (uint64_t)mask->dim[1];
+	s->nz = (uint64_t)mask->dim[2];
+	philox_key_from_seed(rng_seed, s->key);
+	mask_voxels(mask, s->order);
+	shuffle(s->order, nvox, s->key);
+	*ret = s;
+	return 0;
+fail:
+	seeds_free(s);
+	return rc;
+}
+
+/* One point in voxel coordinates, or -EINVAL with the reason in err. */
+static int point_to_voxel(const double in[3], const double (*world_to_voxel)[4],
+			  const int64_t dim[3], uint64_t i, float out[3], struct errbuf *err)
+{
+	static const char axis[3] = {'i', 'j', 'k'};
+	char field[sizeof(err->field)];
+	double v[3];
+
+	snprintf(field, sizeof(field), "seeds.points[%llu]", (unsigned long long)i);
+	if (!isfinite(in[0]) || !isfinite(in[1]) || !isfinite(in[2]))
+		return errbuf_set(err, -EINVAL, field, "coordinate is not finite");
+	if (world_to_voxel)
+		affine_apply(world_to_voxel, in, v);
+	else
+		memcpy(v, in, sizeof(v));
+	for (int k = 0; k < 3; k++) {
+		if (!(v[k] >= -0.5 && v[k] < (double)dim[k] - 0.5))
+			return errbuf_set(err, -EINVAL, field,
+					  "voxel %c = %g lies outside the image (0..%lld)",
+					  axis[k], v[k], (long long)dim[k] - 1);
+		out[k] = (float)v[k];
+	}
+	return 0;
+}
+
+static int convert_points(const double *pts, uint64_t n, const double (*world_to_voxel)[4],
+			  const int64_t dim[3], float *out, struct errbuf *err)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		int rc = point_to_voxel(pts + 3 * i, world_to_voxel, dim, i, out + 3 * i, err);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int seeds_from_points(const double *pts, uint64_t n, bool ras_mm, const double affine[4][4],
+		      const int64_t dim[3], struct seeds **ret, struct errbuf *err)
+{
+	double inverse[4][4];
+	struct seeds *s;
+	int rc;
+
+	if (n == 0)
+		return errbuf_set(err, -EINVAL, "seeds.points", "no seed points given");
+	if (ras_mm && affine_invert(affine, inverse) != 0)
+		return errbuf_set(err, -EINVAL, "seeds.points",
+				  "the image affine is singular, so mm points cannot be mapped to voxels");
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->count = n;
+	s->points = n <= SIZE_MAX / (3 * sizeof(*s->points)) ?
+		    malloc((size_t)n * 3 * sizeof(*s->points)) : NULL;
+	rc = s->points ? convert_points(pts, n, ras_mm ? inverse : NULL, dim, s->points, err)
+		       : -ENOMEM;
+	if (rc) {
+		seeds_free(s);
+		return rc;
+	}
+	*ret = s;
+	return 0;
+}
+
+uint64_t seeds_count(const struct seeds *s)
+{
+	return s->count;
+}
+
+/* Seed i: the voxel at its place in the round, jittered by three uniforms
+ * drawn for item i. */
+static void fill_from_mask(const struct seeds *s, uint64_t first, uint64_t n, float *out)
+{
+	uint64_t place = first % s->nvox, yz = s->ny * s->nz;
+
+	for (uint64_t i = first; i < first + n; i++) {
+		const uint32_t counter[4] = {0, (uint32_t)i, (uint32_t)(i >> 32),
+					     PHILOX_STREAM_SEED_JITTER};
+		uint64_t idx = s->order[place];
+		double voxel[3] = {(double)(idx / yz), (double)(idx % yz / s->nz),
+				   (double)(idx % s->nz)};
+		uint32_t u[4];
+
+		philox4x32_10(counter, s->key, u);
+		for (int k = 0; k < 3; k++)
+			*out++ = (float)(voxel[k] + philox_uniform_float(u[k]) - 0.5);
+		if (++place == s->nvox)
+			place = 0;
+	}
+}
+
+/* A chunk of two million seeds takes ~0.1 s on one core: they are drawn
+ * in parts of at least FILL_MIN_SEEDS on threads (each seed depends on its
+ * index alone, so the parts are independent). */
+#define FILL_MIN_SEEDS 65536
+
+struct fill_part {
+	const struct seeds *s;
+	uint64_t first, n;
+	float *out;
+};
+
+static void fill_part(void *arg)
+{
+	struct fill_part *p = arg;
+
+	fill_from_mask(p->s, p->first, p->n, p->out);
+}
+
+static void fill_from_mask_parallel(const struct seeds *s, uint64_t first, uint64_t n,
+				    float *out)
+{
+	struct fill_part parts[PARALLEL_MAX_PARTS];
+	size_t k = parallel_parts(n, FILL_MIN_SEEDS);
+	uint64_t at = 0;
+
+	for (size_t i = 0; i < k; i++) {
+		uint64_t len = n / k + (i < n % k);
+		parts[i] = (struct fill_part){ s, first + at, len, out + 3 * at };
+		at += len;
+	}
+	parallel_run(fill_part, parts, sizeof(parts[0]), k);
+}
+
+int seeds_fill(struct seeds *s, uint64_t first, uint64_t n, float *out)
+{
+	if (n > s->count || first > s->count - n)
+		return -EINVAL;
+	if (s->points)
+		memcpy(out, s->points + 3 * first, (size_t)n * 3 * sizeof(*out));
+	else
+		fill_from_mask_parallel(s, first, n, out);
+	return 0;
+}
+
+void seeds_free(struct seeds *s)
+{
+	if (!s)
+		return;
+	free(s->order);
+	free(s->points);
+	free(s);
+}

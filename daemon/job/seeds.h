@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * seeds: where streamlines start.
+ *
+ * Owns a seed generator that produces seed i on demand (so 10-million-seed jobs
+ * never hold all seeds). Two kinds:
+ *  - from a mask, with DIPY random_seeds_from_mask semantics: the mask voxels
+ *    are put in a random order once; seeds are emitted in rounds, each round
+ *    visiting every voxel once in that order, at ijk + U[0,1)^3 - 0.5; with a
+ *    total count the number of rounds is count/nvox + 1 and the sequence is
+ *    truncated to count; per voxel it is count rounds. Randomness comes from
+ *    Philox keyed by rng_seed (not numpy's generator, so positions differ from
+ *    DIPY's while the distribution is the same);
+ *  - from an explicit list of points in voxel or RAS+ mm coordinates.
+ * Coordinates produced are voxel coordinates (centres at integers). Does not log.
+ */
+#ifndef TRACTD_SEEDS_H
+#define TRACTD_SEEDS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/errbuf.h"
+#include "formats/volume.h"
+
+struct seeds;
+
+/* mask: voxels with value > 0 (t ignored, 3D expected). count > 0.
+ * Errors: empty mask (-EINVAL, field "seeds.roi"), overflow of count*nvox. */
+int seeds_from_mask(const struct volume *mask, uint64_t count, bool per_voxel,
+		    uint64_t rng_seed, struct seeds **ret, struct errbuf *err);
+
+/* pts: n points (xyz interleaved). ras_mm: pts are world coordinates mapped
+ * through inverse(affine); else voxel coordinates. Points outside
+ * [-0.5, dim-0.5) on any axis or non-finite are rejected (-EINVAL, field
+ * "seeds.points[i]"). */
+int seeds_from_points(const double *pts, uint64_t n, bool ras_mm, const double affine[4][4],
+		      const int64_t dim[3], struct seeds **ret, struct errbuf *err);
+
+/* Total number of seeds. */
+uint64_t seeds_count(const struct seeds *s);
+
+/* Writes seeds [first, first+n) as voxel coordinates (3 floats each) to out.
+ * Returns 0 or -EINVAL when the range exceeds the count. */
+int seeds_fill(struct seeds *s, uint64_t first, uint64_t n, float *out);
+
+/* Accepts NULL. */
+void seeds_free(struct seeds *s);
+
+#endif

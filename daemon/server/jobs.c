@@ -1,0 +1,1301 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jobs: queue, states, worker thread, warm volume cache and spool (see jobs.h).
+ *
+ * Locking: `lock` guards the registry (jobs[], every job's public fields,
+ * the counters and the cache statistics). The worker drops the lock while it
+ * loads volumes and runs the engine; the engine reports back through the
+ * progress callback, which takes the lock briefly, publishes progress, wakes
+ * followers and returns whether to go on. The volume cache and the GPU
+ * context are touched by the worker thread only.
+ */
+#include "server/jobs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "job/inputs.h"
+#include "base/log.h"
+#include "engine/resident.h"
+#include "server/spool.h"
+#include "base/timing.h"
+
+/* Chunk length the engine aims for: how soon progress shows, streamed bytes
+ * arrive and a cancellation takes effect. */
+#define CHUNK_SECONDS 0.5
+
+/* The tractogram writers report any failed write as -EIO (stdio loses the
+ * errno), so a failed output with less than this free in the spool is taken
+ * for a full disk: what stdio could not write is one buffer, far less. */
+#define SPOOL_FULL_BYTES (1u << 20)
+
+struct job {
+	struct job_info info;
+	struct jobspec spec;        /* until the job ends */
+	char *spec_json;            /* the job document as submitted, for its record;
+				     * dropped once an ended job's record holds it */
+	uint64_t record_bytes;      /* its record's size on disk, in spool_bytes */
+	uint64_t doc_bytes;         /* of the document as submitted */
+	bool record_stale;          /* its last record write failed (disk full): retried */
+	bool cancel_requested;
+	bool in_worker;             /* the worker holds it: only the worker may free it */
+	bool deleted;               /* unlisted while the worker held it; freed when let go */
+};
+
+/* When an owner's latest job started, for fair scheduling. Kept apart from
+ * the jobs so that deleting one's finished jobs does not erase one's turn. */
+struct owner_turn {
+	char owner[JOB_OWNER_LEN + 1];
+	uint64_t last_start;        /* a jobs->start_clock value */
+	uint64_t cache_hits, cache_misses;   /* this owner's, as count_cache counts */
+};
+
+struct cache_entry {
+	char *key;                  /* input paths, sizes and mtimes, sphere */
+	struct inputs *inputs;
+	struct resident *residents[GPU_MAX_DEVICES];   /* one upload per device */
+	uint64_t bytes;                                         /* on each device */
+	uint64_t host_bytes;        /* inputs' host copies (inputs_host_bytes) */
+	uint64_t last_used;
+	/* What loading and uploading took, told to an owner whose first use
+	 * this is; and the owners who used it, so that a job hears of a warm
+	 * cache only from its own owner's earlier jobs. */
+	double load_seconds, upload_seconds;
+	char (*users)[JOB_OWNER_LEN + 1];
+	size_t n_users;
+};
+
+struct jobs {
+	struct jobs_config cfg;
+	char spool_dir[1100];
+	struct gpu_ctx *gpus[GPU_MAX_DEVICES];   /* one context per configured device */
+	size_t n_gpus;
+
+	pthread_mutex_t lock;
+	pthread_cond_t work;        /* a job was queued, or stopping */
+	pthread_cond_t progress;    /* a job advanced or ended */
+	pthread_t worker;
+	bool worker_started;
+	bool stopping;
+	bool stopped;               /* the worker has been joined */
+
+	struct job **jobs;          /* creation order */
+	size_t n_jobs, cap_jobs;
+	struct jobs_status status;  /* counters (queue depth is recomputed) */
+	uint64_t start_clock;       /* counts jobs started, for fair scheduling */
+	struct owner_turn *turns;   /* one per owner who ever had a job started */
+	size_t n_turns;
+
+	struct cache_entry *cache;  /* worker thread only */
+	size_t n_cache;
+	uint64_t cache_clock;
+};
+
+static bool job_ended(const struct job *job)
+{
+	return job_state_ended(job->info.state);
+}
+
+static struct job *find_job(struct jobs *jobs, const char *id)
+{
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		if (strcmp(jobs->jobs[i]->info.id, id) == 0)
+			return jobs->jobs[i];
+	return NULL;
+}
+
+static void result_path(const struct jobs *jobs, const char *id, char *path, size_t len)
+{
+	char name[JOB_ID_LEN + 32];
+
+	spool_result_name(id, name, sizeof(name));
+	snprintf(path, len, "%s/%s", jobs->spool_dir, name);
+}
+
+static void job_free(struct job *job)
+{
+	jobspec_free(&job->spec);
+	free(job->spec_json);
+	free(job);
+}
+
+static void spool_bytes_sub(struct jobs *jobs, uint64_t bytes)
+{
+	jobs->status.spool_bytes -= bytes < jobs->status.spool_bytes ? bytes
+								      : jobs->status.spool_bytes;
+}
+
+/* Counts the job's record, as it is on disk now, in spool_bytes: records
+ * hold job documents of up to max_request_bytes, so they are part of what
+ * the spool takes. Lock held. */
+static void count_record(struct jobs *jobs, struct job *job)
+{
+	char name[JOB_ID_LEN + 32], path[1200];
+	struct stat st;
+
+	spool_record_name(job->info.id, name, sizeof(name));
+	snprintf(path, sizeof(path), "%s/%s", jobs->spool_dir, name);
+	spool_bytes_sub(jobs, job->record_bytes);
+	job->record_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+	jobs->status.spool_bytes += job->record_bytes;
+}
+
+/* An ended job's document lives on in its record only: nothing runs it
+ * again, and nothing writes its record again once that holds its outcome.
+ * Kept while the record is stale, for the retry. */
+static void drop_document(struct job *job)
+{
+	if (job_ended(job) && !job->record_stale) {
+		free(job->spec_json);
+		job->spec_json = NULL;
+	}
+}
+
+/* Writes the job's record after it changed state. Called with the lock held,
+ * so that a record never lands after the job's deletion removed it. A
+ * failure is logged, not fatal: the job goes on in memory, and after a
+ * restart it would read as interrupted. */
+static void save_record(struct jobs *jobs, struct job *job)
+{
+	struct errbuf err = { 0 };
+
+	job->record_stale = spool_record_write(jobs->spool_dir, &job->info, job->spec_json,
+					       &err) < 0;
+	if (job->record_stale)
+		log_warn("job=%s cannot save its record (tried again at the next job's end): %s",
+			 job->info.id, err.message);
+	count_record(jobs, job);
+	drop_document(job);
+}
+
+/* Records that could not be written (a full disk) are written when the next
+ * job ends, when space may have returned: a finished job whose record still
+ * said "running" would read as interrupted after a restart, and lose its
+ * result. Lock held. */
+static void save_stale_records(struct jobs *jobs)
+{
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		if (jobs->jobs[i]->record_stale)
+			save_record(jobs, jobs->jobs[i]);
+}
+
+/* ---- spool housekeeping -------------------------------------------------- */
+
+static void remove_result(struct jobs *jobs, struct job *job)
+{
+	char path[1200];
+
+	result_path(jobs, job->info.id, path, sizeof(path));
+	if (unlink(path) == 0 || errno == ENOENT) {
+		spool_bytes_sub(jobs, job->info.bytes);
+		job->info.expired = true;
+	}
+}
+
+/* Oldest finished results go first when they outlive the TTL or the spool is
+ * over its size. Called with the lock held. */
+static void expire_results(struct jobs *jobs)
+{
+	time_t now = time(NULL);
+
+	for (size_t i = 0; i < jobs->n_jobs; i++) {
+		struct job *job = jobs->jobs[i];
+		bool too_old = (uint64_t)(now - job->info.finished) > jobs->cfg.result_ttl_seconds;
+		bool too_big = jobs->status.spool_bytes > jobs->cfg.spool_max_bytes;
+
+		if (job_ended(job) && !job->info.expired && (too_old || too_big)) {
+			log_info("job=%s result expired (%s)", job->info.id,
+				 too_old ? "age" : "spool size");
+			remove_result(jobs, job);
+		}
+	}
+}
+
+static int make_dir(const char *path, struct errbuf *err)
+{
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return errbuf_set(err, -errno, "state_dir", "cannot create %s: %s", path,
+				  strerror(errno));
+	return 0;
+}
+
+/* ---- the volume cache (worker thread only) ------------------------------- */
+
+/* The open file itself, not a name that may since lead elsewhere: which
+ * file it is, and its size and change times. A slot the job does not use
+ * is "-"; one not held open (-EBADF) leaves the job uncached. */
+static int append_file_key(char *key, size_t len, const struct jobspec *spec,
+			   enum jobspec_file_slot slot, const char *path)
+{
+	int fd = jobspec_opened_fd(spec, slot);
+	size_t used = strlen(key);
+	struct stat st;
+
+	if (!path) {
+		strncat(key, "-\n", len - used - 1);
+		return 0;
+	}
+	if (fd < 0)
+		return -EBADF;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	snprintf(key + used, len - used, "%llu:%llu:%lld:%lld.%09ld:%lld.%09ld\n",
+		 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+		 (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+		 (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
+	return 0;
+}
+
+/* What a fit depends on besides its files. fa_threshold masks the CSD fit. */
+static void append_model_key(char *key, size_t len, const struct jobspec *spec)
+{
+	const struct jobspec_model *m = &spec->model;
+	size_t used = strlen(key);
+
+	if (spec->input_kind == JOBSPEC_INPUT_SH)
+		snprintf(key + used, len - used, "sh %d %d\n", (int)spec->sh_basis, (int)spec->sh_frame);
+	else if (spec->input_kind == JOBSPEC_INPUT_DWI && spec->direction_getter == JOBSPEC_DG_BOOT)
+		/* The FA of the stop map is fitted regardless of the threshold. */
+		snprintf(key + used, len - used, "boot %d %d %.17g\n", (int)m->name, m->sh_order,
+			 m->sh_lambda);
+	else if (spec->input_kind == JOBSPEC_INPUT_DWI)
+		snprintf(key + used, len - used, "csd %d %.17g %.17g %d %.17g %.17g %d %.17g %.17g "
+			 "%.17g %.17g\n", m->sh_order, m->lambda, m->tau, m->roi_radius,
+			 m->response_fa, spec->fa_threshold, m->response_given,
+			 m->response_evals[0], m->response_evals[1], m->response_evals[2],
+			 m->response_s0);
+}
+
+/* What makes two jobs' volumes interchangeable: the files (the open files'
+ * identity, size and times, so a server-side file that changed is read
+ * again), the
+ * model parameters of a fit, and the sphere. Fitted inputs are cached like
+ * uploaded ones: a second job on one subject fits nothing. */
+static char *cache_key(const struct jobspec *spec)
+{
+	size_t len = (JOBSPEC_INPUT_FILES + 1) * 4200 + 512;
+	char *key;
+
+	/* Vertex lists: the job goes uncached rather than hashing them. */
+	if (!spec->sphere_name)
+		return NULL;
+	key = calloc(1, len);
+	if (!key)
+		return NULL;
+	for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++)
+		if (append_file_key(key, len, spec, (enum jobspec_file_slot)i,
+				    jobspec_input_path(spec, &jobspec_input_files[i])) < 0) {
+			free(key);
+			return NULL;
+		}
+	append_model_key(key, len, spec);
+	/* The same files held another way are another entry. */
+	snprintf(key + strlen(key), len - strlen(key), "odf_storage %d\n", (int)spec->odf_storage);
+	strncat(key, spec->sphere_name, len - strlen(key) - 1);
+	return key;
+}
+
+static void cache_entry_free(struct jobs *jobs, struct cache_entry *e)
+{
+	for (size_t i = 0; i < jobs->n_gpus; i++)
+		resident_free(jobs->gpus[i], e->residents[i]);
+	inputs_free(e->inputs);
+	free(e->users);
+	free(e->key);
+}
+
+/* Whether owner used e before; records that it has now. Out of memory the
+ * owner stays unrecorded, and its next use reads as its first again: that
+ * costs it a cache hit in its statistics, and tells it nothing of others. */
+static bool cache_entry_seen_by(struct cache_entry *e, const char *owner)
+{
+	char (*grown)[JOB_OWNER_LEN + 1];
+
+	for (size_t i = 0; i < e->n_users; i++)
+		if (strcmp(e->users[i], owner) == 0)
+			return true;
+	grown = realloc(e->users, sizeof(*grown) * (e->n_users + 1));
+	if (grown) {
+		e->users = grown;
+		snprintf(grown[e->n_users++], sizeof(*grown), "%s", owner);
+	}
+	return false;
+}
+
+static void cache_evict(struct jobs *jobs, size_t i)
+{
+	pthread_mutex_lock(&jobs->lock);
+	jobs->status.cache_bytes -= jobs->cache[i].bytes;
+	jobs->status.cache_host_bytes -= jobs->cache[i].host_bytes;
+	jobs->status.cache_entries--;
+	pthread_mutex_unlock(&jobs->lock);
+	cache_entry_free(jobs, &jobs->cache[i]);
+	jobs->cache[i] = jobs->cache[--jobs->n_cache];
+}
+
+/* Whether e fits the cache's budgets once room is made: GPU memory, and
+ * host memory for the inputs' copies (max_job_host_memory, so that the warm
+ * volumes and a running job's together stay within what the daemon may use;
+ * 0: no bound). */
+static bool cache_can_hold(const struct jobs *jobs, const struct cache_entry *e)
+{
+	uint64_t host = jobs->cfg.max_job_host_memory;
+
+	return e->bytes <= jobs->status.cache_budget && (!host || e->host_bytes <= host);
+}
+
+static bool cache_room_for(const struct jobs *jobs, const struct cache_entry *e)
+{
+	uint64_t host = jobs->cfg.max_job_host_memory;
+
+	return jobs->status.cache_bytes + e->bytes <= jobs->status.cache_budget &&
+	       (!host || jobs->status.cache_host_bytes + e->host_bytes <= host);
+}
+
+/* Makes room for e by evicting least recently used entries. */
+static void cache_make_room(struct jobs *jobs, const struct cache_entry *e)
+{
+	while (jobs->n_cache > 0 && !cache_room_for(jobs, e)) {
+		size_t lru = 0;
+		for (size_t i = 1; i < jobs->n_cache; i++)
+			if (jobs->cache[i].last_used < jobs->cache[lru].last_used)
+				lru = i;
+		log_debug("cache: evicting %llu bytes", (unsigned long long)jobs->cache[lru].bytes);
+		cache_evict(jobs, lru);
+	}
+}
+
+static struct cache_entry *cache_find(struct jobs *jobs, const char *key)
+{
+	for (size_t i = 0; key && i < jobs->n_cache; i++)
+		if (strcmp(jobs->cache[i].key, key) == 0)
+			return &jobs->cache[i];
+	return NULL;
+}
+
+static struct owner_turn *find_turn(struct jobs *jobs, const char *owner);
+
+/* A hit is a reuse by the same owner; another owner's first use of a warm
+ * entry counts as a miss, overall and for that owner, so that no counter
+ * moves differently when someone else has run the same inputs. */
+static void count_cache(struct jobs *jobs, const char *owner, bool hit)
+{
+	struct owner_turn *t;
+
+	pthread_mutex_lock(&jobs->lock);
+	/* The job's start recorded its owner's turn (unless out of memory). */
+	t = find_turn(jobs, owner);
+	if (hit) {
+		jobs->status.cache_hits++;
+		if (t)
+			t->cache_hits++;
+	} else {
+		jobs->status.cache_misses++;
+		if (t)
+			t->cache_misses++;
+	}
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+/* The loaded and uploaded volumes of spec for owner's job: from the cache,
+ * or read, uploaded and cached (when they fit the budget). *owned is set
+ * when the caller must free the entry after the job (not cached). */
+static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec, const char *owner,
+			   const struct fit_options *fit, struct cache_entry *out,
+			   bool *owned, struct engine_stats *stats, struct errbuf *err)
+{
+	char *key = cache_key(spec);
+	struct cache_entry *hit = cache_find(jobs, key);
+	struct cache_entry fresh = { .key = key };
+	struct resident_upload up = { .odf_storage = spec->odf_storage,
+				      .memory_budget = jobs->cfg.gpu_memory_budget, .fit = fit };
+	double t0, t1;
+	int r;
+
+	if (hit) {
+		bool seen = cache_entry_seen_by(hit, owner);
+
+		count_cache(jobs, owner, seen);
+		/* Loaded for someone else: this owner is told what loading cost,
+		 * as if its job had loaded them (the job's wall time still tells;
+		 * see README, "Security"). */
+		if (!seen) {
+			stats->load_seconds = hit->load_seconds;
+			stats->upload_seconds = hit->upload_seconds;
+		}
+		free(key);
+		hit->last_used = ++jobs->cache_clock;
+		*out = *hit;
+		*owned = false;
+		return 0;
+	}
+	count_cache(jobs, owner, false);
+	t0 = timing_now();
+	r = inputs_check_host_memory(spec, jobs->cfg.max_job_host_memory, err);
+	if (r == 0)
+		r = inputs_load(spec, fit, &fresh.inputs, err);
+	t1 = timing_now();
+	stats->load_seconds = t1 - t0;
+	if (r == 0)
+		r = resident_new_all(jobs->gpus, jobs->n_gpus, fresh.inputs, &up,
+				     fresh.residents, err);
+	stats->upload_seconds = timing_now() - t1;
+	if (r < 0) {
+		cache_entry_free(jobs, &fresh);
+		return r;
+	}
+	fresh.bytes = resident_bytes(fresh.residents[0]);
+	fresh.host_bytes = inputs_host_bytes(fresh.inputs);
+	fresh.last_used = ++jobs->cache_clock;
+	fresh.load_seconds = stats->load_seconds;
+	fresh.upload_seconds = stats->upload_seconds;
+	cache_entry_seen_by(&fresh, owner);
+	*owned = true;
+	if (key && cache_can_hold(jobs, &fresh)) {
+		struct cache_entry *grown;
+		cache_make_room(jobs, &fresh);
+		grown = realloc(jobs->cache, sizeof(*grown) * (jobs->n_cache + 1));
+		if (grown) {
+			jobs->cache = grown;
+			jobs->cache[jobs->n_cache++] = fresh;
+			pthread_mutex_lock(&jobs->lock);
+			jobs->status.cache_bytes += fresh.bytes;
+			jobs->status.cache_host_bytes += fresh.host_bytes;
+			jobs->status.cache_entries++;
+			pthread_mutex_unlock(&jobs->lock);
+			*owned = false;
+		}
+	}
+	*out = fresh;
+	return 0;
+}
+
+/* ---- running one job (worker thread) ------------------------------------- */
+
+struct run_ctx {
+	struct jobs *jobs;
+	struct job *job;
+	FILE *out;
+};
+
+/* With the lock held, after the job's progress changed: wakes its
+ * followers and says whether the job should go on. */
+static bool progress_published(struct run_ctx *ctx)
+{
+	pthread_cond_broadcast(&ctx->jobs->progress);
+	return !ctx->job->cancel_requested && !ctx->jobs->stopping;
+}
+
+static bool on_progress(void *userdata, uint64_t done, uint64_t total, uint64_t streamlines)
+{
+	struct run_ctx *ctx = userdata;
+	struct jobs *jobs = ctx->jobs;
+	long pos = ftell(ctx->out);
+	bool go_on;
+
+	pthread_mutex_lock(&jobs->lock);
+	ctx->job->info.stage = "track";
+	ctx->job->info.stage_fraction = total ? (double)done / (double)total : 1.0;
+	ctx->job->info.seeds_done = done;
+	ctx->job->info.seeds_total = total;
+	ctx->job->info.streamlines = streamlines;
+	if (pos > 0 && !ctx->job->deleted) {
+		jobs->status.spool_bytes += (uint64_t)pos - ctx->job->info.bytes;
+		ctx->job->info.bytes = (uint64_t)pos;
+	}
+	go_on = progress_published(ctx);
+	pthread_mutex_unlock(&jobs->lock);
+	return go_on;
+}
+
+/* A fit_progress_fn, also called for "load". Stage names are string
+ * literals from fit.c and this file, so the job may keep the pointer. */
+static bool on_stage(void *userdata, const char *stage, double fraction)
+{
+	struct run_ctx *ctx = userdata;
+	bool go_on;
+
+	pthread_mutex_lock(&ctx->jobs->lock);
+	ctx->job->info.stage = stage;
+	ctx->job->info.stage_fraction = fraction;
+	go_on = progress_published(ctx);
+	pthread_mutex_unlock(&ctx->jobs->lock);
+	return go_on;
+}
+
+static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engine_stats *stats,
+		     struct errbuf *err)
+{
+	struct run_ctx ctx = { jobs, job, out };
+	struct fit_options fit = { .threads = jobs->cfg.fit_threads, .progress = on_stage,
+				   .userdata = &ctx };
+	struct engine_options opts = {
+		.memory_budget = jobs->cfg.gpu_memory_budget,
+		.chunk_seconds = CHUNK_SECONDS,
+		.progress = on_progress,
+		.progress_userdata = &ctx,
+	};
+	struct cache_entry volumes;
+	struct seeds *seeds = NULL;
+	struct engine_stats timing = { 0 };
+	bool owned = false;
+	int r;
+
+	on_stage(&ctx, "load", 0.0);
+	r = acquire_volumes(jobs, &job->spec, job->info.owner, &fit, &volumes, &owned, &timing,
+			    err);
+	if (r < 0)
+		return r;
+	r = inputs_seeds_load(&job->spec, volumes.inputs, &seeds, err);
+	/* seeds.per_voxel multiplies by the ROI's voxels, known only now. */
+	if (r == 0 && jobs->cfg.max_seeds_per_job &&
+	    seeds_count(seeds) > jobs->cfg.max_seeds_per_job)
+		r = errbuf_set(err, -EINVAL, "seeds.count", "%llu seeds exceed the limit of %llu "
+			       "seeds per job (max_seeds_per_job)",
+			       (unsigned long long)seeds_count(seeds),
+			       (unsigned long long)jobs->cfg.max_seeds_per_job);
+	if (r == 0) {
+		pthread_mutex_lock(&jobs->lock);
+		job->info.seeds_total = seeds_count(seeds);
+		pthread_mutex_unlock(&jobs->lock);
+		struct engine_device devs[GPU_MAX_DEVICES];
+		for (size_t i = 0; i < jobs->n_gpus; i++)
+			devs[i] = (struct engine_device){ jobs->gpus[i], volumes.residents[i] };
+		r = engine_run(devs, jobs->n_gpus, &job->spec, volumes.inputs, seeds, &opts,
+			       out, stats, err);
+	}
+	stats->load_seconds = timing.load_seconds;
+	stats->upload_seconds = timing.upload_seconds;
+	seeds_free(seeds);
+	if (owned)
+		cache_entry_free(jobs, &volumes);
+	return r;
+}
+
+static bool spool_is_full(const struct jobs *jobs)
+{
+	struct statvfs st;
+
+	return statvfs(jobs->spool_dir, &st) == 0 &&
+	       (uint64_t)st.f_bavail * st.f_frsize < SPOOL_FULL_BYTES;
+}
+
+/* A write of the result that failed for want of space becomes the client's
+ * error "insufficient_storage" (field "output"), whatever the writer said. */
+static int check_spool_full(struct jobs *jobs, int r, int write_errno, struct errbuf *err)
+{
+	/* By field, not code: the GPU reports its own memory running out as -ENOSPC. */
+	bool output = strncmp(err->field, "output", 6) == 0;
+
+	if (r >= 0 || r == -ECANCELED || !output ||
+	    !(write_errno == ENOSPC || write_errno == EDQUOT || spool_is_full(jobs)))
+		return r;
+	return errbuf_set(err, -ENOSPC, "output", "the result spool is full (no space left in "
+			  "the state_dir): the partial result was removed; submit the job again "
+			  "once space is freed");
+}
+
+static int run_job(struct jobs *jobs, struct job *job, struct engine_stats *stats,
+		   struct errbuf *err)
+{
+	char path[1200];
+	FILE *out;
+	int r;
+
+	result_path(jobs, job->info.id, path, sizeof(path));
+	out = fopen(path, "w+b");
+	if (!out) {
+		int e = errno;
+		r = errbuf_set(err, -e, "output", "cannot create %s: %s", path, strerror(e));
+		return check_spool_full(jobs, r, e, err);
+	}
+	r = track_job(jobs, job, out, stats, err);
+	/* The result reaches the disk before the record that says it is done. */
+	if (r == 0 && (fflush(out) != 0 || fsync(fileno(out)) != 0))
+		r = errbuf_set(err, -EIO, "output", "cannot write %s: %s", path, strerror(errno));
+	if (fclose(out) != 0 && r == 0)
+		r = errbuf_set(err, -EIO, "output", "cannot write %s", path);
+	return check_spool_full(jobs, r, 0, err);
+}
+
+/* Failed and interrupted jobs have no result to serve: their partial file
+ * goes at once, so that it neither fills the spool nor outlives a restart. */
+static void drop_partial_result(struct jobs *jobs, struct job *job)
+{
+	char path[1200];
+
+	result_path(jobs, job->info.id, path, sizeof(path));
+	if (unlink(path) < 0 && errno != ENOENT)
+		log_warn("job=%s cannot remove its partial result: %s", job->info.id,
+			 strerror(errno));
+	spool_bytes_sub(jobs, job->info.bytes);
+	job->info.bytes = 0;
+}
+
+/* What a job stopped by the daemon's own stop (SIGTERM) or death (found at
+ * the next start) reads as: failed, with the reason, never "cancelled",
+ * which is what a client asked for. */
+static void fail_interrupted(struct job *job, bool was_running)
+{
+	job->info.state = JOB_FAILED;
+	job->info.finished = time(NULL);
+	job->info.stage = NULL;
+	job->info.error_code = -EINTR;
+	errbuf_set(&job->info.error, -EINTR, "", was_running
+		   ? "interrupted: the daemon stopped while the job was running; submit it again"
+		   : "interrupted: the daemon stopped before the job ran; submit it again");
+}
+
+static void finish_job(struct jobs *jobs, struct job *job, int r, const struct engine_stats *stats,
+		       const struct errbuf *err)
+{
+	struct job_info ended;
+	char path[1200];
+	struct stat st;
+
+	result_path(jobs, job->info.id, path, sizeof(path));
+	pthread_mutex_lock(&jobs->lock);
+	job->in_worker = false;
+	if (job->deleted) {
+		/* Deleted by a client while it ran: no longer listed, nobody else holds it. */
+		unlink(path);
+		pthread_mutex_unlock(&jobs->lock);
+		log_info("job=%s stopped and deleted owner=%s", job->info.id, job->info.owner);
+		job_free(job);
+		return;
+	}
+	if (stat(path, &st) == 0) {
+		jobs->status.spool_bytes += (uint64_t)st.st_size - job->info.bytes;
+		job->info.bytes = (uint64_t)st.st_size;
+	}
+	job->info.stage = NULL;
+	if (job->info.state == JOB_CANCELLED) {
+		/* Cancelled by a client while it ran: already counted and answered. */
+	} else if (r == 0) {
+		job->info.finished = time(NULL);
+		job->info.state = JOB_DONE;
+		job->info.stats = *stats;
+		job->info.streamlines = stats->streamlines;
+		job->info.points = stats->points;
+		jobs->status.done_total++;
+		jobs->status.seeds_total += stats->seeds;
+		jobs->status.streamlines_total += stats->streamlines;
+		jobs->status.track_seconds_total += stats->track_seconds;
+	} else if (r == -ECANCELED && jobs->stopping) {
+		fail_interrupted(job, true);
+		jobs->status.failed_total++;
+		drop_partial_result(jobs, job);
+	} else if (r == -ECANCELED) {
+		job->info.finished = time(NULL);
+		job->info.state = JOB_CANCELLED;
+		jobs->status.cancelled_total++;
+	} else {
+		job->info.finished = time(NULL);
+		job->info.state = JOB_FAILED;
+		job->info.error_code = r;
+		job->info.error = *err;
+		jobs->status.failed_total++;
+		drop_partial_result(jobs, job);
+	}
+	jobspec_free(&job->spec);
+	save_record(jobs, job);
+	save_stale_records(jobs);
+	expire_results(jobs);
+	pthread_cond_broadcast(&jobs->progress);
+	/* A copy for the log: once unlocked, a client may delete the job. */
+	ended = job->info;
+	pthread_mutex_unlock(&jobs->lock);
+	if (ended.state == JOB_DONE)
+		log_info("job=%s done owner=%s: %llu streamlines from %llu seeds, track %.3f s",
+			 ended.id, ended.owner, (unsigned long long)stats->streamlines,
+			 (unsigned long long)stats->seeds, stats->track_seconds);
+	else if (ended.state == JOB_CANCELLED)
+		log_info("job=%s cancelled owner=%s", ended.id, ended.owner);
+	else
+		log_info("job=%s failed owner=%s: %s%s%s", ended.id, ended.owner, ended.error.field,
+			 ended.error.field[0] ? ": " : "", ended.error.message);
+}
+
+/* owner's record, or NULL if none of its jobs started yet. Lock held. */
+static struct owner_turn *find_turn(struct jobs *jobs, const char *owner)
+{
+	for (size_t i = 0; i < jobs->n_turns; i++)
+		if (strcmp(jobs->turns[i].owner, owner) == 0)
+			return &jobs->turns[i];
+	return NULL;
+}
+
+/* When owner's most recent job started (a start_clock value; 0: never). */
+static uint64_t owner_last_start(struct jobs *jobs, const char *owner)
+{
+	const struct owner_turn *t = find_turn(jobs, owner);
+
+	return t ? t->last_start : 0;
+}
+
+/* Records that one of owner's jobs starts now. Lock held. Out of memory,
+ * the owner stays unrecorded and reads as never served: it may go first
+ * once more, which is unfair to others by one job, not unsafe. */
+static void note_start(struct jobs *jobs, const char *owner)
+{
+	struct owner_turn *grown, *t = find_turn(jobs, owner);
+	uint64_t now = ++jobs->start_clock;
+
+	if (t) {
+		t->last_start = now;
+		return;
+	}
+	grown = realloc(jobs->turns, sizeof(*grown) * (jobs->n_turns + 1));
+	if (!grown)
+		return;
+	jobs->turns = grown;
+	grown[jobs->n_turns] = (struct owner_turn){ .last_start = now };
+	snprintf(grown[jobs->n_turns].owner, sizeof(grown[jobs->n_turns].owner), "%s", owner);
+	jobs->n_turns++;
+}
+
+/* The next job to run, or NULL: round robin between owners (the owner
+ * whose last job started longest ago goes first), FIFO within an owner.
+ * Jobs are in creation order and only a strictly earlier turn replaces the
+ * pick, so the winner is its owner's oldest queued job, and owners tied
+ * (e.g. never served) go by their oldest job. Lock held; linear in the
+ * registry times the owners, once per job start. */
+static struct job *next_queued(struct jobs *jobs)
+{
+	struct job *best = NULL;
+	uint64_t best_last = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++) {
+		struct job *job = jobs->jobs[i];
+		uint64_t last;
+
+		if (job->info.state != JOB_QUEUED)
+			continue;
+		last = owner_last_start(jobs, job->info.owner);
+		if (!best || last < best_last) {
+			best = job;
+			best_last = last;
+		}
+	}
+	return best;
+}
+
+static void close_gpus(struct jobs *jobs)
+{
+	for (size_t i = 0; i < jobs->n_gpus; i++)
+		gpu_close(jobs->gpus[i]);
+	jobs->n_gpus = 0;
+}
+
+/* Opens a context on each configured device (or the best one); on failure
+ * none stays open. */
+static int open_gpus(struct jobs *jobs, struct errbuf *err)
+{
+	const struct jobs_config *cfg = &jobs->cfg;
+
+	return gpu_open_devices(&cfg->gpu, cfg->devices, cfg->n_devices, jobs->gpus, &jobs->n_gpus,
+				err);
+}
+
+static bool any_gpu_lost(const struct jobs *jobs)
+{
+	for (size_t i = 0; i < jobs->n_gpus; i++)
+		if (gpu_lost(jobs->gpus[i]))
+			return true;
+	return false;
+}
+
+/* After a submit failed for good (VK_ERROR_DEVICE_LOST), the context and
+ * everything made on it are useless: the warm volumes' GPU buffers go with
+ * it, and fresh contexts (all of them: a cached entry holds an upload on
+ * each) serve the next job. Also retries contexts that could not be
+ * reopened last time. Worker thread, lock not held. */
+static void reopen_gpu_if_lost(struct jobs *jobs)
+{
+	struct errbuf err = { 0 };
+
+	if (jobs->n_gpus && !any_gpu_lost(jobs))
+		return;
+	if (jobs->n_gpus)
+		log_warn("the GPU device was lost: dropping the volume cache and recreating the "
+			 "Vulkan context");
+	while (jobs->n_cache > 0)
+		cache_evict(jobs, jobs->n_cache - 1);
+	close_gpus(jobs);
+	if (open_gpus(jobs, &err) < 0) {
+		log_error("cannot open the GPU again: %s%s%s (the next job tries again)",
+			  err.field, err.field[0] ? ": " : "", err.message);
+		return;
+	}
+	log_info("the Vulkan context was recreated");
+}
+
+static void *worker_main(void *arg)
+{
+	struct jobs *jobs = arg;
+
+	pthread_mutex_lock(&jobs->lock);
+	for (;;) {
+		struct job *job = next_queued(jobs);
+		struct engine_stats stats = { 0 };
+		struct errbuf err = { 0 };
+		int r;
+
+		if (jobs->stopping)
+			break;
+		if (!job) {
+			pthread_cond_wait(&jobs->work, &jobs->lock);
+			continue;
+		}
+		job->info.state = JOB_RUNNING;
+		job->info.started = time(NULL);
+		note_start(jobs, job->info.owner);
+		job->in_worker = true;
+		/* So that a restart after a crash knows the job had begun. */
+		save_record(jobs, job);
+		pthread_cond_broadcast(&jobs->progress);
+		pthread_mutex_unlock(&jobs->lock);
+		log_info("job=%s started owner=%s", job->info.id, job->info.owner);
+		reopen_gpu_if_lost(jobs);
+		r = jobs->n_gpus ? run_job(jobs, job, &stats, &err)
+			      : errbuf_set(&err, -ENODEV, "device", "the GPU is unavailable (it was "
+					   "lost and could not be opened again)");
+		finish_job(jobs, job, r, &stats, &err);
+		reopen_gpu_if_lost(jobs);
+		pthread_mutex_lock(&jobs->lock);
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	return NULL;
+}
+
+/* ---- jobs of an earlier run ------------------------------------------------ */
+
+static int add_job(struct jobs *jobs, struct job *job);
+
+/* What a reloaded job becomes. Queued or running: the daemon died under it
+ * (a stop by signal records the outcome), so it failed as interrupted and
+ * its partial result goes. Done: its result is served again if the file is
+ * whole. Failed or cancelled: nothing to serve, any file goes. */
+static void restore_job(struct jobs *jobs, struct job *job)
+{
+	struct job_info *info = &job->info;
+	char path[1200];
+	struct stat st;
+
+	result_path(jobs, info->id, path, sizeof(path));
+	if (info->state == JOB_QUEUED || info->state == JOB_RUNNING) {
+		fail_interrupted(job, info->state == JOB_RUNNING);
+		info->bytes = 0;
+		unlink(path);
+		save_record(jobs, job);
+		log_warn("job=%s was interrupted by the daemon's death: failed", info->id);
+		return;
+	}
+	if (info->state == JOB_DONE && !info->expired) {
+		if (stat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == info->bytes) {
+			jobs->status.spool_bytes += info->bytes;
+			return;
+		}
+		log_warn("job=%s its result is missing or not of its recorded size: expired",
+			 info->id);
+		info->expired = true;
+	}
+	if (info->state != JOB_DONE)
+		info->bytes = 0;
+	unlink(path);
+}
+
+/* Reloads the records of the spool (before the worker starts: no lock
+ * needed, but the helpers expect it held). */
+static int restore_jobs(struct jobs *jobs, struct errbuf *err)
+{
+	struct spool_record *records;
+	size_t n;
+	int r = spool_load(jobs->spool_dir, &records, &n, err);
+
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&jobs->lock);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		struct job *job = calloc(1, sizeof(*job));
+
+		if (!job || add_job(jobs, job) < 0) {
+			free(job);
+			r = errbuf_set(err, -ENOMEM, "", "out of memory");
+			break;
+		}
+		job->info = records[i].info;
+		job->spec_json = records[i].spec_json;   /* taken */
+		records[i].spec_json = NULL;
+		restore_job(jobs, job);
+		count_record(jobs, job);
+		drop_document(job);
+	}
+	if (r == 0) {
+		expire_results(jobs);
+		if (n)
+			log_info("spool: %zu job(s) of an earlier run reloaded", n);
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	spool_records_free(records, n);
+	return r;
+}
+
+/* ---- public API ----------------------------------------------------------- */
+
+int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *err)
+{
+	struct jobs *jobs = calloc(1, sizeof(*jobs));
+	int r;
+
+	if (!jobs)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	jobs->cfg = *cfg;
+	pthread_mutex_init(&jobs->lock, NULL);
+	pthread_cond_init(&jobs->work, NULL);
+	pthread_cond_init(&jobs->progress, NULL);
+	snprintf(jobs->spool_dir, sizeof(jobs->spool_dir), "%s/spool", cfg->state_dir);
+	r = make_dir(cfg->state_dir, err);
+	if (r == 0)
+		r = make_dir(jobs->spool_dir, err);
+	if (r == 0)
+		r = restore_jobs(jobs, err);
+	if (r == 0)
+		r = open_gpus(jobs, err);
+	if (r < 0) {
+		jobs_free(jobs);
+		return r;
+	}
+	jobs->status.device = *gpu_get_limits(jobs->gpus[0]);
+	jobs->status.devices = jobs->n_gpus;
+	jobs->status.cache_budget = cfg->volume_cache_bytes ? cfg->volume_cache_bytes
+							    : jobs->status.device.device_local_bytes / 4;
+	r = pthread_create(&jobs->worker, NULL, worker_main, jobs);
+	if (r != 0) {
+		jobs_free(jobs);
+		return errbuf_set(err, -r, "", "cannot start the worker thread: %s", strerror(r));
+	}
+	jobs->worker_started = true;
+	*ret = jobs;
+	return 0;
+}
+
+void jobs_stop(struct jobs *jobs)
+{
+	if (!jobs || jobs->stopped)
+		return;
+	pthread_mutex_lock(&jobs->lock);
+	jobs->stopping = true;
+	for (size_t i = 0; i < jobs->n_jobs; i++) {
+		struct job *job = jobs->jobs[i];
+		if (job->info.state == JOB_QUEUED) {
+			job->info.state = JOB_FAILED;
+			job->info.finished = time(NULL);
+			job->info.error_code = -ESHUTDOWN;
+			errbuf_set(&job->info.error, -ESHUTDOWN, "", "the daemon stopped before the job ran");
+			save_record(jobs, job);
+		}
+	}
+	pthread_cond_broadcast(&jobs->work);
+	pthread_cond_broadcast(&jobs->progress);
+	pthread_mutex_unlock(&jobs->lock);
+	if (jobs->worker_started)
+		pthread_join(jobs->worker, NULL);
+	jobs->stopped = true;
+}
+
+void jobs_free(struct jobs *jobs)
+{
+	if (!jobs)
+		return;
+	jobs_stop(jobs);
+	while (jobs->n_cache > 0)
+		cache_evict(jobs, jobs->n_cache - 1);
+	free(jobs->cache);
+	close_gpus(jobs);
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		job_free(jobs->jobs[i]);
+	free(jobs->jobs);
+	free(jobs->turns);
+	pthread_cond_destroy(&jobs->progress);
+	pthread_cond_destroy(&jobs->work);
+	pthread_mutex_destroy(&jobs->lock);
+	free(jobs);
+}
+
+static int new_job_id(char id[JOB_ID_LEN + 1])
+{
+	unsigned char raw[8];
+
+	if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+		return -EIO;
+	snprintf(id, JOB_ID_LEN + 1, "j-%02x%02x%02x%02x%02x%02x%02x%02x", raw[0], raw[1], raw[2],
+		 raw[3], raw[4], raw[5], raw[6], raw[7]);
+	return 0;
+}
+
+static uint64_t count_state(const struct jobs *jobs, enum job_state state)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		n += jobs->jobs[i]->info.state == state;
+	return n;
+}
+
+static uint64_t count_queued_of(const struct jobs *jobs, const char *owner)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		n += jobs->jobs[i]->info.state == JOB_QUEUED &&
+		     strcmp(jobs->jobs[i]->info.owner, owner) == 0;
+	return n;
+}
+
+/* What owner's queued jobs hold in memory grows with their documents (the
+ * text, and the parsed seed points): bounded per owner, as their number is. */
+static uint64_t queued_bytes_of(const struct jobs *jobs, const char *owner)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < jobs->n_jobs; i++)
+		if (jobs->jobs[i]->info.state == JOB_QUEUED &&
+		    strcmp(jobs->jobs[i]->info.owner, owner) == 0)
+			n += jobs->jobs[i]->doc_bytes;
+	return n;
+}
+
+static int add_job(struct jobs *jobs, struct job *job)
+{
+	if (jobs->n_jobs == jobs->cap_jobs) {
+		size_t cap = jobs->cap_jobs ? 2 * jobs->cap_jobs : 64;
+		struct job **grown = realloc(jobs->jobs, sizeof(*grown) * cap);
+		if (!grown)
+			return -ENOMEM;
+		jobs->jobs = grown;
+		jobs->cap_jobs = cap;
+	}
+	jobs->jobs[jobs->n_jobs++] = job;
+	return 0;
+}
+
+int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, const char *owner,
+		struct job_info *ret, struct errbuf *err)
+{
+	struct job *job = calloc(1, sizeof(*job));
+	int r;
+
+	if (!job) {
+		jobspec_free(spec);
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	}
+	job->spec = *spec;
+	memset(spec, 0, sizeof(*spec));
+	if (spec_json && !(job->spec_json = strdup(spec_json))) {
+		job_free(job);
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	}
+	job->doc_bytes = spec_json ? strlen(spec_json) : 0;
+	job->info.format = job->spec.output_format;
+	job->info.state = JOB_QUEUED;
+	job->info.created = time(NULL);
+	snprintf(job->info.owner, sizeof(job->info.owner), "%s", owner);
+	r = new_job_id(job->info.id);
+	pthread_mutex_lock(&jobs->lock);
+	if (r < 0)
+		r = errbuf_set(err, r, "", "cannot draw a job id");
+	else if (jobs->stopping)
+		r = errbuf_set(err, -ESHUTDOWN, "", "the daemon is stopping");
+	else if (count_state(jobs, JOB_QUEUED) >= jobs->cfg.max_queued_jobs)
+		r = errbuf_set(err, -EAGAIN, "", "%llu jobs are queued already (max_queued_jobs)",
+			       (unsigned long long)jobs->cfg.max_queued_jobs);
+	else if (count_queued_of(jobs, job->info.owner) >= jobs->cfg.max_queued_jobs_per_user)
+		r = errbuf_set(err, -EAGAIN, "", "%s has %llu jobs queued already "
+			       "(max_queued_jobs_per_user)", job->info.owner,
+			       (unsigned long long)jobs->cfg.max_queued_jobs_per_user);
+	else if (queued_bytes_of(jobs, job->info.owner) + job->doc_bytes >
+		 jobs->cfg.max_queued_bytes_per_user)
+		r = errbuf_set(err, -EAGAIN, "", "the job documents of %s's queued jobs would take "
+			       "more than %llu bytes (max_queued_bytes_per_user)", job->info.owner,
+			       (unsigned long long)jobs->cfg.max_queued_bytes_per_user);
+	/* Recorded before it is listed: a job the client was told about is
+	 * never lost by a crash. A full disk refuses the job rather than run
+	 * one whose result could not be kept. */
+	else
+		r = spool_record_write(jobs->spool_dir, &job->info, job->spec_json, err);
+	if (r == 0 && add_job(jobs, job) < 0) {
+		spool_record_remove(jobs->spool_dir, job->info.id);
+		r = errbuf_set(err, -ENOMEM, "", "out of memory");
+	}
+	if (r == 0) {
+		count_record(jobs, job);
+		*ret = job->info;
+		log_info("job=%s queued owner=%s", job->info.id, job->info.owner);
+		pthread_cond_signal(&jobs->work);
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	if (r < 0) {
+		job_free(job);
+		return r;
+	}
+	return 0;
+}
+
+int jobs_get(struct jobs *jobs, const char *id, struct job_info *ret)
+{
+	struct job *job;
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&jobs->lock);
+	job = find_job(jobs, id);
+	if (job) {
+		*ret = job->info;
+		r = 0;
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	return r;
+}
+
+int jobs_list(struct jobs *jobs, struct job_info **ret, size_t *n)
+{
+	struct job_info *list;
+
+	pthread_mutex_lock(&jobs->lock);
+	list = malloc(sizeof(*list) * (jobs->n_jobs ? jobs->n_jobs : 1));
+	if (list)
+		for (size_t i = 0; i < jobs->n_jobs; i++)
+			list[i] = jobs->jobs[jobs->n_jobs - 1 - i]->info;
+	*n = jobs->n_jobs;
+	pthread_mutex_unlock(&jobs->lock);
+	if (!list)
+		return -ENOMEM;
+	*ret = list;
+	return 0;
+}
+
+static void delete_job(struct jobs *jobs, struct job *job)
+{
+	for (size_t i = 0; i < jobs->n_jobs; i++) {
+		if (jobs->jobs[i] == job) {
+			memmove(&jobs->jobs[i], &jobs->jobs[i + 1],
+				sizeof(*jobs->jobs) * (jobs->n_jobs - i - 1));
+			jobs->n_jobs--;
+			break;
+		}
+	}
+	remove_result(jobs, job);
+	spool_record_remove(jobs->spool_dir, job->info.id);
+	spool_bytes_sub(jobs, job->record_bytes);
+	job->record_bytes = 0;
+	if (job->in_worker) {
+		job->deleted = true;
+		return;
+	}
+	job_free(job);
+}
+
+int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret)
+{
+	struct job *job;
+	int r;
+
+	pthread_mutex_lock(&jobs->lock);
+	job = find_job(jobs, id);
+	if (!job) {
+		r = -ENOENT;
+	} else if (job_ended(job)) {
+		log_info("job=%s deleted owner=%s", id, job->info.owner);
+		delete_job(jobs, job);
+		r = 1;
+	} else {
+		/* A running job stops at its next chunk; it reads as cancelled now. */
+		if (job->info.state == JOB_QUEUED)
+			jobspec_free(&job->spec);
+		job->cancel_requested = true;
+		job->info.state = JOB_CANCELLED;
+		job->info.finished = time(NULL);
+		jobs->status.cancelled_total++;
+		/* A running job's record is written again when the worker lets it go. */
+		if (!job->in_worker)
+			save_record(jobs, job);
+		log_info("job=%s cancelled owner=%s", id, job->info.owner);
+		pthread_cond_broadcast(&jobs->progress);
+		*ret = job->info;
+		r = 0;
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	return r;
+}
+
+int jobs_wait(struct jobs *jobs, const char *id, uint64_t have_bytes, int timeout_ms,
+	      struct job_info *ret)
+{
+	struct timespec deadline;
+	struct job *job;
+	int r = 0;
+
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += timeout_ms / 1000;
+	deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (deadline.tv_nsec >= 1000000000L) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&jobs->lock);
+	for (;;) {
+		job = find_job(jobs, id);
+		if (!job) {
+			r = -ENOENT;
+			break;
+		}
+		if (job->info.bytes > have_bytes || job_ended(job) ||
+		    pthread_cond_timedwait(&jobs->progress, &jobs->lock, &deadline) == ETIMEDOUT) {
+			*ret = job->info;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&jobs->lock);
+	return r;
+}
+
+int jobs_result_path(struct jobs *jobs, const char *id, char *path, size_t len)
+{
+	result_path(jobs, id, path, len);
+	return 0;
+}
+
+void jobs_owner_cache(struct jobs *jobs, const char *owner, uint64_t *hits, uint64_t *misses)
+{
+	const struct owner_turn *t;
+
+	pthread_mutex_lock(&jobs->lock);
+	t = find_turn(jobs, owner);
+	*hits = t ? t->cache_hits : 0;
+	*misses = t ? t->cache_misses : 0;
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+void jobs_status(struct jobs *jobs, struct jobs_status *ret)
+{
+	pthread_mutex_lock(&jobs->lock);
+	*ret = jobs->status;
+	ret->queued = count_state(jobs, JOB_QUEUED);
+	ret->running = count_state(jobs, JOB_RUNNING);
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+void jobs_expire(struct jobs *jobs)
+{
+	pthread_mutex_lock(&jobs->lock);
+	expire_results(jobs);
+	pthread_mutex_unlock(&jobs->lock);
+}

@@ -1,0 +1,124 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jobs: the daemon's job queue, job states and result spool.
+ *
+ * Owns every job (its validated spec, state, progress and error), the FIFO
+ * queue, the worker thread that runs jobs one at a time on the GPU, the warm
+ * state that thread keeps between jobs (the Vulkan context with its compiled
+ * pipelines, and an LRU cache of uploaded volumes under a GPU-memory budget),
+ * and the spool directory where each job's tractogram is written as it is produced.
+ * A finished result stays in the spool until it expires (age or spool size)
+ * or its job is deleted; clients that disconnect fetch it later. Every job
+ * has a record in the spool (spool.h), written when it is submitted, starts
+ * and ends, so jobs outlive a restart: finished ones are served again, those
+ * the daemon died under read as failed ("interrupted"). A lost GPU device
+ * fails the job it ran and is reopened for the next one.
+ *
+ * Thread-safety: every function may be called from any thread (the HTTP
+ * threads); one mutex guards the registry, a condition variable wakes
+ * followers when a job makes progress. Logs each job's start, end and
+ * failure at info level as "job=<id> <event> owner=<owner>".
+ *
+ * Scheduling is fair between owners: the worker takes the oldest queued job
+ * of the owner whose last job started longest ago (never: first), so one
+ * user's long queue does not starve another's single job.
+ */
+#ifndef TRACTD_JOBS_H
+#define TRACTD_JOBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "base/errbuf.h"
+#include "engine/gpu.h"
+#include "job/jobspec.h"
+#include "server/job_info.h"
+
+struct jobs;
+
+
+struct jobs_config {
+	const char *state_dir;        /* the spool is <state_dir>/spool */
+	uint64_t max_queued_jobs;
+	uint64_t max_queued_jobs_per_user;   /* queued jobs of one owner at most */
+	uint64_t max_queued_bytes_per_user;  /* their documents' bytes at most */
+	uint64_t max_seeds_per_job;   /* checked again once per-voxel seeds are counted */
+	uint64_t max_job_host_memory; /* input images' host bytes, checked again at start;
+				       * also what warm volumes' host copies may hold */
+	uint64_t spool_max_bytes;
+	uint64_t result_ttl_seconds;
+	struct gpu_options gpu;       /* the options of every device opened */
+	struct gpu_device_choice devices[GPU_MAX_DEVICES];   /* none: the best one */
+	size_t n_devices;
+	uint64_t gpu_memory_budget;   /* per job, 0 = engine default */
+	uint64_t volume_cache_bytes;  /* 0 = a quarter of the device memory */
+	int fit_threads;              /* model fitting threads, 0 = one per CPU */
+};
+
+struct jobs_status {
+	uint64_t queued, running;
+	uint64_t done_total, failed_total, cancelled_total;
+	uint64_t seeds_total, streamlines_total;
+	double track_seconds_total;
+	uint64_t cache_hits, cache_misses, cache_entries, cache_bytes, cache_budget;
+	uint64_t cache_host_bytes;   /* host copies of the warm volumes */
+	uint64_t spool_bytes;
+	struct gpu_limits device;    /* the first device's */
+	size_t devices;              /* devices a job's seeds are shared out over */
+};
+
+/* Creates the spool, reloads the jobs of an earlier run (spool.h), opens
+ * the GPU (kept until it is lost) and starts the worker. */
+int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *err);
+
+/* Cancels the running job within a chunk, fails queued ones ("shutting
+ * down") and joins the worker. The registry stays readable (HTTP threads may
+ * still be answering) until jobs_free. Accepts NULL. */
+void jobs_stop(struct jobs *jobs);
+
+/* Stops if needed and frees everything; no other thread may use jobs any
+ * more. Finished results stay on disk. Accepts NULL. */
+void jobs_free(struct jobs *jobs);
+
+/* Queues spec (taken over: freed by jobs, also on failure) for owner and
+ * fills *ret. spec_json (copied; may be NULL) is the job document as
+ * submitted, kept in the job's record. -EAGAIN when max_queued_jobs are
+ * waiting, or max_queued_jobs_per_user of owner's; -ESHUTDOWN when stopping;
+ * -ENOSPC when the record cannot be written for want of space. */
+int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, const char *owner,
+		struct job_info *ret, struct errbuf *err);
+
+/* -ENOENT for an unknown id. */
+int jobs_get(struct jobs *jobs, const char *id, struct job_info *ret);
+
+/* All jobs, newest first; *ret is malloc'd (free it). */
+int jobs_list(struct jobs *jobs, struct job_info **ret, size_t *n);
+
+/* Queued or running: cancels (returns 0, *ret is the job). Finished: deletes
+ * the job and its result (returns 1). -ENOENT for an unknown id. */
+int jobs_cancel(struct jobs *jobs, const char *id, struct job_info *ret);
+
+/* Waits until the job has more than have_bytes in the spool, or has ended,
+ * or timeout_ms passed; fills *ret either way. -ENOENT for an unknown id. */
+int jobs_wait(struct jobs *jobs, const char *id, uint64_t have_bytes, int timeout_ms,
+	      struct job_info *ret);
+
+/* The spool file of a job (exists once the job has started). */
+int jobs_result_path(struct jobs *jobs, const char *id, char *path, size_t len);
+
+void jobs_status(struct jobs *jobs, struct jobs_status *ret);
+
+/* owner's own cache hits (reuses of volumes its earlier jobs used) and
+ * misses (loads, and first uses of volumes others loaded): what it may be
+ * told without learning of other users' jobs. */
+void jobs_owner_cache(struct jobs *jobs, const char *owner, uint64_t *hits, uint64_t *misses);
+
+/* Expires finished results past result_ttl_seconds or spool_max_bytes (as
+ * each job's end does): the daemon's main loop calls it every few seconds,
+ * so results expire on time on an idle daemon too. */
+void jobs_expire(struct jobs *jobs);
+
+#endif

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Checks that daemon/'s includes run only downward and form no circle.
+
+daemon/ has one folder per layer; a file may include headers of its own
+folder and of the folders below it (LAYERS, lowest first; folders on one
+line are side by side and may not include each other), and daemon/main.c
+may include anything. Between modules (a .c and its .h) includes must not
+form a circle, within a folder as across. Prints each violation and exits
+with 1, else prints the include counts per pair of folders and exits 0.
+
+Usage: scripts/check_layers.py [DAEMON_DIR]   (default: daemon)
+"""
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+LAYERS = [["base"], ["formats"], ["models"], ["job"], ["engine", "demo"], ["server"]]
+RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def module_of(root, path):
+    """(folder, module) of a file under root; folder "" for main.c."""
+    rel = path.relative_to(root)
+    return (rel.parts[0] if len(rel.parts) > 1 else "", path.stem)
+
+
+def includes(root, path):
+    """The daemon headers path includes, as (folder, module)."""
+    found = []
+    for name in INCLUDE.findall(path.read_text()):
+        target = root / name if "/" in name else path.parent / name
+        if target.suffix == ".h" and target.exists():
+            found.append(module_of(root, target))
+    return found
+
+
+def find_circle(graph):
+    """A list of modules forming a circle in graph, or None."""
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                circle = visit(nxt)
+                if circle:
+                    return circle
+        stack.pop()
+        state[node] = "done"
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            circle = visit(node)
+            if circle:
+                return circle
+    return None
+
+
+def main():
+    root = Path(sys.argv[1] if len(sys.argv) > 1 else "daemon")
+    errors, pairs, graph = [], Counter(), {}
+    for path in sorted(root.rglob("*.[ch]")):
+        here = module_of(root, path)
+        if here[0] and here[0] not in RANK:
+            errors.append(f"{path}: folder {here[0]} is not in LAYERS")
+            continue
+        for there in includes(root, path):
+            if there == here:
+                continue
+            graph.setdefault(here, set()).add(there)
+            if not here[0] or here[0] == there[0]:
+                continue
+            pairs[(here[0], there[0])] += 1
+            if RANK[there[0]] >= RANK[here[0]]:
+                errors.append(f"{path}: includes {there[0]}/{there[1]}.h, which is not below "
+                              f"{here[0]}/")
+    circle = find_circle(graph)
+    if circle:
+        errors.append("includes form a circle: " +
+                      " -> ".join(f"{f}/{m}" if f else m for f, m in circle))
+    for e in errors:
+        print(e)
+    if errors:
+        return 1
+    for (a, b), n in sorted(pairs.items(), key=lambda kv: (RANK[kv[0][0]], kv[0])):
+        print(f"{a:8} -> {b:8} {n}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
