@@ -734,12 +734,14 @@ static int save_response(const char *dir, const struct fit_result *f, struct err
 {
 	char path[PATH_MAX];
 	const struct csd_response *r = &f->response;
-	json_t *doc = json_pack("{s:[f,f,f], s:f, s:I, s:I, s:I, s:i, s:s, s:s}",
+	json_t *doc = json_pack("{s:[f,f,f], s:f, s:I, s:I, s:I, s:i, s:I, s:b, s:s, s:s}",
 				"evals", r->evals[0], r->evals[1], r->evals[2], "s0", r->s0,
 				"response_voxels", (json_int_t)r->voxels,
 				"fitted_voxels", (json_int_t)f->fitted_voxels,
 				"failed_voxels", (json_int_t)f->failed_voxels,
 				"sh_order", sh_order_from_ncoef(f->sh.dim[3]),
+				"directions", (json_int_t)f->directions,
+				"super_resolved", (int)(f->directions < (size_t)f->sh.dim[3]),
 				"sh_basis", sh_basis_name(SH_DESCOTEAUX07_LEGACY), "sh_frame", "voxel");
 	int r_dump;
 

@@ -126,23 +126,28 @@ static int response_rh(const struct csd_model *m, const struct csd_selection *se
 		       const struct csd_response *r, const double *b_dwi, double *rh, int order)
 {
 	const struct gradients *g = sel->g;
-	size_t n = m->n_dwi, row = 0;
+	size_t n = m->n_dwi, row = 0, rows = n > (size_t)m->ncoef ? n : (size_t)m->ncoef;
 	double *a = malloc(sizeof(double) * n * (size_t)m->ncoef);
-	double *s = malloc(sizeof(double) * n);
-	lapack_int info = -1;
+	double *s = calloc(rows, sizeof(double));   /* the signal in, the coefficients out */
+	double *singular = malloc(sizeof(double) * (size_t)m->ncoef);
+	lapack_int info = -1, rank;
 
-	if (a && s) {
+	if (a && s && singular) {
 		memcpy(a, b_dwi, sizeof(double) * n * (size_t)m->ncoef);
 		for (size_t i = 0; i < g->n; i++)
 			if (!g->is_b0[i])
 				s[row++] = response_signal(r, g->bvals[i], &g->bvecs[3 * i]);
-		info = LAPACKE_dgels(LAPACK_ROW_MAJOR, 'N', (lapack_int)n, m->ncoef, 1, a,
-				     m->ncoef, s, 1);
+		/* Minimum-norm least squares by SVD, as numpy's lstsq (rcond
+		 * -1: machine precision) that DIPY calls: with fewer
+		 * directions than coefficients too. */
+		info = LAPACKE_dgelsd(LAPACK_ROW_MAJOR, (lapack_int)n, m->ncoef, 1, a, m->ncoef, s,
+				      1, singular, -1.0, &rank);
 		for (int l = 0; info == 0 && l <= order; l += 2)
 			rh[l / 2] = s[l * (l - 1) / 2 + l] / sqrt((2.0 * l + 1.0) / (4.0 * M_PI));
 	}
 	free(a);
 	free(s);
+	free(singular);
 	return info == 0 ? 0 : -EINVAL;
 }
 
@@ -263,11 +268,11 @@ int csd_model_init(struct csd_model *m, const struct csd_selection *sel,
 	r = check_response(response, err);
 	if (r < 0)
 		return r;
+	/* Fewer directions than coefficients are fitted as DIPY and MRtrix3
+	 * fit them: super-resolved, the non-negativity constraint supplying
+	 * what the directions do not (P is then singular and gets DIPY's
+	 * ridge, build_normal_equations). */
 	r = gather_dwi(m, sel, &dwi_dirs);
-	if (r == 0 && m->n_dwi < (size_t)m->ncoef)
-		r = errbuf_set(err, -EINVAL, "model.sh_order", "order %d has %d coefficients but "
-			       "the shell has only %zu diffusion-weighted directions; use a lower "
-			       "sh_order", p->sh_order, m->ncoef, m->n_dwi);
 	if (r == 0)
 		r = reg_directions(&reg_dirs, &m->n_reg);
 	if (r == 0)

@@ -345,6 +345,7 @@ static int fit_csd(const struct volume *dwi, const struct csd_table *t, const st
 	}
 	free_scratch(ctx.scratch, threads);
 	free_scratch(ctx.coef, threads);
+	out->directions = model.n_dwi;
 	csd_model_free(&model);
 	out->fitted_voxels = atomic_load(&ctx.fitted);
 	out->failed_voxels = atomic_load(&ctx.failed);

@@ -48,6 +48,8 @@ struct fit_result {
 	struct volume fa, md;          /* 3D, 0 outside the mask */
 	struct volume sh;              /* CSD coefficients, descoteaux07 legacy, voxel frame */
 	struct csd_response response;
+	size_t directions;             /* diffusion-weighted directions deconvolved: fewer
+					* than sh's coefficients is a super-resolved fit */
 	size_t fitted_voxels;          /* voxels deconvolved */
 	size_t failed_voxels;          /* of which left at zero: singular systems */
 };
