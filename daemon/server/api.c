@@ -206,6 +206,29 @@ static enum MHD_Result answer_json(struct api *api, struct MHD_Connection *conn,
 	return answer_json_with(api, conn, status, doc, NULL, NULL);
 }
 
+/* The error document of e, field and message, with one extra header when
+ * header is not NULL. */
+static enum MHD_Result answer_error_va(struct api *api, struct MHD_Connection *conn,
+				       enum api_error e, const char *header, const char *value,
+				       const char *field, const char *fmt, va_list ap)
+	__attribute__((format(printf, 7, 0)));
+
+static enum MHD_Result answer_error_va(struct api *api, struct MHD_Connection *conn,
+				       enum api_error e, const char *header, const char *value,
+				       const char *field, const char *fmt, va_list ap)
+{
+	char message[600], told[700];
+
+	vsnprintf(message, sizeof(message), fmt, ap);
+	/* The log keeps the paths, for whoever runs the server. */
+	log_debug("answer %u %s: %s: %s", error_status(e), error_code(e), field ? field : "", message);
+	redact_server_paths(message, api->cfg.state_dir, told, sizeof(told));
+	return answer_json_with(api, conn, error_status(e),
+				json_pack("{s:{s:s, s:s, s:s}}", "error", "code", error_code(e),
+					  "field", field ? field : "", "message", told),
+				header, value);
+}
+
 static enum MHD_Result answer_error(struct api *api, struct MHD_Connection *conn, enum api_error e,
 				    const char *field, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
@@ -213,18 +236,33 @@ static enum MHD_Result answer_error(struct api *api, struct MHD_Connection *conn
 static enum MHD_Result answer_error(struct api *api, struct MHD_Connection *conn, enum api_error e,
 				    const char *field, const char *fmt, ...)
 {
-	char message[600], told[700];
+	enum MHD_Result r;
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(message, sizeof(message), fmt, ap);
+	r = answer_error_va(api, conn, e, NULL, NULL, field, fmt, ap);
 	va_end(ap);
-	/* The log keeps the paths, for whoever runs the server. */
-	log_debug("answer %u %s: %s: %s", error_status(e), error_code(e), field ? field : "", message);
-	redact_server_paths(message, api->cfg.state_dir, told, sizeof(told));
-	return answer_json(api, conn, error_status(e),
-			   json_pack("{s:{s:s, s:s, s:s}}", "error", "code", error_code(e), "field",
-				     field ? field : "", "message", told));
+	return r;
+}
+
+/* An error about job id, which the answer names in X-Tractd-Job as a
+ * tractogram answer does: a ?wait=stream client learns which job failed. */
+static enum MHD_Result answer_job_error(struct api *api, struct MHD_Connection *conn,
+					const char *id, enum api_error e, const char *field,
+					const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+
+static enum MHD_Result answer_job_error(struct api *api, struct MHD_Connection *conn,
+					const char *id, enum api_error e, const char *field,
+					const char *fmt, ...)
+{
+	enum MHD_Result r;
+	va_list ap;
+
+	va_start(ap, fmt);
+	r = answer_error_va(api, conn, e, "X-Tractd-Job", id, field, fmt, ap);
+	va_end(ap);
+	return r;
 }
 
 static enum MHD_Result answer_empty(struct api *api, struct MHD_Connection *conn, unsigned status)
@@ -820,15 +858,6 @@ static enum api_error open_inputs(struct api *api, struct jobspec *spec, struct 
 	return e;
 }
 
-static bool wants_stream(struct MHD_Connection *conn)
-{
-	const char *wait = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "wait");
-	struct route_query q;
-
-	/* POST /v1/jobs reads no parameter that can be refused. */
-	return route_query(ROUTE_JOBS, "POST", NULL, wait, &q, NULL) == 0 && q.stream;
-}
-
 /* ?wait=stream: the answer is the tractogram, or the job's error when it
  * fails before writing anything; for a format written whole at the end
  * (TRX), the finished file or the job's error. */
@@ -842,14 +871,17 @@ static enum MHD_Result answer_stream(struct api *api, struct MHD_Connection *con
 	       (info.state == JOB_QUEUED || info.state == JOB_RUNNING))
 		if (jobs_wait(api->cfg.jobs, queued->id, streams ? 0 : UINT64_MAX, FOLLOW_WAIT_MS,
 			      &info) < 0)
-			return answer_error(api, conn, ERR_GONE, "", "job %s was deleted", queued->id);
+			return answer_job_error(api, conn, queued->id, ERR_GONE, "",
+						"job %s was deleted", queued->id);
 	if (info.state == JOB_FAILED) {
 		char message[JOB_MESSAGE_LEN];
 		job_error_message(api, &info, message, sizeof(message));
-		return answer_error(api, conn, job_error_kind(&info), info.error.field, "%s", message);
+		return answer_job_error(api, conn, info.id, job_error_kind(&info), info.error.field,
+					"%s", message);
 	}
 	if (info.state == JOB_CANCELLED)
-		return answer_error(api, conn, ERR_CONFLICT, "", "job %s was cancelled", info.id);
+		return answer_job_error(api, conn, info.id, ERR_CONFLICT, "",
+					"job %s was cancelled", info.id);
 	return answer_tractogram(api, conn, info.id, MHD_HTTP_OK);
 }
 
@@ -889,13 +921,17 @@ static enum api_error check_host_memory(struct api *api, const struct jobspec *s
 static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 				  struct request *req)
 {
+	const char *wait = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "wait");
 	struct jobspec spec = { 0 };
 	struct errbuf err = { 0 };
+	struct route_query q;
 	struct job_info info;
 	char location[64];
 	enum api_error e;
 	int r;
 
+	if (route_query(ROUTE_JOBS, "POST", NULL, wait, &q, &err) < 0)
+		return answer_error(api, conn, ERR_INVALID_PARAMETER, err.field, "%s", err.message);
 	if (req->body_too_large)
 		return answer_error(api, conn, ERR_PAYLOAD_TOO_LARGE, "", "the job document is over "
 				    "%llu bytes (max_request_bytes)",
@@ -941,7 +977,7 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 		return answer_error(api, conn, ERR_SHUTTING_DOWN, "", "%s", err.message);
 	if (r < 0)
 		return answer_error(api, conn, ERR_INTERNAL, "", "%s", err.message);
-	if (wants_stream(conn))
+	if (q.stream)
 		return answer_stream(api, conn, &info);
 	snprintf(location, sizeof(location), "/v1/jobs/%s", info.id);
 	return answer_json_with(api, conn, MHD_HTTP_ACCEPTED,

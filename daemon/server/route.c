@@ -77,9 +77,15 @@ bool route_method_allowed(enum route route, const char *method)
 int route_query(enum route route, const char *method, const char *format, const char *wait,
 		struct route_query *ret, struct errbuf *err)
 {
+	bool submit = route == ROUTE_JOBS && strcmp(method, "POST") == 0;
+
 	memset(ret, 0, sizeof(*ret));
-	ret->stream = route == ROUTE_JOBS && strcmp(method, "POST") == 0 && wait &&
-		      strcmp(wait, "stream") == 0;
+	/* A typo must not pass for "no wait": the client would take the job's
+	 * JSON answer for its tractogram. */
+	if (submit && wait && strcmp(wait, "stream") != 0)
+		return errbuf_set(err, -EINVAL, "wait", "unknown value '%.40s': the only one is "
+				  "\"stream\" (leave wait out for the job's id at once)", wait);
+	ret->stream = submit && wait;
 	if (route != ROUTE_TRACTOGRAM || !format)
 		return 0;
 	if (output_format_parse(format, &ret->format) < 0)

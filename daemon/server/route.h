@@ -53,9 +53,9 @@ struct route_query {
 	enum output_format format;
 };
 
-/* Checks the parameters of a request on route: -EINVAL with err (field
- * "format") for an unknown format; parameters a route does not read are
- * ignored, as are values of wait other than "stream". */
+/* Checks the parameters of a request on route: -EINVAL with err naming the
+ * parameter ("format", "wait") for a value it does not know; parameters a
+ * route does not read are ignored. */
 int route_query(enum route route, const char *method, const char *format, const char *wait,
 		struct route_query *ret, struct errbuf *err);
 

@@ -5,6 +5,7 @@ volume ids, server paths while disabled, bodies over max_request_bytes, wrong
 methods (405 + Allow), unknown routes and jobs, the tractogram of a failed
 job; and a job whose input is on another grid fails with invalid_input."""
 import json
+import re
 
 import nibabel as nib
 import numpy as np
@@ -183,12 +184,32 @@ def test_input_on_another_grid_fails_the_job(daemon, phantom, volumes, other_gri
 
 def test_wait_stream_of_failing_job(daemon, phantom, volumes, other_grid_fa):
     """?wait=stream for a job that fails before writing anything answers the
-    job's error (422 invalid_input, field inputs.stop_map) instead of a TRK."""
+    job's error (422 invalid_input, field inputs.stop_map) instead of a TRK,
+    naming the job in X-Tractd-Job as a streamed TRK does (it had none, so
+    the client could not find the failed job)."""
     r = daemon.api.upload(other_grid_fa)
     assert r.status in (200, 201), str(r)
     job = server_job(phantom, dict(volumes, stop_map=r.json()["id"]), count=100)
     r = daemon.api.post_json("/v1/jobs?wait=stream", job)
     assert_error(r, 422, "invalid_input", "inputs.stop_map")
+    job_id = r.headers.get("x-tractd-job", "")
+    assert re.fullmatch(r"j-[0-9a-f]{16}", job_id), r.headers
+    assert daemon.api.get_json(f"/v1/jobs/{job_id}")["status"] == "failed"
+
+
+@pytest.mark.parametrize("query", ["?wait=streaming", "?wait=", "?wait=STREAM"])
+def test_unknown_wait_value_refused(daemon, phantom, volumes, query):
+    """A value of wait other than "stream" is a 400 naming the parameter,
+    and no job is queued: it was taken for no wait (202 and the job's JSON,
+    which a client that asked for a stream wrote into its .trk)."""
+    def ids():
+        return sorted(j["id"] for j in daemon.api.get_json("/v1/jobs")["jobs"])
+
+    before = ids()
+    r = daemon.api.post_json("/v1/jobs" + query, server_job(phantom, volumes, count=10))
+    assert_error(r, 400, "invalid_parameter", "wait")
+    assert "stream" in r.error["message"], r.error
+    assert ids() == before
 
 
 def test_too_large_for_device(daemon_factory, phantom):
