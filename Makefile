@@ -77,7 +77,7 @@ CLIENT_PKGS = libcurl jansson libcrypto
 CLIENT_SRC = $(wildcard client/*.c)
 CLIENT_OBJ = $(patsubst client/%.c,$(BUILD)/client/%.o,$(CLIENT_SRC))
 CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
-	-Wmissing-prototypes -MMD -MP $(shell pkg-config --cflags $(CLIENT_PKGS) 2>/dev/null) $(SANFLAGS) $(CFLAGS)
+	-Wmissing-prototypes -MMD -MP -Iproto $(shell pkg-config --cflags $(CLIENT_PKGS) 2>/dev/null) $(SANFLAGS) $(CFLAGS)
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
 .PHONY: all check check-layers check-unit check-asan check-python check-fuzz fuzz fuzz-bins venv venv-dipy demo \

@@ -2,10 +2,12 @@
 /*
  * tctl_cmd: the commands of tractctl, each a short sequence of requests of
  * proto/API.md. Jobs are followed by polling GET /v1/jobs/{id}; a job's
- * outcome becomes the exit status (0 done, 1 failed or cancelled), and only
+ * outcome becomes the exit status (0 done, 3 failed on its request: its
+ * inputs, parameters or a limit; 1 otherwise failed or cancelled), and only
  * a done job's tractogram is kept. `track` owns its job: a signal cancels it
  * on the daemon.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,22 +91,49 @@ static int wait_for_end(struct http_client *c, const char *id, json_t **ret)
 	return code;
 }
 
+/* Whether a failed job's error is one the API answers with a 4xx status
+ * (proto/errors.def): the job, one of its inputs or a limit was at fault,
+ * which the user must fix, as for a request the daemon refused at once. */
+static bool failed_on_request(const json_t *job)
+{
+	static const struct {
+		const char *code;
+		int status;
+	} statuses[] = {
+#define X(name, code, status) { code, status },
+#include "errors.def"
+#undef X
+	};
+	const char *code = json_string_value(json_object_get(json_object_get(job, "error"),
+							     "code"));
+
+	for (size_t i = 0; code && i < sizeof(statuses) / sizeof(statuses[0]); i++)
+		if (strcmp(code, statuses[i].code) == 0)
+			return statuses[i].status >= 400 && statuses[i].status < 500;
+	return false;
+}
+
 /* The exit status of a job that has ended (job_has_ended); says why when it
- * is not done. */
-static int job_outcome(const char *id, const json_t *job)
+ * is not done, naming the files of job (NULL: none known) as the user named
+ * them rather than by their volume ids. */
+static int job_outcome(const char *id, const json_t *job, const struct job_file *names)
 {
 	const char *status = json_string_value(json_object_get(job, "status"));
-	char why[2048];
+	char why[2048], told[4096];
 
 	if (strcmp(status, "done") == 0)
 		return TCTL_EXIT_OK;
-	if (strcmp(status, "cancelled") == 0)
+	if (strcmp(status, "cancelled") == 0) {
 		msg_error("job %s was cancelled", id);
-	else if (describe_error(json_object_get(job, "error"), why, sizeof(why)))
-		msg_error("job %s failed: %s", id, why);
-	else
+		return TCTL_EXIT_JOB_FAILED;
+	}
+	if (describe_error(json_object_get(job, "error"), why, sizeof(why))) {
+		job_file_name_locally(names, why, told, sizeof(told));
+		msg_error("job %s failed: %s", id, told);
+	} else {
 		msg_error("job %s failed", id);
-	return TCTL_EXIT_JOB_FAILED;
+	}
+	return failed_on_request(job) ? TCTL_EXIT_REJECTED : TCTL_EXIT_JOB_FAILED;
 }
 
 /* format: another format than the job's, converted by the daemon; NULL for
@@ -164,14 +193,15 @@ static void cancel_after_interrupt(struct http_client *c, const char *id)
 	free(path);
 }
 
-/* Waits for the job, then writes its tractogram to out. */
-static int follow_into(struct http_client *c, const char *id, struct output *out, json_t **final)
+/* Waits for the job of job file names, then writes its tractogram to out. */
+static int follow_into(struct http_client *c, const char *id, const struct job_file *names,
+		       struct output *out, json_t **final)
 {
 	uint64_t bytes = 0;
 	int code = wait_for_end(c, id, final);
 
 	if (code == TCTL_EXIT_OK)
-		code = job_outcome(id, *final);
+		code = job_outcome(id, *final, names);
 	if (code == TCTL_EXIT_OK)
 		code = download_tractogram(c, id, NULL, out, &bytes);
 	return code;
@@ -207,7 +237,7 @@ static int track_job(struct http_client *c, const struct tctl_args *args, struct
 	code = submit_job(c, job, &accepted);
 	if (code == TCTL_EXIT_OK) {
 		id = json_string_value(json_object_get(accepted, "id"));
-		code = follow_into(c, id, &out, &final);
+		code = follow_into(c, id, job, &out, &final);
 	}
 	code = finish_output(&out, code, summary, sizeof(summary), id, final, now_seconds() - start);
 	if (id && interrupt_signal() && code == interrupt_exit_code())
@@ -295,7 +325,7 @@ int cmd_wait(struct http_client *c, const struct tctl_args *args)
 
 	if (code != TCTL_EXIT_OK)
 		return code;
-	code = job_outcome(id, job);
+	code = job_outcome(id, job, NULL);
 	if (args->json) {
 		print_code = print_json(job);
 	} else if (code == TCTL_EXIT_OK) {
@@ -320,7 +350,7 @@ static int check_fetched_job(struct http_client *c, const char *id, json_t **fin
 		msg_error("the tractogram of job %s ended before the job did", id);
 		return TCTL_EXIT_SERVER;
 	}
-	return job_outcome(id, *final);
+	return job_outcome(id, *final, NULL);
 }
 
 /* A download the daemon refused (409) or cut off may be explained by the
@@ -333,7 +363,7 @@ static int explain_failed_download(struct http_client *c, const char *id, int do
 	if (download_code != TCTL_EXIT_REJECTED && download_code != TCTL_EXIT_SERVER)
 		return download_code;
 	if (get_job(c, id, &job) == TCTL_EXIT_OK && job_has_ended(job)) {
-		outcome = job_outcome(id, job);
+		outcome = job_outcome(id, job, NULL);
 		if (outcome != TCTL_EXIT_OK)
 			code = outcome;
 	}
@@ -383,7 +413,7 @@ int cmd_fetch(struct http_client *c, const struct tctl_args *args)
 	/* A failed or cancelled job has no tractogram (409): tell why instead,
 	 * before an output file is created. */
 	if (code == TCTL_EXIT_OK && job_has_ended(job))
-		code = job_outcome(id, job);
+		code = job_outcome(id, job, NULL);
 	if (code != TCTL_EXIT_OK) {
 		json_decref(job);
 		return code;

@@ -26,8 +26,6 @@
 #include "tctl_msg.h"
 
 #define HASH_CHUNK ((size_t)1 << 20)
-#define VOLUME_ID_PREFIX "sha256:"
-#define VOLUME_ID_LEN (sizeof(VOLUME_ID_PREFIX) - 1 + 64)
 #define VOLUMES_PATH "/v1/volumes"
 
 static int out_of_memory(void)
@@ -121,6 +119,9 @@ void job_file_free(struct job_file *job)
 	json_decref(job->doc);
 	free(job->dir);
 	free(job->output_path);
+	for (size_t i = 0; i < job->n_uploads; i++)
+		free(job->uploads[i].path);
+	free(job->uploads);
 	*job = (struct job_file){ 0 };
 }
 
@@ -294,6 +295,42 @@ static int ensure_volume(struct http_client *c, const char *field, const char *p
 	return code;
 }
 
+/* Keeps path (taken) as the local name of volume id. */
+static int remember_upload(struct job_file *job, const char *id, char *path)
+{
+	struct job_upload *grown = realloc(job->uploads, sizeof(*grown) * (job->n_uploads + 1));
+
+	if (!grown) {
+		free(path);
+		return out_of_memory();
+	}
+	job->uploads = grown;
+	snprintf(grown[job->n_uploads].id, sizeof(grown[job->n_uploads].id), "%s", id);
+	grown[job->n_uploads++].path = path;
+	return TCTL_EXIT_OK;
+}
+
+void job_file_name_locally(const struct job_file *job, const char *text, char *out, size_t len)
+{
+	size_t used = 0;
+
+	while (*text && used + 1 < len) {
+		const struct job_upload *hit = NULL;
+
+		for (size_t i = 0; job && i < job->n_uploads && !hit; i++)
+			if (strncmp(text, job->uploads[i].id, strlen(job->uploads[i].id)) == 0)
+				hit = &job->uploads[i];
+		if (hit) {
+			int n = snprintf(out + used, len - used, "%s", hit->path);
+			used = n < 0 || (size_t)n >= len - used ? len - 1 : used + (size_t)n;
+			text += strlen(hit->id);
+		} else {
+			out[used++] = *text++;
+		}
+	}
+	out[used] = '\0';
+}
+
 /* value: a member that names an input. Strings that are not volume ids are
  * paths; anything else is sent unchanged for the daemon to judge. */
 static int replace_path_by_id(struct job_file *job, struct http_client *c, json_t *value,
@@ -310,7 +347,10 @@ static int replace_path_by_id(struct job_file *job, struct http_client *c, json_
 	if (!path)
 		return out_of_memory();
 	code = ensure_volume(c, field, path, id);
-	free(path);
+	if (code == TCTL_EXIT_OK)
+		code = remember_upload(job, id, path);
+	else
+		free(path);
 	if (code == TCTL_EXIT_OK && json_string_set(value, id) < 0)
 		code = out_of_memory();
 	return code;

@@ -11,10 +11,21 @@
 
 #include "tctl_http.h"
 
+#define VOLUME_ID_PREFIX "sha256:"
+#define VOLUME_ID_LEN (sizeof(VOLUME_ID_PREFIX) - 1 + 64)
+
+/* One input file named in the job, as uploaded. */
+struct job_upload {
+	char id[VOLUME_ID_LEN + 1];
+	char *path;          /* the local file, joined to the job file's directory */
+};
+
 struct job_file {
 	json_t *doc;         /* the document to POST to /v1/jobs */
 	char *dir;           /* the job file's directory: relative paths start there */
 	char *output_path;   /* output.path joined to dir; NULL when the job has none */
+	struct job_upload *uploads;   /* after job_file_upload_inputs */
+	size_t n_uploads;
 };
 
 /* Reads the job file; takes output.path out of the document. Returns an
@@ -24,6 +35,11 @@ int job_file_load(const char *path, struct job_file *ret);
 /* Makes sure the daemon has every input, and names each by its volume id.
  * Returns an exit code. */
 int job_file_upload_inputs(struct job_file *job, struct http_client *c);
+
+/* text (a daemon's message) into out[len] with each uploaded volume's id
+ * replaced by the local file it was uploaded from: the daemon knows only
+ * the id, the user only the file. */
+void job_file_name_locally(const struct job_file *job, const char *text, char *out, size_t len);
 
 void job_file_free(struct job_file *job);
 

@@ -1,7 +1,7 @@
 """tractctl, the daemon's client ($TRACTCTL): `track` gives the bytes of
 `tractd run` and uploads each input once; submit, status, list, wait, fetch,
 cancel and device work, as text and as --json; a refused job exits 3 naming
-the field, a failed job 1, no daemon 5."""
+the field, as does one that fails on its inputs once queued; no daemon 5."""
 import json
 import re
 import subprocess
@@ -169,9 +169,12 @@ def test_refused_job_exits_3(ctl, phantom, tmp_path):
     assert not (tmp_path / "bad.trk.tmp").exists()
 
 
-def test_failed_job_exits_1(ctl, phantom, tmp_path):
-    """A job that fails on the daemon (stop map on another grid): `track`
-    exits 1 naming inputs.stop_map, and leaves no output."""
+def test_job_failing_on_its_inputs_exits_3(ctl, phantom, tmp_path):
+    """A job the daemon queues but that fails on its inputs when it runs
+    (stop map on another grid): `track` exits 3, as `--help` promises for an
+    invalid input, naming inputs.stop_map and the stop map's file as the job
+    file names it, not its volume id; it leaves no output. It exited 1, and
+    the message named only sha256:..."""
     fa = tmp_path / "fa_other_grid.nii.gz"
     nib.save(nib.Nifti1Image(np.ascontiguousarray(phantom.fa.astype(np.float32)[:-1]),
                              phantom.affine), str(fa))
@@ -180,8 +183,9 @@ def test_failed_job_exits_1(ctl, phantom, tmp_path):
     job = _job_file(tmp_path, "grid", doc)
     out = tmp_path / "grid.trk"
     p = ctl("track", job, "-o", out)
-    assert p.returncode == 1, f"exit {p.returncode}\n{p.stderr}"
+    assert p.returncode == 3, f"exit {p.returncode}\n{p.stderr}"
     assert "inputs.stop_map" in p.stderr, p.stderr
+    assert str(fa) in p.stderr and "sha256:" not in p.stderr, p.stderr
     assert not out.exists() and not (tmp_path / "grid.trk.tmp").exists()
 
 
