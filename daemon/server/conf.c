@@ -144,6 +144,17 @@ static const char *check_group_name(const char *v)
 	return NULL;
 }
 
+/* An octal permission mode of at most 0777 (no setuid, setgid or sticky
+ * bits: they mean nothing on a socket). */
+static const char *check_mode(const char *v)
+{
+	size_t n = strspn(v, "01234567");
+
+	if (n < 3 || n > 4 || v[n] || strtoul(v, NULL, 8) > 0777)
+		return "must be an octal mode of 3 or 4 digits, at most 0777 (e.g. 0660)";
+	return NULL;
+}
+
 static const char *check_log_level(const char *v)
 {
 	static const char *const levels[] = { "error", "warning", "info", "debug" };
@@ -176,6 +187,14 @@ static const char *check_log_level(const char *v)
 static const struct conf_key keys[] = {
 	STRING(listen_unix, check_socket_path, NULL,
 	       "Unix socket to listen on; empty for none"),
+	STRING(socket_group, check_group_name, "",
+	       "group of the Unix socket (its members may connect with socket_mode 0660); "
+	       "empty for the daemon's own group. Not used for a socket systemd passes "
+	       "(SocketGroup= there)"),
+	STRING(socket_mode, check_mode, "0660",
+	       "permissions of the Unix socket, octal: 0660 lets the socket's owner and "
+	       "group connect, 0666 every local user. Not used for a socket systemd passes "
+	       "(SocketMode= there)"),
 	STRING(listen_tcp, check_listen_tcp, "off",
 	       "TCP address: off, PORT (on 127.0.0.1), HOST:PORT or [IPV6]:PORT; "
 	       "needs tokens_file"),

@@ -18,6 +18,8 @@
 
 struct conf {
 	char listen_unix[256];      /* Unix socket path; "" = none */
+	char socket_group[64];      /* the socket's group; "" = the daemon's own */
+	char socket_mode[8];        /* the socket's permissions, octal (default "0660") */
 	char listen_tcp[128];       /* "off", "PORT", "HOST:PORT" or "[V6]:PORT"; default "off" */
 	char tokens_file[1024];     /* TCP bearer tokens (tokens.h); "" = none, TCP refused */
 	char admin_group[64];       /* Unix group whose members see every job; "" = none */

@@ -171,25 +171,46 @@ static void apply_log_level(const char *name)
 			log_set_level(levels[i].level);
 }
 
-/* admin_group's gid, looked up once at start: a group that does not exist
- * is a configuration error, not a silent "no admins". */
-static int resolve_admin_group(const char *name, struct api_config *ac, struct errbuf *err)
+/* The gid of the group named by configuration key field, looked up once at
+ * start: a group that does not exist is a configuration error, not a silent
+ * default. */
+static int lookup_group(const char *name, const char *field, gid_t *ret, struct errbuf *err)
 {
 	struct group gr, *found = NULL;
 	char buf[16384];
-	int r;
+	int r = getgrnam_r(name, &gr, buf, sizeof(buf), &found);
 
-	if (!*name)
-		return 0;
-	r = getgrnam_r(name, &gr, buf, sizeof(buf), &found);
 	if (r != 0)
-		return errbuf_set(err, -r, "admin_group", "cannot look up group '%s': %s", name,
+		return errbuf_set(err, -r, field, "cannot look up group '%s': %s", name,
 				  strerror(r));
 	if (!found)
-		return errbuf_set(err, -ENOENT, "admin_group", "no group '%s' on this system", name);
-	ac->has_admin_group = true;
-	ac->admin_gid = gr.gr_gid;
+		return errbuf_set(err, -ENOENT, field, "no group '%s' on this system", name);
+	*ret = gr.gr_gid;
 	return 0;
+}
+
+static int resolve_admin_group(const char *name, struct api_config *ac, struct errbuf *err)
+{
+	if (!*name)
+		return 0;
+	ac->has_admin_group = true;
+	return lookup_group(name, "admin_group", &ac->admin_gid, err);
+}
+
+/* The sockets of the configuration, unless systemd passes its own. */
+static int open_sockets(struct daemon *d, struct errbuf *err)
+{
+	struct service_listen l = {
+		.unix_path = d->conf.listen_unix,
+		.unix_mode = (mode_t)strtoul(d->conf.socket_mode, NULL, 8),   /* checked: octal */
+		.unix_gid = (gid_t)-1,
+		.tcp = d->conf.listen_tcp,
+	};
+	int r = 0;
+
+	if (d->conf.socket_group[0])
+		r = lookup_group(d->conf.socket_group, "socket_group", &l.unix_gid, err);
+	return r == 0 ? service_open_sockets(&l, &d->sockets, err) : r;
 }
 
 /* TCP is authenticated or not served: the tokens file is read (and its
@@ -253,7 +274,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 	d->signal_fd = service_signal_fd(err);
 	if (d->signal_fd < 0)
 		return d->signal_fd;
-	r = service_open_sockets(d->conf.listen_unix, d->conf.listen_tcp, &d->sockets, err);
+	r = open_sockets(d, err);
 	if (r == 0)
 		r = load_tokens(d, err);
 	if (r == 0)

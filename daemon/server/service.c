@@ -164,7 +164,8 @@ static int remove_stale(const struct sockaddr_un *sa, struct errbuf *err)
 	return 0;
 }
 
-static int bind_unix_at(int fd, const struct sockaddr_un *sa, struct errbuf *err)
+static int bind_unix_at(int fd, const struct sockaddr_un *sa, const struct service_listen *l,
+			struct errbuf *err)
 {
 	const char *path = sa->sun_path;
 	int rc;
@@ -181,8 +182,15 @@ static int bind_unix_at(int fd, const struct sockaddr_un *sa, struct errbuf *err
 					  strerror(errno));
 	}
 	/* bind() applied the umask; connecting needs write access, so until this
-	 * chmod the socket is at most as open as intended, never more. */
-	if (chmod(path, 0660) < 0 || listen(fd, BACKLOG) < 0) {
+	 * chmod the socket is at most as open as intended, never more; and the
+	 * group is set before the mode opens it to the group. */
+	if (l->unix_gid != (gid_t)-1 && chown(path, (uid_t)-1, l->unix_gid) < 0) {
+		rc = errbuf_set(err, -errno, "socket_group", "cannot give %s to group %u: %s", path,
+				(unsigned)l->unix_gid, strerror(errno));
+		unlink(path);
+		return rc;
+	}
+	if (chmod(path, l->unix_mode) < 0 || listen(fd, BACKLOG) < 0) {
 		rc = errbuf_set(err, -errno, "listen_unix", "cannot listen on %s: %s", path,
 				strerror(errno));
 		unlink(path);
@@ -191,8 +199,10 @@ static int bind_unix_at(int fd, const struct sockaddr_un *sa, struct errbuf *err
 	return 0;
 }
 
-static int open_unix(const char *path, struct service_sockets *s, struct errbuf *err)
+static int open_unix(const struct service_listen *l, struct service_sockets *s,
+		     struct errbuf *err)
 {
+	const char *path = l->unix_path;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd, rc;
 
@@ -208,7 +218,7 @@ static int open_unix(const char *path, struct service_sockets *s, struct errbuf 
 	if (fd < 0)
 		return errbuf_set(err, -errno, "listen_unix", "cannot create a socket: %s",
 				  strerror(errno));
-	rc = bind_unix_at(fd, &sa, err);
+	rc = bind_unix_at(fd, &sa, l, err);
 	if (rc < 0) {
 		close(fd);
 		return rc;
@@ -315,11 +325,11 @@ static int open_tcp(const char *spec, struct service_sockets *s, struct errbuf *
 
 /* ---- the interface ---- */
 
-int service_open_sockets(const char *unix_path, const char *tcp, struct service_sockets *ret,
+int service_open_sockets(const struct service_listen *l, struct service_sockets *ret,
 			 struct errbuf *err)
 {
-	bool want_unix = unix_path && *unix_path;
-	bool want_tcp = tcp && strcmp(tcp, "off") != 0;
+	bool want_unix = l->unix_path && *l->unix_path;
+	bool want_tcp = l->tcp && strcmp(l->tcp, "off") != 0;
 	int n = sd_listen_fds(1);
 	int rc = 0;
 
@@ -335,9 +345,9 @@ int service_open_sockets(const char *unix_path, const char *tcp, struct service_
 				  "nothing to listen on: listen_unix is empty and listen_tcp "
 				  "is off");
 	if (want_unix)
-		rc = open_unix(unix_path, ret, err);
+		rc = open_unix(l, ret, err);
 	if (rc == 0 && want_tcp)
-		rc = open_tcp(tcp, ret, err);
+		rc = open_tcp(l->tcp, ret, err);
 	if (rc < 0)
 		service_close_sockets(ret);
 	return rc;

@@ -11,8 +11,17 @@
 #define TRACTD_SERVICE_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "base/errbuf.h"
+
+/* What the daemon listens on when systemd passes no socket. */
+struct service_listen {
+	const char *unix_path;   /* "" or NULL: none */
+	mode_t unix_mode;        /* permissions of the socket file */
+	gid_t unix_gid;          /* its group; (gid_t)-1 keeps the daemon's */
+	const char *tcp;         /* "off", "PORT", "HOST:PORT" or "[V6]:PORT" */
+};
 
 struct service_sockets {
 	int unix_fd;   /* -1 when none */
@@ -22,10 +31,10 @@ struct service_sockets {
 
 /* Uses sockets passed by systemd when there are any (a Unix one and/or a TCP
  * one, told apart with sd_is_socket_unix/sd_is_socket_inet), else binds
- * unix_path (mode 0660, removing a stale socket file but refusing to replace
- * a live one) and tcp ("off", "PORT" = 127.0.0.1:PORT, "HOST:PORT"). Both
- * sockets are listening and non-blocking. */
-int service_open_sockets(const char *unix_path, const char *tcp, struct service_sockets *ret,
+ * listen's Unix path (its mode and group set before it listens; a stale
+ * socket file removed, a live one never replaced) and its TCP address
+ * ("PORT" = 127.0.0.1:PORT). Both sockets are listening and non-blocking. */
+int service_open_sockets(const struct service_listen *listen, struct service_sockets *ret,
 			 struct errbuf *err);
 void service_close_sockets(struct service_sockets *s);
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from .support import (TEST_TOKEN, Daemon, Endpoint, daemon_env, free_port, get_metrics,
+from .support import (TEST_TOKEN, CurlError, Daemon, Endpoint, daemon_env, free_port, get_metrics,
                       short_tmpdir, submit, upload_phantom, server_job, wait_running,
                       write_tokens)
 
@@ -291,3 +291,35 @@ def test_socket_file(daemon):
     st = os.stat(daemon.sock)
     assert stat.S_ISSOCK(st.st_mode), oct(st.st_mode)
     assert stat.S_IMODE(st.st_mode) == 0o660, oct(stat.S_IMODE(st.st_mode))
+
+
+NOGROUP = 65534   # Debian's nogroup, the primary group of nobody (uid 65534)
+
+
+def test_socket_group_and_mode(daemon_factory, tractd, tmp_path):
+    """socket_group and socket_mode share the daemon with a group without
+    systemd (a chmod was lost at each restart): with socket_group=nogroup
+    the socket is root:nogroup 0660, so nobody (in nogroup) may connect and
+    uid 23456 may not; socket_mode=0666 lets everyone in. A group that does
+    not exist stops the daemon at start, naming socket_group."""
+    d = daemon_factory(tcp=False, sets=["socket_group=nogroup"])
+    for parent in (d.sock.parent, d.sock.parent.parent):
+        if str(parent).startswith("/tmp/"):
+            os.chmod(parent, 0o755)
+    st = os.stat(d.sock)
+    assert (st.st_gid, stat.S_IMODE(st.st_mode)) == (NOGROUP, 0o660), (st.st_gid, oct(st.st_mode))
+    assert d.unix.as_user(65534).get("/healthz").status == 200
+    with pytest.raises(CurlError):
+        d.unix.as_user(23456).get("/healthz")
+    d.stop()
+    d = daemon_factory(tcp=False, sets=["socket_mode=0666"])
+    for parent in (d.sock.parent, d.sock.parent.parent):
+        if str(parent).startswith("/tmp/"):
+            os.chmod(parent, 0o755)
+    assert stat.S_IMODE(os.stat(d.sock).st_mode) == 0o666
+    assert d.unix.as_user(23456).get("/healthz").status == 200
+    p = subprocess.run([tractd, "serve", "--state-dir", str(tmp_path / "state"), "--listen-unix",
+                        str(tmp_path / "s.sock"), "--set", "socket_group=no-such-group-here"],
+                       capture_output=True, text=True, timeout=30, env=daemon_env())
+    assert p.returncode != 0 and "socket_group" in p.stderr, (p.returncode, p.stderr)
+    assert not (tmp_path / "s.sock").exists()

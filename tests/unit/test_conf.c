@@ -245,6 +245,8 @@ static void test_good_values(void **state)
 		{ "admin_group", "", "" },
 		{ "admin_group", "tractd-admin", "tractd-admin" },
 		{ "admin_group", "lab_gpu.2", "lab_gpu.2" },
+		{ "socket_mode", "0666", "0666" },
+		{ "socket_mode", "640", "640" },
 		{ "result_ttl_seconds", "60", "1m" },
 		{ "result_ttl_seconds", "90", "90" },
 		{ "result_ttl_seconds", "90s", "90" },
@@ -355,6 +357,11 @@ static void test_bad_values(void **state)
 		{ "header_timeout_seconds", "2h", "must be between" },
 		{ "tokens_file", "tokens", "must be an absolute path, or empty" },
 		{ "admin_group", "-wheel", "must be a group name" },
+		{ "socket_group", "a b", "must be a group name" },
+		{ "socket_mode", "660x", "octal mode" },
+		{ "socket_mode", "0999", "octal mode" },
+		{ "socket_mode", "1777", "octal mode" },
+		{ "socket_mode", "66", "octal mode" },
 		{ "admin_group", "a b", "must be a group name" },
 		{ "admin_group", "a/b", "must be a group name" },
 		{ "result_ttl_seconds", "59", "must be between 1m and 3650d" },
@@ -490,6 +497,7 @@ static void test_print_reparses(void **state)
 {
 	static const char *const set[][2] = {
 		{ "listen_unix", "/tmp/t.sock" }, { "listen_tcp", "[::1]:9000" },
+		{ "socket_group", "lab" }, { "socket_mode", "0666" },
 		{ "state_dir", "/srv/st" }, { "data_roots", "/srv/a:/b" },
 		{ "max_request_bytes", "1025" }, { "max_upload_bytes", "5T" },
 		{ "max_queued_jobs", "9" }, { "spool_max_bytes", "18446744073709551615" },

@@ -131,6 +131,17 @@ static int connect_tcp(int family, const char *addr, int port)
 
 /* ---- Unix sockets ---- */
 
+/* service_open_sockets on a Unix path and a TCP spec, the socket at the
+ * default mode (0660) and the daemon's group. */
+static int open_sockets(const char *unix_path, const char *tcp, struct service_sockets *ret,
+			struct errbuf *err)
+{
+	const struct service_listen l = { .unix_path = unix_path, .unix_mode = 0660,
+					   .unix_gid = (gid_t)-1, .tcp = tcp };
+
+	return service_open_sockets(&l, ret, err);
+}
+
 static void test_unix_bind(void **state)
 {
 	const char *path = tmp_path("t.sock");
@@ -138,7 +149,7 @@ static void test_unix_bind(void **state)
 	struct stat st;
 
 	(void)state;
-	assert_int_equal(service_open_sockets(path, "off", &s, NULL), 0);
+	assert_int_equal(open_sockets(path, "off", &s, NULL), 0);
 	assert_true(s.unix_fd >= 0);
 	assert_int_equal(s.tcp_fd, -1);
 	assert_string_equal(s.unix_path, path);
@@ -152,6 +163,23 @@ static void test_unix_bind(void **state)
 	assert_int_equal(access(path, F_OK), -1);   /* removed at close */
 }
 
+/* socket_mode and socket_group: set on the file before it listens. */
+static void test_unix_mode_and_group(void **state)
+{
+	const char *path = tmp_path("group.sock");
+	const struct service_listen l = { .unix_path = path, .unix_mode = 0666,
+					  .unix_gid = 65534, .tcp = "off" };
+	struct service_sockets s;
+	struct stat st;
+
+	(void)state;
+	assert_int_equal(service_open_sockets(&l, &s, NULL), 0);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0666);
+	assert_int_equal(st.st_gid, 65534);
+	service_close_sockets(&s);
+}
+
 static void test_unix_live_refused(void **state)
 {
 	const char *path = tmp_path("live.sock");
@@ -159,8 +187,8 @@ static void test_unix_live_refused(void **state)
 	struct errbuf err;
 
 	(void)state;
-	assert_int_equal(service_open_sockets(path, NULL, &a, NULL), 0);
-	assert_int_equal(service_open_sockets(path, NULL, &b, &err), -EADDRINUSE);
+	assert_int_equal(open_sockets(path, NULL, &a, NULL), 0);
+	assert_int_equal(open_sockets(path, NULL, &b, &err), -EADDRINUSE);
 	assert_string_equal(err.field, "listen_unix");
 	assert_non_null(strstr(err.message, "another server is already listening on"));
 	assert_non_null(strstr(err.message, path));
@@ -178,7 +206,7 @@ static void test_unix_stale_replaced(void **state)
 	/* A crashed server: the file stays, nobody listens. */
 	close(unix_socket_at(path, SOCK_STREAM, 1));
 	assert_int_equal(access(path, F_OK), 0);
-	assert_int_equal(service_open_sockets(path, "off", &s, NULL), 0);
+	assert_int_equal(open_sockets(path, "off", &s, NULL), 0);
 	assert_int_equal(connect_unix(path), 0);
 	service_close_sockets(&s);
 }
@@ -193,7 +221,7 @@ static void test_unix_not_a_socket(void **state)
 	(void)state;
 	assert_non_null(fp);
 	assert_int_equal(fclose(fp), 0);
-	assert_int_equal(service_open_sockets(path, "off", &s, &err), -EEXIST);
+	assert_int_equal(open_sockets(path, "off", &s, &err), -EEXIST);
 	assert_non_null(strstr(err.message, "not a socket"));
 	assert_int_equal(access(path, F_OK), 0);
 }
@@ -207,7 +235,7 @@ static void test_unix_parent_created(void **state)
 
 	(void)state;
 	snprintf(path, sizeof(path), "%s/sub/t.sock", tmpdir);
-	assert_int_equal(service_open_sockets(path, "off", &s, NULL), 0);
+	assert_int_equal(open_sockets(path, "off", &s, NULL), 0);
 	umask(old);
 	assert_int_equal(stat(tmp_path("sub"), &st), 0);
 	assert_int_equal(st.st_mode & 0777, 0755);
@@ -227,14 +255,14 @@ static void test_unix_errors(void **state)
 	memset(long_path, 'a', sizeof(long_path));
 	long_path[0] = '/';
 	long_path[sizeof(long_path) - 1] = '\0';
-	assert_int_equal(service_open_sockets(long_path, "off", &s, &err), -ENAMETOOLONG);
+	assert_int_equal(open_sockets(long_path, "off", &s, &err), -ENAMETOOLONG);
 	assert_non_null(strstr(err.message, "107 bytes"));
-	assert_int_equal(service_open_sockets("/nonexistent-dir/sub/t.sock", "off", &s, &err),
+	assert_int_equal(open_sockets("/nonexistent-dir/sub/t.sock", "off", &s, &err),
 			 -ENOENT);
 	assert_non_null(strstr(err.message, "/nonexistent-dir/sub"));
-	assert_int_equal(service_open_sockets("", "off", &s, &err), -EINVAL);
+	assert_int_equal(open_sockets("", "off", &s, &err), -EINVAL);
 	assert_non_null(strstr(err.message, "nothing to listen on"));
-	assert_int_equal(service_open_sockets(NULL, NULL, &s, NULL), -EINVAL);
+	assert_int_equal(open_sockets(NULL, NULL, &s, NULL), -EINVAL);
 }
 
 /* ---- TCP ---- */
@@ -246,7 +274,7 @@ static void test_tcp(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
-		assert_int_equal(service_open_sockets(NULL, specs[i], &s, NULL), 0);
+		assert_int_equal(open_sockets(NULL, specs[i], &s, NULL), 0);
 		assert_int_equal(s.unix_fd, -1);
 		assert_true(s.tcp_fd >= 0);
 		assert_nonblocking(s.tcp_fd);
@@ -255,7 +283,7 @@ static void test_tcp(void **state)
 			assert_int_equal(connect_tcp(AF_INET, "127.0.0.1", tcp_port(s.tcp_fd)), 0);
 		service_close_sockets(&s);
 	}
-	assert_int_equal(service_open_sockets(tmp_path("u.sock"), "off", &s, NULL), 0);
+	assert_int_equal(open_sockets(tmp_path("u.sock"), "off", &s, NULL), 0);
 	assert_int_equal(s.tcp_fd, -1);
 	service_close_sockets(&s);
 }
@@ -267,7 +295,7 @@ static void test_tcp_ipv6(void **state)
 	int rc;
 
 	(void)state;
-	rc = service_open_sockets(NULL, "[::1]:0", &s, &err);
+	rc = open_sockets(NULL, "[::1]:0", &s, &err);
 	if (rc == -EADDRNOTAVAIL || rc == -EAFNOSUPPORT)
 		skip();   /* no IPv6 loopback here */
 	assert_int_equal(rc, 0);
@@ -283,11 +311,11 @@ static void test_tcp_with_unix(void **state)
 	char spec[32];
 
 	(void)state;
-	assert_int_equal(service_open_sockets(path, "127.0.0.1:0", &s, NULL), 0);
+	assert_int_equal(open_sockets(path, "127.0.0.1:0", &s, NULL), 0);
 	assert_true(s.unix_fd >= 0 && s.tcp_fd >= 0);
 	/* TCP failing after the Unix socket was made leaves nothing behind. */
 	snprintf(spec, sizeof(spec), "127.0.0.1:%d", tcp_port(s.tcp_fd));
-	assert_int_equal(service_open_sockets(path2, spec, &s2, &err), -EADDRINUSE);
+	assert_int_equal(open_sockets(path2, spec, &s2, &err), -EADDRINUSE);
 	assert_string_equal(err.field, "listen_tcp");
 	assert_int_equal(access(path2, F_OK), -1);
 	assert_int_equal(s2.unix_fd, -1);
@@ -305,14 +333,14 @@ static void test_tcp_bad_specs(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		int rc = service_open_sockets(NULL, bad[i], &s, &err);
+		int rc = open_sockets(NULL, bad[i], &s, &err);
 
 		if (rc != -EINVAL || strcmp(err.field, "listen_tcp"))
 			fail_msg("'%s': rc %d, field '%s', message '%s'", bad[i], rc, err.field,
 				 err.message);
 	}
 	/* Well-formed, but not an address of this machine (TEST-NET-1). */
-	assert_int_equal(service_open_sockets(NULL, "192.0.2.1:8470", &s, &err), -EADDRNOTAVAIL);
+	assert_int_equal(open_sockets(NULL, "192.0.2.1:8470", &s, &err), -EADDRNOTAVAIL);
 	assert_string_equal(err.message,
 			    "cannot listen on 192.0.2.1:8470: Cannot assign requested address");
 }
@@ -365,7 +393,7 @@ static void test_activation_unix(void **state)
 	put_at(unix_socket_at(path, SOCK_STREAM, 1), LISTEN_FD);
 	pass_fds(1);
 	/* The configured addresses are not used when systemd passes sockets. */
-	assert_int_equal(service_open_sockets("/nonexistent/x.sock", "127.0.0.1:1", &s, NULL), 0);
+	assert_int_equal(open_sockets("/nonexistent/x.sock", "127.0.0.1:1", &s, NULL), 0);
 	assert_int_equal(s.unix_fd, LISTEN_FD);
 	assert_int_equal(s.tcp_fd, -1);
 	assert_string_equal(s.unix_path, "");   /* not ours to unlink */
@@ -386,11 +414,11 @@ static void test_activation_unix_and_tcp(void **state)
 	struct service_sockets s, tcp;
 
 	(void)state;
-	assert_int_equal(service_open_sockets(NULL, "127.0.0.1:0", &tcp, NULL), 0);
+	assert_int_equal(open_sockets(NULL, "127.0.0.1:0", &tcp, NULL), 0);
 	put_at(tcp.tcp_fd, LISTEN_FD);       /* TCP first: told apart by type, not order */
 	put_at(unix_socket_at(path, SOCK_STREAM, 1), LISTEN_FD + 1);
 	pass_fds(2);
-	assert_int_equal(service_open_sockets(NULL, NULL, &s, NULL), 0);
+	assert_int_equal(open_sockets(NULL, NULL, &s, NULL), 0);
 	assert_int_equal(s.tcp_fd, LISTEN_FD);
 	assert_int_equal(s.unix_fd, LISTEN_FD + 1);
 	assert_int_equal(connect_tcp(AF_INET, "127.0.0.1", tcp_port(s.tcp_fd)), 0);
@@ -411,7 +439,7 @@ static void test_activation_bad_fds(void **state)
 	put_at(unix_socket_at(tmp_path("a.sock"), SOCK_STREAM, 1), LISTEN_FD);
 	put_at(unix_socket_at(tmp_path("dgram.sock"), SOCK_DGRAM, 0), LISTEN_FD + 1);
 	pass_fds(2);
-	assert_int_equal(service_open_sockets(NULL, NULL, &s, &err), -EINVAL);
+	assert_int_equal(open_sockets(NULL, NULL, &s, &err), -EINVAL);
 	assert_non_null(strstr(err.message, "not a listening stream socket"));
 	assert_int_equal(s.unix_fd, -1);
 	assert_int_equal(fcntl(LISTEN_FD, F_GETFD), -1);       /* closed, not leaked */
@@ -421,7 +449,7 @@ static void test_activation_bad_fds(void **state)
 	put_at(unix_socket_at(tmp_path("b.sock"), SOCK_STREAM, 1), LISTEN_FD);
 	put_at(unix_socket_at(tmp_path("c.sock"), SOCK_STREAM, 1), LISTEN_FD + 1);
 	pass_fds(2);
-	assert_int_equal(service_open_sockets(NULL, NULL, &s, &err), -EINVAL);
+	assert_int_equal(open_sockets(NULL, NULL, &s, &err), -EINVAL);
 	assert_non_null(strstr(err.message, "more than one Unix socket"));
 	unpark_fd(saved4, LISTEN_FD + 1);
 	unpark_fd(saved3, LISTEN_FD);
@@ -435,7 +463,7 @@ static void test_activation_other_pid(void **state)
 	(void)state;
 	assert_int_equal(setenv("LISTEN_PID", "1", 1), 0);
 	assert_int_equal(setenv("LISTEN_FDS", "1", 1), 0);
-	assert_int_equal(service_open_sockets(tmp_path("own.sock"), "off", &s, NULL), 0);
+	assert_int_equal(open_sockets(tmp_path("own.sock"), "off", &s, NULL), 0);
 	assert_string_equal(s.unix_path, tmp_path("own.sock"));
 	service_close_sockets(&s);
 }
@@ -538,6 +566,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_unix_bind, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unix_mode_and_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unix_live_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unix_stale_replaced, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unix_not_a_socket, setup, teardown),
