@@ -100,7 +100,7 @@ static int new_tck(FILE *out, const double affine[4][4], const struct output_opt
 				  "TCK seeds go to a separate file, and there is none here");
 	if (opts->with_seeds && seeds_file_header(opts->seeds_file) < 0)
 		return errbuf_set(err, -EIO, "output.path", "cannot write the seeds file");
-	return tck_writer_new(out, affine, ret, err);
+	return tck_writer_new(out, affine, opts->tck_properties, ret, err);
 }
 
 int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3],

@@ -33,6 +33,9 @@ struct output_options {
 				 * writes (not owned) */
 	enum trx_positions positions;
 	enum trx_compression compression;
+	const char *tck_properties; /* TCK: "key: value" lines of the header (tck.h),
+				     * the job's parameters as tckgen writes its own;
+				     * NULL for none */
 };
 
 /* Direction getter codes stored per streamline (jobspec's order). */

@@ -3,6 +3,7 @@
 #include "formats/tck.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
  * fixed offset, whatever width the data offset later in the header takes.
  * Key order is free in MRtrix and nibabel; this is the order nibabel writes. */
 #define TCK_HEAD_TO_COUNT "mrtrix tracks\ncount: "
-#define TCK_HEADER_FMT TCK_HEAD_TO_COUNT "%010" PRIu64 "\ndatatype: Float32LE\nfile: . %zu\nEND\n"
+#define TCK_HEADER_FMT TCK_HEAD_TO_COUNT "%010" PRIu64 "\ndatatype: Float32LE\n%sfile: . %zu\nEND\n"
 #define TCK_COUNT_OFFSET (sizeof(TCK_HEAD_TO_COUNT) - 1)
 #define TCK_COUNT_DIGITS 10
 #define TCK_COUNT_MAX UINT64_C(9999999999)
@@ -45,12 +46,12 @@ static int affine_finite(const double affine[4][4])
 /* The data offset is written inside the header it ends, so its width feeds
  * back into its value: iterate to the fixed point. The offset only grows and
  * settles within a step per added digit. Returns the offset or -1. */
-static long header_length(void)
+static long header_length(const char *properties)
 {
 	size_t offset = 0;
 
 	for (;;) {
-		int len = snprintf(NULL, 0, TCK_HEADER_FMT, (uint64_t)0, offset);
+		int len = snprintf(NULL, 0, TCK_HEADER_FMT, (uint64_t)0, properties, offset);
 		size_t want;
 
 		if (len < 0)
@@ -64,26 +65,58 @@ static long header_length(void)
 
 /* Writes the header and its padding (NUL bytes after END, which MRtrix and
  * nibabel never read: both stop at END and seek to the offset). */
-static int write_header(FILE *out)
+static int write_header(FILE *out, const char *properties)
 {
-	char text[128] = { 0 };
-	long offset = header_length();
+	long offset = header_length(properties);
+	char *text;
+	int rc = -EIO;
 
-	if (offset < 0 || (size_t)offset >= sizeof(text) ||
-	    snprintf(text, sizeof(text), TCK_HEADER_FMT, (uint64_t)0, (size_t)offset) < 0 ||
-	    fwrite(text, 1, (size_t)offset, out) != (size_t)offset)
+	if (offset < 0)
 		return -EIO;
-	return 0;
+	text = calloc(1, (size_t)offset + 1);   /* NUL padding up to the offset */
+	if (!text)
+		return -ENOMEM;
+	if (snprintf(text, (size_t)offset + 1, TCK_HEADER_FMT, (uint64_t)0, properties,
+		     (size_t)offset) >= 0 &&
+	    fwrite(text, 1, (size_t)offset, out) == (size_t)offset)
+		rc = 0;
+	free(text);
+	return rc;
 }
 
-int tck_writer_new(FILE *out, const double affine[4][4], struct tck_writer **ret,
-		   struct errbuf *err)
+/* Whether properties is "key: value" lines, each ended by a newline, whose
+ * keys are not the header's own (count, datatype, file) and none is END. */
+static bool valid_properties(const char *p)
+{
+	static const char *const own[] = { "count:", "datatype:", "file:", "END\n" };
+
+	while (*p) {
+		const char *end = strchr(p, '\n'), *colon = strchr(p, ':');
+
+		if (!end || !colon || colon > end || colon == p || colon[1] != ' ')
+			return false;
+		for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+			if (strncmp(p, own[i], strlen(own[i])) == 0)
+				return false;
+		p = end + 1;
+	}
+	return true;
+}
+
+int tck_writer_new(FILE *out, const double affine[4][4], const char *properties,
+		   struct tck_writer **ret, struct errbuf *err)
 {
 	struct tck_writer *w;
 	long pos;
+	int rc;
 
 	if (!affine_finite(affine))
 		return errbuf_set(err, -EINVAL, NULL, "the voxel-to-RAS affine has a non-finite entry");
+	if (!properties)
+		properties = "";
+	if (!valid_properties(properties))
+		return errbuf_set(err, -EINVAL, NULL, "TCK header properties must be \"key: value\" "
+				  "lines other than count, datatype, file and END");
 	w = malloc(sizeof(*w));
 	if (!w)
 		return errbuf_set(err, -ENOMEM, NULL, "out of memory for the TCK writer");
@@ -98,9 +131,11 @@ int tck_writer_new(FILE *out, const double affine[4][4], struct tck_writer **ret
 	w->count = 0;
 	w->failed = 0;
 	w->len = 0;
-	if (write_header(out)) {
+	rc = write_header(out, properties);
+	if (rc < 0) {
 		free(w);
-		return errbuf_set(err, -EIO, NULL, "cannot write the TCK header");
+		return errbuf_set(err, rc, NULL, rc == -ENOMEM ? "out of memory for the TCK header"
+							       : "cannot write the TCK header");
 	}
 	*ret = w;
 	return 0;

@@ -20,9 +20,13 @@
 struct tck_writer;
 
 /* Writes the header, which must start the file ("file: . OFFSET" is an
- * absolute position). Returns 0, -EINVAL (non-finite affine), -EIO, -ENOMEM. */
-int tck_writer_new(FILE *out, const double affine[4][4], struct tck_writer **ret,
-		   struct errbuf *err);
+ * absolute position), with properties (NULL: none): "key: value" lines,
+ * each ended by a newline, as tckgen writes its parameters (step_size,
+ * max_angle, ...), between datatype and file. Returns 0, -EINVAL (non-finite
+ * affine; properties not such lines, or naming count, datatype, file or
+ * END), -EIO, -ENOMEM. */
+int tck_writer_new(FILE *out, const double affine[4][4], const char *properties,
+		   struct tck_writer **ret, struct errbuf *err);
 
 /* Appends one streamline of n finite points (xyz interleaved, voxel
  * coordinates, centres at integers; a NaN would read as a record end).

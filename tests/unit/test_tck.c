@@ -144,7 +144,7 @@ static void test_empty_file(void **state)
 
 	(void)state;
 	assert_non_null(f);
-	assert_int_equal(tck_writer_new(f, lps, &w, NULL), 0);
+	assert_int_equal(tck_writer_new(f, lps, NULL, &w, NULL), 0);
 	assert_int_equal(tck_writer_finish(w), 0);
 	buf = slurp(f, &len);
 	assert_int_equal(len, DATA_OFFSET + 12);
@@ -152,6 +152,45 @@ static void test_empty_file(void **state)
 	expect_marker(buf, len, DATA_OFFSET, 1);
 	free(buf);
 	fclose(f);
+}
+
+/* Properties go between datatype and file, as tckgen's parameters; the
+ * data offset grows with them and stays aligned; the header's own keys,
+ * END and lines without "key: " are refused. */
+static void test_properties(void **state)
+{
+	static const char props[] = "step_size: 0.5\nmax_angle: 30\nmethod: tractd prob\n";
+	static const char *const bad[] = { "count: 3\n", "file: . 9\n", "END\n", "no colon\n",
+					   "step_size: 0.5", ": x\n", "step_size:0.5\n" };
+	char want[256];
+	struct tck_writer *w;
+	struct errbuf err;
+	FILE *f = tmpfile();
+	unsigned char *buf;
+	size_t len, offset;
+	const char *file_line;
+
+	(void)state;
+	assert_non_null(f);
+	assert_int_equal(tck_writer_new(f, lps, props, &w, NULL), 0);
+	assert_int_equal(tck_writer_finish(w), 0);
+	buf = slurp(f, &len);
+	snprintf(want, sizeof(want), "mrtrix tracks\ncount: 0000000000\ndatatype: Float32LE\n%s"
+		 "file: . ", props);
+	assert_memory_equal(buf, want, strlen(want));
+	file_line = (const char *)buf + strlen(want);
+	offset = strtoul(file_line, NULL, 10);
+	assert_int_equal(offset % 4, 0);
+	assert_true(offset > DATA_OFFSET && len == offset + 12);
+	expect_marker(buf, len, offset, 1);
+	free(buf);
+	fclose(f);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		f = tmpfile();
+		assert_non_null(f);
+		assert_int_equal(tck_writer_new(f, lps, bad[i], &w, &err), -EINVAL);
+		fclose(f);
+	}
 }
 
 static void test_write_and_decode(void **state)
@@ -167,7 +206,7 @@ static void test_write_and_decode(void **state)
 
 	(void)state;
 	assert_non_null(f);
-	assert_int_equal(tck_writer_new(f, oblique, &w, NULL), 0);
+	assert_int_equal(tck_writer_new(f, oblique, NULL, &w, NULL), 0);
 	for (int s = 0; s < 5; s++) {
 		pts[s] = make_points(counts[s] ? counts[s] : 1, (float)s);
 		assert_int_equal(tck_write_streamline(w, pts[s], counts[s]), 0);
@@ -202,7 +241,7 @@ static void test_flush_seals(void **state)
 	assert_true(fd >= 0);
 	f = fdopen(fd, "w+");
 	assert_non_null(f);
-	assert_int_equal(tck_writer_new(f, lps, &w, NULL), 0);
+	assert_int_equal(tck_writer_new(f, lps, NULL, &w, NULL), 0);
 	assert_int_equal(tck_write_streamline(w, a, 2), 0);
 	assert_int_equal(tck_flush(w), 0);
 	assert_int_equal(ftell(f), DATA_OFFSET + 3 * 12);
@@ -246,7 +285,7 @@ static void test_pipe_keeps_zero_count(void **state)
 	rf = fdopen(fds[0], "r");
 	assert_non_null(wf);
 	assert_non_null(rf);
-	assert_int_equal(tck_writer_new(wf, lps, &w, NULL), 0);
+	assert_int_equal(tck_writer_new(wf, lps, NULL, &w, NULL), 0);
 	assert_int_equal(tck_write_streamline(w, p, 2), 0);
 	/* No end marker on a flush: a pipe cannot take it back. */
 	assert_int_equal(tck_flush(w), 0);
@@ -275,7 +314,7 @@ static void test_append_stream_not_patched(void **state)
 	close(fd);
 	f = fopen(path, "a+");
 	assert_non_null(f);
-	assert_int_equal(tck_writer_new(f, lps, &w, NULL), 0);
+	assert_int_equal(tck_writer_new(f, lps, NULL, &w, NULL), 0);
 	assert_int_equal(tck_write_streamline(w, p, 1), 0);
 	assert_int_equal(tck_flush(w), 0);
 	assert_int_equal(tck_writer_finish(w), 0);
@@ -300,12 +339,12 @@ static void test_rejects_non_finite_affine(void **state)
 	assert_non_null(f);
 	memcpy(bad, lps, sizeof(bad));
 	bad[1][3] = NAN;
-	assert_int_equal(tck_writer_new(f, bad, &w, &err), -EINVAL);
+	assert_int_equal(tck_writer_new(f, bad, NULL, &w, &err), -EINVAL);
 	assert_null(w);
 	assert_non_null(strstr(err.message, "non-finite"));
 	bad[1][3] = 0.0;
 	bad[2][0] = INFINITY;
-	assert_int_equal(tck_writer_new(f, bad, &w, NULL), -EINVAL);
+	assert_int_equal(tck_writer_new(f, bad, NULL, &w, NULL), -EINVAL);
 	/* Nothing was written. */
 	assert_int_equal(ftell(f), 0);
 	fclose(f);
@@ -327,17 +366,17 @@ static void test_write_errors(void **state)
 	ro = fopen(path, "r");
 	assert_non_null(ro);
 	assert_non_null(full);
-	assert_int_equal(tck_writer_new(ro, lps, &w, &err), -EIO);
+	assert_int_equal(tck_writer_new(ro, lps, NULL, &w, &err), -EIO);
 	assert_null(w);
 	assert_non_null(strstr(err.message, "header"));
 	/* /dev/full accepts the buffered header and fails once data reach it. */
-	assert_int_equal(tck_writer_new(full, lps, &w, NULL), 0);
+	assert_int_equal(tck_writer_new(full, lps, NULL, &w, NULL), 0);
 	assert_int_equal(tck_write_streamline(w, p, 30000), -EIO);
 	assert_int_equal(tck_write_streamline(w, p, 1), -EIO);
 	assert_int_equal(tck_flush(w), -EIO);
 	assert_int_equal(tck_writer_finish(w), -EIO);
 	/* A failure that shows only when the end is written. */
-	assert_int_equal(tck_writer_new(full, lps, &w, NULL), 0);
+	assert_int_equal(tck_writer_new(full, lps, NULL, &w, NULL), 0);
 	assert_int_equal(tck_write_streamline(w, p, 3), 0);
 	assert_int_equal(tck_writer_finish(w), -EIO);
 	free(p);
@@ -350,6 +389,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_empty_file),
+		cmocka_unit_test(test_properties),
 		cmocka_unit_test(test_write_and_decode),
 		cmocka_unit_test(test_flush_seals),
 		cmocka_unit_test(test_pipe_keeps_zero_count),
