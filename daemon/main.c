@@ -201,16 +201,28 @@ static void report(const struct errbuf *err)
 		fprintf(stderr, "tractd: error: %s\n", err->message);
 }
 
-/* Input problems, unreadable or truncated files included, are the user's to
- * fix (3); device limits, memory and problems writing the output file are
- * runtime failures (1). The output's options (format, save_seeds, positions,
- * compression) are part of the job: invalid ones are the user's too. */
+/* Input problems, unreadable or truncated files and a limit the job goes
+ * over included, are the user's to fix (3); the device, its limits, memory
+ * and problems writing the output files are runtime failures (1). The
+ * output's options (format, save_seeds, positions, compression) are part of
+ * the job: invalid ones are the user's too. */
 static int exit_code_for(int r, const struct errbuf *err)
 {
-	if (r == -ENOMEM || r == -E2BIG || strcmp(err->field, "device") == 0 ||
-	    strcmp(err->field, "output") == 0 || strcmp(err->field, "output.path") == 0)
-		return EXIT_RUNTIME;
-	return EXIT_INVALID;
+	switch (errbuf_kind(err, r)) {
+	case ERR_KIND_UNTIED:
+	case ERR_KIND_INPUT:
+	case ERR_KIND_LIMIT:
+		return EXIT_INVALID;
+	case ERR_KIND_MEMORY:
+	case ERR_KIND_DEVICE:
+	case ERR_KIND_TOO_LARGE:
+	case ERR_KIND_OUTPUT:
+	case ERR_KIND_STORAGE:
+	case ERR_KIND_SHUTDOWN:
+	case ERR_KIND_INTERRUPTED:
+		break;
+	}
+	return EXIT_RUNTIME;
 }
 
 /* Parses a byte count with an optional K/M/G suffix (powers of 1024). */
@@ -481,11 +493,12 @@ static int seeds_open(struct output_file *o, const struct jobspec *spec, struct 
 		    (int)sizeof(o->seeds_path) ||
 	    snprintf(o->seeds_tmp, sizeof(o->seeds_tmp), "%s.tmp", o->seeds_path) >=
 		    (int)sizeof(o->seeds_tmp))
-		return errbuf_set(err, -ENAMETOOLONG, "output.path", "%s: name too long", o->path);
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -ENAMETOOLONG, "output.path",
+				       "%s: name too long", o->path);
 	o->seeds = fopen(o->seeds_tmp, "w");
 	if (!o->seeds)
-		return errbuf_set(err, -errno, "output.path", "cannot create %s: %s", o->seeds_tmp,
-				  strerror(errno));
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -errno, "output.path",
+				       "cannot create %s: %s", o->seeds_tmp, strerror(errno));
 	return 0;
 }
 
@@ -726,7 +739,8 @@ static int save_map(const char *dir, const char *name, const struct volume *v, s
 	char path[PATH_MAX];
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
-		return errbuf_set(err, -ENAMETOOLONG, "output", "path too long: %s/%s", dir, name);
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -ENAMETOOLONG, "output",
+				       "path too long: %s/%s", dir, name);
 	return volume_save(path, v, err);
 }
 
@@ -748,7 +762,8 @@ static int save_response(const char *dir, const struct fit_result *f, struct err
 	snprintf(path, sizeof(path), "%s/response.json", dir);
 	r_dump = json_dump_file(doc, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
 	json_decref(doc);
-	return r_dump == 0 ? 0 : errbuf_set(err, -EIO, "output", "cannot write %s", path);
+	return r_dump == 0 ? 0 : errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output",
+						 "cannot write %s", path);
 }
 
 /* Writes the maps of f (NULL: none) and odf (NULL: none) into dir. */
@@ -823,8 +838,8 @@ static int run_fit(struct cli *cli, const char *job_path)
 			       "at every step of tracking: there is no volume to write (fit a "
 			       "prob job for CSD maps)");
 	if (r == 0 && mkdir(cli->output, 0777) < 0 && errno != EEXIST)
-		r = errbuf_set(&err, -errno, "output", "cannot create %s: %s", cli->output,
-			       strerror(errno));
+		r = errbuf_set_kind(&err, ERR_KIND_OUTPUT, -errno, "output",
+				    "cannot create %s: %s", cli->output, strerror(errno));
 	enable_progress(cli);
 	if (r == 0)
 		r = fit_and_save(cli, &spec, &t_fitted, &err);
@@ -848,10 +863,7 @@ static int run_phantom(struct cli *cli, const char *outdir)
 
 	if (r < 0) {
 		report(&err);
-		/* Bad parameters are the user's (3); writing the files is runtime (1). */
-		if (r == -ENOMEM || strcmp(err.field, "phantom.outdir") == 0)
-			return EXIT_RUNTIME;
-		return EXIT_INVALID;
+		return exit_code_for(r, &err);
 	}
 	log_info("phantom written to %s; track it with: tractd run %s/job.json", outdir, outdir);
 	return EXIT_OK;
