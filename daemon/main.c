@@ -427,27 +427,23 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 	for (size_t i = 0; i < n_devs; i++)
 		if (gpu_peak_buffer_bytes(devs[i].gpu) > gpu_peak)
 			gpu_peak = gpu_peak_buffer_bytes(devs[i].gpu);
-	doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
-				"s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
-				"seeds", (json_int_t)s->seeds, "streamlines", (json_int_t)s->streamlines,
-				"points", (json_int_t)s->points, "chunks", (json_int_t)s->chunks,
-				"batches", (json_int_t)s->batches, "pieces", (json_int_t)s->pieces,
-				"submits", (json_int_t)s->submits,
-				"device",
-				gpu_get_limits(devs[0].gpu)->device_name, "devices", (json_int_t)n_devs,
-				"odf_storage", s->odf_storage, "gpu_input_bytes",
-				(json_int_t)s->gpu_input_bytes, "gpu_peak_bytes",
-				(json_int_t)gpu_peak, "host_peak_bytes",
-				(json_int_t)usage.ru_maxrss * 1024, "seconds",
-				"load", s->load_seconds, "upload", s->upload_seconds,
-				"compile", s->compile_seconds, "track", s->track_seconds,
-				"kernels", s->kernel_seconds, "write", s->write_seconds);
+	/* The CLI's own members: the device facts and the timings under "seconds". */
+	doc = stats_json_new(s, json_pack("{s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
+					  "s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
+					  "pieces", (json_int_t)s->pieces,
+					  "submits", (json_int_t)s->submits,
+					  "device", gpu_get_limits(devs[0].gpu)->device_name,
+					  "devices", (json_int_t)n_devs,
+					  "odf_storage", s->odf_storage,
+					  "gpu_input_bytes", (json_int_t)s->gpu_input_bytes,
+					  "gpu_peak_bytes", (json_int_t)gpu_peak,
+					  "host_peak_bytes", (json_int_t)usage.ru_maxrss * 1024,
+					  "seconds",
+					  "load", s->load_seconds, "upload", s->upload_seconds,
+					  "compile", s->compile_seconds, "track", s->track_seconds,
+					  "kernels", s->kernel_seconds, "write", s->write_seconds));
 	if (!doc)
 		return -ENOMEM;
-	if (stats_json_add(doc, s) < 0) {
-		json_decref(doc);
-		return -ENOMEM;
-	}
 	r = json_dump_file(doc, path, JSON_INDENT(2));
 	json_decref(doc);
 	return r < 0 ? -EIO : 0;

@@ -60,27 +60,24 @@ static bool valid_job_id(const char *id, size_t len)
 
 /* ---- writing -------------------------------------------------------------- */
 
+/* The record's own members of the statistics: the timings (each its own
+ * key, as records have held them) and the grid that conversions use. */
 static json_t *stats_json(const struct engine_stats *s)
 {
 	json_t *dim = json_array(), *affine = json_array();
-	json_t *doc;
 
 	for (int i = 0; dim && i < 3; i++)
 		json_array_append_new(dim, json_integer(s->grid_dim[i]));
 	for (int i = 0; affine && i < 16; i++)
 		json_array_append_new(affine, json_real(s->grid_affine[i / 4][i % 4]));
-	doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}",
-			"seeds", (json_int_t)s->seeds, "streamlines", (json_int_t)s->streamlines,
-			"points", (json_int_t)s->points, "chunks", (json_int_t)s->chunks,
-			"batches", (json_int_t)s->batches, "load_seconds", s->load_seconds,
-			"upload_seconds", s->upload_seconds, "compile_seconds", s->compile_seconds,
-			"track_seconds", s->track_seconds, "kernel_seconds", s->kernel_seconds,
-			"write_seconds", s->write_seconds, "grid_dim", dim, "grid_affine", affine);
-	if (doc && stats_json_add(doc, s) < 0) {
-		json_decref(doc);
-		return NULL;
-	}
-	return doc;
+	return stats_json_new(s, json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}",
+					   "load_seconds", s->load_seconds,
+					   "upload_seconds", s->upload_seconds,
+					   "compile_seconds", s->compile_seconds,
+					   "track_seconds", s->track_seconds,
+					   "kernel_seconds", s->kernel_seconds,
+					   "write_seconds", s->write_seconds,
+					   "grid_dim", dim, "grid_affine", affine));
 }
 
 /* A JSON string of text. Error messages quote what clients sent, cut to
