@@ -335,9 +335,10 @@ static void test_error_kinds_of_records(void **state)
 			 ERR_KIND_INPUT);
 	assert_int_equal(kind_of("{\"errno\":-5,\"field\":\"\",\"message\":\"m\"}"),
 			 ERR_KIND_UNTIED);
+	/* An unknown kind is refused like any malformed member. */
 	assert_int_equal(parse_replacing("\"error\":null", "\"error\":{\"errno\":-4,"
-					 "\"kind\":\"gpu\",\"field\":\"\",\"message\":\"m\"}", NULL),
-			 -EINVAL);
+					 "\"kind\":\"gpu\",\"field\":\"\",\"message\":\"m\"}",
+					 NULL), -EINVAL);
 }
 
 /* A record of a daemon that did not count stop reasons reads them as 0. */
