@@ -201,16 +201,28 @@ static void report(const struct errbuf *err)
 		fprintf(stderr, "tractd: error: %s\n", err->message);
 }
 
-/* Input problems, unreadable or truncated files included, are the user's to
- * fix (3); device limits, memory and problems writing the output file are
- * runtime failures (1). The output's options (format, save_seeds, positions,
- * compression) are part of the job: invalid ones are the user's too. */
+/* Input problems, unreadable or truncated files and a limit the job goes
+ * over included, are the user's to fix (3); the device, its limits, memory
+ * and problems writing the output files are runtime failures (1). The
+ * output's options (format, save_seeds, positions, compression) are part of
+ * the job: invalid ones are the user's too. */
 static int exit_code_for(int r, const struct errbuf *err)
 {
-	if (r == -ENOMEM || r == -E2BIG || strcmp(err->field, "device") == 0 ||
-	    strcmp(err->field, "output") == 0 || strcmp(err->field, "output.path") == 0)
-		return EXIT_RUNTIME;
-	return EXIT_INVALID;
+	switch (errbuf_kind(err, r)) {
+	case ERR_KIND_UNTIED:
+	case ERR_KIND_INPUT:
+	case ERR_KIND_LIMIT:
+		return EXIT_INVALID;
+	case ERR_KIND_MEMORY:
+	case ERR_KIND_DEVICE:
+	case ERR_KIND_TOO_LARGE:
+	case ERR_KIND_OUTPUT:
+	case ERR_KIND_STORAGE:
+	case ERR_KIND_SHUTDOWN:
+	case ERR_KIND_INTERRUPTED:
+		break;
+	}
+	return EXIT_RUNTIME;
 }
 
 /* Parses a byte count with an optional K/M/G suffix (powers of 1024). */
@@ -415,27 +427,23 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 	for (size_t i = 0; i < n_devs; i++)
 		if (gpu_peak_buffer_bytes(devs[i].gpu) > gpu_peak)
 			gpu_peak = gpu_peak_buffer_bytes(devs[i].gpu);
-	doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
-				"s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
-				"seeds", (json_int_t)s->seeds, "streamlines", (json_int_t)s->streamlines,
-				"points", (json_int_t)s->points, "chunks", (json_int_t)s->chunks,
-				"batches", (json_int_t)s->batches, "pieces", (json_int_t)s->pieces,
-				"submits", (json_int_t)s->submits,
-				"device",
-				gpu_get_limits(devs[0].gpu)->device_name, "devices", (json_int_t)n_devs,
-				"odf_storage", s->odf_storage, "gpu_input_bytes",
-				(json_int_t)s->gpu_input_bytes, "gpu_peak_bytes",
-				(json_int_t)gpu_peak, "host_peak_bytes",
-				(json_int_t)usage.ru_maxrss * 1024, "seconds",
-				"load", s->load_seconds, "upload", s->upload_seconds,
-				"compile", s->compile_seconds, "track", s->track_seconds,
-				"kernels", s->kernel_seconds, "write", s->write_seconds);
+	/* The CLI's own members: the device facts and the timings under "seconds". */
+	doc = stats_json_new(s, json_pack("{s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
+					  "s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
+					  "pieces", (json_int_t)s->pieces,
+					  "submits", (json_int_t)s->submits,
+					  "device", gpu_get_limits(devs[0].gpu)->device_name,
+					  "devices", (json_int_t)n_devs,
+					  "odf_storage", s->odf_storage,
+					  "gpu_input_bytes", (json_int_t)s->gpu_input_bytes,
+					  "gpu_peak_bytes", (json_int_t)gpu_peak,
+					  "host_peak_bytes", (json_int_t)usage.ru_maxrss * 1024,
+					  "seconds",
+					  "load", s->load_seconds, "upload", s->upload_seconds,
+					  "compile", s->compile_seconds, "track", s->track_seconds,
+					  "kernels", s->kernel_seconds, "write", s->write_seconds));
 	if (!doc)
 		return -ENOMEM;
-	if (stats_json_add(doc, s) < 0) {
-		json_decref(doc);
-		return -ENOMEM;
-	}
 	r = json_dump_file(doc, path, JSON_INDENT(2));
 	json_decref(doc);
 	return r < 0 ? -EIO : 0;
@@ -481,11 +489,12 @@ static int seeds_open(struct output_file *o, const struct jobspec *spec, struct 
 		    (int)sizeof(o->seeds_path) ||
 	    snprintf(o->seeds_tmp, sizeof(o->seeds_tmp), "%s.tmp", o->seeds_path) >=
 		    (int)sizeof(o->seeds_tmp))
-		return errbuf_set(err, -ENAMETOOLONG, "output.path", "%s: name too long", o->path);
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -ENAMETOOLONG, "output.path",
+				       "%s: name too long", o->path);
 	o->seeds = fopen(o->seeds_tmp, "w");
 	if (!o->seeds)
-		return errbuf_set(err, -errno, "output.path", "cannot create %s: %s", o->seeds_tmp,
-				  strerror(errno));
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -errno, "output.path",
+				       "cannot create %s: %s", o->seeds_tmp, strerror(errno));
 	return 0;
 }
 
@@ -726,7 +735,8 @@ static int save_map(const char *dir, const char *name, const struct volume *v, s
 	char path[PATH_MAX];
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
-		return errbuf_set(err, -ENAMETOOLONG, "output", "path too long: %s/%s", dir, name);
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -ENAMETOOLONG, "output",
+				       "path too long: %s/%s", dir, name);
 	return volume_save(path, v, err);
 }
 
@@ -750,7 +760,8 @@ static int save_response(const char *dir, const struct fit_result *f, struct err
 	snprintf(path, sizeof(path), "%s/response.json", dir);
 	r_dump = json_dump_file(doc, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
 	json_decref(doc);
-	return r_dump == 0 ? 0 : errbuf_set(err, -EIO, "output", "cannot write %s", path);
+	return r_dump == 0 ? 0 : errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output",
+						 "cannot write %s", path);
 }
 
 /* Writes the maps of f (NULL: none) and odf (NULL: none) into dir. */
@@ -825,8 +836,8 @@ static int run_fit(struct cli *cli, const char *job_path)
 			       "at every step of tracking: there is no volume to write (fit a "
 			       "prob job for CSD maps)");
 	if (r == 0 && mkdir(cli->output, 0777) < 0 && errno != EEXIST)
-		r = errbuf_set(&err, -errno, "output", "cannot create %s: %s", cli->output,
-			       strerror(errno));
+		r = errbuf_set_kind(&err, ERR_KIND_OUTPUT, -errno, "output",
+				    "cannot create %s: %s", cli->output, strerror(errno));
 	enable_progress(cli);
 	if (r == 0)
 		r = fit_and_save(cli, &spec, &t_fitted, &err);
@@ -850,10 +861,7 @@ static int run_phantom(struct cli *cli, const char *outdir)
 
 	if (r < 0) {
 		report(&err);
-		/* Bad parameters are the user's (3); writing the files is runtime (1). */
-		if (r == -ENOMEM || strcmp(err.field, "phantom.outdir") == 0)
-			return EXIT_RUNTIME;
-		return EXIT_INVALID;
+		return exit_code_for(r, &err);
 	}
 	log_info("phantom written to %s; track it with: tractd run %s/job.json", outdir, outdir);
 	return EXIT_OK;

@@ -719,7 +719,8 @@ static int check_params(const struct phantom_params *p, const char *outdir, stru
 				  "must be in (%g, %g] s/mm^2 (b-values up to %g are b0s), got %g",
 				  DWI_BVALUE_MIN, DWI_BVALUE_MAX, DWI_BVALUE_MIN, p->bvalue);
 	if (!outdir || !*outdir)
-		return errbuf_set(err, -EINVAL, "phantom.outdir", "an output directory is required");
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -EINVAL, "phantom.outdir",
+				       "an output directory is required");
 	return 0;
 }
 
@@ -732,15 +733,16 @@ static int make_one_directory(const char *path, struct errbuf *err)
 		return 0;
 	e = errno;
 	if (e != EEXIST)
-		return errbuf_set(err, -e, "phantom.outdir", "cannot create directory %s: %s",
-				  path, strerror(e));
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -e, "phantom.outdir",
+				       "cannot create directory %s: %s", path, strerror(e));
 	if (stat(path, &st) != 0) {
 		e = errno;
-		return errbuf_set(err, -e, "phantom.outdir", "cannot stat %s: %s", path, strerror(e));
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -e, "phantom.outdir",
+				       "cannot stat %s: %s", path, strerror(e));
 	}
 	if (!S_ISDIR(st.st_mode))
-		return errbuf_set(err, -ENOTDIR, "phantom.outdir", "%s exists and is not a directory",
-				  path);
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -ENOTDIR, "phantom.outdir",
+				       "%s exists and is not a directory", path);
 	return 0;
 }
 
@@ -751,7 +753,8 @@ static int make_directories(const char *path, struct errbuf *err)
 	size_t len = strlen(path);
 
 	if (len >= sizeof(partial))
-		return errbuf_set(err, -ENAMETOOLONG, "phantom.outdir", "path is too long: %s", path);
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -ENAMETOOLONG, "phantom.outdir",
+				       "path is too long: %s", path);
 	memcpy(partial, path, len + 1);
 	for (char *slash = strchr(partial + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
 		int rc;
@@ -788,8 +791,8 @@ static int join_path(const char *dir, const char *name, char *out, size_t size,
 	int n = snprintf(out, size, "%s/%s", dir, name);
 
 	if (n < 0 || (size_t)n >= size)
-		return errbuf_set(err, -ENAMETOOLONG, "phantom.outdir", "path is too long: %s/%s",
-				  dir, name);
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -ENAMETOOLONG, "phantom.outdir",
+				       "path is too long: %s/%s", dir, name);
 	return 0;
 }
 
@@ -802,8 +805,11 @@ static int save_volume(const char *outdir, const char *name, const struct volume
 	if (rc)
 		return rc;
 	rc = volume_save(path, v, err);
-	if (rc)
+	/* The volume's writer names no field: its file is the phantom's output. */
+	if (rc) {
 		errbuf_prefix_field(err, "phantom.outdir");
+		errbuf_reclassify(err, ERR_KIND_OUTPUT);
+	}
 	return rc;
 }
 
@@ -834,7 +840,8 @@ static int save_json(const char *outdir, const char *name, const json_t *doc,
 	if (rc)
 		return rc;
 	if (json_dump_file(doc, path, JSON_INDENT(2)) != 0)
-		return errbuf_set(err, -EIO, "phantom.outdir", "cannot write %s", path);
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "phantom.outdir",
+				       "cannot write %s", path);
 	return 0;
 }
 
@@ -1019,15 +1026,16 @@ static int write_rows(const char *outdir, const char *name, const double *const 
 	if (!fp) {
 		int e = errno;
 
-		return errbuf_set(err, -e, "phantom.outdir", "cannot create %s: %s", path,
-				  strerror(e));
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -e, "phantom.outdir",
+				       "cannot create %s: %s", path, strerror(e));
 	}
 	for (int r = 0; r < row_count && !rc; r++)
 		rc = write_row(fp, rows[r], count);
 	if (fclose(fp) != 0 && !rc)
 		rc = -EIO;
 	if (rc)
-		return errbuf_set(err, rc, "phantom.outdir", "cannot write %s", path);
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, rc, "phantom.outdir",
+				       "cannot write %s", path);
 	return 0;
 }
 

@@ -184,10 +184,11 @@ static int choose_items(const struct gpu_limits *lim, const struct jobspec *job,
 	kernel_shared_use(job, in, res, use);
 	for (int k = 0; k < 2; k++)
 		if (shared_bytes(use[k], 1) > lim->max_shared_bytes)
-			return errbuf_set(err, -E2BIG, "tracking.sphere", "a sphere of %d vertices "
-					  "needs %u bytes of shared memory, over this device's %u",
-					  inputs_sphere(in)->nv, shared_bytes(use[k], 1),
-					  lim->max_shared_bytes);
+			return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, "tracking.sphere",
+					       "a sphere of %d vertices needs %u bytes of shared "
+					       "memory, over this device's %u",
+					       inputs_sphere(in)->nv, shared_bytes(use[k], 1),
+					       lim->max_shared_bytes);
 	if (items == 0)
 		items = 1;
 	while (items > 1 && (shared_bytes(use[0], items) > lim->max_shared_bytes ||
@@ -211,9 +212,10 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 
 	/* A cached upload may come from a job with a larger budget. */
 	if (inputs >= budget)
-		return errbuf_set(err, -E2BIG, inputs_grid_field(in), "the inputs need %.1f MiB of GPU "
-				  "memory, over the job's budget of %.1f MiB",
-				  (double)inputs / (1 << 20), (double)budget / (1 << 20));
+		return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, inputs_grid_field(in),
+				       "the inputs need %.1f MiB of GPU memory, over the job's "
+				       "budget of %.1f MiB",
+				       (double)inputs / (1 << 20), (double)budget / (1 << 20));
 	work = budget - inputs > RESIDENT_MIN_WORK_BYTES ? budget - inputs : RESIDENT_MIN_WORK_BYTES;
 	r = choose_items(lim, job, in, res, &plan->items, err);
 	if (r < 0)
@@ -246,9 +248,10 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	/* Line ids and slot offsets are 32-bit in the kernels. */
 	plan->batch_lines = min_u64(plan->batch_lines, UINT32_MAX / plan->slot_points / 3);
 	if (plan->batch_lines == 0 || plan->chunk_seeds == 0)
-		return errbuf_set(err, -E2BIG, "tracking.max_steps", "a streamline of up to %u points "
-				  "does not fit this device's buffer limit of %llu bytes",
-				  plan->slot_points, (unsigned long long)buffer_limit);
+		return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, "tracking.max_steps",
+				       "a streamline of up to %u points does not fit this "
+				       "device's buffer limit of %llu bytes",
+				       plan->slot_points, (unsigned long long)buffer_limit);
 	/* At least one whole streamline, so that every piece makes progress. */
 	plan->readback_bytes = opts->readback_bytes ? opts->readback_bytes : DEFAULT_READBACK_BYTES;
 	plan->readback_bytes = min_u64(plan->readback_bytes, line_slot_bytes * plan->batch_lines);
@@ -351,10 +354,12 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 			 * streamlines than float32 on lavapipe, and different ones
 			 * for equivalent orders of the sums: refused until that is
 			 * understood. */
-			return errbuf_set(err, -E2BIG, "tracking.odf_storage", "ptt tracks the ODF "
-					  "as float32 or float16, and these inputs are on the GPU as "
-					  "SH coefficients (neither fits the budget): raise the GPU "
-					  "memory budget, use a smaller sphere or crop the volume");
+			return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG,
+					       "tracking.odf_storage", "ptt tracks the ODF as "
+					       "float32 or float16, and these inputs are on the "
+					       "GPU as SH coefficients (neither fits the budget): "
+					       "raise the GPU memory budget, use a smaller sphere "
+					       "or crop the volume");
 		if (job->direction_getter == JOBSPEC_DG_PTT) {
 			ptt_defines(job, in, &d);
 			return gpu_pipeline_get(gpu, "ptt_track.comp", d.list,
@@ -704,8 +709,8 @@ static int write_batch(struct job_run *run, const struct write_slot *w, struct e
 			seed_ras(run, w, i, seed);
 		r = output_write_streamline_dps(run->sh->out, points, count, &dps);
 		if (r < 0)
-			return errbuf_set(err, r, "output.path", "cannot write the tractogram: %s",
-					  strerror(-r));
+			return errbuf_set_kind(err, ERR_KIND_OUTPUT, r, "output.path",
+					       "cannot write the tractogram: %s", strerror(-r));
 		run->sh->stats->streamlines++;
 		run->sh->stats->points += count;
 	}
@@ -1040,7 +1045,8 @@ static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *e
 	int r = 0;
 
 	if (output_flush(sh->out) < 0)
-		r = errbuf_set(err, -EIO, "output.path", "cannot write the tractogram");
+		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output.path",
+				    "cannot write the tractogram");
 	if (r == 0 && o->progress &&
 	    !o->progress(o->progress_userdata, end_seed, sh->total, sh->stats->streamlines))
 		r = errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
@@ -1314,7 +1320,8 @@ static int track_on_devices(struct run_shared *sh, struct job_run *runs, size_t 
 	for (size_t i = 1; i < n; i++) {
 		int r = pthread_create(&runs[i].thread, NULL, track_chunks, &runs[i]);
 		if (r != 0) {
-			errbuf_set(&runs[i].err, -r, "device", "cannot start a thread: %s", strerror(r));
+			errbuf_set_kind(&runs[i].err, ERR_KIND_DEVICE, -r, "device",
+					"cannot start a thread: %s", strerror(r));
 			fail_run(sh, -r, &runs[i].err);
 			break;
 		}
@@ -1410,8 +1417,8 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	if (sh.out) {
 		int fr = output_writer_finish(sh.out);
 		if (r == 0 && fr < 0)
-			r = errbuf_set(err, fr, "output.path", "cannot finish the tractogram: %s",
-				       strerror(-fr));
+			r = errbuf_set_kind(err, ERR_KIND_OUTPUT, fr, "output.path",
+					    "cannot finish the tractogram: %s", strerror(-fr));
 	}
 	for (size_t i = 0; i < n_devs; i++) {
 		add_device_stats(stats, &runs[i].stats);

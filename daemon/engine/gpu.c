@@ -154,12 +154,16 @@ static int vk_errno(VkResult r)
 	}
 }
 
+/* A failure of the GPU, or of the choice of one: field "device". */
+#define device_err(err, code, ...) \
+	errbuf_set_kind((err), ERR_KIND_DEVICE, (code), "device", __VA_ARGS__)
+
 /* Reports a failed Vulkan call with its text and location, once, and maps it. */
 #define GPU_TRY(err, call)                                                              \
 	do {                                                                            \
 		VkResult vr_ = (call);                                                  \
 		if (vr_ != VK_SUCCESS)                                                  \
-			return errbuf_set((err), vk_errno(vr_), "device", "%s failed: %s (%s:%d)", \
+			return device_err((err), vk_errno(vr_), "%s failed: %s (%s:%d)",       \
 					  #call, vk_result_name(vr_), __FILE__, __LINE__); \
 	} while (0)
 
@@ -181,7 +185,7 @@ static int create_instance(VkInstance *ret, struct errbuf *err)
 	VkResult r = vkCreateInstance(&info, NULL, ret);
 
 	if (r != VK_SUCCESS)
-		return errbuf_set(err, -ENODEV, "device",
+		return device_err(err, -ENODEV,
 				  "cannot create a Vulkan instance (%s): is a Vulkan driver installed "
 				  "(e.g. mesa-vulkan-drivers for lavapipe)?", vk_result_name(r));
 	return 0;
@@ -217,15 +221,15 @@ static int enumerate_devices(VkInstance instance, VkPhysicalDevice **ret, uint32
 
 	GPU_TRY(err, vkEnumeratePhysicalDevices(instance, &n, NULL));
 	if (n == 0)
-		return errbuf_set(err, -ENODEV, "device", "no Vulkan device found (install "
+		return device_err(err, -ENODEV, "no Vulkan device found (install "
 				  "mesa-vulkan-drivers for the CPU fallback lavapipe)");
 	devs = calloc(n, sizeof(*devs));
 	if (!devs)
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+		return device_err(err, -ENOMEM, "out of memory");
 	VkResult r = vkEnumeratePhysicalDevices(instance, &n, devs);
 	if (r != VK_SUCCESS && r != VK_INCOMPLETE) {
 		free(devs);
-		return errbuf_set(err, vk_errno(r), "device", "vkEnumeratePhysicalDevices: %s",
+		return device_err(err, vk_errno(r), "vkEnumeratePhysicalDevices: %s",
 				  vk_result_name(r));
 	}
 	*ret = devs;
@@ -281,7 +285,7 @@ int gpu_parse_devices(const char *text, struct gpu_device_choice out[GPU_MAX_DEV
 		long index = -1;
 
 		if (*n == GPU_MAX_DEVICES)
-			return errbuf_set(err, -EINVAL, "device", "lists more than %d devices",
+			return device_err(err, -EINVAL, "lists more than %d devices",
 					  GPU_MAX_DEVICES);
 		if (len < sizeof(item))
 			memcpy(item, p, len);
@@ -294,12 +298,12 @@ int gpu_parse_devices(const char *text, struct gpu_device_choice out[GPU_MAX_DEV
 		else if (len < sizeof(item) && gpu_is_uuid(item))
 			memcpy(out[*n].uuid, item, GPU_UUID_LEN + 1);
 		else
-			return errbuf_set(err, -EINVAL, "device", "'%.*s' is neither a device index "
+			return device_err(err, -EINVAL, "'%.*s' is neither a device index "
 					  "nor a UUID as `tractd devices` lists them", (int)(len < 64 ? len : 64), p);
 		(*n)++;
 		p += len;
 		if (*p == ',' && !*++p)
-			return errbuf_set(err, -EINVAL, "device", "ends with a comma");
+			return device_err(err, -EINVAL, "ends with a comma");
 	}
 	return 0;
 }
@@ -355,14 +359,14 @@ static int pick_device(VkInstance instance, int index, const char *uuid, VkPhysi
 		index = index_of_uuid(devs, n, uuid);
 		if (index < 0) {
 			free(devs);
-			return errbuf_set(err, -ENODEV, "device", "no device has UUID %s (see "
+			return device_err(err, -ENODEV, "no device has UUID %s (see "
 					  "`tractd devices`)", uuid);
 		}
 	}
 	if (index >= 0) {
 		if ((uint32_t)index >= n) {
 			free(devs);
-			return errbuf_set(err, -ENODEV, "device",
+			return device_err(err, -ENODEV,
 					  "device index %d out of range: %u device(s) present "
 					  "(see `tractd devices`)", index, n);
 		}
@@ -391,7 +395,7 @@ static int find_compute_queue(VkPhysicalDevice phys, uint32_t *ret, struct errbu
 	vkGetPhysicalDeviceQueueFamilyProperties(phys, &n, NULL);
 	q = calloc(n ? n : 1, sizeof(*q));
 	if (!q)
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+		return device_err(err, -ENOMEM, "out of memory");
 	vkGetPhysicalDeviceQueueFamilyProperties(phys, &n, q);
 	/* Prefer a compute family without graphics (async compute) when present. */
 	for (uint32_t i = 0; i < n && found < 0; i++)
@@ -402,7 +406,7 @@ static int find_compute_queue(VkPhysicalDevice phys, uint32_t *ret, struct errbu
 			found = (int)i;
 	free(q);
 	if (found < 0)
-		return errbuf_set(err, -ENODEV, "device", "the device has no compute queue");
+		return device_err(err, -ENODEV, "the device has no compute queue");
 	*ret = (uint32_t)found;
 	return 0;
 }
@@ -413,13 +417,13 @@ static int check_subgroup_support(const VkPhysicalDeviceSubgroupProperties *sg, 
 		VK_SUBGROUP_FEATURE_ARITHMETIC_BIT | VK_SUBGROUP_FEATURE_BALLOT_BIT;
 
 	if (!(sg->supportedStages & VK_SHADER_STAGE_COMPUTE_BIT))
-		return errbuf_set(err, -ENOTSUP, "device", "subgroup operations are not supported "
+		return device_err(err, -ENOTSUP, "subgroup operations are not supported "
 				  "in compute shaders on this device");
 	if ((sg->supportedOperations & need) != need)
-		return errbuf_set(err, -ENOTSUP, "device", "the device lacks subgroup basic/vote/"
+		return device_err(err, -ENOTSUP, "the device lacks subgroup basic/vote/"
 				  "arithmetic/ballot operations (have 0x%x)", sg->supportedOperations);
 	if (sg->subgroupSize < 4 || sg->subgroupSize > 128)
-		return errbuf_set(err, -ENOTSUP, "device", "unsupported subgroup size %u",
+		return device_err(err, -ENOTSUP, "unsupported subgroup size %u",
 				  sg->subgroupSize);
 	return 0;
 }
@@ -533,7 +537,7 @@ static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
 
 	vkGetPhysicalDeviceFeatures2(ctx->physical, &have);
 	if (!f12.bufferDeviceAddress)
-		return errbuf_set(err, -ENOTSUP, "device", "the device lacks bufferDeviceAddress "
+		return device_err(err, -ENOTSUP, "the device lacks bufferDeviceAddress "
 				  "(Vulkan 1.2), which tractd needs to read large volumes");
 	if (ctx->size_control && f13.subgroupSizeControl && f13.computeFullSubgroups) {
 		want13.subgroupSizeControl = VK_TRUE;
@@ -621,12 +625,12 @@ static int create_pipeline_cache(struct gpu_ctx *ctx, const char *path, struct e
 	}
 	free(data);
 	if (r != VK_SUCCESS)
-		return errbuf_set(err, vk_errno(r), "device", "vkCreatePipelineCache: %s",
+		return device_err(err, vk_errno(r), "vkCreatePipelineCache: %s",
 				  vk_result_name(r));
 	if (path) {
 		ctx->pipeline_cache_path = strdup(path);
 		if (!ctx->pipeline_cache_path)
-			return errbuf_set(err, -ENOMEM, "device", "out of memory");
+			return device_err(err, -ENOMEM, "out of memory");
 	}
 	return 0;
 }
@@ -689,7 +693,7 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 	int r;
 
 	if (!ctx)
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+		return device_err(err, -ENOMEM, "out of memory");
 	r = create_instance(&ctx->instance, err);
 	if (r < 0)
 		goto fail;
@@ -713,7 +717,7 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 		goto fail;
 	ctx->compiler = shaderc_compiler_initialize();
 	if (!ctx->compiler) {
-		r = errbuf_set(err, -ENOMEM, "device", "cannot initialise the shader compiler");
+		r = device_err(err, -ENOMEM, "cannot initialise the shader compiler");
 		goto fail;
 	}
 	arm_fault(ctx);
@@ -894,12 +898,12 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 	int type;
 
 	if (size == 0 || size > ctx->limits.max_alloc_bytes)
-		return errbuf_set(err, -EINVAL, "device", "buffer of %llu bytes is outside (0, %llu], "
+		return device_err(err, -EINVAL, "buffer of %llu bytes is outside (0, %llu], "
 				  "the device's allocation limit", (unsigned long long)size,
 				  (unsigned long long)ctx->limits.max_alloc_bytes);
 	b = calloc(1, sizeof(*b));
 	if (!b)
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+		return device_err(err, -ENOMEM, "out of memory");
 	b->size = size;
 	vr = vkCreateBuffer(ctx->device, &info, NULL, &b->buffer);
 	if (vr != VK_SUCCESS)
@@ -908,7 +912,7 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 	type = memory_type_for(ctx, req.memoryTypeBits, memory);
 	if (type < 0) {
 		destroy_buffer(ctx->device, b);
-		return errbuf_set(err, -ENOTSUP, "device", "no suitable memory type for a %s buffer",
+		return device_err(err, -ENOTSUP, "no suitable memory type for a %s buffer",
 				  memory == GPU_MEMORY_DEVICE ? "device" : "readback");
 	}
 	alloc.allocationSize = req.size;
@@ -935,7 +939,7 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 	return 0;
 vk_fail:
 	destroy_buffer(ctx->device, b);
-	return errbuf_set(err, vk_errno(vr), "device", "cannot allocate a buffer of %llu bytes: %s",
+	return device_err(err, vk_errno(vr), "cannot allocate a buffer of %llu bytes: %s",
 			  (unsigned long long)size, vk_result_name(vr));
 }
 
@@ -995,7 +999,7 @@ static int sync_host_range(struct gpu_ctx *ctx, struct gpu_buffer *b, bool to_de
 static int check_range(const struct gpu_buffer *b, uint64_t offset, uint64_t size, struct errbuf *err)
 {
 	if (offset > b->size || size > b->size - offset)
-		return errbuf_set(err, -EINVAL, "device", "transfer of %llu bytes at %llu exceeds "
+		return device_err(err, -EINVAL, "transfer of %llu bytes at %llu exceeds "
 				  "a buffer of %llu bytes", (unsigned long long)size,
 				  (unsigned long long)offset, (unsigned long long)b->size);
 	return 0;
@@ -1024,7 +1028,7 @@ static int gpu_failed(struct gpu_ctx *ctx, VkResult vr, struct errbuf *err)
 {
 	if (vr != VK_ERROR_OUT_OF_HOST_MEMORY && vr != VK_ERROR_OUT_OF_DEVICE_MEMORY)
 		ctx->lost = true;
-	return errbuf_set(err, vk_errno(vr), "device", "the GPU work failed: %s",
+	return device_err(err, vk_errno(vr), "the GPU work failed: %s",
 			  vk_result_name(vr));
 }
 
@@ -1068,12 +1072,12 @@ static int submit(struct gpu_ctx *ctx, VkCommandBuffer cmd, VkFence fence, struc
 	VkResult vr;
 
 	if (ctx->lost)
-		return errbuf_set(err, -ENODEV, "device", "the device was lost by an earlier "
+		return device_err(err, -ENODEV, "the device was lost by an earlier "
 				  "submit");
 	GPU_TRY(err, vkResetFences(ctx->device, 1, &fence));
 	if (ctx->fault_armed && ctx->submits >= ctx->fault_after) {
 		ctx->lost = true;
-		return errbuf_set(err, -ENODEV, "device", "the GPU work failed: VK_ERROR_DEVICE_LOST "
+		return device_err(err, -ENODEV, "the GPU work failed: VK_ERROR_DEVICE_LOST "
 				  "(injected by TRACTD_FAULT_DEVICE_LOST_AFTER)");
 	}
 	ctx->submits++;
@@ -1299,7 +1303,7 @@ static int add_define(shaderc_compile_options_t opts, const char *def, struct er
 	const char *eq = strchr(def, '=');
 
 	if (!eq)
-		return errbuf_set(err, -EINVAL, "device", "bad shader define '%s'", def);
+		return device_err(err, -EINVAL, "bad shader define '%s'", def);
 	shaderc_compile_options_add_macro_definition(opts, def, (size_t)(eq - def), eq + 1,
 						     strlen(eq + 1));
 	return 0;
@@ -1314,7 +1318,7 @@ static int compile_glsl(struct gpu_ctx *ctx, const struct shader_source *src,
 	int r = 0;
 
 	if (!opts)
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+		return device_err(err, -ENOMEM, "out of memory");
 	shaderc_compile_options_set_target_env(opts, shaderc_target_env_vulkan,
 					       shaderc_env_version_vulkan_1_2);
 	shaderc_compile_options_set_optimization_level(opts, shaderc_optimization_level_performance);
@@ -1329,9 +1333,9 @@ static int compile_glsl(struct gpu_ctx *ctx, const struct shader_source *src,
 				       shaderc_compute_shader, src->name, "main", opts);
 	shaderc_compile_options_release(opts);
 	if (!res)
-		return errbuf_set(err, -ENOMEM, "device", "shader compiler failed");
+		return device_err(err, -ENOMEM, "shader compiler failed");
 	if (shaderc_result_get_compilation_status(res) != shaderc_compilation_status_success) {
-		r = errbuf_set(err, -EINVAL, "device", "compiling %s: %s", src->name,
+		r = device_err(err, -EINVAL, "compiling %s: %s", src->name,
 			       shaderc_result_get_error_message(res));
 		shaderc_result_release(res);
 		return r;
@@ -1425,7 +1429,7 @@ static int create_compute_pipeline(struct gpu_ctx *ctx, struct gpu_pipeline *p,
 	vr = vkCreateComputePipelines(ctx->device, ctx->pipeline_cache, 1, &info, NULL, &p->pipeline);
 	vkDestroyShaderModule(ctx->device, module, NULL);
 	if (vr != VK_SUCCESS)
-		return errbuf_set(err, vk_errno(vr), "device", "vkCreateComputePipelines: %s",
+		return device_err(err, vk_errno(vr), "vkCreateComputePipelines: %s",
 				  vk_result_name(vr));
 	return 0;
 }
@@ -1456,14 +1460,14 @@ int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const 
 	int r;
 
 	if (!src)
-		return errbuf_set(err, -ENOENT, "device", "no embedded shader named %s", shader);
+		return device_err(err, -ENOENT, "no embedded shader named %s", shader);
 	if (n_buffers > MAX_BINDINGS || push_bytes > ctx->limits.max_push_constant_bytes)
-		return errbuf_set(err, -EINVAL, "device", "pipeline %s needs %u bindings and %u "
+		return device_err(err, -EINVAL, "pipeline %s needs %u bindings and %u "
 				  "push-constant bytes; the limit is %d and %u", shader, n_buffers,
 				  push_bytes, MAX_BINDINGS, ctx->limits.max_push_constant_bytes);
 	key = pipeline_key(shader, defines);
 	if (!key)
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+		return device_err(err, -ENOMEM, "out of memory");
 	for (p = ctx->pipelines; p; p = p->next) {
 		if (strcmp(p->key, key) == 0) {
 			free(key);
@@ -1474,7 +1478,7 @@ int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const 
 	p = calloc(1, sizeof(*p));
 	if (!p) {
 		free(key);
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+		return device_err(err, -ENOMEM, "out of memory");
 	}
 	p->key = key;
 	p->n_buffers = n_buffers;
@@ -1503,7 +1507,7 @@ int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err)
 	};
 
 	if (ctx->lost)
-		return errbuf_set(err, -ENODEV, "device", "the device was lost by an earlier "
+		return device_err(err, -ENODEV, "the device was lost by an earlier "
 				  "submit");
 	/* Resetting also discards a batch abandoned after an error. */
 	GPU_TRY(err, vkResetDescriptorPool(ctx->device, ctx->descriptor_pool, 0));
@@ -1547,7 +1551,7 @@ static int bind_buffers(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 	GPU_TRY(err, vkAllocateDescriptorSets(ctx->device, &alloc, &set));
 	for (uint32_t i = 0; i < pipe->n_buffers; i++) {
 		if (buffers[i]->size > ctx->limits.max_binding_bytes)
-			return errbuf_set(err, -EINVAL, "device", "binding %u is %llu bytes, over the "
+			return device_err(err, -EINVAL, "binding %u is %llu bytes, over the "
 					  "device's storage-buffer range of %llu", i,
 					  (unsigned long long)buffers[i]->size,
 					  (unsigned long long)ctx->limits.max_binding_bytes);
@@ -1574,11 +1578,11 @@ int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 	int r;
 
 	if (!ctx->recording)
-		return errbuf_set(err, -EINVAL, "device", "dispatch outside a batch");
+		return device_err(err, -EINVAL, "dispatch outside a batch");
 	if (groups == 0)
 		return 0;
 	if (groups > ctx->limits.max_workgroup_count_x)
-		return errbuf_set(err, -EINVAL, "device", "%u workgroups exceed the device limit %u",
+		return device_err(err, -EINVAL, "%u workgroups exceed the device limit %u",
 				  groups, ctx->limits.max_workgroup_count_x);
 	r = bind_buffers(ctx, pipe, buffers, &set, err);
 	if (r < 0)
@@ -1600,12 +1604,12 @@ static int batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_bu
 	VkBufferCopy *copies;
 
 	if (!ctx->recording)
-		return errbuf_set(err, -EINVAL, "device", "copy outside a batch");
+		return device_err(err, -EINVAL, "copy outside a batch");
 	if (n_regions == 0)
 		return 0;
 	copies = malloc(sizeof(*copies) * n_regions);
 	if (!copies)
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+		return device_err(err, -ENOMEM, "out of memory");
 	for (uint32_t i = 0; i < n_regions; i++) {
 		int r = check_range(src, regions[i].src_offset, regions[i].size, err);
 		if (r == 0)
@@ -1633,7 +1637,7 @@ int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err)
 	int r;
 
 	if (!ctx->recording)
-		return errbuf_set(err, -EINVAL, "device", "no batch to submit");
+		return device_err(err, -EINVAL, "no batch to submit");
 	ctx->recording = false;
 	vkCmdPipelineBarrier(ctx->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
 			     VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,

@@ -43,17 +43,19 @@ int paged_plan(uint64_t voxels, uint32_t channels, enum paged_type type, uint64_
 	while (per_page > 0 && page_bytes(type, channels, per_page) > limit)
 		per_page--;
 	if (per_page == 0 || voxels == 0)
-		return errbuf_set(err, -E2BIG, "device", "one voxel of %u values does not fit the "
-				  "device's %llu-byte allocations", channels,
-				  (unsigned long long)max_page_bytes);
+		return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, "device",
+				       "one voxel of %u values does not fit the "
+				       "device's %llu-byte allocations", channels,
+				       (unsigned long long)max_page_bytes);
 	if (per_page > voxels)
 		per_page = voxels;
 	n_pages = (voxels + per_page - 1) / per_page;
 	if (per_page > UINT32_MAX || n_pages > UINT32_MAX / 8)
-		return errbuf_set(err, -E2BIG, "device", "a volume of %llu voxels needs %llu pages "
-				  "of %llu voxels, more than the kernels address",
-				  (unsigned long long)voxels, (unsigned long long)n_pages,
-				  (unsigned long long)per_page);
+		return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, "device",
+				       "a volume of %llu voxels needs %llu pages "
+				       "of %llu voxels, more than the kernels address",
+				       (unsigned long long)voxels, (unsigned long long)n_pages,
+				       (unsigned long long)per_page);
 	ret->voxels = voxels;
 	ret->channels = channels;
 	ret->type = type;
@@ -113,7 +115,7 @@ static int upload_table(struct gpu_ctx *gpu, struct paged_volume *v, struct errb
 	int r;
 
 	if (!table)
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+		return errbuf_set_kind(err, ERR_KIND_DEVICE, -ENOMEM, "device", "out of memory");
 	table[0] = (uint32_t)l->voxels_per_page;
 	table[1] = l->channels;
 	for (uint32_t k = 0; k < l->n_pages; k++) {
@@ -136,7 +138,7 @@ int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const f
 	ret->layout = *layout;
 	ret->pages = calloc(layout->n_pages, sizeof(*ret->pages));
 	if (!ret->pages)
-		return errbuf_set(err, -ENOMEM, "device", "out of memory");
+		return errbuf_set_kind(err, ERR_KIND_DEVICE, -ENOMEM, "device", "out of memory");
 	for (uint32_t k = 0; k < layout->n_pages && r == 0; k++)
 		r = upload_page(gpu, layout, k, data, &ret->pages[k], err);
 	if (r == 0)

@@ -96,17 +96,18 @@ static int odf_too_big(const struct inputs *in, enum jobspec_odf_storage request
 	if (inputs_sh(in))
 		snprintf(sizes + n, sizeof(sizes) - (size_t)n, ", %.1f MiB as SH coefficients",
 			 (double)need[JOBSPEC_ODF_SH] / (1 << 20));
-	return errbuf_set(err, -E2BIG, requested == JOBSPEC_ODF_AUTO ? inputs_grid_field(in)
-				  : "tracking.odf_storage",
-			  "the ODF on %d vertices needs %s of GPU memory; with %.1f MiB for the "
-			  "stop map, sphere and tracking, %s fits the job's budget of %.1f MiB: "
-			  "%suse a smaller sphere, crop the volume or raise the budget "
-			  "(gpu_memory_budget)", inputs_sphere(in)->nv, sizes,
-			  (double)(common_bytes(in) + RESIDENT_MIN_WORK_BYTES) / (1 << 20),
-			  requested == JOBSPEC_ODF_AUTO ? "none" : storage_names[requested],
-			  (double)budget / (1 << 20),
-			  inputs_sh(in) ? "track from SH input (tracking.odf_storage \"sh\"), "
-				    : "give SH coefficients (inputs.sh) instead, ");
+	return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG,
+			       requested == JOBSPEC_ODF_AUTO ? inputs_grid_field(in)
+			       : "tracking.odf_storage",
+			       "the ODF on %d vertices needs %s of GPU memory; with %.1f MiB for "
+			       "the stop map, sphere and tracking, %s fits the job's budget of "
+			       "%.1f MiB: %suse a smaller sphere, crop the volume or raise the "
+			       "budget (gpu_memory_budget)", inputs_sphere(in)->nv, sizes,
+			       (double)(common_bytes(in) + RESIDENT_MIN_WORK_BYTES) / (1 << 20),
+			       requested == JOBSPEC_ODF_AUTO ? "none" : storage_names[requested],
+			       (double)budget / (1 << 20),
+			       inputs_sh(in) ? "track from SH input (tracking.odf_storage \"sh\"), "
+			       : "give SH coefficients (inputs.sh) instead, ");
 }
 
 /* The requested storage, or with auto the first of float32, float16 and SH
@@ -154,12 +155,13 @@ static int plan_dwi(const struct gpu_limits *lim, const struct inputs *in,
 			   lim->max_alloc_bytes, ret, err);
 
 	if (r == 0 && fixed + paged_bytes(ret) > budget)
-		r = errbuf_set(err, -E2BIG, "inputs.dwi", "the DWI (%lld volumes used) needs "
-			       "%.1f MiB of GPU memory, and %.1f MiB more for the stop map, sphere, "
-			       "matrices and tracking, over the job's budget of %.1f MiB: crop the "
-			       "volume or raise the budget (gpu_memory_budget)",
-			       (long long)dwi->dim[3], (double)paged_bytes(ret) / (1 << 20),
-			       (double)fixed / (1 << 20), (double)budget / (1 << 20));
+		r = errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, "inputs.dwi",
+				    "the DWI (%lld volumes used) needs %.1f MiB of GPU memory, "
+				    "and %.1f MiB more for the stop map, sphere, matrices and "
+				    "tracking, over the job's budget of %.1f MiB: crop the volume "
+				    "or raise the budget (gpu_memory_budget)",
+				    (long long)dwi->dim[3], (double)paged_bytes(ret) / (1 << 20),
+				    (double)fixed / (1 << 20), (double)budget / (1 << 20));
 	return r;
 }
 

@@ -20,6 +20,23 @@ static json_t *stop_reasons_json(const struct engine_stats *stats)
 	return reasons;
 }
 
+json_t *stats_json_new(const struct engine_stats *stats, json_t *extra)
+{
+	json_t *doc = extra ? json_pack("{s:I, s:I, s:I, s:I, s:I}",
+					"seeds", (json_int_t)stats->seeds,
+					"streamlines", (json_int_t)stats->streamlines,
+					"points", (json_int_t)stats->points,
+					"chunks", (json_int_t)stats->chunks,
+					"batches", (json_int_t)stats->batches) : NULL;
+
+	if (doc && (json_object_update(doc, extra) < 0 || stats_json_add(doc, stats) < 0)) {
+		json_decref(doc);
+		doc = NULL;
+	}
+	json_decref(extra);
+	return doc;
+}
+
 int stats_json_add(json_t *doc, const struct engine_stats *stats)
 {
 	if (json_object_set_new(doc, STOP_REASONS_KEY, stop_reasons_json(stats)) < 0 ||

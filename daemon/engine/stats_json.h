@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stats_json: the members of a run's statistics (engine.h) that the CLI's
- * --stats-json, the API's job result and the spool's job records share, in
- * one JSON shape: "stop_reasons", {"stop_map": N, "outside": N,
+ * stats_json: a run's statistics (engine.h) as JSON. The CLI's --stats-json
+ * and the spool's job records are one statistics object (stats_json_new):
+ * the counts "seeds", "streamlines", "points", "chunks" and "batches", what
+ * that output adds (the CLI: device facts and its timings under "seconds";
+ * the spool: its timings as "load_seconds"... and the grid, which a restart
+ * needs), then the members that the API's job result shares too
+ * (stats_json_add): "stop_reasons", {"stop_map": N, "outside": N,
  * "no_direction": N, "max_steps": N} (streamline ends, keys from
- * proto/stop_reasons.def), and "seeds_without_direction": N.
+ * proto/stop_reasons.def), and "seeds_without_direction": N. The keys of
+ * each output stay as documented and as earlier records hold them.
  *
  * Owns nothing past a call; callable from any thread. Does not log.
  */
@@ -15,6 +20,11 @@
 
 #include "engine/engine.h"
 #include "base/errbuf.h"
+
+/* The statistics object of stats: the counts, the members of extra (an
+ * object: what one output adds; its reference is taken), then the shared
+ * members. NULL when out of memory, extra being NULL included. */
+json_t *stats_json_new(const struct engine_stats *stats, json_t *extra);
 
 /* Adds the shared members of stats to the object doc. Returns 0 or -ENOMEM
  * (doc then holds some of them). */

@@ -99,7 +99,8 @@ static int new_tck(FILE *out, const double affine[4][4], const struct output_opt
 		return errbuf_set(err, -EINVAL, "output.save_seeds",
 				  "TCK seeds go to a separate file, and there is none here");
 	if (opts->with_seeds && seeds_file_header(opts->seeds_file) < 0)
-		return errbuf_set(err, -EIO, "output.path", "cannot write the seeds file");
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output.path",
+				       "cannot write the seeds file");
 	return tck_writer_new(out, affine, opts->tck_properties, ret, err);
 }
 

@@ -138,12 +138,14 @@ int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct e
 		if (__builtin_add_overflow(total, bytes, &total))
 			total = UINT64_MAX;
 		if (total > limit)
-			return errbuf_set(err, -EFBIG, field, "its header declares an image that "
-					  "takes %llu bytes of host memory (voxels x (stored size + "
-					  "4), and for a DWI what the fit derives), %llu with the job's other inputs: over the limit of "
-					  "%llu bytes per job (max_job_host_memory)",
-					  (unsigned long long)bytes, (unsigned long long)total,
-					  (unsigned long long)limit);
+			return errbuf_set_kind(err, ERR_KIND_LIMIT, -EFBIG, field,
+					       "its header declares an image that takes %llu "
+					       "bytes of host memory (voxels x (stored size + 4), "
+					       "and for a DWI what the fit derives), %llu with the "
+					       "job's other inputs: over the limit of %llu bytes "
+					       "per job (max_job_host_memory)",
+					       (unsigned long long)bytes, (unsigned long long)total,
+					       (unsigned long long)limit);
 	}
 	return 0;
 }

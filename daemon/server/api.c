@@ -449,23 +449,31 @@ static json_t *iso_time(time_t t)
 	return json_string(buf);
 }
 
-/* Which API error a failed job's errno stands for. */
+/* Which API error a failed job's error stands for: the job's own input is
+ * the client's to fix; the server's memory, device and files, and failures
+ * not tied to the job, are "internal". */
 static enum api_error job_error_kind(const struct job_info *info)
 {
-	if (info->error_code == -E2BIG)
+	switch (errbuf_kind(&info->error, info->error_code)) {
+	case ERR_KIND_INPUT:
+		return ERR_INVALID_INPUT;
+	case ERR_KIND_TOO_LARGE:
 		return ERR_TOO_LARGE_FOR_DEVICE;
-	if (info->error_code == -EFBIG)   /* max_job_host_memory, when the job starts */
+	case ERR_KIND_LIMIT:   /* max_job_host_memory, when the job starts */
 		return ERR_LIMIT_EXCEEDED;
-	if (info->error_code == -ESHUTDOWN)
-		return ERR_SHUTTING_DOWN;
-	if (info->error_code == -EINTR)
-		return ERR_INTERRUPTED;
-	if (info->error_code == -ENOSPC && strcmp(info->error.field, "output") == 0)
+	case ERR_KIND_STORAGE:
 		return ERR_INSUFFICIENT_STORAGE;
-	if (strcmp(info->error.field, "device") == 0 || info->error_code == -ENOMEM ||
-	    strncmp(info->error.field, "output", 6) == 0 || info->error.field[0] == '\0')
-		return ERR_INTERNAL;
-	return ERR_INVALID_INPUT;
+	case ERR_KIND_SHUTDOWN:
+		return ERR_SHUTTING_DOWN;
+	case ERR_KIND_INTERRUPTED:
+		return ERR_INTERRUPTED;
+	case ERR_KIND_UNTIED:
+	case ERR_KIND_MEMORY:
+	case ERR_KIND_DEVICE:
+	case ERR_KIND_OUTPUT:
+		break;
+	}
+	return ERR_INTERNAL;
 }
 
 /* What a client is told of a failed job: its error, with the store's
@@ -913,9 +921,31 @@ static enum api_error check_host_memory(struct api *api, const struct jobspec *s
 {
 	int r = inputs_check_host_memory(spec, api->cfg.max_job_host_memory, err);
 
-	if (r == -EFBIG)
-		return ERR_LIMIT_EXCEEDED;
-	return r < 0 ? ERR_INVALID_INPUT : 0;
+	if (r == 0)
+		return 0;
+	return errbuf_kind(err, r) == ERR_KIND_LIMIT ? ERR_LIMIT_EXCEEDED : ERR_INVALID_INPUT;
+}
+
+/* Which API error a job document that jobspec_parse refused stands for:
+ * the parser ties every error past the document's JSON syntax to a field. */
+static enum api_error parse_error_kind(int r, const struct errbuf *err)
+{
+	switch (errbuf_kind(err, r)) {
+	case ERR_KIND_UNTIED:
+		return ERR_MALFORMED_JSON;
+	case ERR_KIND_MEMORY:
+		return ERR_INTERNAL;
+	case ERR_KIND_INPUT:
+	case ERR_KIND_DEVICE:
+	case ERR_KIND_TOO_LARGE:
+	case ERR_KIND_LIMIT:
+	case ERR_KIND_OUTPUT:
+	case ERR_KIND_STORAGE:
+	case ERR_KIND_SHUTDOWN:
+	case ERR_KIND_INTERRUPTED:
+		break;
+	}
+	return ERR_INVALID_PARAMETER;
 }
 
 static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
@@ -943,8 +973,7 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 				    "NUL byte");
 	r = jobspec_parse(req->body ? req->body : "", req->body_len, NULL, &spec, &err);
 	if (r < 0)
-		return answer_error(api, conn, r == -ENOMEM ? ERR_INTERNAL : err.field[0] ?
-				    ERR_INVALID_PARAMETER : ERR_MALFORMED_JSON, err.field, "%s",
+		return answer_error(api, conn, parse_error_kind(r, &err), err.field, "%s",
 				    err.message);
 	if (spec.output_path) {
 		jobspec_free(&spec);

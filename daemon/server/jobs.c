@@ -592,15 +592,15 @@ static bool spool_is_full(const struct jobs *jobs)
  * error "insufficient_storage" (field "output"), whatever the writer said. */
 static int check_spool_full(struct jobs *jobs, int r, int write_errno, struct errbuf *err)
 {
-	/* By field, not code: the GPU reports its own memory running out as -ENOSPC. */
-	bool output = strncmp(err->field, "output", 6) == 0;
+	/* By kind, not code: the GPU reports its own memory running out as -ENOSPC. */
+	bool output = err->kind == ERR_KIND_OUTPUT;
 
 	if (r >= 0 || r == -ECANCELED || !output ||
 	    !(write_errno == ENOSPC || write_errno == EDQUOT || spool_is_full(jobs)))
 		return r;
-	return errbuf_set(err, -ENOSPC, "output", "the result spool is full (no space left in "
-			  "the state_dir): the partial result was removed; submit the job again "
-			  "once space is freed");
+	return errbuf_set_kind(err, ERR_KIND_STORAGE, -ENOSPC, "output", "the result spool is "
+			       "full (no space left in the state_dir): the partial result was "
+			       "removed; submit the job again once space is freed");
 }
 
 static int run_job(struct jobs *jobs, struct job *job, struct engine_stats *stats,
@@ -614,15 +614,17 @@ static int run_job(struct jobs *jobs, struct job *job, struct engine_stats *stat
 	out = fopen(path, "w+b");
 	if (!out) {
 		int e = errno;
-		r = errbuf_set(err, -e, "output", "cannot create %s: %s", path, strerror(e));
+		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -e, "output", "cannot create %s: %s",
+				    path, strerror(e));
 		return check_spool_full(jobs, r, e, err);
 	}
 	r = track_job(jobs, job, out, stats, err);
 	/* The result reaches the disk before the record that says it is done. */
 	if (r == 0 && (fflush(out) != 0 || fsync(fileno(out)) != 0))
-		r = errbuf_set(err, -EIO, "output", "cannot write %s: %s", path, strerror(errno));
+		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output", "cannot write %s: %s",
+				    path, strerror(errno));
 	if (fclose(out) != 0 && r == 0)
-		r = errbuf_set(err, -EIO, "output", "cannot write %s", path);
+		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output", "cannot write %s", path);
 	return check_spool_full(jobs, r, 0, err);
 }
 
@@ -649,9 +651,9 @@ static void fail_interrupted(struct job *job, bool was_running)
 	job->info.finished = time(NULL);
 	job->info.stage = NULL;
 	job->info.error_code = -EINTR;
-	errbuf_set(&job->info.error, -EINTR, "", was_running
-		   ? "interrupted: the daemon stopped while the job was running; submit it again"
-		   : "interrupted: the daemon stopped before the job ran; submit it again");
+	errbuf_set_kind(&job->info.error, ERR_KIND_INTERRUPTED, -EINTR, "", "interrupted: the "
+			"daemon stopped %s; submit it again", was_running
+			? "while the job was running" : "before the job ran");
 }
 
 static void finish_job(struct jobs *jobs, struct job *job, int r, const struct engine_stats *stats,
@@ -866,8 +868,9 @@ static void *worker_main(void *arg)
 		log_info("job=%s started owner=%s", job->info.id, job->info.owner);
 		reopen_gpu_if_lost(jobs);
 		r = jobs->n_gpus ? run_job(jobs, job, &stats, &err)
-			      : errbuf_set(&err, -ENODEV, "device", "the GPU is unavailable (it was "
-					   "lost and could not be opened again)");
+			      : errbuf_set_kind(&err, ERR_KIND_DEVICE, -ENODEV, "device",
+						"the GPU is unavailable (it was lost and could "
+						"not be opened again)");
 		finish_job(jobs, job, r, &stats, &err);
 		reopen_gpu_if_lost(jobs);
 		pthread_mutex_lock(&jobs->lock);
@@ -1000,7 +1003,8 @@ void jobs_stop(struct jobs *jobs)
 			job->info.state = JOB_FAILED;
 			job->info.finished = time(NULL);
 			job->info.error_code = -ESHUTDOWN;
-			errbuf_set(&job->info.error, -ESHUTDOWN, "", "the daemon stopped before the job ran");
+			errbuf_set_kind(&job->info.error, ERR_KIND_SHUTDOWN, -ESHUTDOWN, "",
+					"the daemon stopped before the job ran");
 			save_record(jobs, job);
 		}
 	}

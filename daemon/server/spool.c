@@ -60,27 +60,24 @@ static bool valid_job_id(const char *id, size_t len)
 
 /* ---- writing -------------------------------------------------------------- */
 
+/* The record's own members of the statistics: the timings (each its own
+ * key, as records have held them) and the grid that conversions use. */
 static json_t *stats_json(const struct engine_stats *s)
 {
 	json_t *dim = json_array(), *affine = json_array();
-	json_t *doc;
 
 	for (int i = 0; dim && i < 3; i++)
 		json_array_append_new(dim, json_integer(s->grid_dim[i]));
 	for (int i = 0; affine && i < 16; i++)
 		json_array_append_new(affine, json_real(s->grid_affine[i / 4][i % 4]));
-	doc = json_pack("{s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}",
-			"seeds", (json_int_t)s->seeds, "streamlines", (json_int_t)s->streamlines,
-			"points", (json_int_t)s->points, "chunks", (json_int_t)s->chunks,
-			"batches", (json_int_t)s->batches, "load_seconds", s->load_seconds,
-			"upload_seconds", s->upload_seconds, "compile_seconds", s->compile_seconds,
-			"track_seconds", s->track_seconds, "kernel_seconds", s->kernel_seconds,
-			"write_seconds", s->write_seconds, "grid_dim", dim, "grid_affine", affine);
-	if (doc && stats_json_add(doc, s) < 0) {
-		json_decref(doc);
-		return NULL;
-	}
-	return doc;
+	return stats_json_new(s, json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}",
+					   "load_seconds", s->load_seconds,
+					   "upload_seconds", s->upload_seconds,
+					   "compile_seconds", s->compile_seconds,
+					   "track_seconds", s->track_seconds,
+					   "kernel_seconds", s->kernel_seconds,
+					   "write_seconds", s->write_seconds,
+					   "grid_dim", dim, "grid_affine", affine));
 }
 
 /* A JSON string of text. Error messages quote what clients sent, cut to
@@ -111,7 +108,8 @@ static json_t *record_json(const struct job_info *info)
 {
 	char result[JOB_ID_LEN + sizeof(RESULT_EXT)];
 	json_t *error = info->state == JOB_FAILED
-		? json_pack("{s:i, s:o, s:o}", "errno", info->error_code, "field",
+		? json_pack("{s:i, s:s, s:o, s:o}", "errno", info->error_code, "kind",
+			    errbuf_kind_name(info->error.kind), "field",
 			    text_json(info->error.field), "message", text_json(info->error.message))
 		: json_null();
 
@@ -286,9 +284,28 @@ static void copy_utf8(char *dst, size_t len, const char *src)
 	dst[n] = '\0';
 }
 
+/* The kind of a failure recorded before records held kinds: the one that
+ * gives the answer the API derived from its errno and field then. */
+static enum err_kind unrecorded_kind(int code, const char *field)
+{
+	switch (code) {
+	case -E2BIG: return ERR_KIND_TOO_LARGE;
+	case -EFBIG: return ERR_KIND_LIMIT;
+	case -ESHUTDOWN: return ERR_KIND_SHUTDOWN;
+	case -EINTR: return ERR_KIND_INTERRUPTED;
+	}
+	if (code == -ENOSPC && strcmp(field, "output") == 0)
+		return ERR_KIND_STORAGE;
+	if (strcmp(field, "device") == 0)
+		return ERR_KIND_DEVICE;
+	if (strncmp(field, "output", 6) == 0)
+		return ERR_KIND_OUTPUT;
+	return field[0] ? ERR_KIND_INPUT : ERR_KIND_UNTIED;
+}
+
 static int parse_error(json_t *doc, struct job_info *info, struct errbuf *err)
 {
-	const char *field, *message;
+	const char *field, *message, *kind = NULL;
 	json_error_t je;
 	int code;
 
@@ -298,11 +315,15 @@ static int parse_error(json_t *doc, struct job_info *info, struct errbuf *err)
 	/* Only failed jobs have one (and only theirs is written back). */
 	if (info->state != JOB_FAILED)
 		return errbuf_set(err, -EINVAL, "error", "an error on a job that did not fail");
-	if (json_unpack_ex(doc, &je, 0, "{s:i, s:s, s:s}", "errno", &code, "field", &field,
-			   "message", &message) < 0)
+	if (json_unpack_ex(doc, &je, 0, "{s:i, s?s, s:s, s:s}", "errno", &code, "kind", &kind,
+			   "field", &field, "message", &message) < 0)
 		return errbuf_set(err, -EINVAL, "error", "%s", je.text);
 	if (code >= 0)
 		return errbuf_set(err, -EINVAL, "error.errno", "not a negative errno");
+	if (!kind)
+		info->error.kind = unrecorded_kind(code, field);
+	else if (errbuf_kind_from_name(kind, &info->error.kind) < 0)
+		return errbuf_set(err, -EINVAL, "error.kind", "unknown kind '%.40s'", kind);
 	info->error_code = code;
 	copy_utf8(info->error.field, sizeof(info->error.field), field);
 	copy_utf8(info->error.message, sizeof(info->error.message), message);

@@ -4,8 +4,9 @@
  * daemon process.
  *
  * Owns the files <spool>/<id>.job: one JSON document per job (its id, state,
- * timestamps, progress, statistics, error, the name and size of its result
- * file and the job document as submitted). A record is written whole to a
+ * timestamps, progress, statistics, error (errno, kind, field, message;
+ * records written before kinds read as the kind their errno and field gave),
+ * the name and size of its result file and the job document as submitted). A record is written whole to a
  * temporary file, synced and renamed over the old one, so a crash leaves
  * either the old record or the new one, never a mix. Also owns the cleaning
  * of the spool at start: temporary files of an earlier run (records being

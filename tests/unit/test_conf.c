@@ -267,7 +267,7 @@ static void test_good_values(void **state)
 	(void)state;
 	conf_defaults(&c);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct errbuf err = { "", "" };
+		struct errbuf err = { 0 };
 
 		if (conf_set(&c, cases[i].key, cases[i].value, &err) != 0)
 			fail_msg("%s = '%s' refused: %s", cases[i].key, cases[i].value,
@@ -384,7 +384,7 @@ static void test_bad_values(void **state)
 	conf_defaults(&c);
 	before = c;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct errbuf err = { "", "" };
+		struct errbuf err = { 0 };
 		int rc = conf_set(&c, cases[i].key, cases[i].value, &err);
 
 		if (rc != -EINVAL || strcmp(err.field, cases[i].key) ||
@@ -466,7 +466,7 @@ static void test_file_errors(void **state)
 	conf_defaults(&c);
 	before = c;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct errbuf err = { "", "" };
+		struct errbuf err = { 0 };
 		const char *path = write_conf(cases[i].text, cases[i].len);
 		char expect[600];
 

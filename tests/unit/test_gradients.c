@@ -97,7 +97,7 @@ static void assert_good_table(const struct gradients *g)
 static void load_good(const char *bvals, const char *bvecs)
 {
 	struct gradients g;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 
 	write_text(bvals_path, bvals);
 	write_text(bvecs_path, bvecs);
@@ -142,7 +142,7 @@ static void test_transposed_layout(void **state)
 static void test_from_arrays(void **state)
 {
 	struct gradients g;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	double bvals[N_GOOD];
 
 	(void)state;
@@ -168,7 +168,7 @@ static void expect_rejected(const char *bvals, const char *bvecs, int64_t n_volu
 			    int code, const char *field, const char *words)
 {
 	struct gradients g;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 
 	write_text(bvals_path, bvals);
 	write_text(bvecs_path, bvecs);
@@ -219,7 +219,7 @@ static void test_errors_never_quote_the_file(void **state)
 	write_text(bvals_path, "token: s3cr3t-value\n");
 	{
 		struct gradients g;
-		struct errbuf err = { "", "" };
+		struct errbuf err = { 0 };
 		assert_int_equal(gradients_load(bvals_path, bvecs_path, N_GOOD, FIELD_BVALS,
 						FIELD_BVECS, &g, &err), -EINVAL);
 		assert_null(strstr(err.message, "s3cr3t"));
@@ -232,7 +232,7 @@ static void test_fifo_refused_without_blocking(void **state)
 {
 	char fifo[600];
 	struct gradients g;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 
 	(void)state;
 	snprintf(fifo, sizeof(fifo), "%s/fifo.bval", tmpdir);
@@ -276,7 +276,7 @@ static void test_rejects_unusable_tables(void **state)
 static void test_rejects_bad_files(void **state)
 {
 	struct gradients g;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	char missing[96];
 	size_t big = (1 << 20) + 1;
 	char *spaces = malloc(big);

@@ -207,6 +207,25 @@ static void test_remove(void **state)
 	spool_records_free(recs, n);
 }
 
+/* The kind of a failure comes back with it: the API's answer depends on it. */
+static void test_failed_job_keeps_its_kind(void **state)
+{
+	struct fixture *f = *state;
+	struct job_info info = done_job("j-00000000000000b3", 1000);
+	struct spool_record *recs;
+	size_t n;
+
+	info.state = JOB_FAILED;
+	info.error_code = -ENOSPC;
+	errbuf_set_kind(&info.error, ERR_KIND_STORAGE, -ENOSPC, "output", "the spool is full");
+	assert_int_equal(spool_record_write(f->dir, &info, NULL, NULL), 0);
+	assert_int_equal(spool_load(f->dir, &recs, &n, NULL), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(recs[0].info.error.kind, ERR_KIND_STORAGE);
+	assert_string_equal(recs[0].info.error.field, "output");
+	spool_records_free(recs, n);
+}
+
 #define VALID_RECORD \
 	"{\"tractd_job\":1,\"id\":\"j-0000000000000001\",\"owner\":\"alice\"," \
 	"\"status\":\"done\"," \
@@ -270,6 +289,58 @@ static void test_parse_refuses(void **state)
 					 "\"grid_dim\"", NULL), -EINVAL);
 }
 
+/* The kind of VALID_RECORD failed with error, as parsed. */
+static enum err_kind kind_of(const char *error)
+{
+	const char *valid = VALID_RECORD;
+	char text[2048], failed[2048];
+	const char *at = strstr(valid, "\"error\":null");
+	struct spool_record rec = { 0 };
+	const char *status;
+
+	snprintf(text, sizeof(text), "%.*s\"error\":%s%s", (int)(at - valid), valid, error,
+		 at + strlen("\"error\":null"));
+	status = strstr(text, "\"done\"");
+	snprintf(failed, sizeof(failed), "%.*s\"failed\"%s", (int)(status - text), text,
+		 status + strlen("\"done\""));
+	assert_int_equal(spool_record_parse(failed, strlen(failed), NULL, &rec, NULL), 0);
+	free(rec.spec_json);
+	return rec.info.error.kind;
+}
+
+/* A record that names its kind gives it; one written before kinds gives the
+ * kind that leads to the answer its errno and field led to then. */
+static void test_error_kinds_of_records(void **state)
+{
+	(void)state;
+	assert_int_equal(kind_of("{\"errno\":-28,\"kind\":\"storage\",\"field\":\"output\","
+				 "\"message\":\"m\"}"), ERR_KIND_STORAGE);
+	assert_int_equal(kind_of("{\"errno\":-22,\"kind\":\"input\",\"field\":\"\","
+				 "\"message\":\"m\"}"), ERR_KIND_INPUT);
+	assert_int_equal(kind_of("{\"errno\":-7,\"field\":\"device\",\"message\":\"m\"}"),
+			 ERR_KIND_TOO_LARGE);
+	assert_int_equal(kind_of("{\"errno\":-27,\"field\":\"inputs.dwi\",\"message\":\"m\"}"),
+			 ERR_KIND_LIMIT);
+	assert_int_equal(kind_of("{\"errno\":-108,\"field\":\"\",\"message\":\"m\"}"),
+			 ERR_KIND_SHUTDOWN);
+	assert_int_equal(kind_of("{\"errno\":-4,\"field\":\"\",\"message\":\"m\"}"),
+			 ERR_KIND_INTERRUPTED);
+	assert_int_equal(kind_of("{\"errno\":-28,\"field\":\"output\",\"message\":\"m\"}"),
+			 ERR_KIND_STORAGE);
+	assert_int_equal(kind_of("{\"errno\":-28,\"field\":\"device\",\"message\":\"m\"}"),
+			 ERR_KIND_DEVICE);
+	assert_int_equal(kind_of("{\"errno\":-5,\"field\":\"output.path\","
+				 "\"message\":\"m\"}"), ERR_KIND_OUTPUT);
+	assert_int_equal(kind_of("{\"errno\":-22,\"field\":\"seeds.count\",\"message\":\"m\"}"),
+			 ERR_KIND_INPUT);
+	assert_int_equal(kind_of("{\"errno\":-5,\"field\":\"\",\"message\":\"m\"}"),
+			 ERR_KIND_UNTIED);
+	/* An unknown kind is refused like any malformed member. */
+	assert_int_equal(parse_replacing("\"error\":null", "\"error\":{\"errno\":-4,"
+					 "\"kind\":\"gpu\",\"field\":\"\",\"message\":\"m\"}",
+					 NULL), -EINVAL);
+}
+
 /* A record of a daemon that did not count stop reasons reads them as 0. */
 static void test_record_without_stop_reasons(void **state)
 {
@@ -291,9 +362,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_running_job_keeps_its_document, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_failed_job_keeps_its_error, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_failed_job_keeps_its_kind, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_load_cleans_and_skips, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
 		cmocka_unit_test(test_parse_refuses),
+		cmocka_unit_test(test_error_kinds_of_records),
 		cmocka_unit_test(test_record_without_stop_reasons),
 	};
 

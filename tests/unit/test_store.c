@@ -220,7 +220,7 @@ static void test_unsupported(void **state)
 	};
 	struct fixture *f = *state;
 	struct store_entry e;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		int rc = upload(f->store, cases[i].bytes, cases[i].len, 7, &e, &err);

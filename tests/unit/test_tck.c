@@ -332,7 +332,7 @@ static void test_rejects_non_finite_affine(void **state)
 {
 	double bad[4][4];
 	struct tck_writer *w = NULL;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	FILE *f = tmpfile();
 
 	(void)state;
@@ -355,7 +355,7 @@ static void test_write_errors(void **state)
 	char path[] = "/tmp/test_tck_readonlyXXXXXX";
 	int fd = mkstemp(path);
 	struct tck_writer *w = NULL;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	float *p = make_points(30000, 0.0f);
 	FILE *ro, *full = fopen("/dev/full", "w");
 

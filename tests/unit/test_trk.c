@@ -114,7 +114,7 @@ static void test_header_rejects(void **state)
 	const int64_t zero[3] = { 10, 0, 30 };
 	double flat[4][4];
 	unsigned char h[TRK_HEADER_SIZE];
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 
 	(void)state;
 	assert_int_equal(trk_header_fill(h, too_big, lps, 0, &err), -EINVAL);
@@ -267,7 +267,7 @@ static void test_write_errors(void **state)
 	char path[] = "/tmp/test_trk_readonlyXXXXXX";
 	int fd = mkstemp(path);
 	struct trk_writer *w = NULL;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	float *p = make_points(30000, 0.0f);
 	FILE *ro, *full = fopen("/dev/full", "w");
 

@@ -69,7 +69,7 @@ static void assert_affine(const struct volume *v, const double expected[4][4], d
 static void expect_rejected(const char *name, int code, const char *words)
 {
 	struct volume v;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	const char *path = fixture(name);
 
 	memset(&v, 0xab, sizeof(v));
@@ -91,7 +91,7 @@ static void test_datatypes_with_scaling(void **state)
 	for (size_t n = 0; n < sizeof(types) / sizeof(types[0]); n++) {
 		char name[64];
 		struct volume v;
-		struct errbuf err = { "", "" };
+		struct errbuf err = { 0 };
 		int is_signed = strncmp(types[n], "uint", 4) != 0;
 
 		snprintf(name, sizeof(name), "dtype_%s.nii", types[n]);
@@ -313,7 +313,7 @@ static void test_first_non_finite_reported(void **state)
 	const float bad[] = { 4, 2, 3, 65, NAN, 0, 0, 0, 66, INFINITY, 3, 1, 2, 40, -INFINITY,
 			      1, 2, 3, 40, NAN, -1 };
 	char dir[] = "/tmp/test_volume_badXXXXXX", path[128];
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	struct volume v;
 
 	(void)state;
@@ -339,7 +339,7 @@ static void test_truncated_in_later_block(void **state)
 	save_blocks(path, NULL);
 	assert_int_equal(truncate(path, 352 + 5 * 3 * 4 * 4 * 50), 0);
 	{
-		struct errbuf err = { "", "" };
+		struct errbuf err = { 0 };
 		struct volume v;
 		assert_int_equal(volume_load(path, FIELD, &v, &err), -EIO);
 		assert_non_null(strstr(err.message, "truncated"));
@@ -350,7 +350,7 @@ static void test_truncated_in_later_block(void **state)
 static void test_garbage_header_rejected(void **state)
 {
 	char path[] = "/tmp/test_volume_garbageXXXXXX.nii";
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	struct volume v;
 	unsigned char junk[400];
 	int fd = mkstemps(path, 4);
@@ -402,7 +402,7 @@ static void round_trip(const char *path, double affine_tol)
 	};
 	const int64_t dim[4] = { 5, 4, 3, 6 };
 	struct volume v, back;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 
 	assert_int_equal(volume_alloc(&v, dim, 1.0), 0);
 	memcpy(v.affine, oblique, sizeof(oblique));
@@ -445,7 +445,7 @@ static void test_only_the_named_file_is_read(void **state)
 {
 	char dir[] = "/tmp/test_volume_namesXXXXXX", path[600];
 	struct volume v;
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	unsigned char hdr[352] = { 0 };
 	int32_t size = 348;
 	FILE *f;
@@ -532,7 +532,7 @@ static void test_save_errors(void **state)
 {
 	const int64_t dim[4] = { 2, 2, 2, 1 };
 	const int64_t too_wide[4] = { 32768, 1, 1, 1 };
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	struct volume v;
 
 	(void)state;
@@ -648,7 +648,7 @@ static void test_host_bytes(void **state)
 /* The probe reads the header only: the stored size from the datatype. */
 static void test_probe(void **state)
 {
-	struct errbuf err = { "", "" };
+	struct errbuf err = { 0 };
 	int64_t dim[4] = { 0 };
 	size_t stored = 0;
 
