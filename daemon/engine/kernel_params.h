@@ -81,7 +81,6 @@ _Static_assert(sizeof(struct kernel_params) == 128, "must match shaders/common.g
  * (GETTER_WORDS: none for prob and boot, which draw afresh at each step; for
  * ptt two arcs, ptt_track.comp's Arc: frame t, n, b, k, first, resample, and
  * whether the streamline started). */
-#define RESUME_STATUS_WORDS 1u
 #define RESUME_WALK_WORDS 11u
 #define PTT_ARC_WORDS 13u
 #define PTT_GETTER_WORDS (2u * PTT_ARC_WORDS + 1u)
