@@ -55,14 +55,14 @@ bool interpolate_signal(vec3 p, out float b0_mean)
 	uint sg = gl_SubgroupID;
 	Corners c;
 	b0_mean = 1.0;
-	if (!corners_at(p, pc.dim.xyz, c))
+	if (!corners_at(p, pc.dim, c))
 		return false;
 	PageSpot spots[8];
 	[[unroll]] for (int q = 0; q < 8; q++)
 		spots[q] = PAGE_SPOT(dwi, c.voxel[q]);
 	float b0_sum = 0.0;
 	for (uint t = gl_SubgroupInvocationID; t < NB0; t += SG)
-		b0_sum += max(interpolate_volume(c, spots, t), pc.peak.z);
+		b0_sum += max(interpolate_volume(c, spots, t), pc.min_signal);
 	b0_mean = subgroupAdd(b0_sum) / float(NB0);
 	for (uint j = gl_SubgroupInvocationID; j < HR; j += SG)
 		s_signal[sg][j] = interpolate_volume(c, spots, NB0 + j);
@@ -86,7 +86,7 @@ float row_dot(uint row, bool residuals)
 uint residual_index(uvec4 counter, uint j)
 {
 	counter.w += (j >> 2) << 16;
-	uvec4 block = philox4x32_10(counter, pc.rng.xy);
+	uvec4 block = philox4x32_10(counter, pc.philox_key);
 	uvec2 pair = (j & 2u) != 0u ? block.zw : block.xy;
 	uint word = (j & 1u) != 0u ? pair.y : pair.x;
 	uint hi, lo;
@@ -118,7 +118,7 @@ void resample(float b0_mean, uvec4 counter)
 	sync_subgroup();
 	for (uint j = gl_SubgroupInvocationID; j < HR; j += SG) {
 		float drawn = s_signal[sg][j] + s_res[sg][residual_index(counter, j)] - r_mean;
-		s_signal[sg][j] = max(drawn, pc.peak.z) / b0_mean;
+		s_signal[sg][j] = max(drawn, pc.min_signal) / b0_mean;
 	}
 	subgroupBarrier();   // s_res is rewritten by fit_model
 }

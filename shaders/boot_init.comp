@@ -33,9 +33,9 @@ layout(std430, binding = 3) readonly buffer Matrices { float matrices[]; };
 void main()
 {
 	uint item = item_index();
-	if (item >= pc.work.x + pc.work.y)
+	if (item >= pc.first_item + pc.item_count)
 		return;
-	uvec4 counter = uvec4(0, pc.rng.z + item, 0, PHILOX_STREAM_BOOT);
+	uvec4 counter = uvec4(0, pc.first_seed + item, 0, PHILOX_STREAM_BOOT);
 	sample_boot_pmf(seed_point(item), counter);
 	store_peaks(item, find_peaks());
 }

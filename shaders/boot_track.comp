@@ -68,7 +68,7 @@ bool closest_peak(inout vec3 dir)
 		}
 	}
 	float top = subgroupMax(best);
-	if (top == 0.0 || top < pc.track.y)
+	if (top == 0.0 || top < pc.cos_max_angle)
 		return false;
 	uint first_rank = subgroupMin(best == top ? best_rank : 0xffffffffu);
 	vec3 v = vertex(subgroupMin(best_rank == first_rank ? best_j : 0xffffffffu));
@@ -78,7 +78,7 @@ bool closest_peak(inout vec3 dir)
 
 bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 {
-	for (uint attempt = 0; attempt < pc.work.w; attempt++) {
+	for (uint attempt = 0; attempt < pc.max_attempts; attempt++) {
 		counter.w = PHILOX_STREAM_BOOT | (attempt << 8);
 		sample_boot_pmf(p, counter);
 		if (find_peaks() > 0)
@@ -90,18 +90,11 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 // The bootstrap ODF is sampled at the point; the step goes one step_size ahead.
 float getter_reach()
 {
-	return pc.track.x;
+	return pc.step_size;
 }
 
 void prepare_workgroup()
 {
 }
-
-// Each step's bootstrap samples are drawn afresh: no state across steps.
-const uint GETTER_WORDS = 0u;
-void getter_mark() {}
-void getter_rewind() {}
-void getter_save(uint at) {}
-void getter_load(uint at) {}
 
 #include "track.glsl"

@@ -19,24 +19,39 @@
 
 layout(local_size_x = SG * ITEMS) in;
 
-// Mirrored by daemon/engine/kernel_params.h.
+// Mirrored by daemon/engine/kernel_params.h, which checks every offset.
 layout(push_constant, std430) uniform Params {
-	ivec4 dim;    // nx, ny, nz, loop count of loop_limit_reached (track.glsl)
-	vec4 track;   // step_size, cos(max_angle), pmf_threshold, fa_threshold
-	vec4 peak;    // relative_peak_threshold, cos(min_separation_angle), min_signal (boot), 0
-	uvec4 rng;    // Philox key (x, y), global index of the chunk's first seed, resuming (track.glsl)
-	uvec4 work;   // first item, item count, max_steps, max_attempts (boot)
-	vec4 metric0; // A^T A of the affine: 00 01 02 11
-	vec4 metric1; // 12 22, unused
-	vec4 ptt;     // ptt: max_curvature, probe step length, probe_radius, unused
+	ivec3 dim;                      // nx, ny, nz
+	int loop_count;                 // of loop_limit_reached (track.glsl)
+	float step_size;                // voxels
+	float cos_max_angle;
+	float pmf_threshold;
+	float fa_threshold;
+	float relative_peak_threshold;
+	float cos_min_separation_angle;
+	float min_signal;               // boot
+	float unused0;
+	uvec2 philox_key;
+	uint first_seed;                // global index of the chunk's first seed
+	uint resuming;                  // 1: resume the suspended streamlines (track.glsl)
+	uint first_item;
+	uint item_count;
+	uint max_steps;
+	uint max_attempts;              // boot
+	float metric[6];                // A^T A of the affine: 00 01 02 11 12 22
+	float unused1[2];
+	float max_curvature;            // ptt: 1/voxel
+	float probe_step;               // ptt: voxels between probe points
+	float probe_radius;             // ptt: voxels
+	float unused2;
 } pc;
 
 // Length in mm of a step d given in voxels (exact for any affine).
 float step_mm(vec3 d)
 {
-	vec3 g = vec3(pc.metric0.x * d.x + pc.metric0.y * d.y + pc.metric0.z * d.z,
-		      pc.metric0.y * d.x + pc.metric0.w * d.y + pc.metric1.x * d.z,
-		      pc.metric0.z * d.x + pc.metric1.x * d.y + pc.metric1.y * d.z);
+	vec3 g = vec3(pc.metric[0] * d.x + pc.metric[1] * d.y + pc.metric[2] * d.z,
+		      pc.metric[1] * d.x + pc.metric[3] * d.y + pc.metric[4] * d.z,
+		      pc.metric[2] * d.x + pc.metric[4] * d.y + pc.metric[5] * d.z);
 	return sqrt(dot(d, g));
 }
 
@@ -52,7 +67,7 @@ float step_mm(vec3 d)
 // for the idle subgroups of the last workgroup.
 uint item_index()
 {
-	return pc.work.x + gl_WorkGroupID.x * ITEMS + gl_SubgroupID;
+	return pc.first_item + gl_WorkGroupID.x * ITEMS + gl_SubgroupID;
 }
 
 float axis_cos(vec3 a, vec3 b)

@@ -20,7 +20,7 @@ layout(std430, binding = 3) writeonly buffer Packed { float packed[]; };
 void main()
 {
 	uint item = item_index();
-	if (item >= pc.work.x + pc.work.y || dest[item] == 0xffffffffu)
+	if (item >= pc.first_item + pc.item_count || dest[item] == 0xffffffffu)
 		return;
 	uint src = 3 * ranges[4 * item];
 	uint dst = 3 * dest[item];

@@ -74,7 +74,8 @@ bool separated_from_peaks(vec3 v)
 	bool separated = true;
 	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG)
 		if (is_peak(s_cand[sg][j]))
-			separated = separated && axis_cos(v, vertex(j)) <= pc.peak.y;
+			separated = separated &&
+				    axis_cos(v, vertex(j)) <= pc.cos_min_separation_angle;
 	return subgroupAll(separated);
 }
 
@@ -117,5 +118,5 @@ uint find_peaks()
 	float top = mark_candidates();
 	if (top < 0.0)
 		return 0;
-	return select_peaks(pc.peak.x * top);
+	return select_peaks(pc.relative_peak_threshold * top);
 }

@@ -16,7 +16,7 @@ shared float s_pmf[ITEMS][NV];
 // maximum, DIPY's absolute_pmf_threshold), given this lane's maximum.
 float pmf_floor(float lane_max)
 {
-	return pc.track.z * subgroupMax(lane_max);
+	return pc.pmf_threshold * subgroupMax(lane_max);
 }
 
 // Zeroes this lane's entries below floor_value.

@@ -32,11 +32,11 @@ layout(std430, binding = 3) readonly buffer Nbr { int nbr[]; };
 void main()
 {
 	uint item = item_index();
-	if (item >= pc.work.x + pc.work.y)
+	if (item >= pc.first_item + pc.item_count)
 		return;
 	Corners c;
 	uint n = 0;
-	if (corners_at(seed_point(item), pc.dim.xyz, c)) {
+	if (corners_at(seed_point(item), pc.dim, c)) {
 		zero_below(pmf_floor(pmf_from_odf(c)));
 		n = find_peaks();
 	}

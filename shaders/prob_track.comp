@@ -54,7 +54,7 @@ float cone_cdf(vec3 dir, float floor_value, out int last_nonzero)
 		float v = 0.0;
 		if (j < NV) {
 			v = s_pmf[sg][j];
-			if (v < floor_value || axis_cos(vertex(j), dir) < pc.track.y)
+			if (v < floor_value || axis_cos(vertex(j), dir) < pc.cos_max_angle)
 				v = 0.0;
 		}
 		float cdf = running + subgroupInclusiveAdd(v);
@@ -88,7 +88,7 @@ int first_above(float x, int fallback)
 bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 {
 	Corners c;
-	if (!corners_at(p, pc.dim.xyz, c))
+	if (!corners_at(p, pc.dim, c))
 		return false;
 	float floor_value = pmf_floor(pmf_from_odf(c));
 	int last_nonzero;
@@ -96,7 +96,7 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 	if (total <= 0.0)
 		return false;
 	counter.w = PHILOX_STREAM_PROB;
-	float x = philox_uniform(philox4x32_10(counter, pc.rng.xy).x) * total;
+	float x = philox_uniform(philox4x32_10(counter, pc.philox_key).x) * total;
 	// x < total always holds in exact arithmetic; rounding can break it.
 	vec3 v = vertex(first_above(x, last_nonzero));
 	dir = dot(v, dir) > 0.0 ? v : -v;
@@ -106,18 +106,11 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 // The PMF is sampled at the point; the step goes one step_size ahead.
 float getter_reach()
 {
-	return pc.track.x;
+	return pc.step_size;
 }
 
 void prepare_workgroup()
 {
 }
-
-// The PMF is drawn afresh at each step: no state to keep across steps.
-const uint GETTER_WORDS = 0u;
-void getter_mark() {}
-void getter_rewind() {}
-void getter_save(uint at) {}
-void getter_load(uint at) {}
 
 #include "track.glsl"

@@ -18,8 +18,8 @@
 //
 // Build-time defines (engine.c): PROBE_QUALITY, PROBE_COUNT,
 // REJECTION_SAMPLES (candidates estimating the support's maximum),
-// REJECTION_TRIES, LUT_RES (daemon/engine/ptt.h's table). Push constants: pc.ptt =
-// (max_curvature, probe step length, probe_radius, 0).
+// REJECTION_TRIES, LUT_RES (daemon/engine/ptt.h's table). Push constants: pc.max_curvature,
+// pc.probe_step (between probe points) and pc.probe_radius.
 //
 // The including kernel declares the page table odf_scale, lut[] and the
 // shared s_vertex[NV], and includes common.glsl, interp.glsl, volume.glsl,
@@ -89,12 +89,12 @@ uint nearest_vertex(vec3 d)
 float amplitude(vec3 p, vec3 t)
 {
 	Corners c;
-	if (!corners_at(p, pc.dim.xyz, c))
+	if (!corners_at(p, pc.dim, c))
 		return 0.0;
 	for (int q = 0; q < 8; q++)
 		c.weight[q] *= page_f32(PAGE_SPOT(odf_scale, c.voxel[q]), 0);
 	float v = odf_vertex(c, nearest_vertex(t));
-	return v > pc.track.z ? v : 0.0;
+	return v > pc.pmf_threshold ? v : 0.0;
 }
 
 // The amplitudes of the probe's lines at one point along it; with one line
@@ -104,7 +104,8 @@ float ring_amplitude(vec3 p, Frame f)
 	float sum = 0.0;
 	for (int c = 0; c < PROBE_COUNT; c++) {
 		float angle = TWO_PI * float(c) / float(PROBE_COUNT);
-		vec3 off = PROBE_COUNT > 1 ? pc.ptt.z * (cos(angle) * f.n + sin(angle) * f.b) : vec3(0.0);
+		vec3 off = PROBE_COUNT > 1 ? pc.probe_radius * (cos(angle) * f.n + sin(angle) * f.b) :
+					     vec3(0.0);
 		sum += amplitude(p + off, f.t);
 	}
 	return sum;
@@ -116,7 +117,7 @@ float support(vec3 p, Frame f, vec2 k, float first, out float last)
 {
 	float sum = first < 0.0 ? ring_amplitude(p, f) : first;
 	for (int q = 1; q < PROBE_QUALITY; q++) {
-		p += ptt_move(f, k, pc.ptt.y);
+		p += ptt_move(f, k, pc.probe_step);
 		last = ring_amplitude(p, f);
 		sum += last;
 	}
@@ -129,12 +130,12 @@ float support(vec3 p, Frame f, vec2 k, float first, out float last)
 uvec4 candidate_bits(uvec4 counter, uint phase, uint cand)
 {
 	counter.w = PHILOX_STREAM_PTT | (cand << 8) | (phase << 24);
-	return philox4x32_10(counter, pc.rng.xy);
+	return philox4x32_10(counter, pc.philox_key);
 }
 
 vec2 candidate_k(uvec4 bits)
 {
-	float r = pc.ptt.x * sqrt(philox_uniform(bits.x));
+	float r = pc.max_curvature * sqrt(philox_uniform(bits.x));
 	float angle = TWO_PI * philox_uniform(bits.y);
 	return r * vec2(cos(angle), sin(angle));
 }

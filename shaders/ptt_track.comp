@@ -120,18 +120,18 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 	    !select_curve(p, g_arc.frame, g_arc.k, g_arc.first, counter, PHASE_RESUME, false))
 		return false;
 	g_arc.resample = false;
-	vec3 disp = ptt_move(g_arc.frame, g_arc.k, pc.track.x);
+	vec3 disp = ptt_move(g_arc.frame, g_arc.k, pc.step_size);
 	if (!select_curve(p + disp, g_arc.frame, g_arc.k, g_arc.first, counter, PHASE_STEP, false))
 		return false;
 	// track.glsl steps step_size * dir: the chord of the arc.
-	dir = disp / pc.track.x;
+	dir = disp / pc.step_size;
 	return true;
 }
 
 // The arc is followed one step, then probed probe_length further.
 float getter_reach()
 {
-	return pc.track.x + pc.ptt.y * float(PROBE_QUALITY - 1);
+	return pc.step_size + pc.probe_step * float(PROBE_QUALITY - 1);
 }
 
 void prepare_workgroup()
@@ -140,9 +140,6 @@ void prepare_workgroup()
 		s_vertex[j] = vertex(j);
 	barrier();
 }
-
-const uint ARC_WORDS = 13u;
-const uint GETTER_WORDS = 2u * ARC_WORDS + 1u;
 
 void getter_mark()
 {
@@ -158,6 +155,8 @@ void getter_rewind()
 	g_started = g_mark_started;
 }
 
+// The getter's state in the resume buffer, GETTER_WORDS = 2 ARC_WORDS + 1
+// words (defines from the host): the two arcs and g_started.
 void save_arc(uint at, Arc a)
 {
 	save_vec3(at, a.frame.t);

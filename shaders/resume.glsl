@@ -3,7 +3,11 @@
 // the including kernel): where track.glsl keeps the streamlines it suspends
 // on LOOP_LIMITED devices. Word 0 counts the streamlines suspended by this
 // dispatch (the host zeroes it); then each streamline has RESUME_WORDS words:
-// its status, its walk (track.glsl) and its getter's state (GETTER_WORDS).
+// its status, its walk (track.glsl's Walk, WALK_WORDS) and its getter's state
+// (GETTER_WORDS, 0 for a getter without one). The word counts are defines
+// from the host (daemon/engine/kernel_params.h), which sizes the buffer.
+
+const uint RESUME_WORDS = 1u + WALK_WORDS + GETTER_WORDS;
 
 layout(std430, binding = RESUME_BINDING) buffer Resume {
 	uint suspended;

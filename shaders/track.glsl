@@ -10,7 +10,7 @@
 // Devices that end loops after a fixed number of iterations (LOOP_LIMITED,
 // lavapipe: see loop_limit_reached) may stop a streamline in mid-walk: it is
 // suspended before the step whose loops were cut, its walk saved in the
-// resume buffer, and the host dispatches the kernel again (pc.rng.w = 1)
+// resume buffer, and the host dispatches the kernel again (pc.resuming = 1)
 // until no streamline is suspended. A resumed step draws the same random
 // numbers, so the output is the same as in one pass.
 //
@@ -20,10 +20,12 @@
 //   bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 //   void prepare_workgroup()   (runs once per workgroup before tracking)
 //   float getter_reach()       (voxels ahead of the point the getter looks at)
-//   GETTER_WORDS, getter_mark(), getter_rewind(), getter_save(uint at),
-//   getter_load(uint at)   (the getter's own state across steps: a copy kept
-//                           before each step, and its GETTER_WORDS words in the
-//                           resume buffer; LOOP_LIMITED only)
+//   getter_mark(), getter_rewind(), getter_save(uint at), getter_load(uint at)
+//                              (the getter's own state across steps: a copy
+//                              kept before each step, and its GETTER_WORDS
+//                              words in the resume buffer; LOOP_LIMITED only)
+//                              when GETTER_WORDS > 0; a getter without state
+//                              gets the empty ones below.
 // counter = (step, global seed index, 2 * direction index + half, 0).
 //
 // ranges holds 4 uints per streamline: its first point slot, its number of
@@ -44,15 +46,22 @@ const uint STILL_TRACKING = 0xffu;
 bool in_image(vec3 p)
 {
 	Corners unused;
-	return corners_at(p, pc.dim.xyz, unused);
+	return corners_at(p, pc.dim, unused);
 }
 
 const uint LINE_SUSPENDED = 1u;
 const uint LINE_DONE = 2u;
-const uint WALK_WORDS = 11u;
-const uint RESUME_WORDS = 1u + WALK_WORDS + GETTER_WORDS;
 
-// Where a streamline stands between two steps.
+#if GETTER_WORDS == 0
+// The getter draws afresh at each step (prob, boot): nothing to keep.
+void getter_mark() {}
+void getter_rewind() {}
+void getter_save(uint at) {}
+void getter_load(uint at) {}
+#endif
+
+// Where a streamline stands between two steps; WALK_WORDS words in the
+// resume buffer (save_walk).
 struct Walk {
 	vec3 p, dir;
 	uint half_index;  // 0: backward, 1: forward
@@ -67,26 +76,26 @@ struct Walk {
 uint stop_reason_at(vec3 p)
 {
 	Corners c;
-	if (!corners_at(p, pc.dim.xyz, c))
+	if (!corners_at(p, pc.dim, c))
 		return STOP_OUTSIDE;
 	float v = 0.0;
 	for (int q = 0; q < 8; q++)
 		v += c.weight[q] * page_f32(PAGE_SPOT(fa, c.voxel[q]), 0);
-	return v > pc.track.w ? STILL_TRACKING : STOP_MAP;
+	return v > pc.fa_threshold ? STILL_TRACKING : STOP_MAP;
 }
 
 #if LOOP_LIMITED
 // llvmpipe (lavapipe) counts the loop iterations of an invocation, every
 // loop together, and past 65535 ends each loop after its current iteration
 // (LP_MAX_TGSI_LOOP_ITERATIONS, its guard against endless loops): a step
-// then computes garbage. A loop of pc.dim.w = 2 iterations, a count the
+// then computes garbage. A loop of pc.loop_count = 2 iterations, a count the
 // compiler cannot see, runs fewer once that happened, or is about to.
 bool loop_limit_reached()
 {
 	uint trips = 0u;
-	for (uint i = 0u; i < uint(pc.dim.w); i++)
+	for (uint i = 0u; i < uint(pc.loop_count); i++)
 		trips++;
-	return trips < uint(pc.dim.w);
+	return trips < uint(pc.loop_count);
 }
 
 void save_walk(uint at, Walk w)
@@ -133,14 +142,14 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 	int sign = w.half_index == 0u ? -1 : 1;
 	bool stopped = false;
 	reason = STOP_MAX_STEPS;
-	for (; w.step <= pc.work.z; w.step++) {
+	for (; w.step <= pc.max_steps; w.step++) {
 		counter.x = w.step;
 #if LOOP_LIMITED
 		getter_mark();
 #endif
 		vec3 dir = w.dir;
 		bool found = next_direction(w.p, dir, counter);
-		vec3 p = w.p + pc.track.x * dir;
+		vec3 p = w.p + pc.step_size * dir;
 		// A getter that looked past the image's edge (ptt's probe reads
 		// nothing there) stopped because the image ended.
 		uint stop = !found ? (in_image(w.p + getter_reach() * w.dir) ? STOP_NO_DIRECTION :
@@ -157,7 +166,7 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 			stopped = true;
 			break;
 		}
-		w.length_mm += step_mm(pc.track.x * dir);
+		w.length_mm += step_mm(pc.step_size * dir);
 		if (gl_SubgroupInvocationID < 3)
 			points[uint(int(seed_slot) + sign * int(w.step)) * 3 + gl_SubgroupInvocationID] =
 				p[gl_SubgroupInvocationID];
@@ -168,7 +177,7 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 	// This loop's own back edge can reach the limit after a step that
 	// passed the check: it then ends before max_steps without a stop, and
 	// w already stands at the next step.
-	if (!stopped && w.step <= pc.work.z)
+	if (!stopped && w.step <= pc.max_steps)
 		return false;
 #endif
 	return true;
@@ -178,13 +187,13 @@ void main()
 {
 	prepare_workgroup();
 	uint item = item_index();
-	if (item >= pc.work.x + pc.work.y)
+	if (item >= pc.first_item + pc.item_count)
 		return;
 	uint lane = gl_SubgroupInvocationID;
-	uint max_steps = pc.work.z;
+	uint max_steps = pc.max_steps;
 	// A line is (seed, direction index): both are where pass 1 left them,
-	// indexed within the chunk, whose first seed is pc.rng.z.
-	uint s = line_id[2 * item] - pc.rng.z;
+	// indexed within the chunk, whose first seed is pc.first_seed.
+	uint s = line_id[2 * item] - pc.first_seed;
 	uint d = s * MAX_PEAKS + line_id[2 * item + 1];
 	vec3 seed = vec3(seeds[3 * s], seeds[3 * s + 1], seeds[3 * s + 2]);
 	vec3 first = vec3(dirs[3 * d], dirs[3 * d + 1], dirs[3 * d + 2]);
@@ -193,7 +202,7 @@ void main()
 
 	Walk w;
 #if LOOP_LIMITED
-	if (pc.rng.w != 0u) {
+	if (pc.resuming != 0u) {
 		uint at = item * RESUME_WORDS;
 		if (resume[at] == LINE_DONE)
 			return;

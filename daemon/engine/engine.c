@@ -128,11 +128,17 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
-/* track.glsl's RESUME_WORDS: a status and the walk (12 words), and ptt's
- * state across steps (27, ptt_track.comp's GETTER_WORDS). */
+/* The words of the getter's state in the track kernels' resume buffer
+ * (kernel_params.h): only ptt keeps one across steps. */
+static uint32_t getter_words(const struct jobspec *job)
+{
+	return job->direction_getter == JOBSPEC_DG_PTT ? PTT_GETTER_WORDS : 0u;
+}
+
+/* resume.glsl's RESUME_WORDS: a status word, the walk and the getter's state. */
 static uint32_t resume_words(const struct jobspec *job)
 {
-	return 12u + (job->direction_getter == JOBSPEC_DG_PTT ? 27u : 0u);
+	return 1u + RESUME_WALK_WORDS + getter_words(job);
 }
 
 /* Shared memory of a kernel: per item (subgroup) and per workgroup. */
@@ -277,7 +283,7 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 #define COMPACT_BINDINGS 4
 #define MAX_BINDINGS BOOT_TRACK_BINDINGS
 
-#define MAX_DEFINES 16
+#define MAX_DEFINES 20
 #define DEFINE_LEN 48
 
 struct defines {
@@ -323,6 +329,16 @@ static void ptt_defines(const struct jobspec *job, const struct inputs *in,
 	define(d, "LUT_RES", ptt_lut_res(inputs_sphere(in)->nv));
 }
 
+/* The resume buffer's layout for a track kernel, so that its words are
+ * counted in one place (kernel_params.h) for the host and the shaders. */
+static void resume_defines(const struct jobspec *job, struct defines *d)
+{
+	define(d, "WALK_WORDS", RESUME_WALK_WORDS);
+	define(d, "GETTER_WORDS", getter_words(job));
+	if (job->direction_getter == JOBSPEC_DG_PTT)
+		define(d, "ARC_WORDS", PTT_ARC_WORDS);
+}
+
 static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 			 const struct job_plan *plan, const struct inputs *in,
 			 struct job_gpu *g, struct errbuf *err)
@@ -360,6 +376,7 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 					       "GPU as SH coefficients (neither fits the budget): "
 					       "raise the GPU memory budget, use a smaller sphere "
 					       "or crop the volume");
+		resume_defines(job, &d);
 		if (job->direction_getter == JOBSPEC_DG_PTT) {
 			ptt_defines(job, in, &d);
 			return gpu_pipeline_get(gpu, "ptt_track.comp", d.list,
@@ -376,6 +393,7 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 			     sizeof(struct kernel_params), &g->init, err);
 	d.n--;
 	define(&d, "DWI_BINDING", BOOT_TRACK_BINDINGS - 1);
+	resume_defines(job, &d);
 	if (r == 0)
 		r = gpu_pipeline_get(gpu, "boot_track.comp", d.list, BOOT_TRACK_BINDINGS,
 				     sizeof(struct kernel_params), &g->track, err);
@@ -521,38 +539,35 @@ struct job_run {
 static void fill_params(struct job_run *run)
 {
 	const struct jobspec *job = run->job;
-	uint32_t key[2];
-
-	memset(&run->params, 0, sizeof(run->params));
 	const struct volume *grid = inputs_grid(run->in);
+	struct kernel_params *p = &run->params;
 
+	memset(p, 0, sizeof(*p));
 	for (int i = 0; i < 3; i++)
-		run->params.dim[i] = (int32_t)grid->dim[i];
-	run->params.track[0] = (float)job->step_size;
-	run->params.track[1] = (float)cos(job->max_angle * M_PI / 180.0);
-	run->params.track[2] = (float)job->pmf_threshold;
-	run->params.track[3] = (float)job->fa_threshold;
-	run->params.peak[0] = (float)job->relative_peak_threshold;
-	run->params.peak[1] = (float)cos(job->min_separation_angle * M_PI / 180.0);
-	run->params.peak[2] = (float)job->model.min_signal;
+		p->dim[i] = (int32_t)grid->dim[i];
+	p->step_size = (float)job->step_size;
+	p->cos_max_angle = (float)cos(job->max_angle * M_PI / 180.0);
+	p->pmf_threshold = (float)job->pmf_threshold;
+	p->fa_threshold = (float)job->fa_threshold;
+	p->relative_peak_threshold = (float)job->relative_peak_threshold;
+	p->cos_min_separation_angle = (float)cos(job->min_separation_angle * M_PI / 180.0);
+	p->min_signal = (float)job->model.min_signal;
 	/* Lengths in mm of voxel-space steps: |A d|^2 = d^T (A^T A) d. */
 	for (int r = 0, k = 0; r < 3; r++)
 		for (int c = r; c < 3; c++, k++) {
 			const double (*A)[4] = grid->affine;
-			run->params.metric[k] = (float)(A[0][r] * A[0][c] + A[1][r] * A[1][c] +
-							A[2][r] * A[2][c]);
+			p->metric[k] = (float)(A[0][r] * A[0][c] + A[1][r] * A[1][c] +
+					       A[2][r] * A[2][c]);
 		}
-	philox_key_from_seed(job->rng_seed, key);
-	run->params.rng[0] = key[0];
-	run->params.rng[1] = key[1];
-	run->params.work[2] = (uint32_t)job->max_steps;
-	run->params.work[3] = (uint32_t)job->max_attempts;
-	run->params.dim[3] = 2;
+	philox_key_from_seed(job->rng_seed, p->philox_key);
+	p->max_steps = (uint32_t)job->max_steps;
+	p->max_attempts = (uint32_t)job->max_attempts;
+	p->loop_count = 2;
 	/* DIPY: the curvature of the circle on which a step of step_size turns
 	 * by max_angle, 2 sin(max_angle / 2) / step_size. */
-	run->params.ptt[0] = (float)(2.0 * sin(job->max_angle * M_PI / 360.0) / job->step_size);
-	run->params.ptt[1] = (float)(job->probe_length / (job->probe_quality - 1));
-	run->params.ptt[2] = (float)job->probe_radius;
+	p->max_curvature = (float)(2.0 * sin(job->max_angle * M_PI / 360.0) / job->step_size);
+	p->probe_step = (float)(job->probe_length / (job->probe_quality - 1));
+	p->probe_radius = (float)job->probe_radius;
 }
 
 /* Items one submit may carry. The first submit of a kernel carries
@@ -575,7 +590,7 @@ static uint64_t items_per_submit(const struct job_run *run, double rate)
 
 /* Dispatches items [first, n) of a kernel in submits of items_per_submit,
  * each split where the workgroup count limit requires it; *rate keeps the
- * kernel's items per second. Items carry their global index (work[0]), so
+ * kernel's items per second. Items carry their global index (first_item), so
  * the split changes no output. */
 static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipeline *pipe,
 			  struct gpu_buffer *const *buffers, uint64_t first_item, uint64_t n,
@@ -594,8 +609,8 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 		r = gpu_batch_begin(run->gpu, err);
 		for (uint64_t first = start; r == 0 && first < end; first += per_dispatch) {
 			uint64_t count = min_u64(per_dispatch, end - first);
-			run->params.work[0] = (uint32_t)first;
-			run->params.work[1] = (uint32_t)count;
+			run->params.first_item = (uint32_t)first;
+			run->params.item_count = (uint32_t)count;
 			r = gpu_batch_dispatch(run->gpu, pipe, buffers, &run->params,
 					       (uint32_t)((count + run->plan.items - 1) / run->plan.items),
 					       err);
@@ -817,7 +832,7 @@ static void copy_line_seeds(const struct job_run *run, struct write_slot *w, uin
 		w->seed_index[i] = seed;
 		if (w->seed_vox)
 			memcpy(&w->seed_vox[3 * i],
-			       &run->h.seed_xyz[3 * (uint64_t)(seed - run->params.rng[2])], 12);
+			       &run->h.seed_xyz[3 * (uint64_t)(seed - run->params.first_seed)], 12);
 	}
 }
 
@@ -865,7 +880,7 @@ static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, u
 	int r = 0;
 
 	for (uint32_t pass = 0; r == 0 && (pass == 0 || suspended > 0); pass++) {
-		run->params.rng[3] = pass > 0;
+		run->params.resuming = pass > 0;
 		if (run->plan.resume_bytes_per_line)
 			r = gpu_upload(run->gpu, g->resume, 0, &none, sizeof(none), err);
 		if (r == 0)
@@ -876,7 +891,7 @@ static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, u
 		if (r == 0 && suspended > 0)
 			log_debug("track: %u streamlines suspended in pass %u", suspended, pass);
 	}
-	run->params.rng[3] = 0;
+	run->params.resuming = 0;
 	return r;
 }
 
@@ -972,7 +987,7 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 
 	init_bindings(run, buffers);
 	/* Seed indices are 32-bit in the kernels' random streams (JOBSPEC_MAX_SEEDS). */
-	run->params.rng[2] = (uint32_t)first_seed;
+	run->params.first_seed = (uint32_t)first_seed;
 	if (r < 0)
 		return errbuf_set(err, r, "seeds", "cannot generate seeds %llu..%llu",
 				  (unsigned long long)first_seed,

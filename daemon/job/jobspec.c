@@ -5,9 +5,11 @@
  * Every JSON object of the job format is described by a table of its fields.
  * One walker rejects keys that are not in the table and hands each value to
  * the parser for its kind, which writes it into struct jobspec at the row's
- * offset; so a new parameter is one table row, and every error names the full
- * path of the field it is about. Rules that involve more than one field (seed
- * kinds, min_length < max_length, required inputs) run after the walk.
+ * offset; a row also holds the field's bounds and default (or its names, for
+ * a choice), so a new parameter is one table row, and every error names the
+ * full path of the field it is about. Rules that involve more than one field
+ * (seed kinds, min_length < max_length, required inputs, defaults that depend
+ * on other fields) run after the walk.
  */
 #include "job/jobspec.h"
 
@@ -46,13 +48,15 @@
 #define READ_INITIAL (64u << 10)   /* buffer for input of unknown size */
 
 enum kind {
-	K_OBJECT,   /* nested object described by sub[0..n_sub) */
-	K_PATH,     /* char *: non-empty string, resolved against base_dir */
-	K_BOOL,     /* bool */
-	K_REAL,     /* double within bounds; null means +inf when nullable */
-	K_INT,      /* int within bounds (integral value) */
-	K_U64,      /* uint64_t within bounds (integral value) */
-	K_CUSTOM,   /* handled by parse() */
+	K_OBJECT,       /* nested object described by sub[0..n_sub) */
+	K_PATH,         /* char *: non-empty string, resolved against base_dir */
+	K_BOOL,         /* bool */
+	K_REAL,         /* double within bounds; null means +inf when nullable */
+	K_INT,          /* int within bounds (integral value) */
+	K_U64,          /* uint64_t within bounds (integral value) */
+	K_CHOICE,       /* an int-sized enum: the index of the string in names */
+	K_CHOICE_BOOL,  /* bool: the string is names[1] (not names[0]) */
+	K_CUSTOM,       /* handled by parse(); sub: the fields of its object form */
 };
 
 enum { CLOSED = 0, OPEN = 1 };
@@ -68,7 +72,6 @@ struct ctx {
 	struct jobspec *js;
 	const char *base_dir;
 	struct errbuf *err;
-	bool sh_basis_given, sh_frame_given, model_given, model_name_given;
 };
 
 struct member {
@@ -76,26 +79,40 @@ struct member {
 	enum kind kind;
 	size_t offset;               /* into struct jobspec, for value kinds */
 	struct bounds b;             /* K_REAL, K_INT, K_U64 */
-	const struct member *sub;    /* K_OBJECT */
+	double def;                  /* K_REAL, K_INT, K_U64: the default */
+	const char *const *names;    /* K_CHOICE, K_CHOICE_BOOL: NULL-terminated */
+	const struct member *sub;    /* K_OBJECT, K_CUSTOM with an object form */
 	size_t n_sub;
 	int (*parse)(json_t *v, const char *field, struct ctx *c);   /* K_CUSTOM */
 };
 
-/* Table rows. REAL's key is the struct jobspec member of the same name. */
-#define REAL(k, lo, lo_open, hi, hi_open, u) \
-	{ .key = #k, .kind = K_REAL, .offset = offsetof(struct jobspec, k), \
+/* Table rows: the JSON key, the struct jobspec member it fills, its default
+ * and bounds. Booleans, paths and choices default to zero (false, NULL, the
+ * first name). */
+#define REAL(k, member, dflt, lo, lo_open, hi, hi_open, u) \
+	{ .key = k, .kind = K_REAL, .offset = offsetof(struct jobspec, member), .def = (dflt), \
 	  .b = { .min = (lo), .max = (hi), .min_open = (lo_open), .max_open = (hi_open), \
 		 .unit = (u) } }
-#define INTEGER(k, member, type, lo, hi) \
-	{ .key = k, .kind = type, .offset = offsetof(struct jobspec, member), \
-	  .b = { .min = (lo), .max = (hi) } }
+#define INTEGER(k, member, type, dflt, lo, hi, u) \
+	{ .key = k, .kind = type, .offset = offsetof(struct jobspec, member), .def = (dflt), \
+	  .b = { .min = (lo), .max = (hi), .unit = (u) } }
+#define BOOL(k, member) { .key = k, .kind = K_BOOL, .offset = offsetof(struct jobspec, member) }
 #define PATH(k, member) \
 	{ .key = k, .kind = K_PATH, .offset = offsetof(struct jobspec, member) }
+#define CHOICE(k, member, table) \
+	{ .key = k, .kind = K_CHOICE, .offset = offsetof(struct jobspec, member), .names = table }
+#define CHOICE_BOOL(k, member, table) \
+	{ .key = k, .kind = K_CHOICE_BOOL, .offset = offsetof(struct jobspec, member), \
+	  .names = table }
 #define OBJECT(k, table) { .key = k, .kind = K_OBJECT, .sub = table, .n_sub = ARRAY_SIZE(table) }
 #define CUSTOM(k, fn) { .key = k, .kind = K_CUSTOM, .parse = fn }
+/* A custom field whose object form fn walks with table. */
+#define CUSTOM_OBJECT(k, fn, table) \
+	{ .key = k, .kind = K_CUSTOM, .parse = fn, .sub = table, .n_sub = ARRAY_SIZE(table) }
 
 /* In enum jobspec_direction_getter order. */
 static const char *const direction_getters[] = { "prob", "boot", "ptt", NULL };
+/* seed_points_ras false, true. */
 static const char *const seed_spaces[] = { "voxel", "ras", NULL };
 /* In enum output_format order. */
 static const char *const output_formats[] = { "trk", "tck", "trx", NULL };
@@ -113,8 +130,22 @@ static const char *const sh_frames[] = { "voxel", "world", NULL };
 /* In enum jobspec_model_name order. */
 static const char *const models[] = { "csd", "opdt", "csa", NULL };
 
+/* K_CHOICE writes the index as an int: the enums it fills are int-sized. */
+#define INT_SIZED(member) _Static_assert(sizeof(((struct jobspec *)NULL)->member) == \
+					 sizeof(int), #member " is written as an int")
+INT_SIZED(direction_getter);
+INT_SIZED(output_format);
+INT_SIZED(odf_storage);
+INT_SIZED(output_positions);
+INT_SIZED(output_compression);
+INT_SIZED(sh_basis);
+INT_SIZED(sh_frame);
+INT_SIZED(model.name);
+
 static int walk_object(json_t *obj, const char *field, const struct member *members, size_t n,
 		       struct ctx *c);
+static const struct member *find_member(const struct member *members, size_t n, const char *key);
+static int parse_member(const struct member *m, json_t *v, const char *field, struct ctx *c);
 
 /* ---- messages ---- */
 
@@ -342,16 +373,6 @@ static int parse_vec3_list(json_t *v, const char *field, size_t min_n, size_t ma
 
 /* ---- custom fields ---- */
 
-static int parse_direction_getter(json_t *v, const char *field, struct ctx *c)
-{
-	int idx;
-	int rc = parse_choice(v, field, direction_getters, &idx, c->err);
-
-	if (!rc)
-		c->js->direction_getter = (enum jobspec_direction_getter)idx;
-	return rc;
-}
-
 static int parse_seed_points(json_t *v, const char *field, struct ctx *c)
 {
 	size_t n;
@@ -360,92 +381,6 @@ static int parse_seed_points(json_t *v, const char *field, struct ctx *c)
 
 	if (!rc)
 		c->js->n_seed_points = n;
-	return rc;
-}
-
-static int parse_seed_space(json_t *v, const char *field, struct ctx *c)
-{
-	int idx;
-	int rc = parse_choice(v, field, seed_spaces, &idx, c->err);
-
-	if (!rc)
-		c->js->seed_points_ras = !strcmp(seed_spaces[idx], "ras");
-	return rc;
-}
-
-static int parse_output_format(json_t *v, const char *field, struct ctx *c)
-{
-	int idx;
-	int rc = parse_choice(v, field, output_formats, &idx, c->err);
-
-	if (!rc)
-		c->js->output_format = (enum output_format)idx;
-	return rc;
-}
-
-static int parse_odf_storage(json_t *v, const char *field, struct ctx *c)
-{
-	int idx;
-	int rc = parse_choice(v, field, odf_storages, &idx, c->err);
-
-	if (!rc)
-		c->js->odf_storage = (enum jobspec_odf_storage)idx;
-	return rc;
-}
-
-static int parse_output_positions(json_t *v, const char *field, struct ctx *c)
-{
-	int idx;
-	int rc = parse_choice(v, field, output_positions, &idx, c->err);
-
-	if (!rc)
-		c->js->output_positions = (enum trx_positions)idx;
-	return rc;
-}
-
-static int parse_output_compression(json_t *v, const char *field, struct ctx *c)
-{
-	int idx;
-	int rc = parse_choice(v, field, output_compressions, &idx, c->err);
-
-	if (!rc)
-		c->js->output_compression = (enum trx_compression)idx;
-	return rc;
-}
-
-static int parse_sh_basis(json_t *v, const char *field, struct ctx *c)
-{
-	int idx;
-	int rc = parse_choice(v, field, sh_bases, &idx, c->err);
-
-	if (!rc) {
-		c->js->sh_basis = (enum sh_basis)idx;
-		c->sh_basis_given = true;
-	}
-	return rc;
-}
-
-static int parse_sh_frame(json_t *v, const char *field, struct ctx *c)
-{
-	int idx;
-	int rc = parse_choice(v, field, sh_frames, &idx, c->err);
-
-	if (!rc) {
-		c->js->sh_frame = (enum jobspec_sh_frame)idx;
-		c->sh_frame_given = true;
-	}
-	return rc;
-}
-
-static int parse_model_name(json_t *v, const char *field, struct ctx *c)
-{
-	int idx;
-	int rc = parse_choice(v, field, models, &idx, c->err);
-
-	if (!rc) {
-		c->js->model.name = (enum jobspec_model_name)idx;
-		c->model_name_given = true;
-	}
 	return rc;
 }
 
@@ -486,8 +421,7 @@ static int parse_response_evals(json_t *v, const char *field, struct ctx *c)
 
 static const struct member response_members[] = {
 	CUSTOM("evals", parse_response_evals),
-	{ .key = "s0", .kind = K_REAL, .offset = offsetof(struct jobspec, model.response_s0),
-	  .b = { .min = 0, .max = INFINITY, .min_open = OPEN } },
+	REAL("s0", model.response_s0, 0, 0, OPEN, INFINITY, CLOSED, NULL),
 };
 
 static int parse_response(json_t *v, const char *field, struct ctx *c)
@@ -506,30 +440,25 @@ static int parse_response(json_t *v, const char *field, struct ctx *c)
 	return rc;
 }
 
+/* sh_order's default depends on the model (check_model). */
 static const struct member model_members[] = {
-	CUSTOM("name", parse_model_name),
+	CHOICE("name", model.name, models),
 	CUSTOM("sh_order", parse_sh_order),
-	{ .key = "lambda", .kind = K_REAL, .offset = offsetof(struct jobspec, model.lambda),
-	  .b = { .min = 0, .max = 1e6, .min_open = OPEN } },
-	{ .key = "tau", .kind = K_REAL, .offset = offsetof(struct jobspec, model.tau),
-	  .b = { .min = 0, .max = 1 } },
-	{ .key = "roi_radius", .kind = K_INT, .offset = offsetof(struct jobspec, model.roi_radius),
-	  .b = { .min = 1, .max = 128, .unit = "voxels" } },
-	{ .key = "response_fa", .kind = K_REAL,
-	  .offset = offsetof(struct jobspec, model.response_fa),
-	  .b = { .min = 0, .max = 1, .min_open = OPEN, .max_open = OPEN } },
-	CUSTOM("response", parse_response),
-	{ .key = "sh_lambda", .kind = K_REAL, .offset = offsetof(struct jobspec, model.sh_lambda),
-	  .b = { .min = 0, .max = 10 } },
-	{ .key = "min_signal", .kind = K_REAL, .offset = offsetof(struct jobspec, model.min_signal),
-	  .b = { .min = 0, .max = 1e6, .min_open = OPEN } },
+	REAL("lambda", model.lambda, 1.0, 0, OPEN, 1e6, CLOSED, NULL),
+	REAL("tau", model.tau, 0.1, 0, CLOSED, 1, CLOSED, NULL),
+	INTEGER("roi_radius", model.roi_radius, K_INT, 10, 1, 128, "voxels"),
+	REAL("response_fa", model.response_fa, 0.7, 0, OPEN, 1, OPEN, NULL),
+	CUSTOM_OBJECT("response", parse_response, response_members),
+	REAL("sh_lambda", model.sh_lambda, 0.006, 0, CLOSED, 10, CLOSED, NULL),
+	REAL("min_signal", model.min_signal, 1.0, 0, OPEN, 1e6, CLOSED, NULL),
 };
 
+/* The model's name alone, or an object. */
 static int parse_model(json_t *v, const char *field, struct ctx *c)
 {
-	c->model_given = true;
 	if (json_is_string(v))
-		return parse_model_name(v, field, c);
+		return parse_member(find_member(model_members, ARRAY_SIZE(model_members), "name"),
+				    v, field, c);
 	if (!json_is_object(v))
 		return type_error(c->err, field, "a model name (\"csd\", \"opdt\", \"csa\") or "
 				  "an object");
@@ -579,11 +508,12 @@ static int parse_sphere(json_t *v, const char *field, struct ctx *c)
 
 /* ---- the document ---- */
 
+/* sh_frame's default depends on sh_basis (check_inputs). */
 static const struct member inputs_members[] = {
 	PATH("odf", odf_path),
 	PATH("sh", sh_path),
-	CUSTOM("sh_basis", parse_sh_basis),
-	CUSTOM("sh_frame", parse_sh_frame),
+	CHOICE("sh_basis", sh_basis, sh_bases),
+	CHOICE("sh_frame", sh_frame, sh_frames),
 	PATH("dwi", dwi_path),
 	PATH("bvals", bvals_path),
 	PATH("bvecs", bvecs_path),
@@ -606,43 +536,43 @@ const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES] = {
 
 static const struct member seeds_members[] = {
 	PATH("roi", seed_roi_path),
-	INTEGER("count", seed_count, K_U64, 1, (double)JOBSPEC_MAX_SEEDS),
-	{ .key = "per_voxel", .kind = K_BOOL,
-	  .offset = offsetof(struct jobspec, seed_per_voxel) },
-	INTEGER("rng_seed", rng_seed, K_U64, 0, RNG_SEED_MAX),
+	INTEGER("count", seed_count, K_U64, 10000, 1, (double)JOBSPEC_MAX_SEEDS, NULL),
+	BOOL("per_voxel", seed_per_voxel),
+	INTEGER("rng_seed", rng_seed, K_U64, 0, 0, RNG_SEED_MAX, NULL),
 	CUSTOM("points", parse_seed_points),
-	CUSTOM("space", parse_seed_space),
+	CHOICE_BOOL("space", seed_points_ras, seed_spaces),
 };
 
+/* The ptt defaults: GPUStreamlines' probe (8 steps of 0.25 voxels) and
+ * DIPY's rejection sampling (reference 3.3). */
 static const struct member tracking_members[] = {
-	CUSTOM("sphere", parse_sphere),
-	REAL(step_size, 0, OPEN, 5, CLOSED, "voxels"),
-	REAL(max_angle, 0, OPEN, 90, CLOSED, "degrees"),
-	REAL(fa_threshold, 0, CLOSED, 1e6, CLOSED, NULL),
-	REAL(relative_peak_threshold, 0, CLOSED, 1, CLOSED, NULL),
-	REAL(min_separation_angle, 1, CLOSED, 90, CLOSED, "degrees"),
-	REAL(pmf_threshold, 0, CLOSED, 1, OPEN, NULL),
-	INTEGER("max_steps", max_steps, K_INT, 1, 10000),
-	REAL(min_length, 0, CLOSED, INFINITY, CLOSED, "mm"),
+	CUSTOM_OBJECT("sphere", parse_sphere, sphere_members),
+	REAL("step_size", step_size, 0.5, 0, OPEN, 5, CLOSED, "voxels"),
+	REAL("max_angle", max_angle, 60, 0, OPEN, 90, CLOSED, "degrees"),
+	REAL("fa_threshold", fa_threshold, 0.1, 0, CLOSED, 1e6, CLOSED, NULL),
+	REAL("relative_peak_threshold", relative_peak_threshold, 0.25, 0, CLOSED, 1, CLOSED, NULL),
+	REAL("min_separation_angle", min_separation_angle, 45, 1, CLOSED, 90, CLOSED, "degrees"),
+	REAL("pmf_threshold", pmf_threshold, 0.05, 0, CLOSED, 1, OPEN, NULL),
+	INTEGER("max_steps", max_steps, K_INT, 500, 1, 10000, NULL),
+	REAL("min_length", min_length, 0, 0, CLOSED, INFINITY, CLOSED, "mm"),
 	{ .key = "max_length", .kind = K_REAL, .offset = offsetof(struct jobspec, max_length),
+	  .def = INFINITY,
 	  .b = { .min = 0, .max = INFINITY, .min_open = OPEN, .nullable = true, .unit = "mm" } },
-	INTEGER("max_attempts", max_attempts, K_INT, 1, 100),
-	CUSTOM("odf_storage", parse_odf_storage),
-	REAL(probe_length, 0, OPEN, 10, CLOSED, "voxels"),
-	INTEGER("probe_quality", probe_quality, K_INT, 2, 64),
-	INTEGER("probe_count", probe_count, K_INT, 1, 16),
-	REAL(probe_radius, 0, CLOSED, 5, CLOSED, "voxels"),
-	INTEGER("rejection_samples", rejection_samples, K_INT, 1, 1000),
-	INTEGER("rejection_tries", rejection_tries, K_INT, 1, 10000),
+	INTEGER("max_attempts", max_attempts, K_INT, 5, 1, 100, NULL),
+	CHOICE("odf_storage", odf_storage, odf_storages),
+	REAL("probe_length", probe_length, 2.0, 0, OPEN, 10, CLOSED, "voxels"),
+	INTEGER("probe_quality", probe_quality, K_INT, 9, 2, 64, NULL),
+	INTEGER("probe_count", probe_count, K_INT, 1, 1, 16, NULL),
+	REAL("probe_radius", probe_radius, 0.0, 0, CLOSED, 5, CLOSED, "voxels"),
+	INTEGER("rejection_samples", rejection_samples, K_INT, 10, 1, 1000, NULL),
+	INTEGER("rejection_tries", rejection_tries, K_INT, 100, 1, 10000, NULL),
 };
 
 static const struct member compress_members[] = {
-	{ .key = "tolerance_mm", .kind = K_REAL,
-	  .offset = offsetof(struct jobspec, compress_tolerance_mm),
-	  .b = { .min = 0, .max = 10, .min_open = OPEN, .unit = "mm" } },
-	{ .key = "max_segment_mm", .kind = K_REAL,
-	  .offset = offsetof(struct jobspec, compress_max_segment_mm),
-	  .b = { .min = 0, .max = 1000, .min_open = OPEN, .unit = "mm" } },
+	REAL("tolerance_mm", compress_tolerance_mm, COMPRESS_DEFAULT_TOLERANCE_MM, 0, OPEN, 10,
+	     CLOSED, "mm"),
+	REAL("max_segment_mm", compress_max_segment_mm, COMPRESS_DEFAULT_MAX_SEGMENT_MM, 0, OPEN,
+	     1000, CLOSED, "mm"),
 };
 
 /* null (or false) leaves compression off; true turns it on with DIPY's
@@ -661,22 +591,21 @@ static int parse_output_compress(json_t *v, const char *field, struct ctx *c)
 }
 
 static const struct member output_members[] = {
-	CUSTOM("format", parse_output_format),
+	CHOICE("format", output_format, output_formats),
 	PATH("path", output_path),
-	{ .key = "save_seeds", .kind = K_BOOL, .offset = offsetof(struct jobspec, save_seeds) },
-	{ .key = "save_seed_index", .kind = K_BOOL,
-	  .offset = offsetof(struct jobspec, save_seed_index) },
-	{ .key = "save_direction_getter", .kind = K_BOOL,
-	  .offset = offsetof(struct jobspec, save_direction_getter) },
-	CUSTOM("positions", parse_output_positions),
-	CUSTOM("compression", parse_output_compression),
-	CUSTOM("compress", parse_output_compress),
+	BOOL("save_seeds", save_seeds),
+	BOOL("save_seed_index", save_seed_index),
+	BOOL("save_direction_getter", save_direction_getter),
+	CHOICE("positions", output_positions, output_positions),
+	CHOICE("compression", output_compression, output_compressions),
+	CUSTOM_OBJECT("compress", parse_output_compress, compress_members),
 };
 
+/* model's name defaults by direction_getter (check_model). */
 static const struct member root_members[] = {
 	OBJECT("inputs", inputs_members),
-	CUSTOM("model", parse_model),
-	CUSTOM("direction_getter", parse_direction_getter),
+	CUSTOM_OBJECT("model", parse_model, model_members),
+	CHOICE("direction_getter", direction_getter, direction_getters),
 	OBJECT("seeds", seeds_members),
 	OBJECT("tracking", tracking_members),
 	OBJECT("output", output_members),
@@ -711,7 +640,7 @@ static int parse_member(const struct member *m, json_t *v, const char *field, st
 {
 	void *slot = (char *)c->js + m->offset;
 	json_int_t x;
-	int rc;
+	int rc, idx;
 
 	switch (m->kind) {
 	case K_OBJECT:
@@ -737,6 +666,16 @@ static int parse_member(const struct member *m, json_t *v, const char *field, st
 		if (!rc)
 			*(uint64_t *)slot = (uint64_t)x;
 		return rc;
+	case K_CHOICE:
+		rc = parse_choice(v, field, m->names, &idx, c->err);
+		if (!rc)
+			*(int *)slot = idx;
+		return rc;
+	case K_CHOICE_BOOL:
+		rc = parse_choice(v, field, m->names, &idx, c->err);
+		if (!rc)
+			*(bool *)slot = idx == 1;
+		return rc;
 	case K_CUSTOM:
 		break;
 	}
@@ -753,6 +692,14 @@ static int unknown_field(const char *field, const struct member *members, size_t
 	return errbuf_set(err, -EINVAL, field, "unknown field (known: %s)", known);
 }
 
+static const struct member *find_member(const struct member *members, size_t n, const char *key)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(members[i].key, key))
+			return &members[i];
+	return NULL;
+}
+
 static int walk_object(json_t *obj, const char *field, const struct member *members, size_t n,
 		       struct ctx *c)
 {
@@ -763,12 +710,9 @@ static int walk_object(json_t *obj, const char *field, const struct member *memb
 	 * the one reported. */
 	json_object_foreach(obj, key, v) {
 		char sub[FIELD_MAX];
-		const struct member *m = NULL;
+		const struct member *m = find_member(members, n, key);
 		int rc;
 
-		for (size_t i = 0; i < n && !m; i++)
-			if (!strcmp(members[i].key, key))
-				m = &members[i];
 		snprintf(sub, sizeof(sub), "%s%s%s", field, *field ? "." : "", key);
 		if (!m)
 			return unknown_field(sub, members, n, c->err);
@@ -814,7 +758,8 @@ static int check_inputs(json_t *root, const struct ctx *c)
 {
 	struct jobspec *js = c->js;
 	struct errbuf *err = c->err;
-	int rc = check_input_kind(json_object_get(root, "inputs"), js, err);
+	json_t *inputs = json_object_get(root, "inputs");
+	int rc = check_input_kind(inputs, js, err);
 
 	if (rc)
 		return rc;
@@ -825,14 +770,14 @@ static int check_inputs(json_t *root, const struct ctx *c)
 			return errbuf_set(err, -EINVAL, "inputs.bvecs", "is required with inputs.dwi");
 		return 0;
 	}
-	if (c->model_given)
+	if (json_object_get(root, "model"))
 		return errbuf_set(err, -EINVAL, "model", "applies to inputs.dwi only (the model "
 				  "is fitted to raw DWI; an ODF or SH input is already fitted)");
-	if (js->input_kind == JOBSPEC_INPUT_SH && !c->sh_basis_given)
+	if (js->input_kind == JOBSPEC_INPUT_SH && !json_object_get(inputs, "sh_basis"))
 		return errbuf_set(err, -EINVAL, "inputs.sh_basis", "is required with inputs.sh: "
 				  "\"tournier07\" for MRtrix3 (dwi2fod), \"descoteaux07_legacy\" for "
 				  "DIPY's default, \"descoteaux07\" for DIPY with legacy=False");
-	if (js->input_kind == JOBSPEC_INPUT_SH && !c->sh_frame_given)
+	if (js->input_kind == JOBSPEC_INPUT_SH && !json_object_get(inputs, "sh_frame"))
 		js->sh_frame = js->sh_basis == SH_TOURNIER07 || js->sh_basis == SH_TOURNIER07_LEGACY ?
 			       JOBSPEC_SH_FRAME_WORLD : JOBSPEC_SH_FRAME_VOXEL;
 	if (!js->stop_map_path)
@@ -904,7 +849,7 @@ static int check_model(json_t *root, struct ctx *c)
 	if (js->odf_storage == JOBSPEC_ODF_SH && js->input_kind == JOBSPEC_INPUT_ODF)
 		return errbuf_set(c->err, -EINVAL, "tracking.odf_storage", "\"sh\" needs SH "
 				  "coefficients: inputs.sh or inputs.dwi, not inputs.odf");
-	if (!c->model_name_given)
+	if (!json_is_string(model) && !json_object_get(model, "name"))
 		js->model.name = boot ? JOBSPEC_MODEL_OPDT : JOBSPEC_MODEL_CSD;
 	csd = js->model.name == JOBSPEC_MODEL_CSD;
 	if (csd && boot)
@@ -986,38 +931,28 @@ static int check_output(json_t *output, const struct jobspec *js, struct errbuf 
 			  output_format_name(js->output_format));
 }
 
+/* The defaults of the rows of members and of the tables below them. */
+static void fill_defaults(struct jobspec *js, const struct member *members, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const struct member *m = &members[i];
+		void *slot = (char *)js + m->offset;
+
+		if (m->kind == K_REAL)
+			*(double *)slot = m->def;
+		else if (m->kind == K_INT)
+			*(int *)slot = (int)m->def;
+		else if (m->kind == K_U64)
+			*(uint64_t *)slot = (uint64_t)m->def;
+		if (m->sub)
+			fill_defaults(js, m->sub, m->n_sub);
+	}
+}
+
 static void set_defaults(struct jobspec *js)
 {
 	memset(js, 0, sizeof(*js));
-	js->seed_kind = JOBSPEC_SEEDS_ROI;
-	js->seed_count = 10000;
-	js->step_size = 0.5;
-	js->max_angle = 60;
-	js->fa_threshold = 0.1;
-	js->relative_peak_threshold = 0.25;
-	js->min_separation_angle = 45;
-	js->pmf_threshold = 0.05;
-	js->max_steps = 500;
-	js->min_length = 0;
-	js->max_length = INFINITY;
-	js->model.sh_order = 8;
-	js->model.lambda = 1.0;
-	js->model.tau = 0.1;
-	js->model.roi_radius = 10;
-	js->model.response_fa = 0.7;
-	js->model.sh_lambda = 0.006;
-	js->model.min_signal = 1.0;
-	js->max_attempts = 5;
-	/* GPUStreamlines' probe (8 steps of 0.25 voxels) and DIPY's rejection
-	 * sampling (reference 3.3). */
-	js->probe_length = 2.0;
-	js->probe_quality = 9;
-	js->probe_count = 1;
-	js->probe_radius = 0.0;
-	js->rejection_samples = 10;
-	js->rejection_tries = 100;
-	js->compress_tolerance_mm = COMPRESS_DEFAULT_TOLERANCE_MM;
-	js->compress_max_segment_mm = COMPRESS_DEFAULT_MAX_SEGMENT_MM;
+	fill_defaults(js, root_members, ARRAY_SIZE(root_members));
 }
 
 static int validate(json_t *root, struct ctx *c)
