@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * main: the tractd command line. Parses arguments, turns module errors into
- * messages and exit codes, and wires jobspec -> engine -> TRK file for
- * `tractd run`, jobspec -> engine inputs -> NIfTI maps for `tractd fit`;
- * `tractd phantom` and `tractd devices` are thin wrappers.
+ * messages and exit codes, and wires jobspec -> runner (fresh inputs, its
+ * own devices) -> TRK file for `tractd run`, jobspec -> engine inputs ->
+ * NIfTI maps for `tractd fit`; `tractd phantom` and `tractd devices` are
+ * thin wrappers.
  *
  * Exit codes (stable, documented in README and --help):
  *   0 success, 1 runtime failure (GPU, I/O, memory), 2 usage error,
