@@ -16,8 +16,8 @@ static int check_seed_count(const struct runner_job *job, const struct seeds *se
 	if (!job->max_seeds || seeds_count(seeds) <= job->max_seeds)
 		return 0;
 	return errbuf_set(err, -EINVAL, "seeds.count", "%llu seeds exceed the limit of %llu "
-			  "seeds per job (max_seeds_per_job)", (unsigned long long)seeds_count(seeds),
-			  (unsigned long long)job->max_seeds);
+			  "seeds per job (max_seeds_per_job)",
+			  (unsigned long long)seeds_count(seeds), (unsigned long long)job->max_seeds);
 }
 
 /* Opens the output and tracks the seeds over the devices into it. */

@@ -170,7 +170,8 @@ static void make_room(struct volume_cache *cache, const struct volume_cache_entr
 		for (size_t i = 1; i < cache->n_entries; i++)
 			if (cache->entries[i].last_used < cache->entries[lru].last_used)
 				lru = i;
-		log_debug("cache: evicting %llu bytes", (unsigned long long)cache->entries[lru].bytes);
+		log_debug("cache: evicting %llu bytes",
+			  (unsigned long long)cache->entries[lru].bytes);
 		evict(cache, lru);
 	}
 }

@@ -241,9 +241,11 @@ static void *worker_main(void *arg)
 
 		log_info("job=%s started owner=%s", job.id, job.owner);
 		reopen_gpu_if_lost(w);
-		r = w->n_gpus ? run_job(w, &job, &stats, &err)
-			      : errbuf_set(&err, -ENODEV, "device", "the GPU is unavailable (it was "
-					   "lost and could not be opened again)");
+		if (w->n_gpus)
+			r = run_job(w, &job, &stats, &err);
+		else
+			r = errbuf_set(&err, -ENODEV, "device", "the GPU is unavailable (it was lost "
+				       "and could not be opened again)");
 		jobs_finish(w->jobs, job.job, r, &stats, &err);
 		reopen_gpu_if_lost(w);
 	}
