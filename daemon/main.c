@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * main: the tractd command line. Parses arguments, turns module errors into
- * messages and exit codes, and wires jobspec -> engine -> TRK file for
- * `tractd run`, jobspec -> engine inputs -> NIfTI maps for `tractd fit`;
- * `tractd phantom` and `tractd devices` are thin wrappers.
+ * messages and exit codes, and wires jobspec -> runner (fresh inputs, its
+ * own devices) -> TRK file for `tractd run`, jobspec -> engine inputs ->
+ * NIfTI maps for `tractd fit`; `tractd phantom` and `tractd devices` are
+ * thin wrappers.
  *
  * Exit codes (stable, documented in README and --help):
  *   0 success, 1 runtime failure (GPU, I/O, memory), 2 usage error,
@@ -29,6 +30,7 @@
 #include "base/log.h"
 #include "demo/phantom.h"
 #include "engine/resident.h"
+#include "run/runner.h"
 #include "models/shbasis.h"
 #include "server/serve.h"
 #include "engine/stats_json.h"
@@ -604,14 +606,18 @@ static void log_summary(const struct engine_stats *s, const char *device, size_t
 	log_stop_reasons(s);
 }
 
-/* Everything a CLI job holds, released in one place. */
+/* Everything a CLI job holds, released in one place; also the runner's
+ * source and output (fresh inputs, devices opened for this job). */
 struct cli_job {
+	struct cli *cli;
 	struct jobspec spec;
 	struct inputs *inputs;
-	struct seeds *seeds;
 	struct engine_device devices[GPU_MAX_DEVICES];
 	struct resident *residents[GPU_MAX_DEVICES];   /* devices[i].resident */
 	size_t n_devices;         /* opened */
+	double load_started;
+	const char *path;         /* of the tractogram: -o, or the job's output.path */
+	struct output_file out;
 };
 
 static void cli_job_free(struct cli_job *j)
@@ -620,7 +626,6 @@ static void cli_job_free(struct cli_job *j)
 		resident_free(j->devices[i].gpu, j->residents[i]);
 		gpu_close(j->devices[i].gpu);
 	}
-	seeds_free(j->seeds);
 	inputs_free(j->inputs);
 	jobspec_free(&j->spec);
 }
@@ -646,33 +651,69 @@ static int open_devices(struct cli *cli, struct cli_job *j, struct errbuf *err)
 	return r;
 }
 
-/* Inputs first, so bad data fails before a device is opened; then the devices
- * and the uploads. */
-static int prepare_job(struct cli *cli, struct cli_job *j, double *load_s, double *upload_s,
+/* The runner's source, reading fresh: inputs first, so bad data fails
+ * before a device is opened. */
+static int load_inputs(void *userdata, const struct jobspec *spec, struct inputs **inputs,
+		       struct engine_stats *timing, struct errbuf *err)
+{
+	struct cli_job *j = userdata;
+	int r;
+
+	j->load_started = timing_now();
+	r = inputs_load(spec, &j->cli->fit, &j->inputs, err);
+	*inputs = j->inputs;
+	timing->load_seconds = timing_now() - j->load_started;
+	return r;
+}
+
+/* Then the devices and the uploads. The load time runs until here, so that
+ * it counts the seeds too. */
+static int upload_inputs(void *userdata, const struct jobspec *spec, const struct inputs *inputs,
+			 struct engine_device devs[GPU_MAX_DEVICES], size_t *n_devs,
+			 struct engine_stats *timing, struct errbuf *err)
+{
+	struct cli_job *j = userdata;
+	double t0 = timing_now();
+	int r;
+
+	(void)spec;
+	(void)inputs;
+	timing->load_seconds = t0 - j->load_started;
+	j->cli->gpu.pipeline_cache_path = j->cli->pipeline_cache;
+	r = open_devices(j->cli, j, err);
+	timing->upload_seconds = timing_now() - t0;
+	for (size_t i = 0; r == 0 && i < j->n_devices; i++)
+		devs[i] = j->devices[i];
+	*n_devs = r == 0 ? j->n_devices : 0;
+	return r;
+}
+
+static int open_output(void *userdata, const struct jobspec *spec, FILE **tracks, FILE **seeds,
 		       struct errbuf *err)
 {
-	double t0 = timing_now();
-	int r = inputs_load(&j->spec, &cli->fit, &j->inputs, err);
+	struct cli_job *j = userdata;
+	int r = output_open(&j->out, j->path);
 
-	if (r == 0)
-		r = inputs_seeds_load(&j->spec, j->inputs, &j->seeds, err);
-	*load_s = timing_now() - t0;
 	if (r < 0)
-		return r;
-	cli->gpu.pipeline_cache_path = cli->pipeline_cache;
-	t0 = timing_now();
-	r = open_devices(cli, j, err);
-	*upload_s = timing_now() - t0;
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, r, "output.path", "cannot create %s: %s",
+				       j->path, strerror(-r));
+	*tracks = j->out.f;
+	r = seeds_open(&j->out, spec, err);
+	*seeds = j->out.seeds;
 	return r;
 }
 
 static int run_job(struct cli *cli, const char *job_path)
 {
-	struct cli_job j = { 0 };
+	struct cli_job j = { .cli = cli };
+	struct runner_job run = {
+		.spec = &j.spec,
+		.source = { load_inputs, upload_inputs, &j },
+		.output = { open_output, &j },
+	};
 	struct errbuf err = { 0 };
 	struct engine_stats stats;
-	struct output_file out = { 0 };
-	double load_s = 0, upload_s = 0, t_free;
+	double t_free;
 	const char *path;
 	int r, code = EXIT_OK;
 
@@ -686,36 +727,21 @@ static int run_job(struct cli *cli, const char *job_path)
 		jobspec_free(&j.spec);
 		return usage_error("%s", "no output: give -o FILE or output.path in the job");
 	}
+	j.path = path;
 	enable_progress(cli);
-	r = prepare_job(cli, &j, &load_s, &upload_s, &err);
-	if (r < 0) {
-		report(&err);
-		code = exit_code_for(r, &err);
-		goto done;
-	}
-	r = output_open(&out, path);
-	if (r < 0) {
-		fprintf(stderr, "tractd: error: output.path: cannot create %s: %s\n", path, strerror(-r));
-		code = EXIT_RUNTIME;
-		goto done;
-	}
-	r = seeds_open(&out, &j.spec, &err);
-	cli->engine.seeds_file = out.seeds;
-	if (r == 0)
-		r = engine_run(j.devices, j.n_devices, &j.spec, j.inputs, j.seeds, &cli->engine, out.f,
-			       &stats, &err);
+	run.engine = cli->engine;
+	r = runner_run(&run, &stats, &err);
 	if (r < 0) {
 		report(&err);
 		code = exit_code_for(r, &err);
 	}
-	r = output_close(&out, code == EXIT_OK);
+	/* An output that could not be opened has nothing to close. */
+	r = j.out.f ? output_close(&j.out, code == EXIT_OK) : 0;
 	if (r < 0 && code == EXIT_OK) {
 		fprintf(stderr, "tractd: error: output.path: cannot write %s: %s\n", path, strerror(-r));
 		code = EXIT_RUNTIME;
 	}
 	if (code == EXIT_OK) {
-		stats.load_seconds = load_s;
-		stats.upload_seconds = upload_s;
 		log_summary(&stats, gpu_get_limits(j.devices[0].gpu)->device_name, j.n_devices, path);
 		if (cli->stats_json &&
 		    write_stats_json(cli->stats_json, &stats, j.devices, j.n_devices) < 0) {
@@ -723,7 +749,6 @@ static int run_job(struct cli *cli, const char *job_path)
 			code = EXIT_RUNTIME;
 		}
 	}
-done:
 	t_free = timing_now();
 	cli_job_free(&j);
 	log_debug("inputs and devices released in %.3f s", timing_now() - t_free);

@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-LAYERS = [["base"], ["formats"], ["models"], ["job"], ["engine", "demo"], ["server"]]
+LAYERS = [["base"], ["formats"], ["models"], ["job"], ["engine", "demo"], ["run"], ["server"]]
 RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

@@ -895,7 +895,7 @@ static enum MHD_Result answer_stream(struct api *api, struct MHD_Connection *con
 
 /* max_seeds_per_job, as far as the document tells: seeds.count, or the
  * explicit points. Per-voxel seeding multiplies by the ROI's voxels, which
- * only the worker knows (jobs.c checks the total again). */
+ * only the worker knows (the runner checks the total again). */
 static enum api_error check_seed_limit(struct api *api, const struct jobspec *spec,
 				       struct errbuf *err)
 {

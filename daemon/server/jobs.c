@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * jobs: queue, states, worker thread, warm volume cache and spool (see jobs.h).
+ * jobs: the job registry: states, queue, fair scheduler, waits and spool
+ * (see jobs.h). No GPU: the worker (worker.h) takes jobs from here and
+ * reports back.
  *
  * Locking: `lock` guards the registry (jobs[], every job's public fields,
- * the counters and the cache statistics). The worker drops the lock while it
- * loads volumes and runs the engine; the engine reports back through the
- * progress callback, which takes the lock briefly, publishes progress, wakes
- * followers and returns whether to go on. The volume cache and the GPU
- * context are touched by the worker thread only.
+ * the counters and the cache statistics). The worker holds no lock while it
+ * loads volumes and runs the engine; it reports back through the publishing
+ * functions, which take the lock briefly, publish progress, wake followers
+ * and return whether to go on.
  */
 #include "server/jobs.h"
 
@@ -22,15 +23,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "job/inputs.h"
 #include "base/log.h"
-#include "engine/resident.h"
 #include "server/spool.h"
-#include "base/timing.h"
-
-/* Chunk length the engine aims for: how soon progress shows, streamed bytes
- * arrive and a cancellation takes effect. */
-#define CHUNK_SECONDS 0.5
 
 /* The tractogram writers report any failed write as -EIO (stdio loses the
  * errno), so a failed output with less than this free in the spool is taken
@@ -55,37 +49,18 @@ struct job {
 struct owner_turn {
 	char owner[JOB_OWNER_LEN + 1];
 	uint64_t last_start;        /* a jobs->start_clock value */
-	uint64_t cache_hits, cache_misses;   /* this owner's, as count_cache counts */
+	uint64_t cache_hits, cache_misses;   /* this owner's, as jobs_count_cache counts */
 };
 
-struct cache_entry {
-	char *key;                  /* input paths, sizes and mtimes, sphere */
-	struct inputs *inputs;
-	struct resident *residents[GPU_MAX_DEVICES];   /* one upload per device */
-	uint64_t bytes;                                         /* on each device */
-	uint64_t host_bytes;        /* inputs' host copies (inputs_host_bytes) */
-	uint64_t last_used;
-	/* What loading and uploading took, told to an owner whose first use
-	 * this is; and the owners who used it, so that a job hears of a warm
-	 * cache only from its own owner's earlier jobs. */
-	double load_seconds, upload_seconds;
-	char (*users)[JOB_OWNER_LEN + 1];
-	size_t n_users;
-};
 
 struct jobs {
 	struct jobs_config cfg;
 	char spool_dir[1100];
-	struct gpu_ctx *gpus[GPU_MAX_DEVICES];   /* one context per configured device */
-	size_t n_gpus;
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;        /* a job was queued, or stopping */
 	pthread_cond_t progress;    /* a job advanced or ended */
-	pthread_t worker;
-	bool worker_started;
 	bool stopping;
-	bool stopped;               /* the worker has been joined */
 
 	struct job **jobs;          /* creation order */
 	size_t n_jobs, cap_jobs;
@@ -93,10 +68,6 @@ struct jobs {
 	uint64_t start_clock;       /* counts jobs started, for fair scheduling */
 	struct owner_turn *turns;   /* one per owner who ever had a job started */
 	size_t n_turns;
-
-	struct cache_entry *cache;  /* worker thread only */
-	size_t n_cache;
-	uint64_t cache_clock;
 };
 
 static bool job_ended(const struct job *job)
@@ -227,407 +198,6 @@ static int make_dir(const char *path, struct errbuf *err)
 	return 0;
 }
 
-/* ---- the volume cache (worker thread only) ------------------------------- */
-
-/* The open file itself, not a name that may since lead elsewhere: which
- * file it is, and its size and change times. A slot the job does not use
- * is "-"; one not held open (-EBADF) leaves the job uncached. */
-static int append_file_key(char *key, size_t len, const struct jobspec *spec,
-			   enum jobspec_file_slot slot, const char *path)
-{
-	int fd = jobspec_opened_fd(spec, slot);
-	size_t used = strlen(key);
-	struct stat st;
-
-	if (!path) {
-		strncat(key, "-\n", len - used - 1);
-		return 0;
-	}
-	if (fd < 0)
-		return -EBADF;
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	snprintf(key + used, len - used, "%llu:%llu:%lld:%lld.%09ld:%lld.%09ld\n",
-		 (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
-		 (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-		 (long long)st.st_ctim.tv_sec, st.st_ctim.tv_nsec);
-	return 0;
-}
-
-/* What a fit depends on besides its files. fa_threshold masks the CSD fit. */
-static void append_model_key(char *key, size_t len, const struct jobspec *spec)
-{
-	const struct jobspec_model *m = &spec->model;
-	size_t used = strlen(key);
-
-	if (spec->input_kind == JOBSPEC_INPUT_SH)
-		snprintf(key + used, len - used, "sh %d %d\n", (int)spec->sh_basis, (int)spec->sh_frame);
-	else if (spec->input_kind == JOBSPEC_INPUT_DWI && spec->direction_getter == JOBSPEC_DG_BOOT)
-		/* The FA of the stop map is fitted regardless of the threshold. */
-		snprintf(key + used, len - used, "boot %d %d %.17g\n", (int)m->name, m->sh_order,
-			 m->sh_lambda);
-	else if (spec->input_kind == JOBSPEC_INPUT_DWI)
-		snprintf(key + used, len - used, "csd %d %.17g %.17g %d %.17g %.17g %d %.17g %.17g "
-			 "%.17g %.17g\n", m->sh_order, m->lambda, m->tau, m->roi_radius,
-			 m->response_fa, spec->fa_threshold, m->response_given,
-			 m->response_evals[0], m->response_evals[1], m->response_evals[2],
-			 m->response_s0);
-}
-
-/* What makes two jobs' volumes interchangeable: the files (the open files'
- * identity, size and times, so a server-side file that changed is read
- * again), the
- * model parameters of a fit, and the sphere. Fitted inputs are cached like
- * uploaded ones: a second job on one subject fits nothing. */
-static char *cache_key(const struct jobspec *spec)
-{
-	size_t len = (JOBSPEC_INPUT_FILES + 1) * 4200 + 512;
-	char *key;
-
-	/* Vertex lists: the job goes uncached rather than hashing them. */
-	if (!spec->sphere_name)
-		return NULL;
-	key = calloc(1, len);
-	if (!key)
-		return NULL;
-	for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++)
-		if (append_file_key(key, len, spec, (enum jobspec_file_slot)i,
-				    jobspec_input_path(spec, &jobspec_input_files[i])) < 0) {
-			free(key);
-			return NULL;
-		}
-	append_model_key(key, len, spec);
-	/* The same files held another way are another entry. */
-	snprintf(key + strlen(key), len - strlen(key), "odf_storage %d\n", (int)spec->odf_storage);
-	strncat(key, spec->sphere_name, len - strlen(key) - 1);
-	return key;
-}
-
-static void cache_entry_free(struct jobs *jobs, struct cache_entry *e)
-{
-	for (size_t i = 0; i < jobs->n_gpus; i++)
-		resident_free(jobs->gpus[i], e->residents[i]);
-	inputs_free(e->inputs);
-	free(e->users);
-	free(e->key);
-}
-
-/* Whether owner used e before; records that it has now. Out of memory the
- * owner stays unrecorded, and its next use reads as its first again: that
- * costs it a cache hit in its statistics, and tells it nothing of others. */
-static bool cache_entry_seen_by(struct cache_entry *e, const char *owner)
-{
-	char (*grown)[JOB_OWNER_LEN + 1];
-
-	for (size_t i = 0; i < e->n_users; i++)
-		if (strcmp(e->users[i], owner) == 0)
-			return true;
-	grown = realloc(e->users, sizeof(*grown) * (e->n_users + 1));
-	if (grown) {
-		e->users = grown;
-		snprintf(grown[e->n_users++], sizeof(*grown), "%s", owner);
-	}
-	return false;
-}
-
-static void cache_evict(struct jobs *jobs, size_t i)
-{
-	pthread_mutex_lock(&jobs->lock);
-	jobs->status.cache_bytes -= jobs->cache[i].bytes;
-	jobs->status.cache_host_bytes -= jobs->cache[i].host_bytes;
-	jobs->status.cache_entries--;
-	pthread_mutex_unlock(&jobs->lock);
-	cache_entry_free(jobs, &jobs->cache[i]);
-	jobs->cache[i] = jobs->cache[--jobs->n_cache];
-}
-
-/* Whether e fits the cache's budgets once room is made: GPU memory, and
- * host memory for the inputs' copies (max_job_host_memory, so that the warm
- * volumes and a running job's together stay within what the daemon may use;
- * 0: no bound). */
-static bool cache_can_hold(const struct jobs *jobs, const struct cache_entry *e)
-{
-	uint64_t host = jobs->cfg.max_job_host_memory;
-
-	return e->bytes <= jobs->status.cache_budget && (!host || e->host_bytes <= host);
-}
-
-static bool cache_room_for(const struct jobs *jobs, const struct cache_entry *e)
-{
-	uint64_t host = jobs->cfg.max_job_host_memory;
-
-	return jobs->status.cache_bytes + e->bytes <= jobs->status.cache_budget &&
-	       (!host || jobs->status.cache_host_bytes + e->host_bytes <= host);
-}
-
-/* Makes room for e by evicting least recently used entries. */
-static void cache_make_room(struct jobs *jobs, const struct cache_entry *e)
-{
-	while (jobs->n_cache > 0 && !cache_room_for(jobs, e)) {
-		size_t lru = 0;
-		for (size_t i = 1; i < jobs->n_cache; i++)
-			if (jobs->cache[i].last_used < jobs->cache[lru].last_used)
-				lru = i;
-		log_debug("cache: evicting %llu bytes", (unsigned long long)jobs->cache[lru].bytes);
-		cache_evict(jobs, lru);
-	}
-}
-
-static struct cache_entry *cache_find(struct jobs *jobs, const char *key)
-{
-	for (size_t i = 0; key && i < jobs->n_cache; i++)
-		if (strcmp(jobs->cache[i].key, key) == 0)
-			return &jobs->cache[i];
-	return NULL;
-}
-
-static struct owner_turn *find_turn(struct jobs *jobs, const char *owner);
-
-/* A hit is a reuse by the same owner; another owner's first use of a warm
- * entry counts as a miss, overall and for that owner, so that no counter
- * moves differently when someone else has run the same inputs. */
-static void count_cache(struct jobs *jobs, const char *owner, bool hit)
-{
-	struct owner_turn *t;
-
-	pthread_mutex_lock(&jobs->lock);
-	/* The job's start recorded its owner's turn (unless out of memory). */
-	t = find_turn(jobs, owner);
-	if (hit) {
-		jobs->status.cache_hits++;
-		if (t)
-			t->cache_hits++;
-	} else {
-		jobs->status.cache_misses++;
-		if (t)
-			t->cache_misses++;
-	}
-	pthread_mutex_unlock(&jobs->lock);
-}
-
-/* The loaded and uploaded volumes of spec for owner's job: from the cache,
- * or read, uploaded and cached (when they fit the budget). *owned is set
- * when the caller must free the entry after the job (not cached). */
-static int acquire_volumes(struct jobs *jobs, const struct jobspec *spec, const char *owner,
-			   const struct fit_options *fit, struct cache_entry *out,
-			   bool *owned, struct engine_stats *stats, struct errbuf *err)
-{
-	char *key = cache_key(spec);
-	struct cache_entry *hit = cache_find(jobs, key);
-	struct cache_entry fresh = { .key = key };
-	struct resident_upload up = { .odf_storage = spec->odf_storage,
-				      .memory_budget = jobs->cfg.gpu_memory_budget, .fit = fit };
-	double t0, t1;
-	int r;
-
-	if (hit) {
-		bool seen = cache_entry_seen_by(hit, owner);
-
-		count_cache(jobs, owner, seen);
-		/* Loaded for someone else: this owner is told what loading cost,
-		 * as if its job had loaded them (the job's wall time still tells;
-		 * see README, "Security"). */
-		if (!seen) {
-			stats->load_seconds = hit->load_seconds;
-			stats->upload_seconds = hit->upload_seconds;
-		}
-		free(key);
-		hit->last_used = ++jobs->cache_clock;
-		*out = *hit;
-		*owned = false;
-		return 0;
-	}
-	count_cache(jobs, owner, false);
-	t0 = timing_now();
-	r = inputs_check_host_memory(spec, jobs->cfg.max_job_host_memory, err);
-	if (r == 0)
-		r = inputs_load(spec, fit, &fresh.inputs, err);
-	t1 = timing_now();
-	stats->load_seconds = t1 - t0;
-	if (r == 0)
-		r = resident_new_all(jobs->gpus, jobs->n_gpus, fresh.inputs, &up,
-				     fresh.residents, err);
-	stats->upload_seconds = timing_now() - t1;
-	if (r < 0) {
-		cache_entry_free(jobs, &fresh);
-		return r;
-	}
-	fresh.bytes = resident_bytes(fresh.residents[0]);
-	fresh.host_bytes = inputs_host_bytes(fresh.inputs);
-	fresh.last_used = ++jobs->cache_clock;
-	fresh.load_seconds = stats->load_seconds;
-	fresh.upload_seconds = stats->upload_seconds;
-	cache_entry_seen_by(&fresh, owner);
-	*owned = true;
-	if (key && cache_can_hold(jobs, &fresh)) {
-		struct cache_entry *grown;
-		cache_make_room(jobs, &fresh);
-		grown = realloc(jobs->cache, sizeof(*grown) * (jobs->n_cache + 1));
-		if (grown) {
-			jobs->cache = grown;
-			jobs->cache[jobs->n_cache++] = fresh;
-			pthread_mutex_lock(&jobs->lock);
-			jobs->status.cache_bytes += fresh.bytes;
-			jobs->status.cache_host_bytes += fresh.host_bytes;
-			jobs->status.cache_entries++;
-			pthread_mutex_unlock(&jobs->lock);
-			*owned = false;
-		}
-	}
-	*out = fresh;
-	return 0;
-}
-
-/* ---- running one job (worker thread) ------------------------------------- */
-
-struct run_ctx {
-	struct jobs *jobs;
-	struct job *job;
-	FILE *out;
-};
-
-/* With the lock held, after the job's progress changed: wakes its
- * followers and says whether the job should go on. */
-static bool progress_published(struct run_ctx *ctx)
-{
-	pthread_cond_broadcast(&ctx->jobs->progress);
-	return !ctx->job->cancel_requested && !ctx->jobs->stopping;
-}
-
-static bool on_progress(void *userdata, uint64_t done, uint64_t total, uint64_t streamlines)
-{
-	struct run_ctx *ctx = userdata;
-	struct jobs *jobs = ctx->jobs;
-	long pos = ftell(ctx->out);
-	bool go_on;
-
-	pthread_mutex_lock(&jobs->lock);
-	ctx->job->info.stage = "track";
-	ctx->job->info.stage_fraction = total ? (double)done / (double)total : 1.0;
-	ctx->job->info.seeds_done = done;
-	ctx->job->info.seeds_total = total;
-	ctx->job->info.streamlines = streamlines;
-	if (pos > 0 && !ctx->job->deleted) {
-		jobs->status.spool_bytes += (uint64_t)pos - ctx->job->info.bytes;
-		ctx->job->info.bytes = (uint64_t)pos;
-	}
-	go_on = progress_published(ctx);
-	pthread_mutex_unlock(&jobs->lock);
-	return go_on;
-}
-
-/* A fit_progress_fn, also called for "load". Stage names are string
- * literals from fit.c and this file, so the job may keep the pointer. */
-static bool on_stage(void *userdata, const char *stage, double fraction)
-{
-	struct run_ctx *ctx = userdata;
-	bool go_on;
-
-	pthread_mutex_lock(&ctx->jobs->lock);
-	ctx->job->info.stage = stage;
-	ctx->job->info.stage_fraction = fraction;
-	go_on = progress_published(ctx);
-	pthread_mutex_unlock(&ctx->jobs->lock);
-	return go_on;
-}
-
-static int track_job(struct jobs *jobs, struct job *job, FILE *out, struct engine_stats *stats,
-		     struct errbuf *err)
-{
-	struct run_ctx ctx = { jobs, job, out };
-	struct fit_options fit = { .threads = jobs->cfg.fit_threads, .progress = on_stage,
-				   .userdata = &ctx };
-	struct engine_options opts = {
-		.memory_budget = jobs->cfg.gpu_memory_budget,
-		.chunk_seconds = CHUNK_SECONDS,
-		.progress = on_progress,
-		.progress_userdata = &ctx,
-	};
-	struct cache_entry volumes;
-	struct seeds *seeds = NULL;
-	struct engine_stats timing = { 0 };
-	bool owned = false;
-	int r;
-
-	on_stage(&ctx, "load", 0.0);
-	r = acquire_volumes(jobs, &job->spec, job->info.owner, &fit, &volumes, &owned, &timing,
-			    err);
-	if (r < 0)
-		return r;
-	r = inputs_seeds_load(&job->spec, volumes.inputs, &seeds, err);
-	/* seeds.per_voxel multiplies by the ROI's voxels, known only now. */
-	if (r == 0 && jobs->cfg.max_seeds_per_job &&
-	    seeds_count(seeds) > jobs->cfg.max_seeds_per_job)
-		r = errbuf_set(err, -EINVAL, "seeds.count", "%llu seeds exceed the limit of %llu "
-			       "seeds per job (max_seeds_per_job)",
-			       (unsigned long long)seeds_count(seeds),
-			       (unsigned long long)jobs->cfg.max_seeds_per_job);
-	if (r == 0) {
-		pthread_mutex_lock(&jobs->lock);
-		job->info.seeds_total = seeds_count(seeds);
-		pthread_mutex_unlock(&jobs->lock);
-		struct engine_device devs[GPU_MAX_DEVICES];
-		for (size_t i = 0; i < jobs->n_gpus; i++)
-			devs[i] = (struct engine_device){ jobs->gpus[i], volumes.residents[i] };
-		r = engine_run(devs, jobs->n_gpus, &job->spec, volumes.inputs, seeds, &opts,
-			       out, stats, err);
-	}
-	stats->load_seconds = timing.load_seconds;
-	stats->upload_seconds = timing.upload_seconds;
-	seeds_free(seeds);
-	if (owned)
-		cache_entry_free(jobs, &volumes);
-	return r;
-}
-
-static bool spool_is_full(const struct jobs *jobs)
-{
-	struct statvfs st;
-
-	return statvfs(jobs->spool_dir, &st) == 0 &&
-	       (uint64_t)st.f_bavail * st.f_frsize < SPOOL_FULL_BYTES;
-}
-
-/* A write of the result that failed for want of space becomes the client's
- * error "insufficient_storage" (field "output"), whatever the writer said. */
-static int check_spool_full(struct jobs *jobs, int r, int write_errno, struct errbuf *err)
-{
-	/* By kind, not code: the GPU reports its own memory running out as -ENOSPC. */
-	bool output = err->kind == ERR_KIND_OUTPUT;
-
-	if (r >= 0 || r == -ECANCELED || !output ||
-	    !(write_errno == ENOSPC || write_errno == EDQUOT || spool_is_full(jobs)))
-		return r;
-	return errbuf_set_kind(err, ERR_KIND_STORAGE, -ENOSPC, "output", "the result spool is "
-			       "full (no space left in the state_dir): the partial result was "
-			       "removed; submit the job again once space is freed");
-}
-
-static int run_job(struct jobs *jobs, struct job *job, struct engine_stats *stats,
-		   struct errbuf *err)
-{
-	char path[1200];
-	FILE *out;
-	int r;
-
-	result_path(jobs, job->info.id, path, sizeof(path));
-	out = fopen(path, "w+b");
-	if (!out) {
-		int e = errno;
-		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -e, "output", "cannot create %s: %s",
-				    path, strerror(e));
-		return check_spool_full(jobs, r, e, err);
-	}
-	r = track_job(jobs, job, out, stats, err);
-	/* The result reaches the disk before the record that says it is done. */
-	if (r == 0 && (fflush(out) != 0 || fsync(fileno(out)) != 0))
-		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output", "cannot write %s: %s",
-				    path, strerror(errno));
-	if (fclose(out) != 0 && r == 0)
-		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output", "cannot write %s", path);
-	return check_spool_full(jobs, r, 0, err);
-}
-
 /* Failed and interrupted jobs have no result to serve: their partial file
  * goes at once, so that it neither fills the spool nor outlives a restart. */
 static void drop_partial_result(struct jobs *jobs, struct job *job)
@@ -654,76 +224,6 @@ static void fail_interrupted(struct job *job, bool was_running)
 	errbuf_set_kind(&job->info.error, ERR_KIND_INTERRUPTED, -EINTR, "", "interrupted: the "
 			"daemon stopped %s; submit it again", was_running
 			? "while the job was running" : "before the job ran");
-}
-
-static void finish_job(struct jobs *jobs, struct job *job, int r, const struct engine_stats *stats,
-		       const struct errbuf *err)
-{
-	struct job_info ended;
-	char path[1200];
-	struct stat st;
-
-	result_path(jobs, job->info.id, path, sizeof(path));
-	pthread_mutex_lock(&jobs->lock);
-	job->in_worker = false;
-	if (job->deleted) {
-		/* Deleted by a client while it ran: no longer listed, nobody else holds it. */
-		unlink(path);
-		pthread_mutex_unlock(&jobs->lock);
-		log_info("job=%s stopped and deleted owner=%s", job->info.id, job->info.owner);
-		job_free(job);
-		return;
-	}
-	if (stat(path, &st) == 0) {
-		jobs->status.spool_bytes += (uint64_t)st.st_size - job->info.bytes;
-		job->info.bytes = (uint64_t)st.st_size;
-	}
-	job->info.stage = NULL;
-	if (job->info.state == JOB_CANCELLED) {
-		/* Cancelled by a client while it ran: already counted and answered. */
-	} else if (r == 0) {
-		job->info.finished = time(NULL);
-		job->info.state = JOB_DONE;
-		job->info.stats = *stats;
-		job->info.streamlines = stats->streamlines;
-		job->info.points = stats->points;
-		jobs->status.done_total++;
-		jobs->status.seeds_total += stats->seeds;
-		jobs->status.streamlines_total += stats->streamlines;
-		jobs->status.track_seconds_total += stats->track_seconds;
-	} else if (r == -ECANCELED && jobs->stopping) {
-		fail_interrupted(job, true);
-		jobs->status.failed_total++;
-		drop_partial_result(jobs, job);
-	} else if (r == -ECANCELED) {
-		job->info.finished = time(NULL);
-		job->info.state = JOB_CANCELLED;
-		jobs->status.cancelled_total++;
-	} else {
-		job->info.finished = time(NULL);
-		job->info.state = JOB_FAILED;
-		job->info.error_code = r;
-		job->info.error = *err;
-		jobs->status.failed_total++;
-		drop_partial_result(jobs, job);
-	}
-	jobspec_free(&job->spec);
-	save_record(jobs, job);
-	save_stale_records(jobs);
-	expire_results(jobs);
-	pthread_cond_broadcast(&jobs->progress);
-	/* A copy for the log: once unlocked, a client may delete the job. */
-	ended = job->info;
-	pthread_mutex_unlock(&jobs->lock);
-	if (ended.state == JOB_DONE)
-		log_info("job=%s done owner=%s: %llu streamlines from %llu seeds, track %.3f s",
-			 ended.id, ended.owner, (unsigned long long)stats->streamlines,
-			 (unsigned long long)stats->seeds, stats->track_seconds);
-	else if (ended.state == JOB_CANCELLED)
-		log_info("job=%s cancelled owner=%s", ended.id, ended.owner);
-	else
-		log_info("job=%s failed owner=%s: %s%s%s", ended.id, ended.owner, ended.error.field,
-			 ended.error.field[0] ? ": " : "", ended.error.message);
 }
 
 /* owner's record, or NULL if none of its jobs started yet. Lock held. */
@@ -788,95 +288,6 @@ static struct job *next_queued(struct jobs *jobs)
 		}
 	}
 	return best;
-}
-
-static void close_gpus(struct jobs *jobs)
-{
-	for (size_t i = 0; i < jobs->n_gpus; i++)
-		gpu_close(jobs->gpus[i]);
-	jobs->n_gpus = 0;
-}
-
-/* Opens a context on each configured device (or the best one); on failure
- * none stays open. */
-static int open_gpus(struct jobs *jobs, struct errbuf *err)
-{
-	const struct jobs_config *cfg = &jobs->cfg;
-
-	return gpu_open_devices(&cfg->gpu, cfg->devices, cfg->n_devices, jobs->gpus, &jobs->n_gpus,
-				err);
-}
-
-static bool any_gpu_lost(const struct jobs *jobs)
-{
-	for (size_t i = 0; i < jobs->n_gpus; i++)
-		if (gpu_lost(jobs->gpus[i]))
-			return true;
-	return false;
-}
-
-/* After a submit failed for good (VK_ERROR_DEVICE_LOST), the context and
- * everything made on it are useless: the warm volumes' GPU buffers go with
- * it, and fresh contexts (all of them: a cached entry holds an upload on
- * each) serve the next job. Also retries contexts that could not be
- * reopened last time. Worker thread, lock not held. */
-static void reopen_gpu_if_lost(struct jobs *jobs)
-{
-	struct errbuf err = { 0 };
-
-	if (jobs->n_gpus && !any_gpu_lost(jobs))
-		return;
-	if (jobs->n_gpus)
-		log_warn("the GPU device was lost: dropping the volume cache and recreating the "
-			 "Vulkan context");
-	while (jobs->n_cache > 0)
-		cache_evict(jobs, jobs->n_cache - 1);
-	close_gpus(jobs);
-	if (open_gpus(jobs, &err) < 0) {
-		log_error("cannot open the GPU again: %s%s%s (the next job tries again)",
-			  err.field, err.field[0] ? ": " : "", err.message);
-		return;
-	}
-	log_info("the Vulkan context was recreated");
-}
-
-static void *worker_main(void *arg)
-{
-	struct jobs *jobs = arg;
-
-	pthread_mutex_lock(&jobs->lock);
-	for (;;) {
-		struct job *job = next_queued(jobs);
-		struct engine_stats stats = { 0 };
-		struct errbuf err = { 0 };
-		int r;
-
-		if (jobs->stopping)
-			break;
-		if (!job) {
-			pthread_cond_wait(&jobs->work, &jobs->lock);
-			continue;
-		}
-		job->info.state = JOB_RUNNING;
-		job->info.started = time(NULL);
-		note_start(jobs, job->info.owner);
-		job->in_worker = true;
-		/* So that a restart after a crash knows the job had begun. */
-		save_record(jobs, job);
-		pthread_cond_broadcast(&jobs->progress);
-		pthread_mutex_unlock(&jobs->lock);
-		log_info("job=%s started owner=%s", job->info.id, job->info.owner);
-		reopen_gpu_if_lost(jobs);
-		r = jobs->n_gpus ? run_job(jobs, job, &stats, &err)
-			      : errbuf_set_kind(&err, ERR_KIND_DEVICE, -ENODEV, "device",
-						"the GPU is unavailable (it was lost and could "
-						"not be opened again)");
-		finish_job(jobs, job, r, &stats, &err);
-		reopen_gpu_if_lost(jobs);
-		pthread_mutex_lock(&jobs->lock);
-	}
-	pthread_mutex_unlock(&jobs->lock);
-	return NULL;
 }
 
 /* ---- jobs of an earlier run ------------------------------------------------ */
@@ -971,29 +382,17 @@ int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *
 		r = make_dir(jobs->spool_dir, err);
 	if (r == 0)
 		r = restore_jobs(jobs, err);
-	if (r == 0)
-		r = open_gpus(jobs, err);
 	if (r < 0) {
 		jobs_free(jobs);
 		return r;
 	}
-	jobs->status.device = *gpu_get_limits(jobs->gpus[0]);
-	jobs->status.devices = jobs->n_gpus;
-	jobs->status.cache_budget = cfg->volume_cache_bytes ? cfg->volume_cache_bytes
-							    : jobs->status.device.device_local_bytes / 4;
-	r = pthread_create(&jobs->worker, NULL, worker_main, jobs);
-	if (r != 0) {
-		jobs_free(jobs);
-		return errbuf_set(err, -r, "", "cannot start the worker thread: %s", strerror(r));
-	}
-	jobs->worker_started = true;
 	*ret = jobs;
 	return 0;
 }
 
 void jobs_stop(struct jobs *jobs)
 {
-	if (!jobs || jobs->stopped)
+	if (!jobs)
 		return;
 	pthread_mutex_lock(&jobs->lock);
 	jobs->stopping = true;
@@ -1011,9 +410,6 @@ void jobs_stop(struct jobs *jobs)
 	pthread_cond_broadcast(&jobs->work);
 	pthread_cond_broadcast(&jobs->progress);
 	pthread_mutex_unlock(&jobs->lock);
-	if (jobs->worker_started)
-		pthread_join(jobs->worker, NULL);
-	jobs->stopped = true;
 }
 
 void jobs_free(struct jobs *jobs)
@@ -1021,10 +417,6 @@ void jobs_free(struct jobs *jobs)
 	if (!jobs)
 		return;
 	jobs_stop(jobs);
-	while (jobs->n_cache > 0)
-		cache_evict(jobs, jobs->n_cache - 1);
-	free(jobs->cache);
-	close_gpus(jobs);
 	for (size_t i = 0; i < jobs->n_jobs; i++)
 		job_free(jobs->jobs[i]);
 	free(jobs->jobs);
@@ -1303,3 +695,209 @@ void jobs_expire(struct jobs *jobs)
 	expire_results(jobs);
 	pthread_mutex_unlock(&jobs->lock);
 }
+
+
+/* ---- for the worker ------------------------------------------------------- */
+
+bool jobs_next(struct jobs *jobs, struct jobs_running *ret)
+{
+	struct job *job = NULL;
+
+	pthread_mutex_lock(&jobs->lock);
+	while (!jobs->stopping && !(job = next_queued(jobs)))
+		pthread_cond_wait(&jobs->work, &jobs->lock);
+	if (jobs->stopping) {
+		pthread_mutex_unlock(&jobs->lock);
+		return false;
+	}
+	job->info.state = JOB_RUNNING;
+	job->info.started = time(NULL);
+	note_start(jobs, job->info.owner);
+	job->in_worker = true;
+	/* So that a restart after a crash knows the job had begun. */
+	save_record(jobs, job);
+	pthread_cond_broadcast(&jobs->progress);
+	pthread_mutex_unlock(&jobs->lock);
+	*ret = (struct jobs_running){ job, job->info.id, job->info.owner, &job->spec };
+	return true;
+}
+
+/* With the lock held, after the job's progress changed: wakes its
+ * followers and says whether the job should go on. */
+static bool progress_published(struct jobs *jobs, const struct job *job)
+{
+	pthread_cond_broadcast(&jobs->progress);
+	return !job->cancel_requested && !jobs->stopping;
+}
+
+bool jobs_publish_stage(struct jobs *jobs, struct job *job, const char *stage, double fraction)
+{
+	bool go_on;
+
+	pthread_mutex_lock(&jobs->lock);
+	job->info.stage = stage;
+	job->info.stage_fraction = fraction;
+	go_on = progress_published(jobs, job);
+	pthread_mutex_unlock(&jobs->lock);
+	return go_on;
+}
+
+void jobs_publish_seeds(struct jobs *jobs, struct job *job, uint64_t seeds_total)
+{
+	pthread_mutex_lock(&jobs->lock);
+	job->info.seeds_total = seeds_total;
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+bool jobs_publish_progress(struct jobs *jobs, struct job *job, uint64_t done, uint64_t total,
+			   uint64_t streamlines, long result_bytes)
+{
+	bool go_on;
+
+	pthread_mutex_lock(&jobs->lock);
+	job->info.stage = "track";
+	job->info.stage_fraction = total ? (double)done / (double)total : 1.0;
+	job->info.seeds_done = done;
+	job->info.seeds_total = total;
+	job->info.streamlines = streamlines;
+	if (result_bytes > 0 && !job->deleted) {
+		jobs->status.spool_bytes += (uint64_t)result_bytes - job->info.bytes;
+		job->info.bytes = (uint64_t)result_bytes;
+	}
+	go_on = progress_published(jobs, job);
+	pthread_mutex_unlock(&jobs->lock);
+	return go_on;
+}
+
+void jobs_finish(struct jobs *jobs, struct job *job, int r, const struct engine_stats *stats,
+		 const struct errbuf *err)
+{
+	struct job_info ended;
+	char path[1200];
+	struct stat st;
+
+	result_path(jobs, job->info.id, path, sizeof(path));
+	pthread_mutex_lock(&jobs->lock);
+	job->in_worker = false;
+	if (job->deleted) {
+		/* Deleted by a client while it ran: no longer listed, nobody else holds it. */
+		unlink(path);
+		pthread_mutex_unlock(&jobs->lock);
+		log_info("job=%s stopped and deleted owner=%s", job->info.id, job->info.owner);
+		job_free(job);
+		return;
+	}
+	if (stat(path, &st) == 0) {
+		jobs->status.spool_bytes += (uint64_t)st.st_size - job->info.bytes;
+		job->info.bytes = (uint64_t)st.st_size;
+	}
+	job->info.stage = NULL;
+	if (job->info.state == JOB_CANCELLED) {
+		/* Cancelled by a client while it ran: already counted and answered. */
+	} else if (r == 0) {
+		job->info.finished = time(NULL);
+		job->info.state = JOB_DONE;
+		job->info.stats = *stats;
+		job->info.streamlines = stats->streamlines;
+		job->info.points = stats->points;
+		jobs->status.done_total++;
+		jobs->status.seeds_total += stats->seeds;
+		jobs->status.streamlines_total += stats->streamlines;
+		jobs->status.track_seconds_total += stats->track_seconds;
+	} else if (r == -ECANCELED && jobs->stopping) {
+		fail_interrupted(job, true);
+		jobs->status.failed_total++;
+		drop_partial_result(jobs, job);
+	} else if (r == -ECANCELED) {
+		job->info.finished = time(NULL);
+		job->info.state = JOB_CANCELLED;
+		jobs->status.cancelled_total++;
+	} else {
+		job->info.finished = time(NULL);
+		job->info.state = JOB_FAILED;
+		job->info.error_code = r;
+		job->info.error = *err;
+		jobs->status.failed_total++;
+		drop_partial_result(jobs, job);
+	}
+	jobspec_free(&job->spec);
+	save_record(jobs, job);
+	save_stale_records(jobs);
+	expire_results(jobs);
+	pthread_cond_broadcast(&jobs->progress);
+	/* A copy for the log: once unlocked, a client may delete the job. */
+	ended = job->info;
+	pthread_mutex_unlock(&jobs->lock);
+	if (ended.state == JOB_DONE)
+		log_info("job=%s done owner=%s: %llu streamlines from %llu seeds, track %.3f s",
+			 ended.id, ended.owner, (unsigned long long)stats->streamlines,
+			 (unsigned long long)stats->seeds, stats->track_seconds);
+	else if (ended.state == JOB_CANCELLED)
+		log_info("job=%s cancelled owner=%s", ended.id, ended.owner);
+	else
+		log_info("job=%s failed owner=%s: %s%s%s", ended.id, ended.owner, ended.error.field,
+			 ended.error.field[0] ? ": " : "", ended.error.message);
+}
+
+void jobs_count_cache(struct jobs *jobs, const char *owner, bool hit)
+{
+	struct owner_turn *t;
+
+	pthread_mutex_lock(&jobs->lock);
+	/* The job's start recorded its owner's turn (unless out of memory). */
+	t = find_turn(jobs, owner);
+	if (hit) {
+		jobs->status.cache_hits++;
+		if (t)
+			t->cache_hits++;
+	} else {
+		jobs->status.cache_misses++;
+		if (t)
+			t->cache_misses++;
+	}
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+void jobs_set_cache_usage(struct jobs *jobs, uint64_t entries, uint64_t bytes,
+			  uint64_t host_bytes)
+{
+	pthread_mutex_lock(&jobs->lock);
+	jobs->status.cache_entries = entries;
+	jobs->status.cache_bytes = bytes;
+	jobs->status.cache_host_bytes = host_bytes;
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+void jobs_set_devices(struct jobs *jobs, const struct gpu_limits *first, size_t n_devices,
+		      uint64_t cache_budget)
+{
+	pthread_mutex_lock(&jobs->lock);
+	jobs->status.device = *first;
+	jobs->status.devices = n_devices;
+	jobs->status.cache_budget = cache_budget;
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+static bool spool_is_full(const struct jobs *jobs)
+{
+	struct statvfs st;
+
+	return statvfs(jobs->spool_dir, &st) == 0 &&
+	       (uint64_t)st.f_bavail * st.f_frsize < SPOOL_FULL_BYTES;
+}
+
+/* A write of the result that failed for want of space becomes the client's
+ * error "insufficient_storage" (field "output"), whatever the writer said. */
+int jobs_check_spool_full(struct jobs *jobs, int r, int write_errno, struct errbuf *err)
+{
+	/* By kind, not code: the GPU reports its own memory running out as -ENOSPC. */
+	bool output = err->kind == ERR_KIND_OUTPUT;
+
+	if (r >= 0 || r == -ECANCELED || !output ||
+	    !(write_errno == ENOSPC || write_errno == EDQUOT || spool_is_full(jobs)))
+		return r;
+	return errbuf_set_kind(err, ERR_KIND_STORAGE, -ENOSPC, "output", "the result spool is "
+			       "full (no space left in the state_dir): the partial result was "
+			       "removed; submit the job again once space is freed");
+}
+

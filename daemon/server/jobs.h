@@ -1,22 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * jobs: the daemon's job queue, job states and result spool.
+ * jobs: the daemon's job registry, job states and result spool.
  *
- * Owns every job (its validated spec, state, progress and error), the FIFO
- * queue, the worker thread that runs jobs one at a time on the GPU, the warm
- * state that thread keeps between jobs (the Vulkan context with its compiled
- * pipelines, and an LRU cache of uploaded volumes under a GPU-memory budget),
- * and the spool directory where each job's tractogram is written as it is produced.
+ * Owns every job (its validated spec, state, progress and error), the
+ * queue, the fair scheduler, the waits of followers, the counters, and the
+ * spool directory where each job's tractogram is written as it is produced.
  * A finished result stays in the spool until it expires (age or spool size)
  * or its job is deleted; clients that disconnect fetch it later. Every job
  * has a record in the spool (spool.h), written when it is submitted, starts
  * and ends, so jobs outlive a restart: finished ones are served again, those
- * the daemon died under read as failed ("interrupted"). A lost GPU device
- * fails the job it ran and is reopened for the next one.
+ * the daemon died under read as failed ("interrupted"). No GPU: the worker
+ * (worker.h) takes the jobs one at a time and reports back through the
+ * functions at the end of this header.
  *
  * Thread-safety: every function may be called from any thread (the HTTP
- * threads); one mutex guards the registry, a condition variable wakes
- * followers when a job makes progress. Logs each job's start, end and
+ * threads, the worker); one mutex guards the registry, a condition variable
+ * wakes followers when a job makes progress. Logs each job's start, end and
  * failure at info level as "job=<id> <event> owner=<owner>".
  *
  * Scheduling is fair between owners: the worker takes the oldest queued job
@@ -38,8 +37,9 @@
 #include "server/job_info.h"
 
 struct jobs;
+struct job;
 
-
+/* The registry's settings, and the worker's (worker_start). */
 struct jobs_config {
 	const char *state_dir;        /* the spool is <state_dir>/spool */
 	uint64_t max_queued_jobs;
@@ -66,21 +66,23 @@ struct jobs_status {
 	uint64_t cache_hits, cache_misses, cache_entries, cache_bytes, cache_budget;
 	uint64_t cache_host_bytes;   /* host copies of the warm volumes */
 	uint64_t spool_bytes;
-	struct gpu_limits device;    /* the first device's */
+	struct gpu_limits device;    /* the first device's (jobs_set_devices) */
 	size_t devices;              /* devices a job's seeds are shared out over */
 };
 
-/* Creates the spool, reloads the jobs of an earlier run (spool.h), opens
- * the GPU (kept until it is lost) and starts the worker. */
+/* Creates the spool and reloads the jobs of an earlier run (spool.h); the
+ * jobs wait for a worker (worker_start). */
 int jobs_start(const struct jobs_config *cfg, struct jobs **ret, struct errbuf *err);
 
-/* Cancels the running job within a chunk, fails queued ones ("shutting
- * down") and joins the worker. The registry stays readable (HTTP threads may
- * still be answering) until jobs_free. Accepts NULL. */
+/* Fails queued jobs ("shutting down"), refuses new ones and tells the
+ * worker to stop: the running job stops within a chunk (worker_free joins
+ * it). The registry stays readable (HTTP threads may still be answering)
+ * until jobs_free. Accepts NULL. */
 void jobs_stop(struct jobs *jobs);
 
 /* Stops if needed and frees everything; no other thread may use jobs any
- * more. Finished results stay on disk. Accepts NULL. */
+ * more (the worker is freed first). Finished results stay on disk. Accepts
+ * NULL. */
 void jobs_free(struct jobs *jobs);
 
 /* Queues spec (taken over: freed by jobs, also on failure) for owner and
@@ -120,5 +122,48 @@ void jobs_owner_cache(struct jobs *jobs, const char *owner, uint64_t *hits, uint
  * each job's end does): the daemon's main loop calls it every few seconds,
  * so results expire on time on an idle daemon too. */
 void jobs_expire(struct jobs *jobs);
+
+/* ---- for the worker: the one thread that runs jobs ---------------------- */
+
+/* The job the worker runs: id, owner and spec stay valid until jobs_finish. */
+struct jobs_running {
+	struct job *job;
+	const char *id, *owner;
+	const struct jobspec *spec;
+};
+
+/* Waits for the next job (the scheduler's pick) and marks it running
+ * (recorded, followers woken); false once the registry is stopping. */
+bool jobs_next(struct jobs *jobs, struct jobs_running *ret);
+
+/* Publish a running job's progress and wake its followers; they return
+ * whether the job should go on (false: cancelled, or the daemon stops).
+ * stage is a string literal ("load", a fit stage), kept by the job;
+ * result_bytes is the result's length in the spool so far (ftell). */
+bool jobs_publish_stage(struct jobs *jobs, struct job *job, const char *stage, double fraction);
+bool jobs_publish_progress(struct jobs *jobs, struct job *job, uint64_t done, uint64_t total,
+			   uint64_t streamlines, long result_bytes);
+void jobs_publish_seeds(struct jobs *jobs, struct job *job, uint64_t seeds_total);
+
+/* The job ended with r (0, -ECANCELED or an error in err) and stats: its
+ * state, counters, record and log line; the worker lets go of it. */
+void jobs_finish(struct jobs *jobs, struct job *job, int r, const struct engine_stats *stats,
+		 const struct errbuf *err);
+
+/* A write of the result that failed for want of space in the spool becomes
+ * -ENOSPC on "output" (the client's "insufficient_storage"); any other r is
+ * returned as it is. write_errno: the errno of the failed write, if known. */
+int jobs_check_spool_full(struct jobs *jobs, int r, int write_errno, struct errbuf *err);
+
+/* The warm volume cache's statistics (volume_cache.h): a hit or a miss of
+ * owner's job, and what the cache holds. */
+void jobs_count_cache(struct jobs *jobs, const char *owner, bool hit);
+void jobs_set_cache_usage(struct jobs *jobs, uint64_t entries, uint64_t bytes,
+			  uint64_t host_bytes);
+
+/* The devices the worker opened: the first one's limits, their number, and
+ * the cache's GPU budget, for jobs_status. */
+void jobs_set_devices(struct jobs *jobs, const struct gpu_limits *first, size_t n_devices,
+		      uint64_t cache_budget);
 
 #endif

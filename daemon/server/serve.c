@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * serve: `tractd serve`, the resident daemon. Reads the configuration, opens
- * (or inherits) the sockets, starts jobs (GPU, queue, spool) and the HTTP API,
- * tells the supervisor it is ready, then waits for a stop signal while
- * keeping the watchdog fed and the status line current. On SIGTERM/SIGINT it
+ * (or inherits) the sockets, starts the jobs (queue, spool), their GPU
+ * worker and the HTTP API, tells the supervisor it is ready, then waits for
+ * a stop signal while keeping the watchdog fed and the status line current. On SIGTERM/SIGINT it
  * stops accepting, cancels the running job within a chunk, closes
  * connections and exits 0.
  *
@@ -31,6 +31,7 @@
 #include "server/service.h"
 #include "server/store.h"
 #include "server/tokens.h"
+#include "server/worker.h"
 
 #define STATUS_PERIOD_MS 2000
 /* Expiring uploads stats every claim: every 10 s, not every status period. */
@@ -77,6 +78,7 @@ struct daemon {
 	struct conf conf;
 	struct store *store;
 	struct jobs *jobs;
+	struct worker *worker;
 	struct service_sockets sockets;
 	struct api *api;
 	struct tokens *tokens;    /* TCP's bearer tokens; NULL without tokens_file */
@@ -286,6 +288,8 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		r = gpu_parse_devices(d->conf.device, jc.devices, &jc.n_devices, err);
 	if (r == 0)
 		r = jobs_start(&jc, &d->jobs, err);
+	if (r == 0)
+		r = worker_start(&jc, d->jobs, &d->worker, err);
 	if (r < 0)
 		return r;
 	_Static_assert(sizeof(ac.data_roots) == sizeof(d->conf.data_roots),
@@ -358,7 +362,7 @@ static void stop_daemon(struct daemon *d)
 {
 	service_notify_stopping();
 	api_quiesce(d->api);
-	jobs_stop(d->jobs);       /* the running job stops within a chunk */
+	worker_free(d->worker);   /* stops the jobs: the running one within a chunk */
 	api_stop(d->api);         /* HTTP threads end; none touches jobs after this */
 	jobs_free(d->jobs);
 	store_close(d->store);

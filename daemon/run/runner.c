@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * runner: load, seeds, upload, output and engine of one job (see runner.h).
+ */
+#include "run/runner.h"
+
+#include <errno.h>
+
+#include "job/seeds.h"
+
+/* seeds.per_voxel multiplies by the ROI's voxels, known only once the
+ * seeds are read. */
+static int check_seed_count(const struct runner_job *job, const struct seeds *seeds,
+			    struct errbuf *err)
+{
+	if (!job->max_seeds || seeds_count(seeds) <= job->max_seeds)
+		return 0;
+	/* A limit, as API.md tells (limit_exceeded), like the count refused at submit. */
+	return errbuf_set_kind(err, ERR_KIND_LIMIT, -EINVAL, "seeds.count", "%llu seeds exceed "
+			       "the limit of %llu seeds per job (max_seeds_per_job)",
+			       (unsigned long long)seeds_count(seeds),
+			       (unsigned long long)job->max_seeds);
+}
+
+/* Opens the output and tracks the seeds over the devices into it. */
+static int track(const struct runner_job *job, const struct engine_device *devs, size_t n_devs,
+		 const struct inputs *inputs, struct seeds *seeds, struct engine_stats *stats,
+		 struct errbuf *err)
+{
+	struct engine_options opts = job->engine;
+	FILE *tracks = NULL;
+	int r = job->output.open(job->output.userdata, job->spec, &tracks, &opts.seeds_file, err);
+
+	if (r < 0)
+		return r;
+	return engine_run(devs, n_devs, job->spec, inputs, seeds, &opts, tracks, stats, err);
+}
+
+int runner_run(const struct runner_job *job, struct engine_stats *stats, struct errbuf *err)
+{
+	const struct runner_source *src = &job->source;
+	struct engine_device devs[GPU_MAX_DEVICES];
+	struct engine_stats timing = { 0 };
+	struct inputs *inputs = NULL;
+	struct seeds *seeds = NULL;
+	size_t n_devs = 0;
+	int r = src->load(src->userdata, job->spec, &inputs, &timing, err);
+
+	if (r == 0)
+		r = inputs_seeds_load(job->spec, inputs, &seeds, err);
+	if (r == 0)
+		r = check_seed_count(job, seeds, err);
+	if (r == 0 && job->seeds_counted)
+		job->seeds_counted(job->userdata, seeds_count(seeds));
+	if (r == 0)
+		r = src->upload(src->userdata, job->spec, inputs, devs, &n_devs, &timing, err);
+	if (r == 0)
+		r = track(job, devs, n_devs, inputs, seeds, stats, err);
+	stats->load_seconds = timing.load_seconds;
+	stats->upload_seconds = timing.upload_seconds;
+	seeds_free(seeds);
+	return r;
+}
