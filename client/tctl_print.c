@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tctl_print: what people read of the daemon's documents (proto/API.md): a
- * job, the job list, the device, the progress line (with the stage of a
- * job that fits its model, and the time left), the volume list, the one-line
- * descriptions that summaries and errors are made of; --json output too.
+ * job, the job list, the volume list, the device, the progress line (with
+ * the stage of a job that fits its model, and the time left of tracking),
+ * and the one-line descriptions that summaries and errors are made of;
+ * --json output too.
  * Members that are missing or of another type read as absent (or 0), so a
  * newer daemon that adds or drops members still prints. Write errors on
  * standard output are caught once, when main flushes it.
@@ -17,7 +18,7 @@
 #include "tctl_print.h"
 
 #define BAR_WIDTH 20
-/* The time left is estimated from the pace after this much of a stage, so
+/* The time left is estimated from the pace after this much tracking, so
  * that its first chunk (or a poll that came right after it) does not promise
  * what the rest does not keep. */
 #define MIN_PACE_SECONDS 1.0
@@ -125,17 +126,19 @@ static void format_elapsed(double seconds, char *buf, size_t len)
 		snprintf(buf, len, "%lu:%02lu", s / 60, s % 60);
 }
 
-/* " ETA 0:12" for a stage done to fraction (0..1) at elapsed seconds, from
- * its pace since pace first saw it; "" until that can be told. */
-static void estimate_time_left(struct progress_pace *pace, const char *stage, double fraction,
-			       double elapsed, char *buf, size_t len)
+/* " ETA 0:12" for tracking done to fraction (0..1) at elapsed seconds, from
+ * its pace since pace first saw it track; "" until that can be told. Only
+ * tracking is estimated: the fit stages before it take times that their
+ * first one does not tell. */
+static void estimate_time_left(struct progress_pace *pace, double fraction, double elapsed,
+			       char *buf, size_t len)
 {
 	char clock[32];
 	double seconds = elapsed - pace->since;
 
 	buf[0] = '\0';
-	if (strcmp(pace->stage, stage) != 0) {
-		snprintf(pace->stage, sizeof(pace->stage), "%s", stage);
+	if (!pace->tracking) {
+		pace->tracking = true;
 		pace->since = elapsed;
 		pace->fraction = fraction;
 		return;
@@ -161,18 +164,14 @@ void show_job_progress(const json_t *job, double elapsed_seconds, struct progres
 	format_elapsed(elapsed_seconds, clock, sizeof(clock));
 	if (describe_stage(job, stage, sizeof(stage))) {
 		/* Before tracking: loading, or fitting the model for raw DWI inputs. */
-		estimate_time_left(pace, text_of(progress, "stage"),
-				   json_number_value(json_object_get(progress, "stage_fraction")),
-				   elapsed_seconds, left, sizeof(left));
-		msg_progress("%s running: %s %s%s", id ? id : "job", stage, clock, left);
+		msg_progress("%s running: %s %s", id ? id : "job", stage, clock);
 		return;
 	}
 	if (!status_is(job, "running") || total == 0 || done > total) {
 		msg_progress("%s %s %s", id ? id : "job", status ? status : "", clock);
 		return;
 	}
-	estimate_time_left(pace, "track", (double)done / (double)total, elapsed_seconds, left,
-			   sizeof(left));
+	estimate_time_left(pace, (double)done / (double)total, elapsed_seconds, left, sizeof(left));
 	filled = (size_t)(BAR_WIDTH * done / total);
 	memset(bar, '#', filled);
 	memset(bar + filled, '.', BAR_WIDTH - filled);

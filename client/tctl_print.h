@@ -22,18 +22,18 @@ bool describe_error(const json_t *error, char *buf, size_t len);
 /* "4431 streamlines (120345 points) from 10000 seeds" for a done job. */
 void describe_result(const json_t *job, char *buf, size_t len);
 
-/* What the progress line keeps between polls of one job: the stage it saw
- * last, and when and how far along it first saw it, to tell the time left
- * from the pace since. Start zeroed. */
+/* What the progress line keeps between polls of one job: when and how far
+ * along it first saw the job track, to tell the time left from the pace
+ * since. Start zeroed. */
 struct progress_pace {
-	char stage[16];
+	bool tracking;
 	double since;      /* elapsed seconds */
-	double fraction;   /* of the stage done then, 0..1 */
+	double fraction;   /* of the seeds done then, 0..1 */
 };
 
 /* The progress line of a queued or running job on a terminal: the stage
  * ("fitting CSD 40 %") or the seeds, the time elapsed and, once it can be
- * estimated, the time left. */
+ * estimated, the time left of tracking ("ETA 0:12"). */
 void show_job_progress(const json_t *job, double elapsed_seconds, struct progress_pace *pace);
 
 /* Text on standard output, for `status`, `list`, `volumes` and `device`. A
