@@ -385,7 +385,7 @@ def test_progress_line_shows_time_left(tractctl, daemon, ctl, phantom, tmp_path)
     """On a terminal (standard error on a pty), `tractctl wait` draws a
     progress line that tells the time left once it can be estimated
     ("ETA M:SS"), from the pace of tracking."""
-    job = _job_file(tmp_path, "eta", local_job(phantom, count=CANCEL_SEEDS // 2, rng_seed=48))
+    job = _job_file(tmp_path, "eta", local_job(phantom, count=CANCEL_SEEDS, rng_seed=48))
     job_id = _ok(ctl("submit", job)).stdout.strip()
     env = daemon_env()
     env.pop("TRACTD_SOCKET", None)
@@ -404,4 +404,4 @@ def test_progress_line_shows_time_left(tractctl, daemon, ctl, phantom, tmp_path)
         drawn += chunk
     os.close(master)
     assert proc.wait(timeout=120) == 0, drawn
-    assert re.search(rb"\] +\d+% \d+:\d\d ETA \d+:\d\d  \d+/10000 seeds", drawn), drawn[-2000:]
+    assert re.search(rb"\] +\d+% \d+:\d\d ETA \d+:\d\d  \d+/20000 seeds", drawn), drawn[-2000:]
