@@ -33,8 +33,12 @@ static const char tool_help[] =
 "  status ID           show a job\n"
 "  list                list your jobs (an admin's: everyone's), newest first\n"
 "  wait ID             wait until a job ends; the exit status tells how\n"
-"  fetch ID            download a job's tractogram (also while it runs)\n"
+"  fetch ID            download a job's tractogram (also while it runs;\n"
+"                      --wait: once it has ended)\n"
 "  cancel ID           cancel a queued or running job\n"
+"  delete ID           delete a job and its result (a running job is cancelled)\n"
+"  volumes             list your uploaded volumes and your quota;\n"
+"                      `volumes delete ID...` forgets them\n"
 "  device              show the daemon's GPU, volume cache and queue\n"
 "  help [COMMAND]      this text, or a command's (also: COMMAND --help)\n"
 "\n"
@@ -59,7 +63,14 @@ static const char tool_help[] =
 "\n"
 "Output: results (ids, tables, JSON, a tractogram sent to '-') go to standard\n"
 "output; progress, summaries and errors go to standard error. Progress is\n"
-"drawn only when standard error is a terminal.\n"
+"drawn only when standard error is a terminal: the seeds done and, once it can\n"
+"be estimated, the time left; while a job fits its model, the stage\n"
+"(e.g. \"fitting CSD 40 %\").\n"
+"\n"
+"Formats: -o FILE's extension (.trk, .tck or .trx, in any case) picks the\n"
+"tractogram's format where the job (output.format) or --format does not;\n"
+"where they name another, that is a usage error. Another or no extension\n"
+"leaves the format to the job (TRK by default).\n"
 "\n"
 "Exit status:\n"
 "  0    success\n"
@@ -111,19 +122,23 @@ static const char track_help[] =
 "\n"
 "Options:\n"
 "  -o, --output FILE   write the tractogram to FILE ('-': standard output);\n"
-"                      default: the job's output.path\n"
+"                      default: the job's output.path. FILE's extension\n"
+"                      (.trk, .tck, .trx) sets output.format when the job\n"
+"                      has none; a job whose output.format differs is a\n"
+"                      usage error (exit 2)\n"
 "      --json          print the finished job (as `status --json` would) instead\n"
 "                      of the summary; not with -o -\n"
 "and the options of every command (tractctl --help).\n"
 "\n"
-"Exit status: 0 done; 1 the job failed or was cancelled; 3 the daemon refused\n"
-"the job, at once or when it ran (the error names the field, and the input\n"
-"file as this job file names it); 6 the job file or an input cannot be\n"
+"Exit status: 0 done; 1 the job failed or was cancelled; 2 FILE's extension\n"
+"and output.format disagree; 3 the daemon refused the job, at once or when it\n"
+"ran (the error names the field, and the input file as this job file names\n"
+"it); 6 the job file or an input cannot be\n"
 "read, or FILE cannot be written; 130 interrupted (the job is cancelled);\n"
 "others as in tractctl --help.\n"
 "\n"
 "Example:\n"
-"  tractctl track job.json -o tracks.trk\n";
+"  tractctl track job.json -o tracks.tck    # a TCK, as tckgen writes\n";
 
 static const char submit_help[] =
 "Usage: tractctl submit JOB.json\n"
@@ -146,8 +161,9 @@ static const char status_help[] =
 "\n"
 "Shows job ID: who submitted it, its state (queued, running, done, failed or\n"
 "cancelled), when it was created, started and finished, its progress while it\n"
-"runs, and its result (streamlines, points, size, phase timings) or error when\n"
-"it ended. Only your own jobs are shown (an admin's: anyone's); another user's\n"
+"runs (the stage while a DWI job fits its model, e.g. \"fitting CSD 40 %\"),\n"
+"and its result (streamlines, points, size, phase timings) or error when it\n"
+"ended. Only your own jobs are shown (an admin's: anyone's); another user's\n"
 "job reads as no such job.\n"
 "With --json, prints the job document of GET /v1/jobs/ID.\n"
 "\n"
@@ -158,7 +174,7 @@ static const char list_help[] =
 "Usage: tractctl list\n"
 "\n"
 "Lists your jobs on the daemon (an admin's: every user's), newest first: id,\n"
-"state, owner, creation time, and progress, result or error. On the Unix\n"
+"state, owner, creation time, and progress (or fitting stage), result or error. On the Unix\n"
 "socket you are your user; over --server, the name of your token. With\n"
 "--json, prints {\"jobs\": [JOB, ...]}.\n"
 "\n"
@@ -168,7 +184,8 @@ static const char wait_help[] =
 "Usage: tractctl wait ID\n"
 "\n"
 "Waits until job ID has ended, polling it twice a second; on a terminal a\n"
-"progress line shows the seeds done and the streamlines. Prints a summary (or,\n"
+"progress line shows the seeds done, the streamlines and the time left (or the\n"
+"stage while a DWI job fits its model). Prints a summary (or,\n"
 "with --json, the final job document). Interrupting `wait` leaves the job\n"
 "running.\n"
 "\n"
@@ -179,11 +196,13 @@ static const char wait_help[] =
 "  tractctl wait j-5c2f9a0d1e7b4c36 && tractctl fetch j-5c2f9a0d1e7b4c36\n";
 
 static const char fetch_help[] =
-"Usage: tractctl fetch ID [-o FILE] [--format trk|tck|trx]\n"
+"Usage: tractctl fetch ID [--wait] [-o FILE] [--format trk|tck|trx]\n"
 "\n"
 "Downloads the tractogram of job ID. While the job runs, the daemon streams\n"
 "what exists and follows the job until it ends, so fetch may be started right\n"
-"after submit. The file is written to FILE.tmp and renamed to FILE once the\n"
+"after submit; with --wait, fetch first waits until the job has ended (as\n"
+"`wait` does, with its progress line) and then downloads, so that any format\n"
+"can be asked for. The file is written to FILE.tmp and renamed to FILE once the\n"
 "job is done; it is removed when the job fails or is cancelled. Sent to\n"
 "standard output (-o -), what has been written cannot be taken back: check\n"
 "the exit status.\n"
@@ -191,15 +210,20 @@ static const char fetch_help[] =
 "Options:\n"
 "  -o, --output FILE   write to FILE ('-': standard output); default: ID.trk,\n"
 "                      ID.tck or ID.trx, after the job's output format\n"
-"                      (or --format)\n"
+"                      (or --format). FILE's extension (.trk, .tck, .trx)\n"
+"                      asks for that format where --format is not given;\n"
+"                      a --format that differs is a usage error (exit 2)\n"
 "      --format FMT    trk, tck or trx: the daemon converts the finished\n"
 "                      result (only a done job converts; its own format\n"
 "                      streams while it runs)\n"
+"      --wait          wait until the job has ended, then download\n"
 "      --json          print the finished job's document; not with -o -\n"
 "and the options of every command (tractctl --help).\n"
 "\n"
-"Exit status: 0 written; 1 the job failed or was cancelled; 3 no such job or\n"
-"its result expired; 6 FILE cannot be written; others as in tractctl --help.\n";
+"Exit status: 0 written; 1 the job failed or was cancelled; 2 FILE's extension\n"
+"and --format disagree; 3 no such job, its result expired, or another format\n"
+"asked for while the job runs (use --wait); 6 FILE cannot be written; others\n"
+"as in tractctl --help.\n";
 
 static const char cancel_help[] =
 "Usage: tractctl cancel ID\n"
@@ -209,7 +233,39 @@ static const char cancel_help[] =
 "would delete it and its result). With --json, prints the job document.\n"
 "\n"
 "Exit status: 0 cancelled, or already ended; 3 no such job; others as in\n"
-"tractctl --help.\n";
+"tractctl --help. To remove a job that has ended: tractctl delete ID.\n";
+
+static const char delete_help[] =
+"Usage: tractctl delete ID\n"
+"\n"
+"Deletes job ID and its result from the daemon. A queued or running job is\n"
+"cancelled first (a running one stops within one chunk of seeds), then\n"
+"deleted. With --json, prints {\"id\": ID, \"deleted\": true}.\n"
+"\n"
+"Exit status: 0 deleted; 3 no such job; others as in tractctl --help.\n";
+
+static const char volumes_help[] =
+"Usage: tractctl volumes\n"
+"       tractctl volumes delete ID...\n"
+"\n"
+"Volumes are the input files that `track` and `submit` uploaded, named by\n"
+"their content's SHA-256 (\"sha256:...\"); the daemon keeps them for later\n"
+"jobs, within your quota (max_volume_bytes_per_user), and forgets those not\n"
+"uploaded again for volume_ttl_seconds.\n"
+"\n"
+"`volumes` lists yours: id, kind (nifti, nifti-gz or text) and size, then the\n"
+"bytes they take of your quota. With --json, prints the document of GET\n"
+"/v1/volumes. `volumes delete ID...` forgets each of your uploads ID (the\n"
+"file goes with its last uploader); a queued job naming one fails when it\n"
+"starts. Every ID is tried, and the first failure sets the exit status.\n"
+"\n"
+"Exit status: 0 listed, or all deleted; 3 no such volume (or not yours);\n"
+"others as in tractctl --help.\n"
+"\n"
+"Example:\n"
+"  # forget every upload\n"
+"  tractctl --json volumes | jq -r '.volumes[].id' |\n"
+"    xargs tractctl volumes delete\n";
 
 static const char device_help[] =
 "Usage: tractctl device\n"
@@ -225,23 +281,28 @@ struct command_spec {
 	const char *name;
 	const char *operand;   /* the one operand's name, NULL when the command takes none */
 	bool takes_output;     /* -o */
+	bool takes_format;     /* --format, --wait */
 	const char *help;
 };
 
 static const struct command_spec commands[CMD_COUNT] = {
-	[CMD_HELP] = { "help", NULL, false, tool_help },
-	[CMD_TRACK] = { "track", "JOB.json", true, track_help },
-	[CMD_SUBMIT] = { "submit", "JOB.json", false, submit_help },
-	[CMD_STATUS] = { "status", "ID", false, status_help },
-	[CMD_LIST] = { "list", NULL, false, list_help },
-	[CMD_WAIT] = { "wait", "ID", false, wait_help },
-	[CMD_FETCH] = { "fetch", "ID", true, fetch_help },
-	[CMD_CANCEL] = { "cancel", "ID", false, cancel_help },
-	[CMD_DEVICE] = { "device", NULL, false, device_help },
+	[CMD_HELP] = { "help", NULL, false, false, tool_help },
+	[CMD_TRACK] = { "track", "JOB.json", true, false, track_help },
+	[CMD_SUBMIT] = { "submit", "JOB.json", false, false, submit_help },
+	[CMD_STATUS] = { "status", "ID", false, false, status_help },
+	[CMD_LIST] = { "list", NULL, false, false, list_help },
+	[CMD_WAIT] = { "wait", "ID", false, false, wait_help },
+	[CMD_FETCH] = { "fetch", "ID", true, true, fetch_help },
+	[CMD_CANCEL] = { "cancel", "ID", false, false, cancel_help },
+	[CMD_DELETE] = { "delete", "ID", false, false, delete_help },
+	/* Operands of its own: none, or "delete ID..." (check_volumes_operands). */
+	[CMD_VOLUMES] = { "volumes", NULL, false, false, volumes_help },
+	[CMD_DEVICE] = { "device", NULL, false, false, device_help },
 };
 
 enum option_id {
-	OPT_SOCKET = 256, OPT_SERVER, OPT_TOKEN, OPT_TOKEN_FILE, OPT_TIMEOUT, OPT_JSON, OPT_FORMAT
+	OPT_SOCKET = 256, OPT_SERVER, OPT_TOKEN, OPT_TOKEN_FILE, OPT_TIMEOUT, OPT_JSON, OPT_FORMAT,
+	OPT_WAIT
 };
 
 static const struct option long_options[] = {
@@ -252,6 +313,7 @@ static const struct option long_options[] = {
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "format", required_argument, NULL, OPT_FORMAT },
+	{ "wait", no_argument, NULL, OPT_WAIT },
 	{ "output", required_argument, NULL, 'o' },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
@@ -355,6 +417,7 @@ static int parse_option(struct tctl_args *args, struct seen *seen, int opt, cons
 	case OPT_TIMEOUT: return parse_timeout(arg, &args->connect_timeout_ms);
 	case OPT_JSON: args->json = true; return ARGS_RUN;
 	case OPT_FORMAT: return parse_format(arg, &args->format);
+	case OPT_WAIT: args->wait = true; return ARGS_RUN;
 	case 'o': args->output = arg; return ARGS_RUN;
 	case 'q': args->quiet = true; return ARGS_RUN;
 	case 'h': seen->help = true; return ARGS_RUN;
@@ -466,17 +529,38 @@ static int run_help(int operands, char **operand)
 	return print_help(command);
 }
 
-static int check_command_arguments(const struct tctl_args *args, int operands)
+/* `volumes` or `volumes delete ID...` */
+static int check_volumes_operands(struct tctl_args *args, int operands, char **operand)
+{
+	if (operands == 0)
+		return ARGS_RUN;
+	if (strcmp(operand[0], "delete") != 0)
+		return args_usage_error(CMD_VOLUMES, "'volumes' takes no arguments, or: volumes "
+					"delete ID...");
+	if (operands == 1)
+		return args_usage_error(CMD_VOLUMES, "'volumes delete' takes the ids of the "
+					"volumes: volumes delete ID...");
+	args->volume_ids = operand + 1;
+	args->n_volume_ids = operands - 1;
+	return ARGS_RUN;
+}
+
+/* operand: the arguments after the command's name. */
+static int check_command_arguments(struct tctl_args *args, int operands, char **operand)
 {
 	const struct command_spec *spec = &commands[args->command];
 	char message[256];
+	int code;
 
-	if (spec->operand && operands != 1) {
+	if (args->command == CMD_VOLUMES) {
+		code = check_volumes_operands(args, operands, operand);
+		if (code != ARGS_RUN)
+			return code;
+	} else if (spec->operand && operands != 1) {
 		snprintf(message, sizeof(message), "'%s' takes %s: %s %s", spec->name,
 			 operands ? "only one argument" : "an argument", spec->name, spec->operand);
 		return args_usage_error(args->command, message);
-	}
-	if (!spec->operand && operands != 0) {
+	} else if (!spec->operand && operands != 0) {
 		snprintf(message, sizeof(message), "'%s' takes no arguments", spec->name);
 		return args_usage_error(args->command, message);
 	}
@@ -486,8 +570,9 @@ static int check_command_arguments(const struct tctl_args *args, int operands)
 	}
 	if (args->output && !*args->output)
 		return args_usage_error(args->command, "empty -o/--output");
-	if (args->format && args->command != CMD_FETCH) {
-		snprintf(message, sizeof(message), "'%s' has no --format", spec->name);
+	if ((args->format || args->wait) && !spec->takes_format) {
+		snprintf(message, sizeof(message), "'%s' has no %s", spec->name,
+			 args->format ? "--format" : "--wait");
 		return args_usage_error(args->command, message);
 	}
 	if (args->output && args->json && strcmp(args->output, "-") == 0)
@@ -505,7 +590,8 @@ static int parse_command(struct tctl_args *args, const struct seen *seen, int op
 	if (operands == 0)
 		return seen->help ? print_help(CMD_HELP) :
 				    args_usage_error(CMD_HELP, "missing command (track, submit, status, "
-						     "list, wait, fetch, cancel, device or help)");
+						     "list, wait, fetch, cancel, delete, volumes, "
+						     "device or help)");
 	if (find_command(operand[0], &args->command) < 0) {
 		snprintf(message, sizeof(message), "unknown command '%s'", operand[0]);
 		return args_usage_error(CMD_HELP, message);
@@ -514,10 +600,10 @@ static int parse_command(struct tctl_args *args, const struct seen *seen, int op
 		return print_help(args->command);
 	if (args->command == CMD_HELP)
 		return run_help(operands - 1, operand + 1);
-	code = check_command_arguments(args, operands - 1);
+	code = check_command_arguments(args, operands - 1, operand + 1);
 	if (code != ARGS_RUN)
 		return code;
-	args->operand = operands > 1 ? operand[1] : NULL;
+	args->operand = operands > 1 && commands[args->command].operand ? operand[1] : NULL;
 	return check_address(args, seen);
 }
 

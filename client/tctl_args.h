@@ -21,6 +21,8 @@ enum tctl_command {
 	CMD_WAIT,
 	CMD_FETCH,
 	CMD_CANCEL,
+	CMD_DELETE,
+	CMD_VOLUMES,
 	CMD_DEVICE,
 	CMD_COUNT,
 };
@@ -28,6 +30,8 @@ enum tctl_command {
 struct tctl_args {
 	enum tctl_command command;
 	const char *operand;       /* JOB.json or ID; NULL for commands without one */
+	char **volume_ids;         /* `volumes delete ID...`: the ids; NULL for the list */
+	int n_volume_ids;
 	const char *output;        /* -o FILE, "-" for standard output; NULL when not given */
 	const char *format;        /* fetch --format: trk, tck or trx; NULL: the job's own */
 	const char *server_url;    /* --server; NULL to use socket_path */
@@ -37,6 +41,7 @@ struct tctl_args {
 	long connect_timeout_ms;
 	bool json;
 	bool quiet;
+	bool wait;                 /* fetch --wait: until the job has ended */
 	char socket_buf[PATH_MAX]; /* storage for a socket path built from the environment */
 	char token_buf[1024];      /* storage for a token read from --token-file */
 };

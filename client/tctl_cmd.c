@@ -5,8 +5,10 @@
  * outcome becomes the exit status (0 done, 3 failed on its request: its
  * inputs, parameters or a limit; 1 otherwise failed or cancelled), and only
  * a done job's tractogram is kept. `track` owns its job: a signal cancels it
- * on the daemon.
+ * on the daemon. The output file's extension asks for its format (track:
+ * output.format; fetch: a conversion by the daemon).
  */
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +66,7 @@ static int job_without_status(const char *id)
 static int wait_for_end(struct http_client *c, const char *id, json_t **ret)
 {
 	double start = now_seconds();
+	struct progress_pace pace = { 0 };
 	json_t *job = NULL;
 	int code;
 
@@ -80,7 +83,7 @@ static int wait_for_end(struct http_client *c, const char *id, json_t **ret)
 			*ret = job;
 			break;
 		}
-		show_job_progress(job, now_seconds() - start);
+		show_job_progress(job, now_seconds() - start, &pace);
 		json_decref(job);
 		if (!interrupt_sleep_ms(POLL_INTERVAL_MS)) {
 			code = interrupt_exit_code();
@@ -251,6 +254,28 @@ static int track_job(struct http_client *c, const struct tctl_args *args, struct
 	return code;
 }
 
+/* The output file's extension sets output.format where the job has none;
+ * naming another format than the job's is a usage error. */
+static int format_from_extension(struct job_file *job, const char *out_path, const char *origin)
+{
+	const char *wanted = output_format_of(out_path);
+	const json_t *set = json_object_get(json_object_get(job->doc, "output"), "format");
+	char message[PATH_MAX + 256];
+
+	if (!wanted)
+		return TCTL_EXIT_OK;
+	if (!set)
+		return job_file_set_output_format(job, wanted);
+	/* Not a string: the daemon names the field. */
+	if (json_is_string(set) && strcmp(json_string_value(set), wanted) != 0) {
+		snprintf(message, sizeof(message), "%s %s asks for %s by its extension, but the "
+			 "job's output.format is %s", origin, out_path, wanted,
+			 json_string_value(set));
+		return args_usage_error(CMD_TRACK, message);
+	}
+	return TCTL_EXIT_OK;
+}
+
 int cmd_track(struct http_client *c, const struct tctl_args *args)
 {
 	struct job_file job;
@@ -259,6 +284,8 @@ int cmd_track(struct http_client *c, const struct tctl_args *args)
 
 	if (code == TCTL_EXIT_OK && !out_path)
 		code = args_usage_error(CMD_TRACK, "no output: give -o FILE, or output.path in the job");
+	if (code == TCTL_EXIT_OK)
+		code = format_from_extension(&job, out_path, args->output ? "-o" : "output.path");
 	if (code == TCTL_EXIT_OK)
 		code = track_job(c, args, &job, out_path);
 	job_file_free(&job);
@@ -402,14 +429,33 @@ static int fetch_to(struct http_client *c, const struct tctl_args *args, const c
 	return code;
 }
 
+/* --format, else the format -o FILE's extension asks for; NULL: the job's
+ * own. *ret is set when the two agree. */
+static int requested_format(const struct tctl_args *args, const char **ret)
+{
+	const char *extension = args->output ? output_format_of(args->output) : NULL;
+	char message[PATH_MAX + 256];
+
+	if (extension && args->format && strcmp(extension, args->format) != 0) {
+		snprintf(message, sizeof(message), "-o %s asks for %s by its extension, but "
+			 "--format is %s", args->output, extension, args->format);
+		return args_usage_error(CMD_FETCH, message);
+	}
+	*ret = args->format ? args->format : extension;
+	return TCTL_EXIT_OK;
+}
+
 int cmd_fetch(struct http_client *c, const struct tctl_args *args)
 {
 	const char *id = args->operand;
 	char *default_path = NULL;
 	json_t *job = NULL;
-	const char *format;
-	int code = get_job(c, id, &job);
+	const char *format, *wanted = NULL;
+	bool converting;
+	int code = requested_format(args, &wanted);
 
+	if (code == TCTL_EXIT_OK)
+		code = args->wait ? wait_for_end(c, id, &job) : get_job(c, id, &job);
 	/* A failed or cancelled job has no tractogram (409): tell why instead,
 	 * before an output file is created. */
 	if (code == TCTL_EXIT_OK && job_has_ended(job))
@@ -422,16 +468,19 @@ int cmd_fetch(struct http_client *c, const struct tctl_args *args)
 	format = json_string_value(json_object_get(job, "format"));
 	if (!format)
 		format = "trk";
-	if (!args->output && asprintf(&default_path, "%s.%s", id,
-				      args->format ? args->format : format) < 0) {
+	if (!args->output && asprintf(&default_path, "%s.%s", id, wanted ? wanted : format) < 0) {
 		json_decref(job);
 		msg_error("out of memory");
 		return TCTL_EXIT_LOCAL;
 	}
 	/* The job's own format is asked for plainly, so that it streams while
 	 * the job runs; another one is converted by the daemon once it is done. */
-	code = fetch_to(c, args, args->format && strcmp(args->format, format) != 0 ?
-			args->format : NULL, args->output ? args->output : default_path);
+	converting = wanted && strcmp(wanted, format) != 0;
+	code = fetch_to(c, args, converting ? wanted : NULL,
+			args->output ? args->output : default_path);
+	if (code == TCTL_EXIT_REJECTED && converting && !job_has_ended(job))
+		msg_note("only a finished job converts to %s: 'tractctl fetch %s --wait' waits for it",
+			 wanted, id);
 	json_decref(job);
 	free(default_path);
 	return code;
@@ -475,6 +524,55 @@ int cmd_cancel(struct http_client *c, const struct tctl_args *args)
 			code = print_json(job);
 	}
 	json_decref(job);
+	free(path);
+	return code;
+}
+
+static int print_deleted(const char *id, bool json)
+{
+	json_t *doc;
+	int code;
+
+	if (!json) {
+		msg_info("job %s deleted", id);
+		return TCTL_EXIT_OK;
+	}
+	doc = json_pack("{s:s, s:b}", "id", id, "deleted", 1);
+	if (!doc) {
+		msg_error("out of memory");
+		return TCTL_EXIT_LOCAL;
+	}
+	code = print_json(doc);
+	json_decref(doc);
+	return code;
+}
+
+/* DELETE cancels a queued or running job (202, the job) and deletes one
+ * that has ended (204): a cancelled job has ended, so a second DELETE
+ * deletes it. */
+int cmd_delete(struct http_client *c, const struct tctl_args *args)
+{
+	const char *id = args->operand;
+	char *path = job_path(c, id, "");
+	json_t *answer = NULL;
+	int code;
+
+	if (!path)
+		return TCTL_EXIT_LOCAL;
+	code = http_delete(c, path, &answer);
+	if (code == TCTL_EXIT_OK && answer) {
+		msg_info("job %s cancelled", id);
+		json_decref(answer);
+		code = http_delete(c, path, &answer);
+	}
+	if (code == TCTL_EXIT_OK && answer) {
+		msg_error("job %s was cancelled but not deleted: the daemon answered it as running",
+			  id);
+		code = TCTL_EXIT_SERVER;
+	}
+	if (code == TCTL_EXIT_OK)
+		code = print_deleted(id, args->json);
+	json_decref(answer);
 	free(path);
 	return code;
 }

@@ -15,6 +15,7 @@ int cmd_list(struct http_client *c, const struct tctl_args *args);
 int cmd_wait(struct http_client *c, const struct tctl_args *args);
 int cmd_fetch(struct http_client *c, const struct tctl_args *args);
 int cmd_cancel(struct http_client *c, const struct tctl_args *args);
+int cmd_delete(struct http_client *c, const struct tctl_args *args);
 int cmd_device(struct http_client *c, const struct tctl_args *args);
 
 #endif

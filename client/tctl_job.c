@@ -34,8 +34,7 @@ static int out_of_memory(void)
 	return TCTL_EXIT_LOCAL;
 }
 
-/* "sha256:" and 64 lowercase hex digits, as the daemon names volumes. */
-static bool is_volume_id(const char *s)
+bool job_is_volume_id(const char *s)
 {
 	size_t prefix = sizeof(VOLUME_ID_PREFIX) - 1;
 
@@ -112,6 +111,25 @@ int job_file_load(const char *path, struct job_file *ret)
 	if (!ret->dir)
 		return out_of_memory();
 	return take_output_path(ret);
+}
+
+/* A document that is not an object, or whose "output" is not one, is left
+ * for the daemon to refuse. */
+int job_file_set_output_format(struct job_file *job, const char *format)
+{
+	json_t *output = json_object_get(job->doc, "output");
+
+	if (!json_is_object(job->doc))
+		return TCTL_EXIT_OK;
+	if (!output) {
+		output = json_object();
+		/* json_object_set_new releases output when it fails. */
+		if (!output || json_object_set_new(job->doc, "output", output) < 0)
+			return out_of_memory();
+	}
+	if (json_is_object(output) && json_object_set_new(output, "format", json_string(format)) < 0)
+		return out_of_memory();
+	return TCTL_EXIT_OK;
 }
 
 void job_file_free(struct job_file *job)
@@ -341,7 +359,7 @@ static int replace_path_by_id(struct job_file *job, struct http_client *c, json_
 	char *path;
 	int code;
 
-	if (!text || !*text || is_volume_id(text))
+	if (!text || !*text || job_is_volume_id(text))
 		return TCTL_EXIT_OK;
 	path = join_path(job->dir, text);
 	if (!path)

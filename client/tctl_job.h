@@ -8,11 +8,15 @@
 #define TCTL_JOB_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "tctl_http.h"
 
 #define VOLUME_ID_PREFIX "sha256:"
 #define VOLUME_ID_LEN (sizeof(VOLUME_ID_PREFIX) - 1 + 64)
+
+/* "sha256:" and 64 lowercase hex digits, as the daemon names volumes. */
+bool job_is_volume_id(const char *s);
 
 /* One input file named in the job, as uploaded. */
 struct job_upload {
@@ -40,6 +44,9 @@ int job_file_upload_inputs(struct job_file *job, struct http_client *c);
  * replaced by the local file it was uploaded from: the daemon knows only
  * the id, the user only the file. */
 void job_file_name_locally(const struct job_file *job, const char *text, char *out, size_t len);
+
+/* Sets output.format (trk, tck or trx). Returns an exit code. */
+int job_file_set_output_format(struct job_file *job, const char *format);
 
 void job_file_free(struct job_file *job);
 

@@ -2,7 +2,7 @@
 /*
  * tctl_main: tractctl, the command-line client of tractd. Parses the command
  * line (tctl_args.c), connects (tctl_http.c) and dispatches to the command
- * (tctl_cmd.c); the exit status is the command's (tctl.h), unless standard
+ * (tctl_cmd.c, tctl_volumes.c); the exit status is the command's (tctl.h), unless standard
  * output could not be written.
  */
 #include <errno.h>
@@ -15,6 +15,7 @@
 #include "tctl_http.h"
 #include "tctl_interrupt.h"
 #include "tctl_msg.h"
+#include "tctl_volumes.h"
 
 typedef int (*command_fn)(struct http_client *c, const struct tctl_args *args);
 
@@ -27,6 +28,8 @@ static const command_fn commands[CMD_COUNT] = {
 	[CMD_WAIT] = cmd_wait,
 	[CMD_FETCH] = cmd_fetch,
 	[CMD_CANCEL] = cmd_cancel,
+	[CMD_DELETE] = cmd_delete,
+	[CMD_VOLUMES] = cmd_volumes,
 	[CMD_DEVICE] = cmd_device,
 };
 

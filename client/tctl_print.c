@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tctl_print: what people read of the daemon's documents (proto/API.md): a
- * job, the job list, the device, the progress line, and the one-line
- * descriptions that summaries and errors are made of; --json output too.
+ * job, the job list, the volume list, the device, the progress line (with
+ * the stage of a job that fits its model, and the time left of tracking),
+ * and the one-line descriptions that summaries and errors are made of;
+ * --json output too.
  * Members that are missing or of another type read as absent (or 0), so a
  * newer daemon that adds or drops members still prints. Write errors on
  * standard output are caught once, when main flushes it.
@@ -16,6 +18,10 @@
 #include "tctl_print.h"
 
 #define BAR_WIDTH 20
+/* The time left is estimated from the pace after this much tracking, so
+ * that its first chunk (or a poll that came right after it) does not promise
+ * what the rest does not keep. */
+#define MIN_PACE_SECONDS 1.0
 
 static const char *text_of(const json_t *obj, const char *key)
 {
@@ -75,6 +81,40 @@ static void describe_progress(const json_t *progress, char *buf, size_t len)
 		 total ? 100 * done / total : 0, count_of(progress, "streamlines"));
 }
 
+/* What the daemon does before tracking (API.md, progress.stage), as people
+ * say it. */
+static const char *stage_label(const char *stage)
+{
+	static const struct {
+		const char *stage, *label;
+	} labels[] = {
+		{ "load", "loading the inputs" },
+		{ "dti", "fitting DTI" },
+		{ "response", "estimating the response" },
+		{ "csd", "fitting CSD" },
+		{ "odf", "sampling the ODF" },
+	};
+
+	for (size_t i = 0; i < sizeof(labels) / sizeof(labels[0]); i++)
+		if (strcmp(stage, labels[i].stage) == 0)
+			return labels[i].label;
+	return stage;
+}
+
+/* "fitting CSD 40 %" for a running job in a stage before tracking; false
+ * when it tracks or is not running (the seeds then tell its progress). */
+static bool describe_stage(const json_t *job, char *buf, size_t len)
+{
+	const json_t *progress = json_object_get(job, "progress");
+	const char *stage = text_of(progress, "stage");
+
+	if (!status_is(job, "running") || !stage || strcmp(stage, "track") == 0)
+		return false;
+	snprintf(buf, len, "%s %d %%", stage_label(stage),
+		 (int)(100.0 * json_number_value(json_object_get(progress, "stage_fraction"))));
+	return true;
+}
+
 /* "0:07", "1:02:03" */
 static void format_elapsed(double seconds, char *buf, size_t len)
 {
@@ -86,39 +126,59 @@ static void format_elapsed(double seconds, char *buf, size_t len)
 		snprintf(buf, len, "%lu:%02lu", s / 60, s % 60);
 }
 
-void show_job_progress(const json_t *job, double elapsed_seconds)
+/* " ETA 0:12" for tracking done to fraction (0..1) at elapsed seconds, from
+ * its pace since pace first saw it track; "" until that can be told. Only
+ * tracking is estimated: the fit stages before it take times that their
+ * first one does not tell. */
+static void estimate_time_left(struct progress_pace *pace, double fraction, double elapsed,
+			       char *buf, size_t len)
+{
+	char clock[32];
+	double seconds = elapsed - pace->since;
+
+	buf[0] = '\0';
+	if (!pace->tracking) {
+		pace->tracking = true;
+		pace->since = elapsed;
+		pace->fraction = fraction;
+		return;
+	}
+	if (seconds < MIN_PACE_SECONDS || fraction <= pace->fraction || fraction > 1.0)
+		return;
+	format_elapsed(seconds * (1.0 - fraction) / (fraction - pace->fraction), clock,
+		       sizeof(clock));
+	snprintf(buf, len, " ETA %s", clock);
+}
+
+void show_job_progress(const json_t *job, double elapsed_seconds, struct progress_pace *pace)
 {
 	const json_t *progress = json_object_get(job, "progress");
 	unsigned long long done = count_of(progress, "seeds_done");
 	unsigned long long total = count_of(progress, "seeds_total");
 	const char *id = text_of(job, "id"), *status = text_of(job, "status");
-	const char *stage = text_of(progress, "stage");
-	char bar[BAR_WIDTH + 1], clock[32];
+	char bar[BAR_WIDTH + 1], clock[32], left[48], stage[128];
 	size_t filled;
 
 	if (!msg_progress_enabled())
 		return;
 	format_elapsed(elapsed_seconds, clock, sizeof(clock));
-	if (status_is(job, "running") && stage && strcmp(stage, "track") != 0) {
-		/* Before tracking: loading, or fitting the model (dti, response,
-		 * csd, odf) for raw DWI inputs. */
-		msg_progress("%s running: %s %3d%% %s", id ? id : "job", stage,
-			     (int)(100.0 * json_number_value(json_object_get(progress,
-									     "stage_fraction"))),
-			     clock);
+	if (describe_stage(job, stage, sizeof(stage))) {
+		/* Before tracking: loading, or fitting the model for raw DWI inputs. */
+		msg_progress("%s running: %s %s", id ? id : "job", stage, clock);
 		return;
 	}
 	if (!status_is(job, "running") || total == 0 || done > total) {
 		msg_progress("%s %s %s", id ? id : "job", status ? status : "", clock);
 		return;
 	}
+	estimate_time_left(pace, (double)done / (double)total, elapsed_seconds, left, sizeof(left));
 	filled = (size_t)(BAR_WIDTH * done / total);
 	memset(bar, '#', filled);
 	memset(bar + filled, '.', BAR_WIDTH - filled);
 	bar[BAR_WIDTH] = '\0';
-	msg_progress("[%s] %3llu%% %s  %llu/%llu seeds, %llu streamlines  %s", bar,
-		     100 * done / total, clock, done, total, count_of(progress, "streamlines"),
-		     id ? id : "");
+	msg_progress("[%s] %3llu%% %s%s  %llu/%llu seeds, %llu streamlines  %s", bar,
+		     100 * done / total, clock, left, done, total,
+		     count_of(progress, "streamlines"), id ? id : "");
 }
 
 static void print_member_line(const char *label, const char *text)
@@ -195,7 +255,9 @@ void print_job(const json_t *job)
 	for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++)
 		if (text_of(job, times[i]))
 			print_member_line(times[i], text_of(job, times[i]));
-	if (json_is_object(progress)) {
+	if (describe_stage(job, line, sizeof(line))) {
+		print_member_line("progress", line);
+	} else if (json_is_object(progress)) {
 		describe_progress(progress, line, sizeof(line));
 		print_member_line("progress", line);
 	}
@@ -212,6 +274,8 @@ static void describe_briefly(const json_t *job, char *buf, size_t len)
 	char size[MSG_SIZE_LEN];
 
 	buf[0] = '\0';
+	if (describe_stage(job, buf, len))
+		return;
 	if (status_is(job, "running"))
 		describe_progress(json_object_get(job, "progress"), buf, len);
 	else if (status_is(job, "done"))
@@ -251,6 +315,24 @@ static void print_device_line(const json_t *device)
 		 msg_size(count_of(device, "max_alloc_bytes"), alloc),
 		 msg_size(count_of(device, "max_binding_bytes"), binding));
 	print_member_line("memory", line);
+}
+
+void print_volume_list(const json_t *doc)
+{
+	const json_t *volumes = json_object_get(doc, "volumes");
+	char size[MSG_SIZE_LEN], used[MSG_SIZE_LEN], quota[MSG_SIZE_LEN];
+	size_t index;
+	json_t *volume;
+
+	if (json_array_size(volumes) > 0)
+		printf("%-71s %-8s %s\n", "ID", "KIND", "SIZE");
+	json_array_foreach(volumes, index, volume)
+		printf("%-71s %-8s %s\n", text_of(volume, "id") ? text_of(volume, "id") : "?",
+		       text_of(volume, "kind") ? text_of(volume, "kind") : "?",
+		       msg_size(count_of(volume, "bytes"), size));
+	printf("%zu volume%s, %s used of a quota of %s\n", json_array_size(volumes),
+	       json_array_size(volumes) == 1 ? "" : "s", msg_size(count_of(doc, "used_bytes"), used),
+	       msg_size(count_of(doc, "quota_bytes"), quota));
 }
 
 void print_device(const json_t *doc)

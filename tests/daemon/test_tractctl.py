@@ -1,8 +1,13 @@
 """tractctl, the daemon's client ($TRACTCTL): `track` gives the bytes of
 `tractd run` and uploads each input once; submit, status, list, wait, fetch,
 cancel and device work, as text and as --json; a refused job exits 3 naming
-the field, as does one that fails on its inputs once queued; no daemon 5."""
+the field, as does one that fails on its inputs once queued; no daemon 5.
+Issue 20's points: `delete` (a running job too), `volumes` (list, delete),
+`fetch --wait`, -o FILE's extension picking the format, and progress with
+the time left and the fit stage in status, list and the progress line."""
 import json
+import os
+import pty
 import re
 import subprocess
 
@@ -236,3 +241,167 @@ def test_fetch_format_converts(ctl, tractctl, daemon, phantom, tmp_path):
     assert p.returncode == 2 and "--format" in p.stderr, p
     p = ctl("status", job_id, "--format", "tck")
     assert p.returncode == 2 and "--format" in p.stderr, p
+
+
+# ---------------------------------------------------------------- issue 20: the client's side
+
+
+def test_delete(ctl, daemon, phantom, tmp_path):
+    """`tractctl delete ID` deletes a done job (GET then answers 404) and a
+    running one, which the daemon cancels first; --json prints {"id",
+    "deleted"}; an unknown (or already deleted) job exits 3."""
+    done_id = _ok(ctl("submit", _job_file(tmp_path, "small", local_job(phantom, **SMALL)))
+                  ).stdout.strip()
+    assert wait_job(daemon.api, done_id, timeout=60)["status"] == "done"
+    doc = json.loads(_ok(ctl("--json", "delete", done_id)).stdout)
+    assert doc == {"id": done_id, "deleted": True}, doc
+    assert daemon.api.request("GET", f"/v1/jobs/{done_id}").status == 404
+
+    long_job = _job_file(tmp_path, "long", local_job(phantom, count=CANCEL_SEEDS, rng_seed=45))
+    running_id = _ok(ctl("submit", long_job)).stdout.strip()
+    wait_running(daemon.api, running_id)
+    p = _ok(ctl("delete", running_id))
+    assert "cancelled" in p.stderr and "deleted" in p.stderr, p.stderr
+    assert daemon.api.request("GET", f"/v1/jobs/{running_id}").status == 404
+
+    p = ctl("delete", running_id)
+    assert p.returncode == 3, p
+    p = ctl("delete")
+    assert p.returncode == 2 and "delete ID" in p.stderr, p
+
+
+def test_volumes_list_and_delete(ctl, daemon, tmp_path):
+    """`tractctl volumes` lists one's uploads (id, kind, size) and the
+    used/quota totals, --json the daemon's document; `volumes delete ID...`
+    forgets them (HEAD then 404), a second time exits 3; a malformed id is a
+    usage error that deletes nothing."""
+    ids = []
+    for i in range(2):
+        text = tmp_path / f"unique{i}.bval"
+        text.write_text(f"0 1000 {1000 + i} {tmp_path.name}\n")
+        r = daemon.api.upload(text)
+        assert r.status == 201, str(r)
+        ids.append(r.json()["id"])
+
+    listing = _ok(ctl("volumes")).stdout
+    api = daemon.api.get_json("/v1/volumes")
+    for vid in ids:
+        assert re.search(rf"^{vid} +text +\d+ B$", listing, re.M), listing
+    assert re.search(r"volumes?, .* used of a quota of ", listing), listing
+    doc = json.loads(_ok(ctl("--json", "volumes")).stdout)
+    assert doc == api, (doc, api)
+
+    p = ctl("volumes", "delete", ids[0], "sha256:nothex")
+    assert p.returncode == 2 and "sha256:nothex" in p.stderr, p
+    assert daemon.api.request("HEAD", f"/v1/volumes/{ids[0]}").status == 200
+
+    _ok(ctl("volumes", "delete", *ids))
+    for vid in ids:
+        assert daemon.api.request("HEAD", f"/v1/volumes/{vid}").status == 404
+    assert not set(ids) & {v["id"] for v in daemon.api.get_json("/v1/volumes")["volumes"]}
+    p = ctl("volumes", "delete", ids[0])
+    assert p.returncode == 3, p
+
+
+def test_fetch_wait_converts_a_running_job(ctl, daemon, phantom, tmp_path):
+    """`tractctl fetch ID --wait -o x.tck` on a running TRK job waits for its
+    end and then has the daemon convert it: a TCK with the job's streamlines.
+    Without --wait the same request exits 3 (only finished jobs convert) and
+    says so, leaving no file."""
+    job = _job_file(tmp_path, "wait", local_job(phantom, count=CANCEL_SEEDS // 2, rng_seed=46))
+    job_id = _ok(ctl("submit", job)).stdout.strip()
+    wait_running(daemon.api, job_id)
+    p = ctl("fetch", job_id, "-o", tmp_path / "early.tck")
+    assert p.returncode == 3 and "--wait" in p.stderr, p
+    assert not (tmp_path / "early.tck").exists()
+
+    out = tmp_path / "waited.tck"
+    _ok(ctl("fetch", job_id, "--wait", "-o", out))
+    doc = daemon.api.get_json(f"/v1/jobs/{job_id}")
+    assert doc["status"] == "done", doc
+    tck = nib.streamlines.load(str(out))
+    assert len(tck.streamlines) == doc["result"]["streamlines"]
+    p = ctl("status", job_id, "--wait")
+    assert p.returncode == 2 and "--wait" in p.stderr, p
+
+
+def test_output_extension_picks_the_format(ctl, daemon, phantom, tmp_path):
+    """`track JOB -o x.tck` writes a TCK (`.TRX` a TRX, any case) where the
+    job names no output.format, and `.dat` keeps the TRK; a job whose
+    output.format contradicts the extension exits 2 naming both, writing
+    nothing. `fetch ID -o y.tck` of a TRK job converts; with a --format that
+    contradicts it, exit 2."""
+    job = _job_file(tmp_path, "plain", local_job(phantom, count=100, rng_seed=47))
+    _ok(ctl("track", job, "-o", tmp_path / "x.tck"))
+    assert (tmp_path / "x.tck").read_bytes().startswith(b"mrtrix tracks\n")
+    _ok(ctl("track", job, "-o", tmp_path / "x.TRX"))
+    assert (tmp_path / "x.TRX").read_bytes().startswith(b"PK")
+    _ok(ctl("track", job, "-o", tmp_path / "x.dat"))
+    assert (tmp_path / "x.dat").read_bytes()[:5] == b"TRACK"
+
+    doc = local_job(phantom, count=100, rng_seed=47)
+    doc["output"] = {"format": "trk"}
+    p = ctl("track", _job_file(tmp_path, "trk", doc), "-o", tmp_path / "y.tck")
+    assert p.returncode == 2, p
+    assert "tck" in p.stderr and "output.format is trk" in p.stderr, p.stderr
+    assert not (tmp_path / "y.tck").exists() and not (tmp_path / "y.tck.tmp").exists()
+
+    job_id = _ok(ctl("submit", job)).stdout.strip()
+    assert wait_job(daemon.api, job_id, timeout=60)["status"] == "done"
+    _ok(ctl("fetch", job_id, "-o", tmp_path / "f.tck"))
+    assert (tmp_path / "f.tck").read_bytes().startswith(b"mrtrix tracks\n")
+    p = ctl("fetch", job_id, "-o", tmp_path / "g.tck", "--format", "trx")
+    assert p.returncode == 2 and "tck" in p.stderr and "trx" in p.stderr, p
+    assert not (tmp_path / "g.tck").exists()
+
+
+def test_status_and_list_show_the_fit_stage(ctl, daemon, phantom, tmp_path):
+    """While a DWI job (the phantom's job_dwi.json, a model the daemon has not
+    fitted yet) fits, `status` and `list` show its stage as people say it,
+    e.g. "fitting CSD 40 %", not "0 of 0 seeds"."""
+    doc = json.loads((phantom.dir / "job_dwi.json").read_text())
+    doc["inputs"] = {k: str(phantom.dir / v) for k, v in doc["inputs"].items()}
+    doc["seeds"]["roi"] = str(phantom.dir / doc["seeds"]["roi"])
+    doc["seeds"]["count"] = 100
+    doc["model"]["tau"] = 0.12          # not in the fit cache
+    doc.pop("output")
+    job_id = _ok(ctl("submit", _job_file(tmp_path, "dwi", doc))).stdout.strip()
+    stage = re.compile(r"(loading the inputs|fitting DTI|estimating the response|fitting CSD|"
+                       r"sampling the ODF) \d+ %")
+    seen_status = seen_list = False
+    while not (seen_status and seen_list):
+        status = _ok(ctl("status", job_id)).stdout
+        seen_status |= bool(re.search(r"^progress +" + stage.pattern + "$", status, re.M))
+        listed = _ok(ctl("list")).stdout
+        line = next(l for l in listed.splitlines() if l.startswith(job_id))
+        seen_list |= bool(stage.search(line))
+        if re.search(r"^status +(done|failed)$", status, re.M):
+            break
+    assert seen_status and seen_list, (seen_status, seen_list, status, listed)
+    assert wait_job(daemon.api, job_id, timeout=120)["status"] == "done"
+
+
+def test_progress_line_shows_time_left(tractctl, daemon, ctl, phantom, tmp_path):
+    """On a terminal (standard error on a pty), `tractctl wait` draws a
+    progress line that tells the time left once it can be estimated
+    ("ETA M:SS"), from the pace of tracking."""
+    job = _job_file(tmp_path, "eta", local_job(phantom, count=CANCEL_SEEDS, rng_seed=48))
+    job_id = _ok(ctl("submit", job)).stdout.strip()
+    env = daemon_env()
+    env.pop("TRACTD_SOCKET", None)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([tractctl, "--socket", str(daemon.sock), "wait", job_id],
+                            stdout=subprocess.DEVNULL, stderr=slave, env=env)
+    os.close(slave)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:             # EIO: tractctl closed the terminal
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(master)
+    assert proc.wait(timeout=120) == 0, drawn
+    assert re.search(rb"\] +\d+% \d+:\d\d ETA \d+:\d\d  \d+/20000 seeds", drawn), drawn[-2000:]
