@@ -661,7 +661,7 @@ static int run_job(struct cli *cli, const char *job_path)
 {
 	struct cli_job j = { 0 };
 	struct errbuf err = { 0 };
-	struct engine_stats stats;
+	struct engine_stats stats = { 0 };
 	struct output_file out = { 0 };
 	double load_s = 0, upload_s = 0, t_free;
 	const char *path;
