@@ -240,10 +240,12 @@ static CURLcode set_method(CURL *curl, const struct request *req, struct transfe
 		if (rc == CURLE_OK)
 			rc = add_header(headers, "Content-Type: application/octet-stream");
 	} else {
+		/* NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker): JSON when no upload */
+		curl_off_t len = (curl_off_t)strlen(req->json);
+
 		rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDS, req->json);
 		if (rc == CURLE_OK)
-			rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
-					      (curl_off_t)strlen(req->json));
+			rc = curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, len);
 		if (rc == CURLE_OK)
 			rc = add_header(headers, "Content-Type: application/json");
 	}

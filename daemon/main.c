@@ -712,7 +712,7 @@ static int run_job(struct cli *cli, const char *job_path)
 		.output = { open_output, &j },
 	};
 	struct errbuf err = { 0 };
-	struct engine_stats stats;
+	struct engine_stats stats = { 0 };
 	double t_free;
 	const char *path;
 	int r, code = EXIT_OK;

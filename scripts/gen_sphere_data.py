@@ -60,6 +60,8 @@ def main():
     out.write(" * Regenerate: /usr/bin/python3 scripts/gen_sphere_data.py > "
               "daemon/models/sphere_data.c\n")
     out.write(" */\n")
+    out.write("/* Generated tables, kept as the generator writes them: */\n")
+    out.write("/* clang-format off */\n")
     out.write('#include <stddef.h>\n\n#include "models/sphere_data.h"\n\n')
     tables = [emit_sphere(out, name) for name in SPHERES]
     out.write("const char *const sphere_builtin_names[] = {\n")

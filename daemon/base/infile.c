@@ -114,6 +114,7 @@ static bool fsgid_is(gid_t gid)
  * back would serve the next request as someone else: that must not go on. */
 static void restore(struct saved_identity *saved)
 {
+	/* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): save() fails with errno set */
 	setfsuid(saved->fsuid);
 	setfsgid(saved->fsgid);
 	if (!fsuid_is(saved->fsuid) || !fsgid_is(saved->fsgid) ||

@@ -1404,13 +1404,17 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	struct engine_stats local_stats;
 	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts,
 				 .total = seeds_count(seeds) };
-	struct job_run *runs = calloc(n_devs ? n_devs : 1, sizeof(*runs));
+	struct job_run *runs;
 	double write_before;
 	int r;
 
 	if (!stats)
 		stats = &local_stats;
 	memset(stats, 0, sizeof(*stats));
+	if (n_devs == 0)
+		return errbuf_set_kind(err, ERR_KIND_DEVICE, -ENODEV, "device",
+				       "no GPU to run the job on");
+	runs = calloc(n_devs, sizeof(*runs));
 	if (!runs)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	sh.stats = stats;

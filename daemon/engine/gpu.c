@@ -1347,18 +1347,16 @@ static int compile_glsl(struct gpu_ctx *ctx, const struct shader_source *src,
 static char *pipeline_key(const char *shader, const char *const *defines)
 {
 	size_t len = strlen(shader) + 1;
-	char *key;
+	char *key, *end;
 
 	for (const char *const *d = defines; d && *d; d++)
 		len += strlen(*d) + 1;
 	key = malloc(len);
 	if (!key)
 		return NULL;
-	strcpy(key, shader);
-	for (const char *const *d = defines; d && *d; d++) {
-		strcat(key, " ");
-		strcat(key, *d);
-	}
+	end = stpcpy(key, shader);
+	for (const char *const *d = defines; d && *d; d++)
+		end = stpcpy(stpcpy(end, " "), *d);
 	return key;
 }
 

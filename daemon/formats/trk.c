@@ -218,6 +218,7 @@ static int append_properties(struct trk_writer *w, const float *values)
 	if (TRK_BUFFER_BYTES - w->len < bytes && flush_buffer(w))
 		return -EIO;
 	for (uint16_t i = 0; i < w->n_properties; i++)
+		/* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): given with n_properties */
 		binio_put_f32(w->buf + w->len + 4u * i, values[i]);
 	w->len += bytes;
 	return 0;

@@ -272,7 +272,7 @@ static int load_dwi_volumes(const struct jobspec *job, struct volume *dwi, struc
 	return r;
 }
 
-int inputs_fit_dwi(const struct jobspec *job, const struct fit_options *o,
+int inputs_fit_dwi(const struct jobspec *job, const struct fit_options *fit,
 		   struct fit_result *ret, struct errbuf *err)
 {
 	struct volume dwi = { 0 }, mask = { 0 };
@@ -282,7 +282,7 @@ int inputs_fit_dwi(const struct jobspec *job, const struct fit_options *o,
 
 	fit_params_from_job(job, &p);
 	if (r == 0)
-		r = fit_dwi(&dwi, &g, job->mask_path ? &mask : NULL, &p, o, ret, err);
+		r = fit_dwi(&dwi, &g, job->mask_path ? &mask : NULL, &p, fit, ret, err);
 	volume_free(&dwi);
 	volume_free(&mask);
 	gradients_free(&g);
@@ -517,13 +517,13 @@ int inputs_seeds_load(const struct jobspec *job, const struct inputs *in, struct
 	return load_seeds(job, grid_of(in), in->grid_field, ret, err);
 }
 
-int inputs_odf(const struct inputs *in, const struct fit_options *o, struct volume *ret,
+int inputs_odf(const struct inputs *in, const struct fit_options *fit, struct volume *ret,
 	       struct errbuf *err)
 {
 	if (in->boot_getter)
 		return errbuf_set(err, -EINVAL, "direction_getter", "a boot job has no ODF volume");
 	if (sh_of(in))
-		return sample_odf(in, o, ret, err);
+		return sample_odf(in, fit, ret, err);
 	if (volume_alloc_on_grid(ret, &in->odf, in->odf.dim[3]) < 0)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	memcpy(ret->data, in->odf.data, sizeof(float) * volume_voxels(ret) * (size_t)ret->dim[3]);

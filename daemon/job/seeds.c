@@ -207,6 +207,7 @@ static void fill_from_mask(const struct seeds *s, uint64_t first, uint64_t n, fl
 		const uint32_t counter[4] = {0, (uint32_t)i, (uint32_t)(i >> 32),
 					     PHILOX_STREAM_SEED_JITTER};
 		uint64_t idx = s->order[place];
+		/* NOLINTNEXTLINE(bugprone-integer-division): the voxel index to its i, j, k */
 		double voxel[3] = {(double)(idx / yz), (double)(idx % yz / s->nz),
 				   (double)(idx % s->nz)};
 		uint32_t u[4];

@@ -256,7 +256,7 @@ int csd_model_init(struct csd_model *m, const struct csd_selection *sel,
 		   const struct csd_response *response, const struct csd_params *p,
 		   struct errbuf *err)
 {
-	double rh[SH_MAX_ORDER / 2 + 1];
+	double rh[SH_MAX_ORDER / 2 + 1] = { 0 };
 	double *dwi_dirs = NULL, *reg_dirs = NULL, *b_dwi = NULL;
 	int r;
 

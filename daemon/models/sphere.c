@@ -508,6 +508,7 @@ static void shuffled_order(int *order, int n)
 static void insert_all(struct hull *h, const int *order)
 {
 	for (int i = 0; i < h->np; i++) {
+		/* NOLINTNEXTLINE(clang-analyzer-core.uninitialized.Assign): filled */
 		int p = order[i];
 
 		if (h->point_face[p] >= 0)
@@ -642,6 +643,7 @@ static void signed_point(const double *unit, int n, int entry, double out[3])
 	int i = entry < n ? entry : entry - n;
 
 	for (int k = 0; k < 3; k++)
+		/* NOLINTNEXTLINE(clang-analyzer-core.UndefinedBinaryOperatorResult): filled */
 		out[k] = sign * unit[3 * i + k];
 }
 
@@ -763,6 +765,7 @@ static int triangulate(const double *unit, bool hemisphere, const char *field,
 	/* Antipodes fold back onto the vertices they mirror (DIPY's HemiSphere
 	 * takes faces % n); full spheres are unchanged. */
 	for (int i = 0; i < 3 * nf; i++)
+		/* NOLINTNEXTLINE(clang-analyzer-core.uninitialized.Assign): filled */
 		faces[i] %= s->nv;
 	rc = edges_from_faces(faces, nf, s);
 out:
@@ -868,7 +871,8 @@ static int builtin_antipodal(const struct sphere *s, bool *antipodal)
 	for (int i = 0; i < 3 * s->nv; i++)
 		unit[i] = s->vertices[i];
 	rc = scan_pairs(unit, s->nv, &scan);
-	*antipodal = scan.n_with_antipode == s->nv;
+	if (rc == 0)
+		*antipodal = scan.n_with_antipode == s->nv;
 	free(unit);
 	return rc;
 }

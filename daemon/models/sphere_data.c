@@ -4,6 +4,8 @@
  * spheres, taken from DIPY 1.6.0 (dipy.data.get_sphere).
  * Regenerate: /usr/bin/python3 scripts/gen_sphere_data.py > daemon/models/sphere_data.c
  */
+/* Generated tables, kept as the generator writes them: */
+/* clang-format off */
 #include <stddef.h>
 
 #include "models/sphere_data.h"

@@ -823,7 +823,8 @@ static enum api_error open_stored_volume(struct api *api, struct jobspec *spec,
 	char **path = slot_path(spec, slot), resolved[1200];
 	const char *field = slot_field(slot);
 	struct store_entry entry;
-	int fd, r = store_lookup(api->cfg.store, *path, &entry, resolved, sizeof(resolved), err);
+	int fd = -1;
+	int r = store_lookup(api->cfg.store, *path, &entry, resolved, sizeof(resolved), err);
 
 	/* Another user's upload is unknown to this one (see get_volume). */
 	if (r == 0 && !who->admin && !store_claimed(api->cfg.store, *path, who->name))

@@ -350,6 +350,7 @@ static void format_unsigned(uint64_t v, const struct unit *units, char *buf, siz
 		if (v && v % u->factor == 0 && u->factor > best->factor)
 			best = u;
 	if (best->suffix)
+		/* NOLINTNEXTLINE(clang-analyzer-core.DivideZero): unit tables start at factor 1 */
 		snprintf(buf, len, "%llu%c", (unsigned long long)(v / best->factor), best->suffix);
 	else
 		snprintf(buf, len, "%llu", (unsigned long long)v);

