@@ -1279,18 +1279,47 @@ static int check_seed_index(const struct jobspec *job, struct seeds *seeds, stru
 			  (unsigned long long)seeds_count(seeds));
 }
 
+/* The job's parameters in a TCK header, under tckgen's names where they
+ * mean what tckgen's do (step_size in mm, max_angle, max_num_seeds,
+ * min_dist, max_dist), and tractd's own otherwise, so that tckinfo tells
+ * how a file was made. */
+static void tck_properties(const struct run_shared *sh, char *buf, size_t len)
+{
+	static const char *const getters[] = { "prob", "boot", "ptt" };
+	const struct jobspec *job = sh->job;
+	double mm[3];
+	size_t used;
+
+	affine_voxel_sizes(inputs_grid(sh->in)->affine, mm);
+	used = (size_t)snprintf(buf, len, "method: tractd %s\nstep_size: %g\nmax_angle: %g\n"
+				"max_num_seeds: %llu\nmax_num_steps: %d\nstop_threshold: %g\n"
+				"pmf_threshold: %g\nrng_seed: %llu\n",
+				getters[job->direction_getter], job->step_size * cbrt(mm[0] * mm[1] * mm[2]),
+				job->max_angle, (unsigned long long)sh->total, job->max_steps,
+				job->fa_threshold, job->pmf_threshold,
+				(unsigned long long)job->rng_seed);
+	if (used < len && job->min_length > 0)
+		used += (size_t)snprintf(buf + used, len - used, "min_dist: %g\n", job->min_length);
+	if (used < len && isfinite(job->max_length))
+		snprintf(buf + used, len - used, "max_dist: %g\n", job->max_length);
+}
+
 static int open_output(struct run_shared *sh, FILE *out, struct errbuf *err)
 {
 	const struct jobspec *job = sh->job;
 	const struct volume *grid = inputs_grid(sh->in);
+	char properties[512];
 	struct output_options oo = { .with_seeds = job->save_seeds,
 				     .with_seed_index = job->save_seed_index,
 				     .with_direction_getter = job->save_direction_getter,
 				     .seeds_file = sh->opts->seeds_file,
 				     .positions = job->output_positions,
-				     .compression = job->output_compression };
-	int r = output_writer_new(job->output_format, out, grid->dim, grid->affine, &oo, &sh->out,
-				  err);
+				     .compression = job->output_compression,
+				     .tck_properties = properties };
+	int r;
+
+	tck_properties(sh, properties, sizeof(properties));
+	r = output_writer_new(job->output_format, out, grid->dim, grid->affine, &oo, &sh->out, err);
 
 	if (r == 0) {
 		memcpy(sh->stats->grid_dim, grid->dim, sizeof(sh->stats->grid_dim));

@@ -1,9 +1,11 @@
 """TCK output (output.format "tck"): MRtrix3's own tools read it, and it holds
 the same streamlines as the TRK of the same job, in RAS+ mm."""
+import re
 import subprocess
 
 import nibabel as nib
 import numpy as np
+import pytest
 
 from conftest import run_cli, write_job
 
@@ -45,6 +47,14 @@ def test_mrtrix_reads_tck(tractd, phantom, tmp_path):
                           check=True)
     assert f"count:                {n:010d}" in info.stdout, info.stdout
     assert f"actual count in file: {n}" in info.stdout + info.stderr, info.stdout + info.stderr
+    # The job's parameters, under tckgen's names where they mean the same.
+    job = _job(phantom, "tck")
+    voxel_mm = float(np.cbrt(abs(np.linalg.det(nib.load(str(phantom.path("odf.nii.gz"))).affine))))
+    props = dict(re.findall(r"^\s+(\w+):\s+(.*?)\s*$", info.stdout, re.M))
+    assert float(props["step_size"]) == pytest.approx(
+        job.get("tracking", {}).get("step_size", 0.5) * voxel_mm, rel=1e-5), props
+    assert float(props["max_angle"]) == job.get("tracking", {}).get("max_angle", 60), props
+    assert int(props["max_num_seeds"]) == N_SEEDS and props["method"] == "tractd prob", props
     copy = tmp_path / "copy.tck"
     subprocess.run(["tckconvert", str(tck), str(copy)], capture_output=True, check=True)
     assert len(nib.streamlines.load(copy).streamlines) == n
