@@ -387,7 +387,7 @@ static int parse_seed_points(json_t *v, const char *field, struct ctx *c)
 static int parse_sh_order(json_t *v, const char *field, struct ctx *c)
 {
 	static const struct bounds b = { .min = 2, .max = SH_MAX_ORDER };
-	json_int_t x;
+	json_int_t x = 0;   /* set when rc is 0; the analyzer cannot follow range_error */
 	int rc = parse_integer(v, field, &b, &x, c->err);
 
 	if (!rc && x % 2)
@@ -639,7 +639,7 @@ static const struct kind_key seed_kind_keys[] = {
 static int parse_member(const struct member *m, json_t *v, const char *field, struct ctx *c)
 {
 	void *slot = (char *)c->js + m->offset;
-	json_int_t x;
+	json_int_t x = 0;   /* set when rc is 0; the analyzer cannot follow range_error */
 	int rc, idx;
 
 	switch (m->kind) {
