@@ -8,8 +8,9 @@
  * (text up to the first NUL; the target's path and query split at the first
  * '?', parameters at '&' and '=', the first "format" and "wait" kept, as
  * libmicrohttpd hands them over). Besides the sanitizers, the harness
- * checks that the route and id put back together give the path, and that
- * the Allow list and method_allowed agree. Built by `make fuzz`.
+ * checks that the route and id put back together give the path, that the
+ * Allow list and method_allowed agree, and that only an unknown format or
+ * wait value is refused. Built by `make fuzz`.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -117,7 +118,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_methods(m.route, method);
 	memset(&err, 0, sizeof(err));
 	r = route_query(m.route, method, format, wait, &q, &err);
-	if (r < 0 && (r != -22 || m.route != ROUTE_TRACTOGRAM || strcmp(err.field, "format") != 0))
+	/* Refused: an unknown format of a tractogram, or a wait other than
+	 * "stream" on a submission; nothing else. */
+	if (r < 0 && !(r == -22 && m.route == ROUTE_TRACTOGRAM && strcmp(err.field, "format") == 0) &&
+	    !(r == -22 && m.route == ROUTE_JOBS && strcmp(method, "POST") == 0 && wait &&
+	      strcmp(wait, "stream") != 0 && strcmp(err.field, "wait") == 0))
 		abort();
 	if (q.stream && (m.route != ROUTE_JOBS || strcmp(method, "POST") != 0 || !wait ||
 			 strcmp(wait, "stream") != 0))
