@@ -31,6 +31,8 @@
 
 #include "base/infile.h"
 #include "base/log.h"
+#include "server/admission.h"
+#include "server/api_error.h"
 #include "server/redact.h"
 #include "server/route.h"
 #include "engine/stats_json.h"
@@ -47,32 +49,6 @@
  * minutes. Before that (and between keep-alive requests) the shorter
  * header_timeout_seconds applies, so idle and half-sent connections go. */
 #define REQUEST_TIMEOUT_S 600
-
-enum api_error {
-#define X(name, code, status) name,
-#include "errors.def"
-#undef X
-};
-
-static const char *error_code(enum api_error e)
-{
-	switch (e) {
-#define X(name, code, status) case name: return code;
-#include "errors.def"
-#undef X
-	}
-	return "internal";
-}
-
-static unsigned error_status(enum api_error e)
-{
-	switch (e) {
-#define X(name, code, status) case name: return status;
-#include "errors.def"
-#undef X
-	}
-	return 500;
-}
 
 /* Answers counted per status class for /metrics. */
 enum { STATUS_SLOTS = 600 };
@@ -127,15 +103,6 @@ struct api {
 
 enum body_kind { BODY_NONE, BODY_JSON, BODY_UPLOAD };
 
-/* Who sent a request: owns the jobs it submits and the volumes it uploads. */
-struct identity {
-	char name[JOB_OWNER_LEN + 1];
-	bool admin;
-	/* Whom server-side paths are opened as; without an account (a token
-	 * whose name is no user) none are. */
-	bool has_account;
-	struct infile_identity account;
-};
 
 struct request {
 	struct identity who;
@@ -221,10 +188,11 @@ static enum MHD_Result answer_error_va(struct api *api, struct MHD_Connection *c
 
 	vsnprintf(message, sizeof(message), fmt, ap);
 	/* The log keeps the paths, for whoever runs the server. */
-	log_debug("answer %u %s: %s: %s", error_status(e), error_code(e), field ? field : "", message);
+	log_debug("answer %u %s: %s: %s", api_error_status(e), api_error_code(e),
+		  field ? field : "", message);
 	redact_server_paths(message, api->cfg.state_dir, told, sizeof(told));
-	return answer_json_with(api, conn, error_status(e),
-				json_pack("{s:{s:s, s:s, s:s}}", "error", "code", error_code(e),
+	return answer_json_with(api, conn, api_error_status(e),
+				json_pack("{s:{s:s, s:s, s:s}}", "error", "code", api_error_code(e),
 					  "field", field ? field : "", "message", told),
 				header, value);
 }
@@ -409,11 +377,11 @@ static enum MHD_Result answer_unauthorized(struct api *api, struct MHD_Connectio
 		  "(tractctl --token or TRACTD_TOKEN)"
 		: "the bearer token is not valid";
 
-	log_debug("answer 401 %s: %s", error_code(ERR_UNAUTHORIZED), message);
+	log_debug("answer 401 %s: %s", api_error_code(ERR_UNAUTHORIZED), message);
 	/* RFC 6750 3: the challenge, and error="invalid_token" for a bad one. */
 	return answer_json_with(api, conn, MHD_HTTP_UNAUTHORIZED,
 				json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
-					  error_code(ERR_UNAUTHORIZED), "field", "", "message",
+					  api_error_code(ERR_UNAUTHORIZED), "field", "", "message",
 					  message),
 				MHD_HTTP_HEADER_WWW_AUTHENTICATE,
 				why == -ENOENT ? "Bearer realm=\"tractd\""
@@ -533,7 +501,7 @@ static json_t *job_to_json(struct api *api, const struct job_info *info)
 		char message[JOB_MESSAGE_LEN];
 		job_error_message(api, info, message, sizeof(message));
 		json_object_set_new(doc, "error", json_pack("{s:s, s:s, s:s}", "code",
-				    error_code(job_error_kind(info)), "field", info->error.field,
+				    api_error_code(job_error_kind(info)), "field", info->error.field,
 				    "message", message));
 	}
 	else
@@ -753,120 +721,6 @@ static enum MHD_Result fetch_tractogram(struct api *api, struct MHD_Connection *
 /* ---- submitting jobs ------------------------------------------------------- */
 
 /* The path member and field name of a file slot. */
-static char **slot_path(struct jobspec *spec, enum jobspec_file_slot slot)
-{
-	if (slot == JOBSPEC_SLOT_SEED_ROI)
-		return &spec->seed_roi_path;
-	return jobspec_input_slot(spec, &jobspec_input_files[slot]);
-}
-
-static const char *slot_field(enum jobspec_file_slot slot)
-{
-	return slot == JOBSPEC_SLOT_SEED_ROI ? "seeds.roi" : jobspec_input_files[slot].field;
-}
-
-/* A server-side path: opened now, as the user who submits the job, if it
- * resolves to a regular file under the data roots. The job reads that
- * descriptor, never the name again. A missing file, one outside the roots
- * and one the user may not read get the same answer, so that a client
- * cannot probe which files exist elsewhere on the server. */
-static enum api_error open_server_path(struct api *api, struct jobspec *spec,
-				       enum jobspec_file_slot slot, const struct identity *who,
-				       struct errbuf *err)
-{
-	const char *roots = api->cfg.data_roots, *path = *slot_path(spec, slot);
-	const char *field = slot_field(slot);
-	int fd, r = -ENOENT;
-
-	if (!roots[0]) {
-		errbuf_set(err, -EINVAL, field, "server-side paths are disabled (no data_roots): "
-			   "upload the file (POST /v1/volumes) and use its id");
-		return ERR_SERVER_PATHS_DISABLED;
-	}
-	if (path[0] != '/') {
-		errbuf_set(err, -EINVAL, field, "server-side paths must be absolute, got '%.200s'",
-			   path);
-		return ERR_SERVER_PATHS_DISABLED;
-	}
-	if (who->has_account)
-		r = infile_open_beneath(roots, path, &who->account, &fd);
-	if (r == -EINVAL) {
-		errbuf_set(err, r, field, "'%.200s' is not a regular file", path);
-		return ERR_INVALID_PARAMETER;
-	}
-	if (r == -EPERM) {
-		errbuf_set(err, r, field, "server-side paths need the daemon to run as root: it "
-			   "opens them as the user who submits the job");
-		return ERR_SERVER_PATHS_DISABLED;
-	}
-	/* Queued jobs hold their files open: out of descriptors is for now. */
-	if (r == -EMFILE || r == -ENFILE) {
-		errbuf_set(err, r, field, "the server holds too many open files (queued jobs keep "
-			   "theirs): try again later");
-		return ERR_QUEUE_FULL;
-	}
-	if (r < 0) {
-		errbuf_set(err, r, field, "'%.200s' is not an existing file inside the data roots "
-			   "(%.200s), or not permitted", path, roots);
-		return ERR_SERVER_PATHS_DISABLED;
-	}
-	jobspec_hold_fd(spec, slot, fd);
-	return 0;
-}
-
-/* A volume id: the store's file, opened now (by the daemon, whose store it
- * is) for the owner of the upload or an admin. */
-static enum api_error open_stored_volume(struct api *api, struct jobspec *spec,
-					 enum jobspec_file_slot slot, const struct identity *who,
-					 struct errbuf *err)
-{
-	char **path = slot_path(spec, slot), resolved[1200];
-	const char *field = slot_field(slot);
-	struct store_entry entry;
-	int fd = -1;
-	int r = store_lookup(api->cfg.store, *path, &entry, resolved, sizeof(resolved), err);
-
-	/* Another user's upload is unknown to this one (see get_volume). */
-	if (r == 0 && !who->admin && !store_claimed(api->cfg.store, *path, who->name))
-		r = -ENOENT;
-	if (r < 0 && r != -ENOENT) {
-		/* A malformed id: the store's message says the expected form. */
-		snprintf(err->field, sizeof(err->field), "%s", field);
-		return ERR_INVALID_PARAMETER;
-	}
-	if (r == 0)
-		r = infile_open(resolved, &fd);
-	if (r == -ENOENT) {
-		errbuf_set(err, r, field, "no volume %s on this server: upload it first", *path);
-		return ERR_UNKNOWN_VOLUME;
-	}
-	if (r < 0) {
-		errbuf_set(err, r, field, "cannot open volume %s: %s", *path, strerror(-r));
-		return ERR_INTERNAL;
-	}
-	jobspec_hold_fd(spec, slot, fd);
-	return 0;
-}
-
-/* Opens every input file of the job (see open_server_path and
- * open_stored_volume): all of them now, so that the job needs no name
- * again and fails here, at submission, for a file it could not read. */
-static enum api_error open_inputs(struct api *api, struct jobspec *spec, struct errbuf *err,
-				  const struct identity *who)
-{
-	enum api_error e = 0;
-
-	for (int slot = 0; !e && slot < JOBSPEC_SLOTS; slot++) {
-		const char *path = *slot_path(spec, (enum jobspec_file_slot)slot);
-		if (!path)
-			continue;
-		e = strncmp(path, "sha256:", 7) == 0
-			? open_stored_volume(api, spec, (enum jobspec_file_slot)slot, who, err)
-			: open_server_path(api, spec, (enum jobspec_file_slot)slot, who, err);
-	}
-	return e;
-}
-
 /* ?wait=stream: the answer is the tractogram, or the job's error when it
  * fails before writing anything; for a format written whole at the end
  * (TRX), the finished file or the job's error. */
@@ -892,39 +746,6 @@ static enum MHD_Result answer_stream(struct api *api, struct MHD_Connection *con
 		return answer_job_error(api, conn, info.id, ERR_CONFLICT, "",
 					"job %s was cancelled", info.id);
 	return answer_tractogram(api, conn, info.id, MHD_HTTP_OK);
-}
-
-/* max_seeds_per_job, as far as the document tells: seeds.count, or the
- * explicit points. Per-voxel seeding multiplies by the ROI's voxels, which
- * only the worker knows (the runner checks the total again). */
-static enum api_error check_seed_limit(struct api *api, const struct jobspec *spec,
-				       struct errbuf *err)
-{
-	uint64_t limit = api->cfg.max_seeds_per_job;
-	bool points = spec->seed_kind == JOBSPEC_SEEDS_POINTS;
-	uint64_t n = points ? spec->n_seed_points : spec->seed_count;
-
-	if (!limit || n <= limit)
-		return 0;
-	errbuf_set(err, -E2BIG, points ? "seeds.points" : "seeds.count", "%llu %s over the limit "
-		   "of %llu seeds per job (max_seeds_per_job)", (unsigned long long)n,
-		   points ? "seed points are" : (spec->seed_per_voxel ? "seeds per voxel are"
-								       : "seeds are"),
-		   (unsigned long long)limit);
-	return ERR_LIMIT_EXCEEDED;
-}
-
-/* max_job_host_memory, from the resolved inputs' headers: refused before
- * the job is queued, so that a small file declaring a huge image never gets
- * to allocate it. An unreadable header is the input's fault (422). */
-static enum api_error check_host_memory(struct api *api, const struct jobspec *spec,
-					struct errbuf *err)
-{
-	int r = inputs_check_host_memory(spec, api->cfg.max_job_host_memory, err);
-
-	if (r == 0)
-		return 0;
-	return errbuf_kind(err, r) == ERR_KIND_LIMIT ? ERR_LIMIT_EXCEEDED : ERR_INVALID_INPUT;
 }
 
 /* Which API error a job document that jobspec_parse refused stands for:
@@ -976,23 +797,7 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 	if (r < 0)
 		return answer_error(api, conn, parse_error_kind(r, &err), err.field, "%s",
 				    err.message);
-	if (spec.output_path) {
-		jobspec_free(&spec);
-		return answer_error(api, conn, ERR_INVALID_PARAMETER, "output.path", "is not allowed "
-				    "in server jobs: fetch the result from /v1/jobs/ID/tractogram");
-	}
-	/* TCK seeds would be a second result file, which jobs do not have. */
-	if (spec.save_seeds && spec.output_format == OUTPUT_TCK) {
-		jobspec_free(&spec);
-		return answer_error(api, conn, ERR_INVALID_PARAMETER, "output.save_seeds", "is not "
-				    "available for tck in server jobs: use \"trk\" or \"trx\", or "
-				    "fetch ?format=tck from one of those");
-	}
-	e = check_seed_limit(api, &spec, &err);
-	if (!e)
-		e = open_inputs(api, &spec, &err, &req->who);
-	if (!e)
-		e = check_host_memory(api, &spec, &err);
+	e = admission_check_job(&api->cfg.admission, &spec, &req->who, &err);
 	if (e) {
 		jobspec_free(&spec);
 		return answer_error(api, conn, e, err.field, "%s", err.message);
@@ -1068,9 +873,9 @@ static enum MHD_Result get_volume(struct api *api, struct MHD_Connection *conn,
 {
 	struct store_entry entry;
 	struct errbuf err = { 0 };
-	int r = store_lookup(api->cfg.store, id, &entry, NULL, 0, &err);
+	int r = store_lookup(api->cfg.admission.store, id, &entry, NULL, 0, &err);
 
-	if (r == 0 && !who->admin && !store_claimed(api->cfg.store, id, who->name))
+	if (r == 0 && !who->admin && !store_claimed(api->cfg.admission.store, id, who->name))
 		r = -ENOENT;
 	if (r == -ENOENT)
 		return head_only ? answer_empty(api, conn, MHD_HTTP_NOT_FOUND)
@@ -1088,7 +893,7 @@ static enum MHD_Result answer_quota_exceeded(struct api *api, struct MHD_Connect
 	return answer_error(api, conn, ERR_QUOTA_EXCEEDED, "", "the volumes of %s would take more "
 			    "than %llu bytes (max_volume_bytes_per_user): delete some "
 			    "(DELETE /v1/volumes/ID; GET /v1/volumes lists them)", who->name,
-			    (unsigned long long)api->cfg.max_volume_bytes_per_user);
+			    (unsigned long long)api->cfg.admission.max_volume_bytes_per_user);
 }
 
 /* GET /v1/volumes: the caller's own uploads, admins included (an admin
@@ -1101,7 +906,7 @@ static enum MHD_Result list_volumes(struct api *api, struct MHD_Connection *conn
 	size_t n = 0;
 	json_t *arr;
 
-	if (store_list(api->cfg.store, who->name, &list, &n, &used) < 0)
+	if (store_list(api->cfg.admission.store, who->name, &list, &n, &used) < 0)
 		return answer_error(api, conn, ERR_INTERNAL, "", "out of memory");
 	arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
@@ -1112,7 +917,7 @@ static enum MHD_Result list_volumes(struct api *api, struct MHD_Connection *conn
 	free(list);
 	return answer_json(api, conn, MHD_HTTP_OK, json_pack("{s:o, s:I, s:I}", "volumes", arr,
 		"used_bytes", (json_int_t)used,
-		"quota_bytes", (json_int_t)api->cfg.max_volume_bytes_per_user));
+		"quota_bytes", (json_int_t)api->cfg.admission.max_volume_bytes_per_user));
 }
 
 /* DELETE /v1/volumes/ID: forgets the caller's upload (the file goes with
@@ -1120,7 +925,7 @@ static enum MHD_Result list_volumes(struct api *api, struct MHD_Connection *conn
 static enum MHD_Result delete_volume(struct api *api, struct MHD_Connection *conn,
 				     const struct identity *who, const char *id)
 {
-	if (store_forget(api->cfg.store, id, who->name) < 0)
+	if (store_forget(api->cfg.admission.store, id, who->name) < 0)
 		return answer_error(api, conn, ERR_NOT_FOUND, "", "no volume %.80s", id);
 	return answer_empty(api, conn, MHD_HTTP_NO_CONTENT);
 }
@@ -1138,7 +943,7 @@ static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *con
 	if (req->upload_error == -EFBIG)
 		return answer_error(api, conn, ERR_PAYLOAD_TOO_LARGE, "", "the upload is over %llu "
 				    "bytes (max_upload_bytes)",
-				    (unsigned long long)api->cfg.max_upload_bytes);
+				    (unsigned long long)api->cfg.admission.max_upload_bytes);
 	if (req->upload_error == -ENOSPC)
 		return answer_error(api, conn, ERR_INSUFFICIENT_STORAGE, "", "%s",
 				    req->upload_err.message);
@@ -1156,8 +961,8 @@ static enum MHD_Result finish_upload(struct api *api, struct MHD_Connection *con
 		return answer_error(api, conn, ERR_INTERNAL, "", "%s", err.message);
 	/* 201 when new to this uploader, whether or not another user had the
 	 * same bytes: the answer must not tell. */
-	r = store_claim(api->cfg.store, entry.id, req->who.name,
-			api->cfg.max_volume_bytes_per_user, &err);
+	r = store_claim(api->cfg.admission.store, entry.id, req->who.name,
+			api->cfg.admission.max_volume_bytes_per_user, &err);
 	if (r == -EDQUOT)
 		return answer_quota_exceeded(api, conn, &req->who);
 	if (r < 0)
@@ -1285,7 +1090,7 @@ static enum MHD_Result answer_not_allowed(struct api *api, struct MHD_Connection
 		 url, route_allowed_methods(route));
 	return answer_json_with(api, conn, MHD_HTTP_METHOD_NOT_ALLOWED,
 				json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
-					  error_code(ERR_METHOD_NOT_ALLOWED), "field", "", "message",
+					  api_error_code(ERR_METHOD_NOT_ALLOWED), "field", "", "message",
 					  message), MHD_HTTP_HEADER_ALLOW, route_allowed_methods(route));
 }
 
@@ -1359,27 +1164,17 @@ static void take_body(struct api *api, struct request *req, const char *data, si
 	}
 }
 
-/* An upload may take what is left of its owner's quota, and no more than
- * max_upload_bytes: whichever is less bounds the writer. Nothing is left:
- * refused before a byte is written. */
+/* Refused before a byte is written when the quota has nothing left. */
 static void start_upload(struct api *api, struct request *req)
 {
-	uint64_t used = 0, quota = api->cfg.max_volume_bytes_per_user, left, max;
+	uint64_t max = 0;
 
 	req->kind = BODY_UPLOAD;
-	if (store_list(api->cfg.store, req->who.name, NULL, NULL, &used) < 0) {
-		req->upload_error = errbuf_set(&req->upload_err, -EIO, "", "cannot count the "
-					       "volumes of %s", req->who.name);
-		return;
-	}
-	left = used < quota ? quota - used : 0;
-	if (left == 0) {
-		req->upload_error = -EDQUOT;
-		return;
-	}
-	req->upload_quota_binds = left < api->cfg.max_upload_bytes;
-	max = req->upload_quota_binds ? left : api->cfg.max_upload_bytes;
-	req->upload_error = store_writer_new(api->cfg.store, max, &req->upload, &req->upload_err);
+	req->upload_error = admission_upload_limit(&api->cfg.admission, &req->who, &max,
+						   &req->upload_quota_binds, &req->upload_err);
+	if (req->upload_error == 0)
+		req->upload_error = store_writer_new(api->cfg.admission.store, max, &req->upload,
+						     &req->upload_err);
 }
 
 static struct request *new_request(struct api *api, enum route route, const char *method,
@@ -1527,10 +1322,10 @@ static enum MHD_Result answer_ambiguous_framing(struct api *api, struct MHD_Conn
 	const char *message = "a request may not have both Content-Length and "
 			      "Transfer-Encoding (RFC 9112 6.1)";
 
-	log_debug("answer 400 %s: %s", error_code(ERR_INVALID_PARAMETER), message);
+	log_debug("answer 400 %s: %s", api_error_code(ERR_INVALID_PARAMETER), message);
 	return answer_json_with(api, conn, MHD_HTTP_BAD_REQUEST,
 				json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
-					  error_code(ERR_INVALID_PARAMETER), "field",
+					  api_error_code(ERR_INVALID_PARAMETER), "field",
 					  "Transfer-Encoding", "message", message),
 				MHD_HTTP_HEADER_CONNECTION, "close");
 }

@@ -7,8 +7,9 @@
  *
  * Owns the MHD daemons and the per-request state (bodies are bounded by the
  * configured limits; uploads stream into the store). Turns requests into
- * calls on jobs and store, and their results and errors into JSON with the
- * HTTP status and error code of proto/errors.def. The only module that
+ * calls on admission (what a job or an upload may do), jobs and store, and
+ * their results and errors into JSON with the HTTP status and error code of
+ * proto/errors.def (api_error.h). The only module that
  * speaks HTTP. Logs failed requests at debug, internal errors at error level.
  *
  * Identity: on the Unix socket a request is the peer's (SO_PEERCRED: the
@@ -27,6 +28,7 @@
 #include <sys/types.h>
 
 #include "base/errbuf.h"
+#include "server/admission.h"
 #include "server/jobs.h"
 #include "server/store.h"
 #include "server/tokens.h"
@@ -35,18 +37,13 @@ struct api;
 
 struct api_config {
 	struct jobs *jobs;
-	struct store *store;
+	/* The store, data roots and the limits of jobs and uploads (copied, so
+	 * the caller's may go). */
+	struct admission_config admission;
 	uint64_t max_request_bytes;
-	uint64_t max_upload_bytes;
-	uint64_t max_volume_bytes_per_user;   /* what one owner's volumes take */
-	/* ':'-separated absolute directories (checked by conf) whose files jobs
-	 * may name; "" = none, uploads only. Copied, so the caller's may go. */
-	char data_roots[1024];
 	/* Where the store and the spool live: never named to clients (redact.h).
-	 * Copied, like data_roots. */
+	 * Copied. */
 	char state_dir[1024];
-	uint64_t max_seeds_per_job;
-	uint64_t max_job_host_memory;   /* resolved: never 0 */
 	/* Open connections of one uid on the Unix socket (root: no limit), of
 	 * one address on TCP; seconds a connection may stay silent before its
 	 * request's headers are complete, or between keep-alive requests. */

@@ -262,11 +262,13 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		.fit_threads = d->conf.fit_threads,
 	};
 	struct api_config ac = {
+		.admission = {
+			.max_seeds_per_job = d->conf.max_seeds_per_job,
+			.max_job_host_memory = jc.max_job_host_memory,
+			.max_upload_bytes = d->conf.max_upload_bytes,
+			.max_volume_bytes_per_user = d->conf.max_volume_bytes_per_user,
+		},
 		.max_request_bytes = d->conf.max_request_bytes,
-		.max_upload_bytes = d->conf.max_upload_bytes,
-		.max_volume_bytes_per_user = d->conf.max_volume_bytes_per_user,
-		.max_seeds_per_job = d->conf.max_seeds_per_job,
-		.max_job_host_memory = jc.max_job_host_memory,
 		.max_connections_per_user = d->conf.max_connections_per_user,
 		.max_connections_per_address = d->conf.max_connections_per_address,
 		.header_timeout_s = d->conf.header_timeout_seconds,
@@ -294,13 +296,13 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		r = worker_start(&jc, d->jobs, &d->worker, err);
 	if (r < 0)
 		return r;
-	_Static_assert(sizeof(ac.data_roots) == sizeof(d->conf.data_roots),
+	_Static_assert(sizeof(ac.admission.data_roots) == sizeof(d->conf.data_roots),
 		       "data_roots is copied whole");
-	memcpy(ac.data_roots, d->conf.data_roots, sizeof(ac.data_roots));
+	memcpy(ac.admission.data_roots, d->conf.data_roots, sizeof(ac.admission.data_roots));
 	_Static_assert(sizeof(ac.state_dir) == sizeof(d->conf.state_dir), "state_dir is copied whole");
 	memcpy(ac.state_dir, d->conf.state_dir, sizeof(ac.state_dir));
 	ac.jobs = d->jobs;
-	ac.store = d->store;
+	ac.admission.store = d->store;
 	ac.tokens = d->tokens;
 	return api_start(&ac, d->sockets.unix_fd, d->sockets.tcp_fd, &d->api, err);
 }
