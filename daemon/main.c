@@ -67,7 +67,7 @@ static const char run_usage[] =
 "\n";
 
 static const char run_text[] =
-"Options of run (and track):\n"
+"Options of run (and of track, which writes OUTPUT instead of -o):\n"
 "  -o, --output FILE          write the tractogram to FILE ('-': standard output);\n"
 "                             a .trk, .tck or .trx extension picks the format\n"
 "                             (the job's output.format must not name another);\n"
@@ -105,20 +105,21 @@ static const char track_usage[] =
 "\n";
 
 static const char track_text[] =
-"Options of track (the run options above apply too):\n"
+"Options of track (the options of run apply too); unset fields keep the\n"
+"defaults of a job without them (README's tables):\n"
 "      --bvals FILE           b-values (FSL text), with --bvecs\n"
 "      --bvecs FILE           b-vectors (FSL text), with --bvals\n"
-"      --mask FILE            where to fit the models (inputs.mask; default: the\n"
-"                             whole volume); also the seed region without --seed-roi\n"
+"      --mask FILE            where to fit the models (inputs.mask; default: every\n"
+"                             voxel); the seed region too without --seed-roi\n"
 "      --seed-roi FILE        where to seed (seeds.roi)\n"
-"      --seeds N              seeds.count (default 2000)\n"
-"      --rng-seed N           seeds.rng_seed (default 0)\n"
-"      --dg prob|boot|ptt     the direction getter (default prob)\n"
-"      --sh-order N           model.sh_order (default 8)\n"
-"      --sphere NAME          tracking.sphere (default repulsion724)\n"
-"      --step-size VOXELS     tracking.step_size, in voxels (default 0.5)\n"
-"      --max-angle DEG        tracking.max_angle (default 60)\n"
-"      --fa-threshold X       tracking.fa_threshold (default 0.1)\n"
+"      --seeds N              seeds.count\n"
+"      --rng-seed N           seeds.rng_seed\n"
+"      --dg prob|boot|ptt     the direction getter\n"
+"      --sh-order N           model.sh_order\n"
+"      --sphere NAME          tracking.sphere\n"
+"      --step-size VOXELS     tracking.step_size, in voxels\n"
+"      --max-angle DEG        tracking.max_angle\n"
+"      --fa-threshold X       tracking.fa_threshold\n"
 "      --set KEY=VALUE        any other job field by its dotted path, VALUE as\n"
 "                             JSON (else a string): --set tracking.max_steps=800\n"
 "      --print-job            print the job document and run nothing (keep it\n"
@@ -331,7 +332,7 @@ static int add_track_field(struct cli *cli, const char *key, const char *value)
 	struct track_options *t = &cli->track;
 
 	if (t->n_fields == TRACK_MAX_FIELDS)
-		return usage_error("more than %s job fields set on one command line", "64");
+		return usage_error("%s", "too many job fields on one command line (64 at most)");
 	t->fields[t->n_fields++] = (struct track_field){ key, value };
 	return -1;
 }
@@ -933,8 +934,8 @@ static int format_from_extension(const char *out_path, char **text, size_t *len)
 		return EXIT_OK;
 	r = job_doc_set_format(doc, wanted, &named);
 	if (r == -EEXIST)
-		snprintf(message, sizeof(message), "-o %s asks for %s by its extension, but the job's "
-			 "output.format is %s", out_path, wanted, named);
+		snprintf(message, sizeof(message), "-o %s asks for %s by its extension, but the "
+			 "job's output.format is %s", out_path, wanted, named);
 	if (r == 1)
 		dumped = json_dumps(doc, JSON_COMPACT);
 	json_decref(doc);
@@ -1010,8 +1011,10 @@ static json_t *track_inputs(const struct track_options *t, const char *dwi, int 
 	inputs = json_pack("{s:o, s:o, s:o}", "dwi", absolute_path(dwi),
 			   "bvals", absolute_path(t->bvals ? t->bvals : found_bvals),
 			   "bvecs", absolute_path(t->bvecs ? t->bvecs : found_bvecs));
-	if (inputs && t->mask && json_object_set_new(inputs, "mask", absolute_path(t->mask)) < 0)
-		json_decref(inputs), inputs = NULL;
+	if (inputs && t->mask && json_object_set_new(inputs, "mask", absolute_path(t->mask)) < 0) {
+		json_decref(inputs);
+		inputs = NULL;
+	}
 	free(found_bvals);
 	free(found_bvecs);
 	if (!inputs) {
@@ -1032,8 +1035,8 @@ static json_t *compose_track_job(const struct track_options *t, const char *dwi,
 	json_t *doc, *inputs;
 
 	if (!format) {
-		*code = usage_error("OUTPUT '%s': its extension picks the format: .trk, .tck or .trx",
-				    output);
+		*code = usage_error("OUTPUT '%s': its extension picks the format (.trk, .tck, "
+				    ".trx)", output);
 		return NULL;
 	}
 	if (!roi) {
@@ -1255,7 +1258,9 @@ static int list_devices(void)
 	return EXIT_OK;
 }
 
-/* The commands that take one operand, and track's two. */
+#define COMMAND_NAMES "serve, run, track, fit, phantom or devices"
+
+/* How many operands command takes; -1: no such command. */
 static int operands_of(const char *command)
 {
 	static const char *const one[] = { "run", "fit", "phantom" };
@@ -1270,6 +1275,11 @@ static int operands_of(const char *command)
 
 int main(int argc, char **argv)
 {
+	static const char *const operand_errors[] = {
+		"'%s' takes no arguments",
+		"'%s' takes exactly one argument (see --help)",
+		"'%s' takes DWI and OUTPUT (see --help)",
+	};
 	struct cli cli = { .gpu = { .device_index = -1 } };
 	const char *command;
 	int opt, operands;
@@ -1288,16 +1298,13 @@ int main(int argc, char **argv)
 	if (cli.help)
 		return print_help(optind < argc ? argv[optind] : NULL);
 	if (optind >= argc)
-		return usage_error("%s", "missing command (serve, run, track, fit, phantom or devices)");
+		return usage_error("%s", "missing command (" COMMAND_NAMES ")");
 	command = argv[optind++];
 	operands = operands_of(command);
 	if (operands < 0)
-		return usage_error("unknown command '%s' (serve, run, track, fit, phantom or devices)",
-				   command);
+		return usage_error("unknown command '%s' (" COMMAND_NAMES ")", command);
 	if (argc - optind != operands)
-		return usage_error(operands == 0 ? "'%s' takes no arguments" :
-				   operands == 1 ? "'%s' takes exactly one argument (see --help)" :
-						   "'%s' takes DWI and OUTPUT (see --help)", command);
+		return usage_error(operand_errors[operands], command);
 	if (strcmp(command, "devices") == 0)
 		return list_devices();
 	if (strcmp(command, "run") == 0)

@@ -62,7 +62,7 @@ int job_doc_set(json_t *doc, const char *key, json_t *value, struct errbuf *err)
 
 		if (n == 0 || n >= sizeof(part)) {
 			json_decref(value);
-			return errbuf_set(err, -EINVAL, key, "not a field path (names joined by dots)");
+			return errbuf_set(err, -EINVAL, key, "not a field path (dotted names)");
 		}
 		memcpy(part, p, n);
 		part[n] = '\0';
@@ -78,8 +78,8 @@ int job_doc_set(json_t *doc, const char *key, json_t *value, struct errbuf *err)
 			}
 		} else if (!json_is_object(next)) {
 			json_decref(value);
-			return errbuf_set(err, -EINVAL, key, "%.*s is not an object", (int)(p - key + n),
-					  key);
+			return errbuf_set(err, -EINVAL, key, "%.*s is not an object",
+					  (int)(p - key + n), key);
 		}
 		at = next;
 		p += n + 1;
