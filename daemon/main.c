@@ -2,9 +2,10 @@
 /*
  * main: the tractd command line. Parses arguments, turns module errors into
  * messages and exit codes, and wires jobspec -> runner (fresh inputs, its
- * own devices) -> TRK file for `tractd run`, jobspec -> engine inputs ->
- * NIfTI maps for `tractd fit`; `tractd phantom` and `tractd devices` are
- * thin wrappers.
+ * own devices) -> tractogram for `tractd run` (a job file or standard
+ * input) and `tractd track` (a job composed from options by job_doc),
+ * jobspec -> engine inputs -> NIfTI maps for `tractd fit`; `tractd phantom`
+ * and `tractd devices` are thin wrappers.
  *
  * Exit codes (stable, documented in README and --help):
  *   0 success, 1 runtime failure (GPU, I/O, memory), 2 usage error,
@@ -30,6 +31,7 @@
 #include "base/log.h"
 #include "demo/phantom.h"
 #include "engine/resident.h"
+#include "run/job_doc.h"
 #include "run/runner.h"
 #include "models/shbasis.h"
 #include "server/serve.h"
@@ -40,83 +42,170 @@
 
 enum exit_code { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_USAGE = 2, EXIT_INVALID = 3 };
 
-static const char usage_text[] =
+static const char intro_text[] =
 "Usage: tractd COMMAND [OPTIONS] [ARGS]\n"
 "\n"
 "GPU tractography on Vulkan: probabilistic streamline tracking of an ODF,\n"
 "of SH coefficients (DIPY or MRtrix3 bases) or of raw DWI (fitted here: DTI\n"
-"for the FA stopping map, CSD for the fibre ODF), written as TRK or TCK.\n"
+"for the FA stopping map, CSD for the fibre ODF), written as TRK, TCK or TRX.\n"
 "\n"
 "Commands:\n"
-"  serve               run the resident daemon (HTTP API; see tractd serve --help)\n"
-"  run JOB.json        run one tracking job (format: proto/job.schema.json)\n"
-"  fit JOB.json        fit the job's models only and write them (-o DIR)\n"
-"  phantom OUTDIR      write the built-in synthetic phantom and a job for it\n"
-"  devices             list the Vulkan devices tractd can use\n"
+"  serve                run the resident daemon (HTTP API; see tractd serve --help)\n"
+"  run JOB.json         run one tracking job (format: proto/job.schema.json;\n"
+"                       '-': read it from standard input)\n"
+"  track DWI OUTPUT     track raw DWI without a job file (see tractd track --help)\n"
+"  fit JOB.json         fit the job's models only and write them (-o DIR)\n"
+"  phantom OUTDIR       write the built-in synthetic phantom and a job for it\n"
+"  devices              list the Vulkan devices tractd can use\n"
+"\n";
+
+static const char run_usage[] =
+"Usage: tractd run JOB.json [OPTIONS]\n"
 "\n"
-"Options of run:\n"
-"  -o, --output FILE         write the TRK to FILE ('-': standard output);\n"
-"                            default: the job's output.path\n"
-"  -d, --device LIST         use these Vulkan devices: indices or UUIDs as\n"
-"                            `tractd devices` lists them, comma-separated; the\n"
-"                            seed chunks are shared out between them and the\n"
-"                            output is the same as on one device; default: the\n"
-"                            best one (discrete > integrated > virtual > CPU)\n"
-"      --stats-json FILE     write counts and phase timings as JSON\n"
-"      --gpu-memory-budget B GPU memory one job may use (bytes; K, M, G suffixes);\n"
-"                            default: half the device memory\n"
-"      --max-chunk-seeds N   seeds per GPU chunk at most (default: from the limits)\n"
+"Runs one tracking job (proto/job.schema.json); JOB.json '-' reads it from\n"
+"standard input, its relative paths then relative to the current directory.\n"
+"\n";
+
+static const char run_text[] =
+"Options of run (and of track, which writes OUTPUT instead of -o):\n"
+"  -o, --output FILE          write the tractogram to FILE ('-': standard output);\n"
+"                             a .trk, .tck or .trx extension picks the format\n"
+"                             (the job's output.format must not name another);\n"
+"                             default: the job's output.path\n"
+"  -d, --device LIST          use these Vulkan devices: indices or UUIDs as\n"
+"                             `tractd devices` lists them, comma-separated; the\n"
+"                             seed chunks are shared out between them and the\n"
+"                             output is the same as on one device; default: the\n"
+"                             best one (discrete > integrated > virtual > CPU)\n"
+"      --stats-json FILE      write counts and phase timings as JSON\n"
+"      --gpu-memory-budget B  GPU memory one job may use (bytes; K, M, G suffixes);\n"
+"                             default: half the device memory\n"
+"      --max-chunk-seeds N    seeds per GPU chunk at most (default: from the limits)\n"
 "      --max-dispatch-steps N  streamline steps one GPU submit runs at most\n"
-"                            (default 4194304; bounds a submit's duration)\n"
-"      --readback-bytes B    host memory of each of the two buffers tracked\n"
-"                            points are read back through (default 256M; a\n"
-"                            batch that does not fit goes in pieces)\n"
-"      --max-binding-bytes B lower the device's storage-buffer range (testing)\n"
-"      --max-alloc-bytes B   lower the device's allocation size limit, which\n"
-"                            bounds volume pages and work buffers (testing)\n"
-"      --pipeline-cache FILE Vulkan pipeline cache ('none' to disable); default:\n"
-"                            $XDG_CACHE_HOME/tractd/pipelines.bin\n"
-"      --threads N           CPU threads for model fitting (default: all CPUs)\n"
+"                             (default 4194304; bounds a submit's duration)\n"
+"      --readback-bytes B     host memory of each of the two buffers tracked\n"
+"                             points are read back through (default 256M; a\n"
+"                             batch that does not fit goes in pieces)\n"
+"      --max-binding-bytes B  lower the device's storage-buffer range (testing)\n"
+"      --max-alloc-bytes B    lower the device's allocation size limit, which\n"
+"                             bounds volume pages and work buffers (testing)\n"
+"      --pipeline-cache FILE  Vulkan pipeline cache ('none' to disable); default:\n"
+"                             $XDG_CACHE_HOME/tractd/pipelines.bin\n"
+"      --threads N            CPU threads for model fitting (default: all CPUs)\n"
+"\n";
+
+static const char track_usage[] =
+"Usage: tractd track DWI OUTPUT [OPTIONS]\n"
 "\n"
+"Tracks raw DWI (NIfTI) into OUTPUT without a job file: the job is composed\n"
+"from the options (`tractd run`'s defaults otherwise) and run as `tractd run`\n"
+"runs it. The gradients are found beside DWI: X.bval and X.bvec for X.nii.gz\n"
+"or X.nii, else bvals and bvecs in its directory. OUTPUT's extension (.trk,\n"
+".tck or .trx) picks the format.\n"
+"\n";
+
+static const char track_text[] =
+"Options of track (the options of run apply too); unset fields keep the\n"
+"defaults of a job without them (README's tables):\n"
+"      --bvals FILE           b-values (FSL text), with --bvecs\n"
+"      --bvecs FILE           b-vectors (FSL text), with --bvals\n"
+"      --mask FILE            where to fit the models (inputs.mask; default: every\n"
+"                             voxel); the seed region too without --seed-roi\n"
+"      --seed-roi FILE        where to seed (seeds.roi)\n"
+"      --seeds N              seeds.count\n"
+"      --rng-seed N           seeds.rng_seed\n"
+"      --dg prob|boot|ptt     the direction getter\n"
+"      --sh-order N           model.sh_order\n"
+"      --sphere NAME          tracking.sphere\n"
+"      --step-size VOXELS     tracking.step_size, in voxels\n"
+"      --max-angle DEG        tracking.max_angle\n"
+"      --fa-threshold X       tracking.fa_threshold\n"
+"      --set KEY=VALUE        any other job field by its dotted path, VALUE as\n"
+"                             JSON (else a string): --set tracking.max_steps=800\n"
+"      --print-job            print the job document and run nothing (keep it\n"
+"                             for `tractd run`)\n"
+"      --force                overwrite an existing OUTPUT\n"
+"\n";
+
+static const char fit_usage[] =
+"Usage: tractd fit JOB.json -o DIR [OPTIONS]\n"
+"\n"
+"Fits the job's models only and writes them.\n"
+"\n";
+
+static const char fit_text[] =
 "Options of fit:\n"
-"  -o, --output DIR          directory for the results (created if missing);\n"
-"                            a dwi job writes fa.nii.gz, md.nii.gz, sh.nii.gz\n"
-"                            (CSD, descoteaux07_legacy basis, voxel axes) and\n"
-"                            response.json\n"
-"      --odf                 also write odf.nii.gz: the ODF the tracker samples\n"
-"                            (one volume per tracking.sphere vertex)\n"
-"      --threads N           CPU threads (default: all CPUs)\n"
+"  -o, --output DIR           directory for the results (created if missing);\n"
+"                             a dwi job writes fa.nii.gz, md.nii.gz, sh.nii.gz\n"
+"                             (CSD, descoteaux07_legacy basis, voxel axes) and\n"
+"                             response.json\n"
+"      --odf                  also write odf.nii.gz: the ODF the tracker samples\n"
+"                             (one volume per tracking.sphere vertex)\n"
+"      --threads N            CPU threads (default: all CPUs)\n"
+"\n";
+
+static const char phantom_usage[] =
+"Usage: tractd phantom OUTDIR [OPTIONS]\n"
 "\n"
+"Writes the built-in synthetic phantom (ODF, FA, seed ROI; DWI as dwi.nii.gz,\n"
+"dwi.bval, dwi.bvec and mask.nii.gz) and jobs for it into OUTDIR.\n"
+"\n";
+
+static const char phantom_text[] =
 "Options of phantom:\n"
-"      --dim NX,NY,NZ        grid size (default 48,48,24)\n"
-"      --voxel-size MM       isotropic voxel size (default 1)\n"
-"      --sphere NAME         repulsion724, repulsion100 or symmetric362 (default)\n"
-"      --seeds N             seeds.count of the generated job (default 2000)\n"
-"      --uncompressed        write .nii instead of .nii.gz\n"
-"      --snr X               DWI signal-to-noise ratio, S0 over the Rician sigma\n"
-"                            (default 30; 0 or inf: noise-free)\n"
-"      --shells 1|2          DWI shells: one at --bvalue, or a second one at twice\n"
-"                            it with the same directions turned (default 1)\n"
-"      --b0s N               DWI b=0 volumes, spread through the series (1 to 100;\n"
-"                            default 6)\n"
-"      --directions N        DWI gradient directions per shell (6 to 1000; default\n"
-"                            64); Stanford HARDI: --b0s 10 --directions 150\n"
-"                            --bvalue 2000\n"
-"      --bvalue B            DWI b-value of the first shell in s/mm^2 (over 50, at\n"
-"                            most 20000; default 1000)\n"
-"      --no-dwi              skip the DWI series (dwi.*, mask, job_dwi/job_boot.json)\n"
-"\n"
+"      --dim NX,NY,NZ         grid size (default 48,48,24)\n"
+"      --voxel-size MM        isotropic voxel size (default 1)\n"
+"      --sphere NAME          repulsion724, repulsion100 or symmetric362 (default)\n"
+"      --seeds N              seeds.count of the generated job (default 2000)\n"
+"      --uncompressed         write .nii instead of .nii.gz\n"
+"      --snr X                DWI signal-to-noise ratio, S0 over the Rician sigma\n"
+"                             (default 30; 0 or inf: noise-free)\n"
+"      --shells 1|2           DWI shells: one at --bvalue, or a second one at twice\n"
+"                             it with the same directions turned (default 1)\n"
+"      --b0s N                DWI b=0 volumes, spread through the series (1 to 100;\n"
+"                             default 6)\n"
+"      --directions N         DWI gradient directions per shell (6 to 1000; default\n"
+"                             64); Stanford HARDI: --b0s 10 --directions 150\n"
+"                             --bvalue 2000\n"
+"      --bvalue B             DWI b-value of the first shell in s/mm^2 (over 50, at\n"
+"                             most 20000; default 1000)\n"
+"      --no-dwi               skip the DWI series (dwi.*, mask, job_dwi/job_boot.json)\n"
+"\n";
+
+static const char common_text[] =
 "Common options:\n"
-"  -q, --quiet               errors only\n"
-"  -v, --verbose             debug messages (planning, compilation, chunks)\n"
-"  -h, --help                this text\n"
-"  -V, --version             version\n"
+"  -q, --quiet                errors only\n"
+"  -v, --verbose              debug messages (planning, compilation, chunks)\n"
+"  -h, --help                 this text (after a command: that command's)\n"
+"  -V, --version              version\n"
 "\n"
 "Exit status: 0 success, 1 runtime failure (GPU, I/O, memory), 2 usage error,\n"
-"3 invalid job or input data. Errors are printed as 'tractd: error: FIELD: REASON'.\n"
+"3 invalid job or input data. Errors are printed as 'tractd: error: FIELD: REASON'.\n";
+
+static const char example_text[] =
 "\n"
-"Example:\n"
-"  tractd phantom /tmp/ph && tractd run /tmp/ph/job.json -o /tmp/ph/tracks.trk\n";
+"Examples:\n"
+"  tractd phantom /tmp/ph && tractd run /tmp/ph/job.json -o /tmp/ph/tracks.trk\n"
+"  tractd track /tmp/ph/dwi.nii.gz /tmp/ph/tracks.tck --mask /tmp/ph/mask.nii.gz\n";
+
+/* `tractd COMMAND --help`: that command's usage and options; else all. */
+static int print_help(const char *command)
+{
+	if (command && strcmp(command, "run") == 0)
+		printf("%s%s%s", run_usage, run_text, common_text);
+	else if (command && strcmp(command, "track") == 0)
+		printf("%s%s%s%s", track_usage, track_text, run_text, common_text);
+	else if (command && strcmp(command, "fit") == 0)
+		printf("%s%s%s", fit_usage, fit_text, common_text);
+	else if (command && strcmp(command, "phantom") == 0)
+		printf("%s%s%s", phantom_usage, phantom_text, common_text);
+	else
+		printf("%s%s%s%s%s%s%s", intro_text, run_text, track_text, fit_text, phantom_text,
+		       common_text, example_text);
+	return EXIT_OK;
+}
+
+#define TRACK_MAX_FIELDS 64   /* options and --set's of one track command */
 
 enum option_id {
 	OPT_STATS_JSON = 256,
@@ -140,6 +229,19 @@ enum option_id {
 	OPT_DIRECTIONS,
 	OPT_BVALUE,
 	OPT_NO_DWI,
+	OPT_BVALS,
+	OPT_BVECS,
+	OPT_MASK,
+	OPT_SEED_ROI,
+	OPT_RNG_SEED,
+	OPT_DG,
+	OPT_SH_ORDER,
+	OPT_STEP_SIZE,
+	OPT_MAX_ANGLE,
+	OPT_FA_THRESHOLD,
+	OPT_SET,
+	OPT_PRINT_JOB,
+	OPT_FORCE,
 };
 
 static const struct option long_options[] = {
@@ -166,6 +268,19 @@ static const struct option long_options[] = {
 	{ "directions", required_argument, NULL, OPT_DIRECTIONS },
 	{ "bvalue", required_argument, NULL, OPT_BVALUE },
 	{ "no-dwi", no_argument, NULL, OPT_NO_DWI },
+	{ "bvals", required_argument, NULL, OPT_BVALS },
+	{ "bvecs", required_argument, NULL, OPT_BVECS },
+	{ "mask", required_argument, NULL, OPT_MASK },
+	{ "seed-roi", required_argument, NULL, OPT_SEED_ROI },
+	{ "rng-seed", required_argument, NULL, OPT_RNG_SEED },
+	{ "dg", required_argument, NULL, OPT_DG },
+	{ "sh-order", required_argument, NULL, OPT_SH_ORDER },
+	{ "step-size", required_argument, NULL, OPT_STEP_SIZE },
+	{ "max-angle", required_argument, NULL, OPT_MAX_ANGLE },
+	{ "fa-threshold", required_argument, NULL, OPT_FA_THRESHOLD },
+	{ "set", required_argument, NULL, OPT_SET },
+	{ "print-job", no_argument, NULL, OPT_PRINT_JOB },
+	{ "force", no_argument, NULL, OPT_FORCE },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
@@ -173,7 +288,22 @@ static const struct option long_options[] = {
 	{ 0, 0, 0, 0 },
 };
 
+/* A job field a track option sets: key NULL for --set's KEY=VALUE. */
+struct track_field {
+	const char *key;
+	const char *value;
+};
+
+/* What `tractd track` composes its job from, beside DWI and OUTPUT. */
+struct track_options {
+	const char *bvals, *bvecs, *mask, *seed_roi;
+	struct track_field fields[TRACK_MAX_FIELDS];   /* in the order given */
+	size_t n_fields;
+	bool print_job, force;
+};
+
 struct cli {
+	bool help;
 	const char *output;
 	struct gpu_device_choice devices[GPU_MAX_DEVICES];   /* none: the best one */
 	size_t n_devices;
@@ -185,6 +315,7 @@ struct cli {
 	struct fit_options fit;
 	bool write_odf;
 	struct phantom_params phantom;
+	struct track_options track;
 };
 
 static int usage_error(const char *fmt, const char *arg)
@@ -193,6 +324,17 @@ static int usage_error(const char *fmt, const char *arg)
 	fprintf(stderr, fmt, arg);
 	fprintf(stderr, "\nTry 'tractd --help'.\n");
 	return EXIT_USAGE;
+}
+
+/* Records a job field for track; the values are jobspec's to check. */
+static int add_track_field(struct cli *cli, const char *key, const char *value)
+{
+	struct track_options *t = &cli->track;
+
+	if (t->n_fields == TRACK_MAX_FIELDS)
+		return usage_error("%s", "too many job fields on one command line (64 at most)");
+	t->fields[t->n_fields++] = (struct track_field){ key, value };
+	return -1;
 }
 
 static void report(const struct errbuf *err)
@@ -373,11 +515,14 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 		if (parse_positive_double(arg, &cli->phantom.voxel_mm) < 0)
 			return usage_error("invalid --voxel-size '%s'", arg);
 		return -1;
-	case OPT_SPHERE: cli->phantom.sphere = arg; return -1;
+	/* Shared by phantom and track. */
+	case OPT_SPHERE:
+		cli->phantom.sphere = arg;
+		return add_track_field(cli, "tracking.sphere", arg);
 	case OPT_SEEDS:
 		if (parse_size(arg, &cli->phantom.seed_count) < 0)
 			return usage_error("invalid --seeds '%s'", arg);
-		return -1;
+		return add_track_field(cli, "seeds.count", arg);
 	case OPT_UNCOMPRESSED: cli->phantom.compress = 0; return -1;
 	case OPT_THREADS:
 		if (parse_int(arg, &cli->fit.threads) < 0 || cli->fit.threads < 1 ||
@@ -407,9 +552,22 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 			return usage_error("invalid --bvalue '%s' (over 50, at most 20000)", arg);
 		return -1;
 	case OPT_NO_DWI: cli->phantom.write_dwi = 0; return -1;
+	case OPT_BVALS: cli->track.bvals = arg; return -1;
+	case OPT_BVECS: cli->track.bvecs = arg; return -1;
+	case OPT_MASK: cli->track.mask = arg; return -1;
+	case OPT_SEED_ROI: cli->track.seed_roi = arg; return -1;
+	case OPT_RNG_SEED: return add_track_field(cli, "seeds.rng_seed", arg);
+	case OPT_DG: return add_track_field(cli, "direction_getter", arg);
+	case OPT_SH_ORDER: return add_track_field(cli, "model.sh_order", arg);
+	case OPT_STEP_SIZE: return add_track_field(cli, "tracking.step_size", arg);
+	case OPT_MAX_ANGLE: return add_track_field(cli, "tracking.max_angle", arg);
+	case OPT_FA_THRESHOLD: return add_track_field(cli, "tracking.fa_threshold", arg);
+	case OPT_SET: return add_track_field(cli, NULL, arg);
+	case OPT_PRINT_JOB: cli->track.print_job = true; return -1;
+	case OPT_FORCE: cli->track.force = true; return -1;
 	case 'q': log_set_level(LOG_LEVEL_ERROR); return -1;
 	case 'v': log_set_level(LOG_LEVEL_DEBUG); return -1;
-	case 'h': fputs(usage_text, stdout); return EXIT_OK;
+	case 'h': cli->help = true; return -1;
 	case 'V': printf("tractd %s\n", TRACTD_VERSION); return EXIT_OK;
 	default: return usage_error("%s", "invalid option");
 	}
@@ -703,7 +861,10 @@ static int open_output(void *userdata, const struct jobspec *spec, FILE **tracks
 	return r;
 }
 
-static int run_job(struct cli *cli, const char *job_path)
+/* Runs the job document text (relative paths from base_dir; NULL: the
+ * current directory) into out_path, or the job's output.path for NULL. */
+static int run_job_text(struct cli *cli, const char *text, size_t len, const char *base_dir,
+			const char *out_path)
 {
 	struct cli_job j = { .cli = cli };
 	struct runner_job run = {
@@ -717,12 +878,12 @@ static int run_job(struct cli *cli, const char *job_path)
 	const char *path;
 	int r, code = EXIT_OK;
 
-	r = jobspec_load_file(job_path, &j.spec, &err);
+	r = jobspec_parse(text, len, base_dir, &j.spec, &err);
 	if (r < 0) {
 		report(&err);
 		return exit_code_for(r, &err);
 	}
-	path = cli->output ? cli->output : j.spec.output_path;
+	path = out_path ? out_path : j.spec.output_path;
 	if (!path) {
 		jobspec_free(&j.spec);
 		return usage_error("%s", "no output: give -o FILE or output.path in the job");
@@ -752,6 +913,200 @@ static int run_job(struct cli *cli, const char *job_path)
 	t_free = timing_now();
 	cli_job_free(&j);
 	log_debug("inputs and devices released in %.3f s", timing_now() - t_free);
+	return code;
+}
+
+/* -o's extension (.trk, .tck, .trx) sets output.format where the job names
+ * none, in *text; naming another one is a usage error. A document jobspec
+ * cannot read is left for it to name the fault. */
+static int format_from_extension(const char *out_path, char **text, size_t *len)
+{
+	const char *wanted = job_doc_format_of(out_path), *named = NULL;
+	char message[PATH_MAX + 128];
+	json_t *doc;
+	char *dumped = NULL;
+	int r;
+
+	if (!wanted)
+		return EXIT_OK;
+	doc = json_loadb(*text, *len, JSON_REJECT_DUPLICATES, NULL);
+	if (!doc)
+		return EXIT_OK;
+	r = job_doc_set_format(doc, wanted, &named);
+	if (r == -EEXIST)
+		snprintf(message, sizeof(message), "-o %s asks for %s by its extension, but the "
+			 "job's output.format is %s", out_path, wanted, named);
+	if (r == 1)
+		dumped = json_dumps(doc, JSON_COMPACT);
+	json_decref(doc);
+	if (r == -EEXIST)
+		return usage_error("%s", message);
+	if (r == -ENOMEM || (r == 1 && !dumped)) {
+		fprintf(stderr, "tractd: error: out of memory\n");
+		return EXIT_RUNTIME;
+	}
+	if (dumped) {
+		free(*text);
+		*text = dumped;
+		*len = strlen(dumped);
+	}
+	return EXIT_OK;
+}
+
+static int run_job(struct cli *cli, const char *job_path)
+{
+	struct errbuf err = { 0 };
+	char *text = NULL, *base_dir = NULL;
+	size_t len = 0;
+	int code, r = jobspec_read(job_path, &text, &len, &base_dir, &err);
+
+	if (r < 0) {
+		report(&err);
+		return exit_code_for(r, &err);
+	}
+	code = cli->output ? format_from_extension(cli->output, &text, &len) : EXIT_OK;
+	if (code == EXIT_OK)
+		code = run_job_text(cli, text, len, base_dir, cli->output);
+	free(text);
+	free(base_dir);
+	return code;
+}
+
+/* path as a JSON string, absolute (joined to the current directory), so
+ * that a printed job runs from anywhere; NULL when out of memory or too
+ * long. */
+static json_t *absolute_path(const char *path)
+{
+	char cwd[PATH_MAX], joined[2 * PATH_MAX];
+
+	if (path[0] == '/')
+		return json_string(path);
+	if (!getcwd(cwd, sizeof(cwd)))
+		return NULL;
+	if ((size_t)snprintf(joined, sizeof(joined), "%s/%s", cwd, path) >= sizeof(joined))
+		return NULL;
+	return json_string(joined);
+}
+
+/* The gradients: --bvals and --bvecs, else found beside dwi; NULL with the
+ * exit code in *code. */
+static json_t *track_inputs(const struct track_options *t, const char *dwi, int *code)
+{
+	struct errbuf err = { 0 };
+	char *found_bvals = NULL, *found_bvecs = NULL;
+	json_t *inputs;
+	int r = 0;
+
+	if (!t->bvals != !t->bvecs) {
+		*code = usage_error("%s", "--bvals and --bvecs go together");
+		return NULL;
+	}
+	if (!t->bvals)
+		r = job_doc_find_gradients(dwi, &found_bvals, &found_bvecs, &err);
+	if (r < 0) {
+		report(&err);
+		*code = exit_code_for(r, &err);
+		return NULL;
+	}
+	inputs = json_pack("{s:o, s:o, s:o}", "dwi", absolute_path(dwi),
+			   "bvals", absolute_path(t->bvals ? t->bvals : found_bvals),
+			   "bvecs", absolute_path(t->bvecs ? t->bvecs : found_bvecs));
+	if (inputs && t->mask && json_object_set_new(inputs, "mask", absolute_path(t->mask)) < 0) {
+		json_decref(inputs);
+		inputs = NULL;
+	}
+	free(found_bvals);
+	free(found_bvecs);
+	if (!inputs) {
+		fprintf(stderr, "tractd: error: out of memory or a path too long\n");
+		*code = EXIT_RUNTIME;
+	}
+	return inputs;
+}
+
+/* The job of `tractd track DWI OUTPUT`: inputs, seeds in --seed-roi (else
+ * the mask), output by OUTPUT's extension, then the options' fields in the
+ * order given. NULL with the exit code in *code. */
+static json_t *compose_track_job(const struct track_options *t, const char *dwi,
+				 const char *output, int *code)
+{
+	struct errbuf err = { 0 };
+	const char *format = job_doc_format_of(output), *roi = t->seed_roi ? t->seed_roi : t->mask;
+	json_t *doc, *inputs;
+
+	if (!format) {
+		*code = usage_error("OUTPUT '%s': its extension picks the format (.trk, .tck, "
+				    ".trx)", output);
+		return NULL;
+	}
+	if (!roi) {
+		*code = usage_error("%s", "track needs --seed-roi FILE or --mask FILE to seed in");
+		return NULL;
+	}
+	inputs = track_inputs(t, dwi, code);
+	if (!inputs)
+		return NULL;
+	doc = json_pack("{s:o, s:{s:o}, s:{s:s, s:o}}", "inputs", inputs, "seeds", "roi",
+			absolute_path(roi), "output", "format", format, "path",
+			absolute_path(output));
+	if (!doc) {
+		fprintf(stderr, "tractd: error: out of memory or a path too long\n");
+		*code = EXIT_RUNTIME;
+		return NULL;
+	}
+	for (size_t i = 0; i < t->n_fields; i++) {
+		const struct track_field *f = &t->fields[i];
+		int r = f->key ? job_doc_set_text(doc, f->key, f->value, &err) :
+				 job_doc_assign(doc, f->value, &err);
+		if (r < 0) {
+			json_decref(doc);
+			report(&err);
+			*code = r == -ENOMEM ? EXIT_RUNTIME : EXIT_USAGE;
+			return NULL;
+		}
+	}
+	return doc;
+}
+
+/* Prints the job after jobspec has read it well, so that a printed job
+ * runs. */
+static int print_job(const char *text)
+{
+	struct jobspec spec;
+	struct errbuf err = { 0 };
+	int r = jobspec_parse(text, strlen(text), NULL, &spec, &err);
+
+	jobspec_free(&spec);
+	if (r < 0) {
+		report(&err);
+		return exit_code_for(r, &err);
+	}
+	printf("%s\n", text);
+	return fflush(stdout) == 0 ? EXIT_OK : EXIT_RUNTIME;
+}
+
+static int run_track(struct cli *cli, const char *dwi, const char *output)
+{
+	int code = EXIT_OK;
+	json_t *doc;
+	char *text;
+
+	if (cli->output)
+		return usage_error("%s", "track writes its second argument, OUTPUT: no -o");
+	if (!cli->track.print_job && !cli->track.force && access(output, F_OK) == 0)
+		return usage_error("%s exists: give --force to overwrite it", output);
+	doc = compose_track_job(&cli->track, dwi, output, &code);
+	if (!doc)
+		return code;
+	text = json_dumps(doc, JSON_INDENT(2));
+	json_decref(doc);
+	if (!text) {
+		fprintf(stderr, "tractd: error: out of memory\n");
+		return EXIT_RUNTIME;
+	}
+	code = cli->track.print_job ? print_job(text) :
+				      run_job_text(cli, text, strlen(text), NULL, output);
+	free(text);
 	return code;
 }
 
@@ -903,11 +1258,31 @@ static int list_devices(void)
 	return EXIT_OK;
 }
 
+#define COMMAND_NAMES "serve, run, track, fit, phantom or devices"
+
+/* How many operands command takes; -1: no such command. */
+static int operands_of(const char *command)
+{
+	static const char *const one[] = { "run", "fit", "phantom" };
+
+	if (strcmp(command, "track") == 0)
+		return 2;
+	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
+		if (strcmp(command, one[i]) == 0)
+			return 1;
+	return strcmp(command, "devices") == 0 ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
+	static const char *const operand_errors[] = {
+		"'%s' takes no arguments",
+		"'%s' takes exactly one argument (see --help)",
+		"'%s' takes DWI and OUTPUT (see --help)",
+	};
 	struct cli cli = { .gpu = { .device_index = -1 } };
 	const char *command;
-	int opt;
+	int opt, operands;
 
 	/* The daemon has options of its own. */
 	if (argc > 1 && strcmp(argv[1], "serve") == 0)
@@ -920,21 +1295,22 @@ int main(int argc, char **argv)
 		if (code >= 0)
 			return code;
 	}
+	if (cli.help)
+		return print_help(optind < argc ? argv[optind] : NULL);
 	if (optind >= argc)
-		return usage_error("%s", "missing command (run, fit, phantom or devices)");
+		return usage_error("%s", "missing command (" COMMAND_NAMES ")");
 	command = argv[optind++];
-	if (strcmp(command, "devices") == 0) {
-		if (optind != argc)
-			return usage_error("'%s' takes no arguments", command);
+	operands = operands_of(command);
+	if (operands < 0)
+		return usage_error("unknown command '%s' (" COMMAND_NAMES ")", command);
+	if (argc - optind != operands)
+		return usage_error(operand_errors[operands], command);
+	if (strcmp(command, "devices") == 0)
 		return list_devices();
-	}
-	if (strcmp(command, "run") != 0 && strcmp(command, "fit") != 0 &&
-	    strcmp(command, "phantom") != 0)
-		return usage_error("unknown command '%s' (run, fit, phantom or devices)", command);
-	if (optind + 1 != argc)
-		return usage_error("'%s' takes exactly one argument (see --help)", command);
 	if (strcmp(command, "run") == 0)
 		return run_job(&cli, argv[optind]);
+	if (strcmp(command, "track") == 0)
+		return run_track(&cli, argv[optind], argv[optind + 1]);
 	if (strcmp(command, "fit") == 0)
 		return run_fit(&cli, argv[optind]);
 	return run_phantom(&cli, argv[optind]);

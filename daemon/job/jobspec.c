@@ -1144,24 +1144,40 @@ static int dir_of(const char *path, char **out, struct errbuf *err)
 	return *out ? 0 : oom(err);
 }
 
+int jobspec_read(const char *path, char **text, size_t *len, char **base_dir,
+		 struct errbuf *err)
+{
+	bool from_stdin = strcmp(path, "-") == 0;
+	const char *name = from_stdin ? "standard input" : path;
+	FILE *f = from_stdin ? stdin : fopen(path, "rbe");
+	int rc;
+
+	*text = NULL;
+	*base_dir = NULL;
+	if (!f)
+		return io_error(err, errno, "open", path);
+	rc = read_capped(f, name, text, len, err);
+	/* Read-only stream: nothing buffered can be lost, so fclose cannot fail
+	 * in a way that matters. */
+	if (!from_stdin)
+		(void)fclose(f);
+	if (!rc && !from_stdin)
+		rc = dir_of(path, base_dir, err);
+	if (rc) {
+		free(*text);
+		*text = NULL;
+	}
+	return rc;
+}
+
 int jobspec_load_file(const char *path, struct jobspec *ret, struct errbuf *err)
 {
 	char *buf = NULL, *dir = NULL;
 	size_t len = 0;
-	FILE *f;
 	int rc;
 
 	memset(ret, 0, sizeof(*ret));
-	f = fopen(path, "rbe");
-	if (!f)
-		return io_error(err, errno, "open", path);
-	rc = read_capped(f, path, &buf, &len, err);
-	/* Read-only stream: nothing buffered can be lost, so fclose cannot fail
-	 * in a way that matters. */
-	(void)fclose(f);
-	if (rc)
-		return rc;
-	rc = dir_of(path, &dir, err);
+	rc = jobspec_read(path, &buf, &len, &dir, err);
 	if (!rc)
 		rc = jobspec_parse(buf, len, dir, ret, err);
 	free(dir);

@@ -240,8 +240,14 @@ static inline void jobspec_hold_fd(struct jobspec *js, enum jobspec_file_slot sl
 int jobspec_parse(const char *json, size_t len, const char *base_dir,
 		  struct jobspec *ret, struct errbuf *err);
 
-/* Reads path (at most JOBSPEC_MAX_BYTES) and parses it with base_dir = the
- * file's directory. */
+/* Reads the job document at path (at most JOBSPEC_MAX_BYTES; "-": standard
+ * input) into *text (*len bytes) and the directory its relative paths are
+ * resolved against into *base_dir: the file's, or NULL (the current one) for
+ * standard input. Both are the caller's to free; NULL on failure. */
+int jobspec_read(const char *path, char **text, size_t *len, char **base_dir,
+		 struct errbuf *err);
+
+/* Reads path with jobspec_read and parses it. */
 int jobspec_load_file(const char *path, struct jobspec *ret, struct errbuf *err);
 
 /* Frees owned strings/arrays, closes the opened inputs and zeroes *js;

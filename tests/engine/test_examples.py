@@ -168,7 +168,7 @@ def test_readme_commands_all_run():
     (a new line needs one)."""
     tested = [r" phantom ", r"^build/tractd run job\.json$", r" run job\.json -o - ",
               r" fit job\.json -o fit/$", r" fit job\.json -o fit/ --odf$",
-              r" devices$", r" --help$"]
+              r" devices$", r" --help$", r" run - < job\.json$", r" track dwi\.nii\.gz "]
     lines = readme_commands()
     untested = [line for line in lines if line not in README_LINES_NOT_RUN
                 and not any(re.search(p, line) for p in tested)]
@@ -209,6 +209,24 @@ def test_readme_run(tractd, readme_phantom, readme_job_dir, user_env):
     assert_ok(proc, line)
     assert out.is_file(), f"{line} wrote no {out.name}"
     assert out.read_bytes() == first, f"{line} wrote other bytes than `tractd run job.json`"
+
+
+def test_readme_run_stdin_and_track(tractd, readme_phantom, readme_job_dir, user_env):
+    """`tractd run - < job.json` writes output.path from here, the bytes of `tractd
+    run job.json`; `tractd track dwi.nii.gz tracks.tck ...` writes a TCK with whole
+    streamlines, its gradients found beside the DWI (dwi.bval, dwi.bvec)."""
+    d = readme_job_dir
+    out = d / json.loads((d / "job.json").read_text())["output"]["path"]
+    assert_ok(run_line(tractd, "build/tractd run job.json -o ref.trk", d, user_env), "ref")
+    line = readme_command(r" run - < job\.json$")
+    assert_ok(run_line(tractd, line, d, user_env), line)
+    assert out.read_bytes() == (d / "ref.trk").read_bytes(), f"{line} wrote other bytes"
+    out.unlink()
+
+    line = readme_command(r" track dwi\.nii\.gz ")
+    assert_ok(run_line(tractd, line, d, user_env), line)
+    tck = nib.streamlines.load(str(d / "tracks.tck"))
+    assert isinstance(tck, nib.streamlines.TckFile) and len(tck.streamlines) > 0, line
 
 
 def test_readme_fit(tractd, readme_phantom, readme_job_dir, user_env):
