@@ -165,7 +165,7 @@ check-tidy: | $(BUILD)
 # command's that has its own), so that they say what the programs say.
 MAN_PAGES = $(BUILD)/man/tractd.1 $(BUILD)/man/tractctl.1
 TRACTD_COMMANDS_WITH_HELP = run track fit phantom serve
-TRACTCTL_COMMANDS = track submit status list wait fetch cancel device
+TRACTCTL_COMMANDS = track submit status list wait fetch cancel delete volumes device
 
 $(BUILD)/man/tractd.1: $(BUILD)/tractd scripts/man.sh
 	@mkdir -p $(dir $@)
