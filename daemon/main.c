@@ -809,6 +809,16 @@ static int open_devices(struct cli *cli, struct cli_job *j, struct errbuf *err)
 	return r;
 }
 
+/* Which model order was fitted and why, for a dwi job. */
+static void log_fit(const struct inputs *in)
+{
+	const struct fit_result *f = inputs_fit(in);
+	char what[300];
+
+	if (f && fit_describe(f, what, sizeof(what)))
+		log_info("%s", what);
+}
+
 /* The runner's source, reading fresh: inputs first, so bad data fails
  * before a device is opened. */
 static int load_inputs(void *userdata, const struct jobspec *spec, struct inputs **inputs,
@@ -819,6 +829,8 @@ static int load_inputs(void *userdata, const struct jobspec *spec, struct inputs
 
 	j->load_started = timing_now();
 	r = inputs_load(spec, &j->cli->fit, &j->inputs, err);
+	if (r == 0)
+		log_fit(j->inputs);
 	*inputs = j->inputs;
 	timing->load_seconds = timing_now() - j->load_started;
 	return r;

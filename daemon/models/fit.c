@@ -11,6 +11,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -357,6 +358,20 @@ static int fit_csd(const struct volume *dwi, const struct csd_table *t, const st
 }
 
 /* ---- the whole DWI fit ------------------------------------------------------ */
+
+bool fit_describe(const struct fit_result *f, char *buf, size_t len)
+{
+	size_t ncoef = f->sh.data ? (size_t)f->sh.dim[3] : 0;
+
+	if (!ncoef || !f->directions)
+		return false;
+	snprintf(buf, len, "CSD of order %d (%zu coefficients) from %zu diffusion-weighted "
+		 "directions%s", sh_order_from_ncoef(f->sh.dim[3]), ncoef, f->directions,
+		 f->directions < ncoef ? ": fewer directions than coefficients, super-resolved "
+					 "by the non-negativity constraint as DIPY and MRtrix3 fit "
+					 "it" : "");
+	return true;
+}
 
 void fit_default_params(struct fit_params *p)
 {

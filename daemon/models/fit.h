@@ -54,6 +54,12 @@ struct fit_result {
 	size_t failed_voxels;          /* of which left at zero: singular systems */
 };
 
+/* One sentence for the log on which CSD order f was fitted at and from how
+ * many directions, and, with fewer directions than coefficients, that the
+ * fit was super-resolved; into buf[len]. false (buf untouched) when f holds
+ * no CSD fit. */
+bool fit_describe(const struct fit_result *f, char *buf, size_t len);
+
 /* DIPY's defaults: sh_order 8, lambda 1, tau 0.1, 50 iterations,
  * fa_threshold 0.1, roi radius 10, response FA 0.7. */
 void fit_default_params(struct fit_params *p);

@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "job/inputs.h"
+#include "models/fit.h"
 #include "run/runner.h"
 #include "server/volume_cache.h"
 
@@ -143,8 +145,14 @@ static int load_volumes(void *userdata, const struct jobspec *spec, struct input
 	struct run_ctx *ctx = userdata;
 	int r = volume_cache_acquire(ctx->worker->cache, spec, ctx->job->owner, &ctx->fit,
 				     &ctx->volumes, timing, err);
+	const struct fit_result *f;
+	char what[300];
 
 	*inputs = ctx->volumes.volumes.inputs;
+	/* Which model order was fitted and why, for a dwi job. */
+	f = r == 0 ? inputs_fit(*inputs) : NULL;
+	if (f && fit_describe(f, what, sizeof(what)))
+		log_info("job=%s %s", ctx->job->id, what);
 	return r;
 }
 

@@ -5,6 +5,7 @@ stage; a second job on the same inputs and model reuses the fit (a cache
 hit, no load time) while another model parameter fits again; tractctl
 uploads the tables but not sh_basis."""
 import json
+import re
 import subprocess
 
 from .support import (assert_same_trk, daemon_env, job_status, run_to_completion, submit,
@@ -39,6 +40,9 @@ def test_dwi_job_matches_cli_and_reuses_the_fit(daemon, phantom, tractd, tmp_pat
     job = _dwi_job(phantom, ids, roi, **SEEDS)
     doc, trk = run_to_completion(daemon.api, job)
     assert doc["progress"]["stage"] is None, doc["progress"]
+    # The daemon's log says which model order the job was fitted at.
+    assert re.search(rf"job={doc['id']} CSD of order \d+ \(\d+ coefficients\) from \d+ "
+                     "diffusion-weighted directions", daemon.log_path.read_text()), daemon.log()
 
     local = _dwi_job(phantom, {k: str(phantom.path(v)) for k, v in DWI_INPUTS.items()},
                      phantom.path("seed_roi.nii.gz"), **SEEDS)

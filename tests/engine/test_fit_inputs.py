@@ -279,8 +279,11 @@ def test_default_model_super_resolves_few_directions(tractd, data, tmp_path, n_d
         (8, n_dw, True), resp
     assert resp["fitted_voxels"] > 100 and resp["failed_voxels"] == 0, resp
     out = tmp_path / "out.trk"
-    run_cli(tractd, ["run", path, "-o", out, "-q"], check=True)
+    proc = run_cli(tractd, ["run", path, "-o", out], check=True)
     assert nib.streamlines.load(str(out)).tractogram.streamlines.total_nb_rows > 0
+    # The log says which order was fitted, and why it is super-resolved.
+    assert re.search(rf"CSD of order 8 \(45 coefficients\) from {n_dw} diffusion-weighted "
+                     r"directions: .*super-resolved", proc.stderr), proc.stderr
 
 
 def test_fit_odf_job_needs_odf_flag(tractd, data, tmp_path):
