@@ -6,26 +6,33 @@
  */
 #include "run/job_doc.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
+#include "formats/output.h"
+
+/* The formats' names are output.c's: the extension, lowercased, is looked
+ * up there rather than in a second list. */
 const char *job_doc_format_of(const char *path)
 {
-	static const char *const formats[] = { "trk", "tck", "trx" };
 	const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+	enum output_format format;
+	char ext[4];
+	size_t n;
 
-	if (!dot || (slash && dot < slash))
+	if (!dot || (slash && dot < slash) || (n = strlen(dot + 1)) >= sizeof(ext))
 		return NULL;
-	for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++)
-		if (strcasecmp(dot + 1, formats[i]) == 0)
-			return formats[i];
-	return NULL;
+	for (size_t i = 0; i <= n; i++)
+		ext[i] = (char)tolower((unsigned char)dot[1 + i]);
+	if (output_format_parse(ext, &format) < 0)
+		return NULL;
+	return output_format_name(format);
 }
 
 int job_doc_set_format(json_t *doc, const char *format, const char **named)
