@@ -550,7 +550,7 @@ static double step_voxels(const struct jobspec *job, const struct volume *grid)
 	if (!job->step_mm)
 		return job->step_size;
 	affine_voxel_sizes(grid->affine, mm);
-	return job->step_mm * 3.0 / (mm[0] + mm[1] + mm[2]);
+	return job->step_mm / ((mm[0] + mm[1] + mm[2]) / 3.0);
 }
 
 /* step_mm has the same bound in voxels as step_size, checked once the grid

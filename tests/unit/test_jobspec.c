@@ -1523,6 +1523,7 @@ static const struct {
 	const char *field;
 } invalid_examples[] = {
 	{ "invalid-both-seed-kinds.json", "seeds" },
+	{ "invalid-both-steps.json", "tracking.step_mm" },
 	{ "invalid-boot-on-odf.json", "direction_getter" },
 	{ "invalid-count-with-points.json", "seeds.count" },
 	{ "invalid-direction-getter.json", "direction_getter" },
