@@ -570,11 +570,12 @@ static void fill_params(struct job_run *run)
 	const struct jobspec *job = run->job;
 	const struct volume *grid = inputs_grid(run->in);
 	struct kernel_params *p = &run->params;
+	double step = step_voxels(job, grid);
 
 	memset(p, 0, sizeof(*p));
 	for (int i = 0; i < 3; i++)
 		p->dim[i] = (int32_t)grid->dim[i];
-	p->step_size = (float)step_voxels(job, grid);
+	p->step_size = (float)step;
 	p->cos_max_angle = (float)cos(job->max_angle * M_PI / 180.0);
 	p->pmf_threshold = (float)job->pmf_threshold;
 	p->fa_threshold = (float)job->fa_threshold;
@@ -594,7 +595,7 @@ static void fill_params(struct job_run *run)
 	p->loop_count = 2;
 	/* DIPY: the curvature of the circle on which a step of step_size turns
 	 * by max_angle, 2 sin(max_angle / 2) / step_size. */
-	p->max_curvature = (float)(2.0 * sin(job->max_angle * M_PI / 360.0) / p->step_size);
+	p->max_curvature = (float)(2.0 * sin(job->max_angle * M_PI / 360.0) / step);
 	p->probe_step = (float)(job->probe_length / (job->probe_quality - 1));
 	p->probe_radius = (float)job->probe_radius;
 }

@@ -891,7 +891,9 @@ static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 		return errbuf_set(err, -EINVAL, "seeds",
 				  "is required, with either \"roi\" or \"points\"");
 	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : JOBSPEC_SEEDS_POINTS;
-	if (roi && js->seed_select && !js->seed_per_voxel && !json_object_get(seeds, "count"))
+	js->seed_count_from_select = roi && js->seed_select && !js->seed_per_voxel &&
+				     !json_object_get(seeds, "count");
+	if (js->seed_count_from_select)
 		js->seed_count = js->seed_select > JOBSPEC_MAX_SEEDS / SELECT_SEEDS_PER_STREAMLINE ?
 				 JOBSPEC_MAX_SEEDS : js->seed_select * SELECT_SEEDS_PER_STREAMLINE;
 	k = foreign_key(seeds, seed_kind_keys, ARRAY_SIZE(seed_kind_keys), (int)js->seed_kind);

@@ -152,6 +152,8 @@ struct jobspec {
 	uint64_t seed_select;       /* seeds.select: write the first this many streamlines
 				     * in seed order, then stop (tckgen -select);
 				     * 1..JOBSPEC_MAX_SEEDS, 0 when not given: all */
+	bool seed_count_from_select; /* seed_count is select's default: a bound, which
+				      * a server's seed limit lowers rather than refuses */
 	bool seed_per_voxel;        /* seeds.per_voxel, default false */
 	uint64_t rng_seed;          /* seeds.rng_seed, default 0, 0..2^53 */
 	double *seed_points;        /* seeds.points, 3*n_seed_points (POINTS kind) */

@@ -10,12 +10,17 @@
 #include "job/seeds.h"
 
 /* seeds.per_voxel multiplies by the ROI's voxels, known only once the
- * seeds are read. */
-static int check_seed_count(const struct runner_job *job, const struct seeds *seeds,
+ * seeds are read. The count seeds.select defaults to (tckgen's 1000 per
+ * streamline) is a bound: the limit lowers it instead. */
+static int check_seed_count(const struct runner_job *job, struct seeds *seeds,
 			    struct errbuf *err)
 {
 	if (!job->max_seeds || seeds_count(seeds) <= job->max_seeds)
 		return 0;
+	if (job->spec->seed_count_from_select) {
+		seeds_limit(seeds, job->max_seeds);
+		return 0;
+	}
 	/* A limit, as API.md tells (limit_exceeded), like the count refused at submit. */
 	return errbuf_set_kind(err, ERR_KIND_LIMIT, -EINVAL, "seeds.count", "%llu seeds exceed "
 			       "the limit of %llu seeds per job (max_seeds_per_job)",

@@ -138,11 +138,13 @@ def test_select_is_the_first_n(reference, selected):
 
 
 # The default run's chunks hold about as many seeds as streamlines are
-# missing (300, then the rest); these split the work otherwise.
+# missing (300, then the rest) on one device; these split the work otherwise.
 @pytest.mark.parametrize("flag,value,counter", [
     ("--max-chunk-seeds", 64, "chunks"),
     ("--max-chunk-seeds", SMALL_CHUNK_SEEDS, "chunks"),
     ("--readback-bytes", READBACK_BYTES, "pieces"),
+    # Two contexts on the one GPU: chunks go to whichever is free.
+    ("--device", "0,0", "devices"),
 ])
 def test_select_does_not_depend_on_chunking(tractd, phantom, workdir, selected, flag, value,
                                             counter):
