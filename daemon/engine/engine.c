@@ -502,6 +502,8 @@ struct run_shared {
 	struct output_writer *out;
 	struct engine_stats *stats;
 	uint64_t total;           /* seeds */
+	uint64_t next_to_write;   /* the turn holder's: the seed after the last one whose
+				   * streamlines were written or passed over (stats->seeds) */
 	uint64_t chunk_limit;     /* the smallest of the devices' chunk sizes */
 	double t0;
 	pthread_mutex_t lock;
@@ -509,6 +511,8 @@ struct run_shared {
 	uint64_t next_seed;       /* first seed of the next chunk handed out */
 	uint64_t next_chunk;      /* index of that chunk */
 	uint64_t turn;            /* the chunk being written */
+	uint64_t written;         /* streamlines written by the chunks before turn */
+	bool selected;            /* seeds.select streamlines are written: no more chunks */
 	int error;                /* the first failure (its errbuf is failed_err) */
 	struct errbuf failed_err;
 };
@@ -536,16 +540,42 @@ struct job_run {
 	bool started, writer_started;
 };
 
+/* The step in voxels the kernels take: tracking.step_size, or step_mm over
+ * the mean voxel size (DIPY's TrackerParameters.average_voxel_size; exact on
+ * isotropic grids, where DIPY's per-axis scaling is the same step). */
+static double step_voxels(const struct jobspec *job, const struct volume *grid)
+{
+	double mm[3];
+
+	if (!job->step_mm)
+		return job->step_size;
+	affine_voxel_sizes(grid->affine, mm);
+	return job->step_mm / ((mm[0] + mm[1] + mm[2]) / 3.0);
+}
+
+/* step_mm has the same bound in voxels as step_size, checked once the grid
+ * is known. */
+static int check_step(const struct jobspec *job, const struct inputs *in, struct errbuf *err)
+{
+	double step = step_voxels(job, inputs_grid(in));
+
+	if (step <= JOBSPEC_MAX_STEP_VOXELS)
+		return 0;
+	return errbuf_set(err, -EINVAL, "tracking.step_mm", "must be at most %g voxels on this "
+			  "grid, got %g mm = %g voxels", JOBSPEC_MAX_STEP_VOXELS, job->step_mm, step);
+}
+
 static void fill_params(struct job_run *run)
 {
 	const struct jobspec *job = run->job;
 	const struct volume *grid = inputs_grid(run->in);
 	struct kernel_params *p = &run->params;
+	double step = step_voxels(job, grid);
 
 	memset(p, 0, sizeof(*p));
 	for (int i = 0; i < 3; i++)
 		p->dim[i] = (int32_t)grid->dim[i];
-	p->step_size = (float)job->step_size;
+	p->step_size = (float)step;
 	p->cos_max_angle = (float)cos(job->max_angle * M_PI / 180.0);
 	p->pmf_threshold = (float)job->pmf_threshold;
 	p->fa_threshold = (float)job->fa_threshold;
@@ -565,7 +595,7 @@ static void fill_params(struct job_run *run)
 	p->loop_count = 2;
 	/* DIPY: the curvature of the circle on which a step of step_size turns
 	 * by max_angle, 2 sin(max_angle / 2) / step_size. */
-	p->max_curvature = (float)(2.0 * sin(job->max_angle * M_PI / 360.0) / job->step_size);
+	p->max_curvature = (float)(2.0 * sin(job->max_angle * M_PI / 360.0) / step);
 	p->probe_step = (float)(job->probe_length / (job->probe_quality - 1));
 	p->probe_radius = (float)job->probe_radius;
 }
@@ -692,14 +722,53 @@ static uint32_t seed_vertex(const struct job_run *run, const struct write_slot *
 	return count - 1;
 }
 
-/* Appends the packed streamlines of a slot's batch to the output. */
+/* Whether seeds.select streamlines are written (never without select). */
+static bool selection_full(const struct run_shared *sh)
+{
+	return sh->job->seed_select && sh->stats->streamlines >= sh->job->seed_select;
+}
+
+/* A kernel's stop code as counted: ENGINE_STOP_UNKNOWN past the known ones. */
+static enum engine_stop stop_from_code(uint32_t code)
+{
+	return code < ENGINE_STOP_UNKNOWN ? (enum engine_stop)code : ENGINE_STOP_UNKNOWN;
+}
+
+/* Counts, in write order, the seeds up to end_seed: those that had no
+ * initial direction (no line of theirs came by) and the seeds done. */
+static void pass_seeds(struct run_shared *sh, uint64_t end_seed)
+{
+	if (end_seed <= sh->next_to_write)
+		return;
+	sh->stats->seeds_without_direction += end_seed - sh->next_to_write;
+	sh->next_to_write = end_seed;
+}
+
+/* Counts a tracked line of the slot, written or not, as the turn holder:
+ * its seed and why both of its ends stopped. The kernel packs the backward
+ * half's code in bits 0-7 and the forward half's in bits 8-15. Counted
+ * here, in seed order, rather than as tracked, so that with seeds.select the
+ * counts stop at the last line written whatever the chunks. */
+static void count_line(struct run_shared *sh, const struct write_slot *w, uint64_t i)
+{
+	uint32_t stops = w->ranges[RANGE_WORDS * i + RANGE_STOPS];
+
+	pass_seeds(sh, w->seed_index[i]);
+	sh->next_to_write = (uint64_t)w->seed_index[i] + 1;
+	sh->stats->stop_reasons[stop_from_code(stops & 0xffu)]++;
+	sh->stats->stop_reasons[stop_from_code(stops >> 8)]++;
+}
+
+/* Appends the packed streamlines of a slot's batch to the output, up to
+ * seeds.select streamlines: the lines after the last one selected are
+ * neither written nor counted. */
 static int write_batch(struct job_run *run, const struct write_slot *w, struct errbuf *err)
 {
 	const float *packed = gpu_buffer_host(w->readback);
 	struct job_host *h = &run->h;
 	double t0 = timing_now();
 
-	for (uint64_t i = 0; i < w->n_lines; i++) {
+	for (uint64_t i = 0; i < w->n_lines && !selection_full(run->sh); i++) {
 		uint32_t count = w->ranges[RANGE_WORDS * i + RANGE_POINTS];
 		const float *points;
 		float seed[3];
@@ -709,6 +778,7 @@ static int write_batch(struct job_run *run, const struct write_slot *w, struct e
 		};
 		int r;
 
+		count_line(run->sh, w, i);
 		if (w->dest[i] == DROP_LINE)
 			continue;
 		points = packed + 3ull * w->dest[i];
@@ -895,26 +965,6 @@ static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, u
 	return r;
 }
 
-/* A kernel's stop code as counted: ENGINE_STOP_UNKNOWN past the known ones. */
-static enum engine_stop stop_from_code(uint32_t code)
-{
-	return code < ENGINE_STOP_UNKNOWN ? (enum engine_stop)code : ENGINE_STOP_UNKNOWN;
-}
-
-/* Adds why both ends of each of the batch's n_lines streamlines stopped to
- * the device's counts: every tracked streamline, also those the length
- * limits or a single point keep from the output. The kernel packs the
- * backward half's code in bits 0-7 and the forward half's in bits 8-15. */
-static void count_stop_reasons(struct job_run *run, uint64_t n_lines)
-{
-	for (uint64_t i = 0; i < n_lines; i++) {
-		uint32_t stops = run->h.ranges[RANGE_WORDS * i + RANGE_STOPS];
-
-		run->stats.stop_reasons[stop_from_code(stops & 0xffu)]++;
-		run->stats.stop_reasons[stop_from_code(stops >> 8)]++;
-	}
-}
-
 /* Tracks lines [first_line, first_line + n_lines) of the chunk and hands
  * the kept ones to the writer, in as many pieces as the read-back needs. */
 static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t first_line,
@@ -931,8 +981,6 @@ static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 4 * RANGE_WORDS * n_lines,
 				 err);
-	if (r == 0)
-		count_stop_reasons(run, n_lines);
 	for (uint64_t first = 0, end; r == 0 && first < n_lines; first = end) {
 		end = assign_piece(run, first, n_lines);
 		r = post_piece(run, at, first_line, first, end, end == n_lines, err);
@@ -958,16 +1006,15 @@ static int post_empty_chunk(struct job_run *run, uint64_t end_seed, struct errbu
 }
 
 /* Lists the chunk's streamlines: one per initial direction of each seed, in
- * (seed, direction) order, and counts the seeds that have none. The seeds
- * and directions stay on the GPU, where the track kernels read them by these
- * ids. */
+ * (seed, direction) order (the writer counts the seeds that have none). The
+ * seeds and directions stay on the GPU, where the track kernels read them by
+ * these ids. */
 static uint64_t build_lines(struct job_run *run, uint64_t first_seed, uint64_t n_seeds)
 {
 	struct job_host *h = &run->h;
 	uint64_t n = 0;
 
 	for (uint64_t s = 0; s < n_seeds; s++) {
-		run->stats.seeds_without_direction += h->ndirs[s] == 0;
 		for (uint32_t d = 0; d < h->ndirs[s]; d++, n++) {
 			h->line_id[2 * n] = (uint32_t)(first_seed + s);
 			h->line_id[2 * n + 1] = d;
@@ -1031,19 +1078,34 @@ static uint64_t next_chunk_seeds(const struct run_shared *sh, uint64_t done, dou
 	return sized >= (double)sh->chunk_limit ? sh->chunk_limit : (uint64_t)sized;
 }
 
-/* Hands this device the next chunk: false when none is left or the run
- * stopped. */
+/* With seeds.select, a chunk of about as many seeds as streamlines are
+ * still missing (as of the chunks written), so that few seeds are tracked
+ * past the last one selected; at least FIRST_TIMED_CHUNK_SEEDS, so that the
+ * GPU is not starved by a handful. Called with the lock held. */
+static uint64_t select_chunk_seeds(const struct run_shared *sh)
+{
+	uint64_t select = sh->job->seed_select;
+
+	if (!select)
+		return UINT64_MAX;
+	return select - sh->written > FIRST_TIMED_CHUNK_SEEDS ? select - sh->written
+							      : FIRST_TIMED_CHUNK_SEEDS;
+}
+
+/* Hands this device the next chunk: false when none is left, the
+ * selection is written or the run stopped. */
 static bool take_chunk(struct job_run *run, uint64_t *first, uint64_t *n)
 {
 	struct run_shared *sh = run->sh;
 	bool got;
 
 	pthread_mutex_lock(&sh->lock);
-	got = !sh->error && sh->next_seed < sh->total;
+	got = !sh->error && !sh->selected && sh->next_seed < sh->total;
 	if (got) {
 		*first = sh->next_seed;
 		*n = min_u64(next_chunk_seeds(sh, sh->next_seed, timing_now() - sh->t0),
 			     sh->total - sh->next_seed);
+		*n = min_u64(*n, select_chunk_seeds(sh));
 		run->chunk = sh->next_chunk++;
 		sh->next_seed += *n;
 	}
@@ -1052,21 +1114,29 @@ static bool take_chunk(struct job_run *run, uint64_t *first, uint64_t *n)
 }
 
 /* After a chunk is written (this device holds the turn): flushes the
- * output, reports progress and passes the turn on. */
+ * output, reports progress and passes the turn on. Once seeds.select
+ * streamlines are written, the seeds done stay at the last one used and no
+ * more chunks are handed out. */
 static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *err)
 {
 	struct run_shared *sh = run->sh;
 	const struct engine_options *o = sh->opts;
+	uint64_t done;
 	int r = 0;
 
+	if (!selection_full(sh))
+		pass_seeds(sh, end_seed);
+	done = sh->next_to_write;
 	if (output_flush(sh->out) < 0)
 		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output.path",
 				    "cannot write the tractogram");
 	if (r == 0 && o->progress &&
-	    !o->progress(o->progress_userdata, end_seed, sh->total, sh->stats->streamlines))
+	    !o->progress(o->progress_userdata, done, sh->total, sh->stats->streamlines))
 		r = errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
-			       (unsigned long long)end_seed, (unsigned long long)sh->total);
+			       (unsigned long long)done, (unsigned long long)sh->total);
 	pthread_mutex_lock(&sh->lock);
+	sh->written = sh->stats->streamlines;
+	sh->selected = selection_full(sh);
 	if (r == 0)
 		sh->turn++;
 	pthread_cond_broadcast(&sh->changed);
@@ -1294,10 +1364,14 @@ static void tck_properties(const struct run_shared *sh, char *buf, size_t len)
 	used = (size_t)snprintf(buf, len, "method: tractd %s\nstep_size: %g\nmax_angle: %g\n"
 				"max_num_seeds: %llu\nmax_num_steps: %d\nstop_threshold: %g\n"
 				"pmf_threshold: %g\nrng_seed: %llu\n",
-				getters[job->direction_getter], job->step_size * cbrt(mm[0] * mm[1] * mm[2]),
+				getters[job->direction_getter],
+				job->step_mm ? job->step_mm : job->step_size * cbrt(mm[0] * mm[1] * mm[2]),
 				job->max_angle, (unsigned long long)sh->total, job->max_steps,
 				job->fa_threshold, job->pmf_threshold,
 				(unsigned long long)job->rng_seed);
+	if (used < len && job->seed_select)
+		used += (size_t)snprintf(buf + used, len - used, "max_num_tracks: %llu\n",
+					 (unsigned long long)job->seed_select);
 	if (used < len && job->min_length > 0)
 		used += (size_t)snprintf(buf + used, len - used, "min_dist: %g\n", job->min_length);
 	if (used < len && isfinite(job->max_length))
@@ -1388,9 +1462,6 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 	total->kernel_seconds += dev->kernel_seconds;
 	total->submits += dev->submits;
 	total->compile_seconds += dev->compile_seconds;
-	total->seeds_without_direction += dev->seeds_without_direction;
-	for (int k = 0; k < ENGINE_STOP_REASONS; k++)
-		total->stop_reasons[k] += dev->stop_reasons[k];
 }
 
 const char *engine_stop_key(enum engine_stop reason)
@@ -1453,6 +1524,8 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	pthread_cond_init(&sh.changed, NULL);
 	r = check_seed_index(job, seeds, err);
 	if (r == 0)
+		r = check_step(job, in, err);
+	if (r == 0)
 		r = prepare_devices(&sh, devs, runs, n_devs, err);
 	if (r == 0)
 		r = open_output(&sh, out, err);
@@ -1460,7 +1533,8 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	write_before = stats->write_seconds;
 	if (r == 0)
 		r = track_on_devices(&sh, runs, n_devs, err);
-	stats->seeds = sh.total;
+	stats->seeds = sh.next_to_write;
+	stats->select = job->seed_select;
 	stats->track_seconds = timing_now() - sh.t0 - (stats->write_seconds - write_before);
 	if (sh.out) {
 		int fr = output_writer_finish(sh.out);

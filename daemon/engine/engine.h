@@ -70,8 +70,11 @@ enum engine_stop {
 };
 
 struct engine_stats {
-	uint64_t seeds;
+	uint64_t seeds;             /* used: all of them, or with seeds.select up to the
+				     * seed of the last streamline selected */
 	uint64_t streamlines;       /* written to the output */
+	uint64_t select;            /* the job's seeds.select (0: none); fewer streamlines
+				     * than this when the seeds ran out first */
 	uint64_t points;
 	uint64_t chunks;            /* seed chunks */
 	uint64_t batches;           /* streamline batches */
@@ -79,7 +82,8 @@ struct engine_stats {
 	uint64_t submits;           /* kernel submits (each within max_dispatch_steps) */
 	/* Streamline ends by why they stopped (enum engine_stop), two per
 	 * tracked streamline: also those that min_length, max_length or a
-	 * single point keep from the output. */
+	 * single point keep from the output; with seeds.select, not those
+	 * tracked past the last one selected. */
 	uint64_t stop_reasons[ENGINE_STOP_REASONS];
 	uint64_t seeds_without_direction;  /* no initial direction: no streamline, no ends */
 	double load_seconds;        /* reading inputs, seeds, sphere */

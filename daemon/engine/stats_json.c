@@ -6,6 +6,8 @@
 
 #define STOP_REASONS_KEY "stop_reasons"
 #define SEEDS_WITHOUT_DIRECTION_KEY "seeds_without_direction"
+#define SELECT_KEY "select"
+#define SELECTED_KEY "selected"
 
 static json_t *stop_reasons_json(const struct engine_stats *stats)
 {
@@ -37,13 +39,26 @@ json_t *stats_json_new(const struct engine_stats *stats, json_t *extra)
 	return doc;
 }
 
+/* A job with seeds.select tells how many it asked for and how many it got
+ * (fewer when the seeds ran out first). */
+static int add_select(json_t *doc, const struct engine_stats *stats)
+{
+	if (!stats->select)
+		return 0;
+	if (json_object_set_new(doc, SELECT_KEY, json_integer((json_int_t)stats->select)) < 0 ||
+	    json_object_set_new(doc, SELECTED_KEY,
+				json_integer((json_int_t)stats->streamlines)) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 int stats_json_add(json_t *doc, const struct engine_stats *stats)
 {
 	if (json_object_set_new(doc, STOP_REASONS_KEY, stop_reasons_json(stats)) < 0 ||
 	    json_object_set_new(doc, SEEDS_WITHOUT_DIRECTION_KEY,
 				json_integer((json_int_t)stats->seeds_without_direction)) < 0)
 		return -ENOMEM;
-	return 0;
+	return add_select(doc, stats);
 }
 
 /* A count member of doc into *ret: absent reads as 0. */
@@ -74,5 +89,7 @@ int stats_json_read(const json_t *doc, struct engine_stats *stats, struct errbuf
 	}
 	if (read_count(doc, SEEDS_WITHOUT_DIRECTION_KEY, &stats->seeds_without_direction) < 0)
 		return errbuf_set(err, -EINVAL, SEEDS_WITHOUT_DIRECTION_KEY, "not a count");
+	if (read_count(doc, SELECT_KEY, &stats->select) < 0)
+		return errbuf_set(err, -EINVAL, SELECT_KEY, "not a count");
 	return 0;
 }

@@ -8,7 +8,8 @@
  * needs), then the members that the API's job result shares too
  * (stats_json_add): "stop_reasons", {"stop_map": N, "outside": N,
  * "no_direction": N, "max_steps": N} (streamline ends, keys from
- * proto/stop_reasons.def), and "seeds_without_direction": N. The keys of
+ * proto/stop_reasons.def), "seeds_without_direction": N, and with
+ * seeds.select "select": N (asked) and "selected": N (written). The keys of
  * each output stay as documented and as earlier records hold them.
  *
  * Owns nothing past a call; callable from any thread. Does not log.

@@ -539,6 +539,8 @@ static const struct member seeds_members[] = {
 	INTEGER("count", seed_count, K_U64, 10000, 1, (double)JOBSPEC_MAX_SEEDS, NULL),
 	BOOL("per_voxel", seed_per_voxel),
 	INTEGER("rng_seed", rng_seed, K_U64, 0, 0, RNG_SEED_MAX, NULL),
+	/* 0, the default, is "not given": the bounds refuse an explicit 0. */
+	INTEGER("select", seed_select, K_U64, 0, 1, (double)JOBSPEC_MAX_SEEDS, NULL),
 	CUSTOM("points", parse_seed_points),
 	CHOICE_BOOL("space", seed_points_ras, seed_spaces),
 };
@@ -547,7 +549,9 @@ static const struct member seeds_members[] = {
  * DIPY's rejection sampling (reference 3.3). */
 static const struct member tracking_members[] = {
 	CUSTOM_OBJECT("sphere", parse_sphere, sphere_members),
-	REAL("step_size", step_size, 0.5, 0, OPEN, 5, CLOSED, "voxels"),
+	REAL("step_size", step_size, 0.5, 0, OPEN, JOBSPEC_MAX_STEP_VOXELS, CLOSED, "voxels"),
+	/* 0, the default, is "not given": the bounds refuse an explicit 0. */
+	REAL("step_mm", step_mm, 0, 0, OPEN, 10, CLOSED, "mm"),
 	REAL("max_angle", max_angle, 60, 0, OPEN, 90, CLOSED, "degrees"),
 	REAL("fa_threshold", fa_threshold, 0.1, 0, CLOSED, 1e6, CLOSED, NULL),
 	REAL("relative_peak_threshold", relative_peak_threshold, 0.25, 0, CLOSED, 1, CLOSED, NULL),
@@ -870,6 +874,10 @@ static int check_model(json_t *root, struct ctx *c)
 	return check_model_members(model, js, c->err);
 }
 
+/* tckgen's default number of seeds for -select without -seeds: 1000 per
+ * streamline to select. */
+#define SELECT_SEEDS_PER_STREAMLINE 1000
+
 static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 {
 	bool roi = js->seed_roi_path != NULL, points = js->seed_points != NULL;
@@ -883,12 +891,27 @@ static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 		return errbuf_set(err, -EINVAL, "seeds",
 				  "is required, with either \"roi\" or \"points\"");
 	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : JOBSPEC_SEEDS_POINTS;
+	js->seed_count_from_select = roi && js->seed_select && !js->seed_per_voxel &&
+				     !json_object_get(seeds, "count");
+	if (js->seed_count_from_select)
+		js->seed_count = js->seed_select > JOBSPEC_MAX_SEEDS / SELECT_SEEDS_PER_STREAMLINE ?
+				 JOBSPEC_MAX_SEEDS : js->seed_select * SELECT_SEEDS_PER_STREAMLINE;
 	k = foreign_key(seeds, seed_kind_keys, ARRAY_SIZE(seed_kind_keys), (int)js->seed_kind);
 	if (!k)
 		return 0;
 	snprintf(field, sizeof(field), "seeds.%s", k->key);
 	return errbuf_set(err, -EINVAL, field, "is only allowed with seeds.%s",
 			  k->kind == JOBSPEC_SEEDS_ROI ? "roi" : "points");
+}
+
+/* One step, in voxels or in mm: two would contradict each other. */
+static int check_step(json_t *tracking, struct errbuf *err)
+{
+	if (!json_object_get(tracking, "step_size") || !json_object_get(tracking, "step_mm"))
+		return 0;
+	return errbuf_set(err, -EINVAL, "tracking.step_mm", "cannot be given with "
+			  "tracking.step_size: give the step either in voxels (step_size) or "
+			  "in mm (step_mm)");
 }
 
 static int check_lengths(const struct jobspec *js, struct errbuf *err)
@@ -965,6 +988,8 @@ static int validate(json_t *root, struct ctx *c)
 		rc = check_model(root, c);
 	if (!rc)
 		rc = check_seeds(json_object_get(root, "seeds"), c->js, c->err);
+	if (!rc)
+		rc = check_step(json_object_get(root, "tracking"), c->err);
 	if (!rc)
 		rc = check_lengths(c->js, c->err);
 	if (!rc)

@@ -19,10 +19,12 @@
  *               for boot: "opdt" | "csa" or {"name": "opdt", "sh_order": 4,
  *                "sh_lambda": 0.006, "min_signal": 1}
  *   "direction_getter": "prob" | "boot" | "ptt" (boot needs a dwi input),
- *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0}
- *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras"},
+ *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0,
+ *                "select": null}
+ *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras", "select": null},
  *   "tracking": {"sphere": "repulsion724" | {"vertices": [[x,y,z], ...]},
- *                "step_size": 0.5, "max_angle": 60, "fa_threshold": 0.1,
+ *                "step_size": 0.5 | "step_mm": 1 (one of them), "max_angle": 60,
+ *                "fa_threshold": 0.1,
  *                "relative_peak_threshold": 0.25, "min_separation_angle": 45,
  *                "pmf_threshold": 0.05, "max_steps": 500,
  *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only),
@@ -144,7 +146,14 @@ struct jobspec {
 
 	enum jobspec_seed_kind seed_kind;
 	char *seed_roi_path;        /* seeds.roi (ROI kind) */
-	uint64_t seed_count;        /* seeds.count, default 10000, 1..JOBSPEC_MAX_SEEDS */
+	uint64_t seed_count;        /* seeds.count, default 10000, 1..JOBSPEC_MAX_SEEDS; with
+				     * select and neither count nor per_voxel: 1000 x select
+				     * (tckgen's default), at most JOBSPEC_MAX_SEEDS */
+	uint64_t seed_select;       /* seeds.select: write the first this many streamlines
+				     * in seed order, then stop (tckgen -select);
+				     * 1..JOBSPEC_MAX_SEEDS, 0 when not given: all */
+	bool seed_count_from_select; /* seed_count is select's default: a bound, which
+				      * a server's seed limit lowers rather than refuses */
 	bool seed_per_voxel;        /* seeds.per_voxel, default false */
 	uint64_t rng_seed;          /* seeds.rng_seed, default 0, 0..2^53 */
 	double *seed_points;        /* seeds.points, 3*n_seed_points (POINTS kind) */
@@ -156,6 +165,9 @@ struct jobspec {
 	int sphere_nv;
 
 	double step_size;               /* voxels, (0, 5], default 0.5 */
+	double step_mm;                 /* tracking.step_mm: the step in mm instead, (0, 10];
+					 * 0 when not given (step_size applies). The engine
+					 * converts it on the grid (engine_step_voxels) */
 	double max_angle;               /* degrees, (0, 90], default 60 */
 	double fa_threshold;            /* stop where stop_map <= this; [0, 1e6], default 0.1 */
 	double relative_peak_threshold; /* [0, 1], default 0.25 */
@@ -228,6 +240,7 @@ static inline void jobspec_hold_fd(struct jobspec *js, enum jobspec_file_slot sl
 	js->opened.held |= 1u << slot;
 }
 
+#define JOBSPEC_MAX_STEP_VOXELS 5.0      /* tracking.step_size, and step_mm converted */
 #define JOBSPEC_MAX_SEEDS 100000000ull   /* 1e8: an explicit, documented limit */
 #define JOBSPEC_MAX_POINTS 1000000ull    /* explicit seed points per job (fits the document limit) */
 #define JOBSPEC_MAX_BYTES (64u << 20)    /* largest accepted job document */

@@ -192,6 +192,12 @@ int seeds_from_points(const double *pts, uint64_t n, bool ras_mm, const double a
 	return 0;
 }
 
+void seeds_limit(struct seeds *s, uint64_t max)
+{
+	if (s->count > max)
+		s->count = max;
+}
+
 uint64_t seeds_count(const struct seeds *s)
 {
 	return s->count;

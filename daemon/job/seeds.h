@@ -40,6 +40,9 @@ int seeds_from_points(const double *pts, uint64_t n, bool ras_mm, const double a
 /* Total number of seeds. */
 uint64_t seeds_count(const struct seeds *s);
 
+/* Keeps the first max seeds of s at most; they stay where they were. */
+void seeds_limit(struct seeds *s, uint64_t max);
+
 /* Writes seeds [first, first+n) as voxel coordinates (3 floats each) to out.
  * Returns 0 or -EINVAL when the range exceeds the count. */
 int seeds_fill(struct seeds *s, uint64_t first, uint64_t n, float *out);

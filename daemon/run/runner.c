@@ -6,20 +6,35 @@
 
 #include <errno.h>
 
+#include "base/log.h"
 #include "job/seeds.h"
 
 /* seeds.per_voxel multiplies by the ROI's voxels, known only once the
- * seeds are read. */
-static int check_seed_count(const struct runner_job *job, const struct seeds *seeds,
+ * seeds are read. The count seeds.select defaults to (tckgen's 1000 per
+ * streamline) is a bound: the limit lowers it instead. */
+static int check_seed_count(const struct runner_job *job, struct seeds *seeds,
 			    struct errbuf *err)
 {
 	if (!job->max_seeds || seeds_count(seeds) <= job->max_seeds)
 		return 0;
+	if (job->spec->seed_count_from_select) {
+		seeds_limit(seeds, job->max_seeds);
+		return 0;
+	}
 	/* A limit, as API.md tells (limit_exceeded), like the count refused at submit. */
 	return errbuf_set_kind(err, ERR_KIND_LIMIT, -EINVAL, "seeds.count", "%llu seeds exceed "
 			       "the limit of %llu seeds per job (max_seeds_per_job)",
 			       (unsigned long long)seeds_count(seeds),
 			       (unsigned long long)job->max_seeds);
+}
+
+/* tckgen's warning: the job succeeds with the streamlines it found. */
+static void warn_short_selection(const struct engine_stats *stats)
+{
+	if (stats->streamlines < stats->select)
+		log_warn("seeds.select: only %llu of %llu streamlines selected: all %llu seeds "
+			 "(seeds.count) were used", (unsigned long long)stats->streamlines,
+			 (unsigned long long)stats->select, (unsigned long long)stats->seeds);
 }
 
 /* Opens the output and tracks the seeds over the devices into it. */
@@ -56,6 +71,8 @@ int runner_run(const struct runner_job *job, struct engine_stats *stats, struct 
 		r = src->upload(src->userdata, job->spec, inputs, devs, &n_devs, &timing, err);
 	if (r == 0)
 		r = track(job, devs, n_devs, inputs, seeds, stats, err);
+	if (r == 0)
+		warn_short_selection(stats);
 	stats->load_seconds = timing.load_seconds;
 	stats->upload_seconds = timing.upload_seconds;
 	seeds_free(seeds);

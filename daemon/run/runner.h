@@ -7,7 +7,8 @@
  * Owns the job's seeds for the length of the run, nothing else: the source
  * keeps its inputs and devices and the caller its output files, because the
  * CLI reads fresh and the worker asks its warm cache. No locking; logs
- * nothing itself; failures go to the caller through errbuf.
+ * only tckgen's warning when seeds.select found fewer streamlines than it
+ * asked for; failures go to the caller through errbuf.
  */
 #ifndef TRACTD_RUNNER_H
 #define TRACTD_RUNNER_H

@@ -126,7 +126,8 @@ static enum api_error open_inputs(const struct admission_config *cfg, struct job
 
 /* max_seeds_per_job, as far as the document tells: seeds.count, or the
  * explicit points. Per-voxel seeding multiplies by the ROI's voxels, which
- * only the worker knows (the runner checks the total again). */
+ * only the worker knows (the runner checks the total again). The count
+ * seeds.select defaults to is a bound the runner lowers to the limit. */
 static enum api_error check_seed_limit(const struct admission_config *cfg,
 				       const struct jobspec *spec, struct errbuf *err)
 {
@@ -134,7 +135,7 @@ static enum api_error check_seed_limit(const struct admission_config *cfg,
 	bool points = spec->seed_kind == JOBSPEC_SEEDS_POINTS;
 	uint64_t n = points ? spec->n_seed_points : spec->seed_count;
 
-	if (!limit || n <= limit)
+	if (!limit || n <= limit || spec->seed_count_from_select)
 		return API_OK;
 	errbuf_set(err, -E2BIG, points ? "seeds.points" : "seeds.count", "%llu %s over the limit "
 		   "of %llu seeds per job (max_seeds_per_job)", (unsigned long long)n,

@@ -356,7 +356,7 @@ def test_seeds_per_job_limit(daemon_factory, phantom):
     """max_seeds_per_job = 1000: seeds.count 1001 and 1001 explicit points
     are refused at once (422 limit_exceeded naming the field and the key);
     1000 runs; per_voxel seeding whose total exceeds it fails the job with
-    seeds.count."""
+    seeds.count; seeds.select's default count is lowered to it."""
     d = daemon_factory(tcp=False, sets=["max_seeds_per_job=1000"])
     ids = upload_phantom(d.unix, phantom)
     err = _error(d.unix.post_json("/v1/jobs", server_job(phantom, ids, count=1001)), 422,
@@ -373,3 +373,11 @@ def test_seeds_per_job_limit(daemon_factory, phantom):
     assert doc["status"] == "failed", doc
     assert doc["error"]["field"] == "seeds.count", doc
     assert "max_seeds_per_job" in doc["error"]["message"], doc
+    # seeds.select without seeds.count: tckgen's 1000 seeds per streamline
+    # (2000 here) is a bound, which the limit lowers rather than refuses.
+    job = server_job(phantom, ids)
+    job["seeds"] = {"roi": ids["roi"], "select": 2}
+    doc = wait_job(d.unix, submit(d.unix, job))
+    assert doc["status"] == "done", doc
+    assert doc["result"]["select"] == doc["result"]["selected"] == 2, doc
+    assert doc["progress"]["seeds_total"] == 1000, doc

@@ -16,10 +16,13 @@ import numpy as np
 import pytest
 
 from .support import (PHANTOM_INPUTS, RecordingProxy, assert_same_trk, daemon_env, free_port,
-                      get_metrics, local_job, sha256_id, short_tmpdir, wait_job, wait_running)
+                      get_metrics, local_job, sha256_id, short_tmpdir, trk_n_count, wait_job,
+                      wait_running)
 
 PARITY = dict(count=2000, rng_seed=1234)
 SMALL = dict(count=300, rng_seed=3)
+# The first 250 streamlines of PARITY's job.
+SELECT = dict(PARITY, select=250)
 # About 9 s of tracking on lavapipe: still running when `cancel` comes.
 CANCEL_SEEDS = 20000
 JOB_ID = re.compile(r"^j-[0-9a-f]{16}$")
@@ -89,6 +92,24 @@ def test_track_matches_cli_and_uploads_once(ctl, daemon, proxy, phantom, referen
     assert get_metrics(daemon.api).value('tractd_http_requests_total{code="201"}', 0) == created
     assert _volume_files(daemon) == store
     assert sorted(p.name for p in tmp_path.iterdir()) == ["first.trk", "job.json", "second.trk"]
+
+
+def test_track_select_matches_cli(ctl, daemon, phantom, references, tmp_path):
+    """seeds.select through `tractctl track`: the daemon (its chunks sized by
+    time) writes the bytes of `tractd run` (chunks from the device limits);
+    the finished job tells select and selected, and its stop reasons,
+    seeds without direction and seeds done are those of `tractd run`."""
+    local = local_job(phantom, **SELECT)
+    want, cli = references.trk(local), references.stats(local)
+    out = tmp_path / "select.trk"
+    doc = json.loads(_ok(ctl("track", _job_file(tmp_path, "select", local), "-o", out,
+                             "--json")).stdout)
+    assert_same_trk(out.read_bytes(), want, "tractctl track with seeds.select")
+    assert trk_n_count(want) == SELECT["select"]
+    assert doc["result"]["select"] == doc["result"]["selected"] == SELECT["select"], doc
+    assert doc["result"]["stop_reasons"] == cli["stop_reasons"], (doc["result"], cli)
+    assert doc["result"]["seeds_without_direction"] == cli["seeds_without_direction"]
+    assert doc["progress"]["seeds_done"] == cli["seeds"] < PARITY["count"], (doc, cli)
 
 
 def _local_ids(phantom):

@@ -1,8 +1,10 @@
 """tractd's output is a function of the job alone (design: Philox keyed by
 (job seed, seed index)): the same job gives byte-identical TRKs, and the same
 stop reasons, whatever the chunking; a different rng_seed gives a different
-tractogram."""
+tractogram. seeds.select N gives the first N streamlines of the same job
+without it, whatever the chunking too."""
 import json
+import struct
 
 import pytest
 
@@ -91,3 +93,89 @@ def test_different_rng_seed_differs(tractd, phantom, workdir, reference):
     data = trk.read_bytes()
     assert data != reference[0], "rng_seed 12345 gave the same output as rng_seed 0"
     assert len(load_trk(trk)) > 0
+
+
+# ---- seeds.select: the first N streamlines in seed order -------------------
+
+SELECT = 300
+
+
+def _select_job(phantom, select=SELECT, count=N_SEEDS):
+    job = _roi_job(phantom)
+    job["seeds"].update(count=count, select=select)
+    return job
+
+
+def _first_streamlines(trk_bytes, n):
+    """The TRK of the first n streamlines of trk_bytes (no scalars or
+    properties): its header with n_count n, then its first n records."""
+    end = 1000
+    for _ in range(n):
+        end += 4 + 12 * struct.unpack_from("<i", trk_bytes, end)[0]
+    return trk_bytes[:988] + struct.pack("<i", n) + trk_bytes[992:end]
+
+
+@pytest.fixture(scope="module")
+def selected(tractd, phantom, workdir):
+    """The default run of the select job: (TRK bytes, stats)."""
+    _, trk, stats = run_job(tractd, _select_job(phantom), workdir, name="select")
+    return trk.read_bytes(), json.loads(stats.read_text())
+
+
+def test_select_is_the_first_n(reference, selected):
+    """seeds.select N writes exactly the first N streamlines of the same job
+    without it, in seed order, and tells so: select and selected N, fewer
+    seeds used than seeds.count, two ends counted per streamline considered."""
+    data, stats = selected
+    assert reference[1]["streamlines"] > SELECT
+    assert data == _first_streamlines(reference[0], SELECT), (
+        "not the first streamlines of the job without select: "
+        + _diff_summary(data, _first_streamlines(reference[0], SELECT)))
+    assert stats["streamlines"] == stats["selected"] == stats["select"] == SELECT, stats
+    assert 0 < stats["seeds"] < N_SEEDS, stats
+    assert "select" not in reference[1], reference[1]
+    assert 2 * SELECT <= sum(stats["stop_reasons"].values()), stats
+
+
+# The default run's chunks hold about as many seeds as streamlines are
+# missing (300, then the rest) on one device; these split the work otherwise.
+@pytest.mark.parametrize("flag,value,counter", [
+    ("--max-chunk-seeds", 64, "chunks"),
+    ("--max-chunk-seeds", SMALL_CHUNK_SEEDS, "chunks"),
+    ("--readback-bytes", READBACK_BYTES, "pieces"),
+    # Two contexts on the one GPU: chunks go to whichever is free.
+    ("--device", "0,0", "devices"),
+])
+def test_select_does_not_depend_on_chunking(tractd, phantom, workdir, selected, flag, value,
+                                            counter):
+    """The same bytes, seeds used, stop reasons and seeds without a direction
+    whatever the chunks: a chunk tracked past the N-th streamline writes
+    nothing and counts nothing."""
+    name = f"select_{flag.strip('-')}_{value}"
+    _, trk, stats_path = run_job(tractd, _select_job(phantom), workdir, name=name,
+                                 extra_args=[flag, value])
+    stats = json.loads(stats_path.read_text())
+    assert stats[counter] > selected[1][counter], (counter, stats[counter], selected[1][counter])
+    data = trk.read_bytes()
+    assert data == selected[0], f"{flag} {value} changed the output: " + _diff_summary(
+        data, selected[0])
+    for key in ("seeds", "streamlines", "points", "selected", "stop_reasons",
+                "seeds_without_direction"):
+        assert stats[key] == selected[1][key], f"{flag} {value} changed {key}"
+
+
+def test_select_beyond_the_seeds(tractd, phantom, workdir):
+    """More streamlines asked for than the seeds give: the job succeeds with
+    all of them (the bytes of the job without select), warns as tckgen does
+    and tells selected < select; every seed was used."""
+    few = 60
+    job = _roi_job(phantom)
+    job["seeds"]["count"] = few
+    _, whole, _ = run_job(tractd, job, workdir, name="few")
+    proc, trk, stats_path = run_job(tractd, _select_job(phantom, select=100000, count=few),
+                                    workdir, name="few_select", extra_args=["-v"])
+    stats = json.loads(stats_path.read_text())
+    assert trk.read_bytes() == whole.read_bytes()
+    assert stats["select"] == 100000 and stats["selected"] == stats["streamlines"] < 100000
+    assert stats["seeds"] == few, stats
+    assert "warning: seeds.select: only" in proc.stderr, proc.stderr

@@ -53,6 +53,7 @@ README_PHANTOM_DIR = "/tmp/ph"
 # tests/unit/test_jobspec.c); None: a JSON syntax error, which names no field.
 INVALID_EXAMPLES = {
     "invalid-both-seed-kinds.json": "seeds",
+    "invalid-both-steps.json": "tracking.step_mm",
     "invalid-boot-on-odf.json": "direction_getter",
     "invalid-count-with-points.json": "seeds.count",
     "invalid-direction-getter.json": "direction_getter",

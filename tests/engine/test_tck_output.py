@@ -1,5 +1,6 @@
 """TCK output (output.format "tck"): MRtrix3's own tools read it, and it holds
 the same streamlines as the TRK of the same job, in RAS+ mm."""
+import json
 import re
 import subprocess
 
@@ -58,3 +59,22 @@ def test_mrtrix_reads_tck(tractd, phantom, tmp_path):
     copy = tmp_path / "copy.tck"
     subprocess.run(["tckconvert", str(tck), str(copy)], capture_output=True, check=True)
     assert len(nib.streamlines.load(copy).streamlines) == n
+
+
+def test_select_without_count(tractd, phantom, tmp_path):
+    """seeds.select without seeds.count: tckgen's default of 1000 seeds per
+    streamline selected (max_num_seeds), of which only the first few are
+    tracked; the header counts the N streamlines and names N
+    (max_num_tracks), as tckgen's does."""
+    select = 20
+    job = phantom.job_with(seeds={"roi": str(phantom.dir / phantom.job["seeds"]["roi"]),
+                                  "select": select}, output={"format": "tck"})
+    out, stats = tmp_path / "selected.tck", tmp_path / "stats.json"
+    run_cli(tractd, ["run", write_job(tmp_path / "job.json", job), "-o", out, "-q",
+                     "--stats-json", stats], check=True)
+    assert len(nib.streamlines.load(out).streamlines) == select
+    header = out.read_bytes().split(b"\nEND\n", 1)[0].decode()
+    assert f"\ncount: {select:010d}\n" in header, header
+    assert f"\nmax_num_tracks: {select}\n" in header, header
+    assert f"\nmax_num_seeds: {1000 * select}\n" in header, header
+    assert json.loads(stats.read_text())["seeds"] < 1000, "tracked far past the selection"

@@ -235,3 +235,20 @@ def test_mask_seeds_without_seed_roi(tractd, ph, tmp_path):
                                ph / "mask.nii.gz"])
     assert job["seeds"] == {"roi": str(ph / "mask.nii.gz")}
     assert Path(job["output"]["path"]).is_absolute()
+
+
+def test_set_select(tractd, ph, tmp_path):
+    """--set seeds.select=N reaches the job (beside --seeds' count): the TCK
+    holds N streamlines, and its header says so as tckgen's does
+    (max_num_tracks). That they are the first N: test_determinism.py."""
+    select = 40
+    selected = tmp_path / "selected.tck"
+    args = track_args(ph, selected, "--set", f"seeds.select={select}")
+    assert printed_job(tractd, args)["seeds"] == {"roi": str(ph / "seed_roi.nii.gz"),
+                                                  "count": N_SEEDS, "select": select}
+    run_cli(tractd, args, check=True)
+    assert len(nib.streamlines.load(str(selected)).streamlines) == select
+    header = selected.read_bytes().split(b"\nEND\n", 1)[0].decode()
+    assert f"\ncount: {select:010d}\n" in header, header
+    assert f"\nmax_num_tracks: {select}\n" in header, header
+    assert f"\nmax_num_seeds: {N_SEEDS}\n" in header, header

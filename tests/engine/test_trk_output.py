@@ -8,6 +8,7 @@ fixed step length, turning angle at most max_angle (2 x max_angle at the seed,
 where the two halves start from +first and -first).
 """
 import json
+import re
 import shutil
 import struct
 
@@ -246,3 +247,84 @@ def test_non_unit_voxel_size(tractd, tmp_path):
     seg = np.concatenate([np.linalg.norm(np.diff(s, axis=0), axis=1) for s in trk.streamlines])
     assert np.abs(seg - step).max() <= TOL_STEP_VOX, (
         f"segments in voxels range [{seg.min()}, {seg.max()}], step_size {step}")
+
+
+# ---- tracking.step_mm ------------------------------------------------------
+
+STEP_MM = 0.8
+
+
+def _small_phantom(tractd, directory, voxel_mm):
+    run_cli(tractd, ["phantom", "--dim", "24,24,16", "--seeds", "300", "--no-dwi",
+                     "--voxel-size", str(voxel_mm), directory, "-q"], check=True)
+    return directory
+
+
+def _run_tracking(tractd, ph, out, tracking, check=True):
+    """Runs the phantom's job with tracking merged in (the job file beside
+    the phantom's, so its relative paths hold); output format from out."""
+    job = json.loads((ph / "job.json").read_text())
+    job["tracking"].update(tracking)
+    job["output"] = {"format": out.suffix[1:], "path": str(out)}
+    job_path = ph / f"{out.stem}.json"
+    job_path.write_text(json.dumps(job))
+    return run_cli(tractd, ["run", job_path, "-q"], check=check)
+
+
+def _tck_step_size(path):
+    """The step_size property of a TCK header (mm)."""
+    header = path.read_bytes().split(b"\nEND\n", 1)[0].decode()
+    return float(re.search(r"^step_size: (\S+)$", header, re.M).group(1))
+
+
+@pytest.mark.parametrize("voxel_mm", [1, 2])
+def test_step_mm_on_isotropic_grids(tractd, tmp_path, voxel_mm):
+    """tracking.step_mm is step_size = step_mm / voxel size, byte for byte
+    (DIPY steps step_mm * inv_voxel_size on every axis: the same on an
+    isotropic grid): segments step_mm long in mm, and the TCK header's
+    step_size (mm) is step_mm."""
+    ph = _small_phantom(tractd, tmp_path / "ph", voxel_mm)
+    by_mm, by_voxels = tmp_path / "mm.trk", tmp_path / "voxels.trk"
+    _run_tracking(tractd, ph, by_mm, {"step_mm": STEP_MM})
+    _run_tracking(tractd, ph, by_voxels, {"step_size": STEP_MM / voxel_mm})
+    assert by_mm.read_bytes() == by_voxels.read_bytes()
+    trk = nib.streamlines.load(str(by_mm))
+    assert len(trk.streamlines) > 0
+    seg = np.concatenate([np.linalg.norm(np.diff(s, axis=0), axis=1) for s in trk.streamlines])
+    assert np.abs(seg - STEP_MM).max() <= TOL_STEP_VOX * voxel_mm, (seg.min(), seg.max())
+    tck = tmp_path / "mm.tck"
+    _run_tracking(tractd, ph, tck, {"step_mm": STEP_MM})
+    assert _tck_step_size(tck) == pytest.approx(STEP_MM, rel=1e-6)
+
+
+def test_step_mm_on_anisotropic_grid(tractd, tmp_path):
+    """On 2 x 2 x 4 mm voxels the step is step_mm over the mean voxel size
+    (DIPY's average_voxel_size), as the README says: 1 mm is 0.375 voxels."""
+    ph = _small_phantom(tractd, tmp_path / "ph", 1)
+    for name in ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz"):
+        img = nib.load(str(ph / name))
+        aniso = nib.Nifti1Image(np.asarray(img.dataobj), np.diag([2.0, 2.0, 4.0, 1.0]))
+        nib.save(aniso, str(ph / name))
+    out = tmp_path / "aniso.trk"
+    _run_tracking(tractd, ph, out, {"step_mm": 1.0})
+    trk = load_trk(out)
+    assert len(trk) > 0
+    seg = np.concatenate([np.linalg.norm(np.diff(s, axis=0), axis=1) for s in trk.streamlines])
+    assert np.abs(seg - 0.375).max() <= TOL_STEP_VOX, (seg.min(), seg.max())
+
+
+@pytest.mark.parametrize("tracking,words", [
+    ({"step_size": 0.5, "step_mm": 0.5}, ["tracking.step_mm", "tracking.step_size"]),
+    ({"step_mm": 0}, ["tracking.step_mm", "got 0"]),
+    ({"step_mm": -1}, ["tracking.step_mm", "got -1"]),
+    # 8 mm on 1 mm voxels: over step_size's 5 voxels.
+    ({"step_mm": 8}, ["tracking.step_mm", "8 voxels"]),
+])
+def test_step_mm_refused(tractd, tmp_path, tracking, words):
+    """Both steps, or a step_mm out of range: exit 3 naming the field(s)."""
+    ph = _small_phantom(tractd, tmp_path / "ph", 1)
+    proc = _run_tracking(tractd, ph, tmp_path / "bad.trk", tracking, check=False)
+    assert proc.returncode == 3, (proc.returncode, proc.stderr)
+    for word in words:
+        assert word in proc.stderr, (word, proc.stderr)
+    assert not (tmp_path / "bad.trk").exists()

@@ -112,6 +112,18 @@ static void test_seed_limit(void **state)
 			       &err), ERR_LIMIT_EXCEEDED);
 	assert_string_equal(err.field, "seeds.count");
 	assert_non_null(strstr(err.message, "max_seeds_per_job"));
+	/* seeds.select's default count (1000 x 5) is a bound the runner lowers
+	 * to the limit: the job gets past the seed limit (to its inputs, which
+	 * are server paths this configuration refuses). */
+	assert_int_not_equal(admit(f, &f->alice, "{\"inputs\": {\"odf\": \"/a.nii\", "
+				   "\"stop_map\": \"/b.nii\"}, \"seeds\": {\"roi\": \"/r.nii\", "
+				   "\"select\": 5}}", &err), ERR_LIMIT_EXCEEDED);
+	assert_string_not_equal(err.field, "seeds.count");
+	/* A count given is the user's: refused as before. */
+	assert_int_equal(admit(f, &f->alice, "{\"inputs\": {\"odf\": \"/a.nii\", \"stop_map\": "
+			       "\"/b.nii\"}, \"seeds\": {\"roi\": \"/r.nii\", \"count\": 1001, "
+			       "\"select\": 5}}", &err), ERR_LIMIT_EXCEEDED);
+	assert_string_equal(err.field, "seeds.count");
 }
 
 /* A volume id is alice's, not bob's: bob is told it does not exist, as an

@@ -268,6 +268,16 @@ static const struct range_case {
 	BAD("seeds.rng_seed", "9007199254740993"),
 	BAD("seeds.rng_seed", "9223372036854775807"),
 	BAD("seeds.rng_seed", "1.5"),
+	BAD("seeds.select", "0"),
+	BAD("seeds.select", "-5"),
+	BAD("seeds.select", "100000001"),
+	OK("seeds.select", "1", U64, seed_select, 1),
+	OK("seeds.select", "100000000", U64, seed_select, 1e8),
+	BAD("tracking.step_mm", "0"),
+	BAD("tracking.step_mm", "-0.5"),
+	OK("tracking.step_mm", "1e-9", DBL, step_mm, 1e-9),
+	OK("tracking.step_mm", "10", DBL, step_mm, 10),
+	BAD("tracking.step_mm", "10.000001"),
 #undef OK
 #undef BAD
 };
@@ -958,6 +968,65 @@ static void test_bad_inputs_and_models(void **state)
 
 /* ---- seeds ---- */
 
+/* seeds.select: the first N streamlines; without seeds.count, tckgen's
+ * 1000 seeds per streamline selected, within the seed limit. */
+static void test_select(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(ROI_JOB(""), NULL, &js);
+	assert_int_equal(js.seed_select, 0);
+	jobspec_free(&js);
+	expect_ok(SEEDS_JOB("\"roi\": \"r\", \"select\": 25"), NULL, &js);
+	assert_int_equal(js.seed_select, 25);
+	assert_int_equal(js.seed_count, 25000);
+	jobspec_free(&js);
+	expect_ok(SEEDS_JOB("\"roi\": \"r\", \"select\": 25, \"count\": 40"), NULL, &js);
+	assert_int_equal(js.seed_select, 25);
+	assert_int_equal(js.seed_count, 40);
+	jobspec_free(&js);
+	expect_ok(SEEDS_JOB("\"roi\": \"r\", \"select\": 100001"), NULL, &js);
+	assert_int_equal(js.seed_count, 100000000);
+	jobspec_free(&js);
+	/* per_voxel's count is per voxel: 1000 x select would be per voxel too. */
+	expect_ok(SEEDS_JOB("\"roi\": \"r\", \"select\": 5, \"per_voxel\": true"), NULL, &js);
+	assert_int_equal(js.seed_count, 10000);
+	jobspec_free(&js);
+	expect_ok(SEEDS_JOB("\"points\": [[1, 2, 3]], \"select\": 1"), NULL, &js);
+	assert_int_equal(js.seed_select, 1);
+	jobspec_free(&js);
+	expect_error(SEEDS_JOB("\"roi\": \"r\", \"select\": 2.5"), "seeds.select",
+		     "must be an integer, got 2.5");
+	expect_error(SEEDS_JOB("\"roi\": \"r\", \"select\": \"10\""), "seeds.select",
+		     "must be an integer");
+	expect_error(SEEDS_JOB("\"roi\": \"r\", \"select\": 0"), "seeds.select",
+		     "must be in [1, 100000000], got 0");
+	expect_error(SEEDS_JOB("\"roi\": \"r\", \"select\": -3"), "seeds.select",
+		     "got -3");
+}
+
+/* The step in voxels or in mm, not both. */
+static void test_step_mm(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(TRACKING_JOB("\"step_mm\": 0.75"), NULL, &js);
+	assert_true(js.step_mm == 0.75);
+	jobspec_free(&js);
+	expect_ok(TRACKING_JOB("\"step_size\": 0.25"), NULL, &js);
+	assert_true(js.step_mm == 0);
+	assert_true(js.step_size == 0.25);
+	jobspec_free(&js);
+	expect_error(TRACKING_JOB("\"step_size\": 0.5, \"step_mm\": 1"), "tracking.step_mm",
+		     "cannot be given with tracking.step_size");
+	expect_error(TRACKING_JOB("\"step_mm\": 0"), "tracking.step_mm",
+		     "must be in (0, 10] mm, got 0");
+	expect_error(TRACKING_JOB("\"step_mm\": \"1mm\""), "tracking.step_mm",
+		     "must be a number");
+}
+
 static void test_seed_kinds(void **state)
 {
 	struct jobspec js;
@@ -1454,6 +1523,7 @@ static const struct {
 	const char *field;
 } invalid_examples[] = {
 	{ "invalid-both-seed-kinds.json", "seeds" },
+	{ "invalid-both-steps.json", "tracking.step_mm" },
 	{ "invalid-boot-on-odf.json", "direction_getter" },
 	{ "invalid-count-with-points.json", "seeds.count" },
 	{ "invalid-direction-getter.json", "direction_getter" },
@@ -1528,6 +1598,8 @@ int main(void)
 		cmocka_unit_test(test_boot),
 		cmocka_unit_test(test_odf_storage),
 		cmocka_unit_test(test_ptt),
+		cmocka_unit_test(test_select),
+		cmocka_unit_test(test_step_mm),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
 	};
