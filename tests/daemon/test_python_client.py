@@ -1,0 +1,299 @@
+"""The Python package (client/python, `tractd`) against a real daemon.
+
+Here, beside the other daemon tests, to reuse their fixtures (the module's
+daemon, the phantom, `tractd run` references, the recording proxy). The
+package is installed once per session the way a user installs it, offline:
+a fresh `python3 -m venv --system-site-packages` (Debian's numpy, nibabel,
+DIPY 1.6) and `pip install --no-build-isolation --no-index` of a copy of
+client/python; every check runs in that venv's Python, from outside the
+source tree, so the installed package is what is tested. The test runner's
+own site-packages (trx-python, tqdm) are added to it by a .pth file, as a
+user's environment would have them.
+"""
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from .support import (PHANTOM_INPUTS, TEST_TOKEN, RecordingProxy, assert_same_trk, local_job,
+                      short_tmpdir)
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SYSTEM_PYTHON = os.environ.get("SYSTEM_PYTHON", "/usr/bin/python3")
+FLOW = Path(__file__).resolve().parent / "python_client" / "gpu_streamlines_flow.py"
+SCRIPT_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="session")
+def pyclient(tmp_path_factory):
+    """The Python of a fresh venv with the package installed from a copy of
+    client/python, offline and without build isolation."""
+    base = tmp_path_factory.mktemp("pyclient")
+    source = base / "src"
+    shutil.copytree(REPO / "client" / "python", source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    venv = base / "venv"
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, capture_output=True, timeout=120)
+    python = venv / "bin" / "python"
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                           "--no-build-isolation", "--no-index", str(source)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"pip install client/python failed:\n{proc.stdout}\n{proc.stderr}"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    extras = [p for p in site.getsitepackages() if p.startswith(sys.prefix)]
+    Path(purelib, "test-runner-extras.pth").write_text("".join(p + "\n" for p in extras))
+    return python
+
+
+def run_py(python, code, env=None, args=(), cwd=None):
+    """Runs code in the venv's Python (from a directory outside the source
+    tree); returns the JSON its last stdout line prints."""
+    full_env = dict(os.environ)
+    full_env.pop("PYTHONPATH", None)
+    full_env.update(env or {})
+    proc = subprocess.run([str(python), "-c", code, *map(str, args)], capture_output=True,
+                          text=True, timeout=SCRIPT_TIMEOUT_S, env=full_env,
+                          cwd=cwd or short_tmpdir())
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def proxy(daemon):
+    p = RecordingProxy(short_tmpdir() / "proxy.sock", daemon.sock)
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def job_file(phantom, tmp_path_factory):
+    """The phantom's job with absolute local paths, as a file, and as a dict."""
+    job = local_job(phantom, count=1500, rng_seed=3)
+    path = tmp_path_factory.mktemp("pyjob") / "job.json"
+    path.write_text(json.dumps(job))
+    return path, job
+
+
+# The core with numpy (and so nibabel, dipy) made unimportable: it must need
+# the standard library only.
+STDLIB_ONLY_TRACK = """
+import json, sys
+sys.modules["numpy"] = None
+import tractd
+client = tractd.Client(sys.argv[1], **json.loads(sys.argv[2]))
+job = client.track(sys.argv[3], output=sys.argv[4], progress=False)
+print(json.dumps({"module": tractd.__file__, "status": job.info["status"],
+                  "uploaded": client.uploaded}))
+"""
+
+
+def test_installed_package_tracks_as_tractd_run_on_the_socket(pyclient, daemon, job_file,
+                                                              references, tmp_path):
+    path, job = job_file
+    out = tmp_path / "client.trk"
+    doc = run_py(pyclient, STDLIB_ONLY_TRACK, args=(f"unix://{daemon.sock}", "{}", path, out))
+    assert doc["status"] == "done"
+    assert "site-packages" in doc["module"] and str(REPO) not in doc["module"], doc
+    assert_same_trk(out.read_bytes(), references.trk(job), "Client.track on the socket")
+
+
+def test_http_with_a_token(pyclient, daemon, job_file, references, tmp_path):
+    path, job = job_file
+    address = f"http://127.0.0.1:{daemon.port}"
+    out = tmp_path / "tcp.trk"
+    run_py(pyclient, STDLIB_ONLY_TRACK, args=(address, json.dumps({"token": TEST_TOKEN}), path, out))
+    assert_same_trk(out.read_bytes(), references.trk(job), "Client.track over TCP")
+    token_file = tmp_path / "token"
+    token_file.write_text(f"  {TEST_TOKEN}  \nsecond line\n")
+    for kw, env in (({"token_file": str(token_file)}, {}), ({}, {"TRACTD_TOKEN": TEST_TOKEN})):
+        doc = run_py(pyclient, "import json, sys, tractd\n"
+                     "c = tractd.Client(sys.argv[1], **json.loads(sys.argv[2]))\n"
+                     "print(json.dumps(c.device()['queue']))", env=env,
+                     args=(address, json.dumps(kw)))
+        assert "queued" in doc
+    doc = run_py(pyclient, "import json, sys, tractd\n"
+                 "try:\n    tractd.Client(sys.argv[1]).device(); print('{}')\n"
+                 "except tractd.TractdError as e:\n"
+                 "    print(json.dumps({'status': e.status, 'code': e.code}))",
+                 env={"TRACTD_TOKEN": ""}, args=(address,))
+    assert doc == {"status": 401, "code": "unauthorized"}
+
+
+SUBMIT_TWICE = """
+import json, sys, tractd
+client = tractd.Client(sys.argv[1])
+first = client.submit(sys.argv[2]); first.wait(progress=False)
+sent_first = list(client.uploaded)
+open(sys.argv[3], "w").write("first done")
+second = client.submit(sys.argv[2]); second.wait(progress=False)
+print(json.dumps({"first": sent_first, "second": client.uploaded[len(sent_first):],
+                  "streamlines": len(second.to_sft().streamlines),
+                  "result": second.info["result"]["streamlines"]}))
+"""
+
+
+def test_uploads_are_skipped_when_the_daemon_holds_the_content(pyclient, daemon, proxy, phantom,
+                                                               tmp_path):
+    # Content of this test's own (a seed count of its own changes no volume,
+    # so a ROI of its own): the first submit must send it.
+    roi = nib.load(str(phantom.path(PHANTOM_INPUTS["roi"])))
+    mask = np.asarray(roi.dataobj).copy()
+    mask[mask.nonzero()[0][0], :, :] = 0
+    nib.save(nib.Nifti1Image(mask, roi.affine), str(tmp_path / "roi.nii"))
+    job = local_job(phantom, count=300)
+    job["seeds"]["roi"] = "roi.nii"     # relative: against the job file's directory
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    marker = tmp_path / "first"
+    proxy.clear()
+    doc = run_py(pyclient, SUBMIT_TWICE, args=(f"unix://{proxy.listen_path}",
+                                               tmp_path / "job.json", marker))
+    requests = proxy.recorded()
+    assert doc["second"] == [] and len(doc["first"]) >= 1, doc
+    assert doc["streamlines"] == doc["result"] > 0, doc
+    heads = [r for r in requests if r.startswith("HEAD /v1/volumes/")]
+    posts = [r for r in requests if r == "POST /v1/volumes"]
+    assert len(heads) == 6, requests        # three inputs, asked about twice
+    assert len(posts) == len(doc["first"]), requests
+
+
+FAILS = """
+import json, sys, tractd
+client = tractd.Client(sys.argv[1])
+job = json.load(open(sys.argv[2]))
+out = {}
+bad = dict(job, tracking={"max_angle": 120}, seeds=dict(job["seeds"], count=100))
+try:
+    client.submit(bad)
+except tractd.JobFailed as e:
+    out["refused"] = [e.field, e.code, e.job_id, e.status]
+job["seeds"] = dict(job["seeds"], count=50, per_voxel=True)
+handle = client.submit(job)
+try:
+    handle.wait(progress=False)
+except tractd.JobFailed as e:
+    out["failed"] = [e.field, e.code, e.job_id == handle.id, str(e).startswith("job j-")]
+print(json.dumps(out))
+"""
+
+
+def test_a_failed_job_raises_with_its_field(pyclient, daemon_factory, job_file):
+    d = daemon_factory(sets=["max_seeds_per_job=1000"], tcp=False)
+    doc = run_py(pyclient, FAILS, args=(f"unix://{d.sock}", job_file[0]))
+    assert doc["refused"] == ["tracking.max_angle", "invalid_parameter", None, 400], doc
+    assert doc["failed"] == ["seeds.count", "limit_exceeded", True, True], doc
+
+
+ARRAYS = """
+import json, sys
+import nibabel as nib, numpy as np
+import tractd
+client = tractd.Client(sys.argv[1])
+job = json.load(open(sys.argv[2]))
+odf = nib.load(job["inputs"]["odf"])
+job["inputs"]["odf"] = np.asanyarray(odf.dataobj)            # an array, on fa's affine
+job["inputs"]["stop_map"] = nib.load(job["inputs"]["stop_map"])   # an image
+job["seeds"]["roi"] = np.asanyarray(nib.load(job["seeds"]["roi"]).dataobj) > 0  # bool array
+handle = client.track(job, progress=False)
+handle.save(sys.argv[3])
+trx = handle.to_trx()
+print(json.dumps({"trx": len(trx.streamlines), "n": handle.info["result"]["streamlines"],
+                  "sft": len(handle.to_sft().streamlines)}))
+trx.close()
+"""
+
+
+def test_array_and_image_inputs(pyclient, daemon, job_file, references, tmp_path):
+    path, job = job_file
+    out = tmp_path / "arrays.trk"
+    doc = run_py(pyclient, ARRAYS, args=(f"unix://{daemon.sock}", path, out))
+    assert doc["trx"] == doc["sft"] == doc["n"] > 0, doc
+    assert_same_trk(out.read_bytes(), references.trk(job), "arrays sent as NIfTI in memory")
+
+
+CANCEL = """
+import json, sys, tractd
+client = tractd.Client(sys.argv[1])
+job = json.load(open(sys.argv[2]))
+job["seeds"]["count"] = 500000
+handle = client.submit(job)
+handle.cancel()
+out = {}
+try:
+    handle.wait(progress=False)
+except tractd.JobFailed as e:
+    out["code"] = e.code
+handle.delete()
+try:
+    handle.status()
+except tractd.TractdError as e:
+    out["after_delete"] = e.status
+print(json.dumps(out))
+"""
+
+
+def test_cancel_and_delete(pyclient, daemon, job_file):
+    doc = run_py(pyclient, CANCEL, args=(f"unix://{daemon.sock}", job_file[0]))
+    assert doc == {"code": "cancelled", "after_delete": 404}
+
+
+# ----------------------------------------------------------------- tractd.cuslines
+
+def flow(pyclient, daemon, phantom, out, *args):
+    p = phantom.path
+    return subprocess.run(
+        [str(pyclient), str(FLOW), p("dwi.nii.gz"), p("dwi.bval"), p("dwi.bvec"), p("mask.nii.gz"),
+         p(PHANTOM_INPUTS["roi"]), "--nseeds", "400", "--out", str(out), *args],
+        capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S, cwd=short_tmpdir(),
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"TRACTD_SOCKET": str(daemon.sock)})
+
+
+def reference_job(tmp_path, arrays, dg, phantom):
+    """The job tractd.cuslines should have sent, written by hand from the
+    arrays the flow tracked, on the phantom's own files where it used them."""
+    from dipy.data import get_sphere
+    affine = arrays["affine"]
+    nib.save(nib.Nifti1Image(arrays["fa"], affine), str(tmp_path / "fa.nii"))
+    job = {"direction_getter": dg,
+           "seeds": {"points": arrays["seeds"].tolist(), "space": "voxel", "rng_seed": 0},
+           "tracking": {"sphere": {"vertices": get_sphere("repulsion724").vertices.tolist()},
+                        "fa_threshold": 0.1, "step_size": 0.5, "max_angle": 60,
+                        "relative_peak_threshold": 0.25, "min_separation_angle": 45}}
+    if dg == "boot":
+        job["inputs"] = {"dwi": str(phantom.path("dwi.nii.gz")), "bvals": str(phantom.path("dwi.bval")),
+                         "bvecs": str(phantom.path("dwi.bvec")), "stop_map": str(tmp_path / "fa.nii")}
+        job["model"] = {"name": "opdt", "sh_order": 4, "sh_lambda": 0.006, "min_signal": 1.0}
+    else:
+        nib.save(nib.Nifti1Image(arrays["data"], affine), str(tmp_path / "odf.nii"))
+        job["inputs"] = {"odf": str(tmp_path / "odf.nii"), "stop_map": str(tmp_path / "fa.nii")}
+    return job
+
+
+@pytest.mark.parametrize("dg", ["prob", "boot"])
+def test_cuslines_runs_gpu_streamlines_example_flow(pyclient, daemon, phantom, references,
+                                                   tmp_path, dg):
+    out = tmp_path / f"cuslines_{dg}"
+    proc = flow(pyclient, daemon, phantom, out, "--dg", dg)
+    assert proc.returncode == 0, proc.stderr
+    assert "Generated" in proc.stdout, proc.stdout
+    with np.load(str(out) + ".npz") as arrays:
+        job = reference_job(tmp_path, arrays, dg, phantom)
+    got = nib.streamlines.load(str(out) + ".trk").streamlines
+    want = nib.streamlines.load(_ref_path(references, job, tmp_path)).streamlines
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, atol=1e-3)
+
+
+def _ref_path(references, job, tmp_path):
+    path = tmp_path / "reference.trk"
+    path.write_bytes(references.trk(job))
+    return str(path)
