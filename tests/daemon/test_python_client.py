@@ -22,6 +22,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from conftest import Phantom, run_cli
+
 from .support import (PHANTOM_INPUTS, TEST_TOKEN, RecordingProxy, assert_same_trk, local_job,
                       short_tmpdir)
 
@@ -75,9 +77,18 @@ def proxy(daemon):
 
 
 @pytest.fixture(scope="module")
+def phantom(tractd, tmp_path_factory):
+    """A small phantom (24x24x16) for this module: these tests check the
+    client's plumbing, not tracking quality, and run DIPY fits besides."""
+    outdir = tmp_path_factory.mktemp("small-phantom")
+    run_cli(tractd, ["phantom", outdir, "--dim", "24,24,16"], check=True)
+    return Phantom.from_dir(outdir)
+
+
+@pytest.fixture(scope="module")
 def job_file(phantom, tmp_path_factory):
     """The phantom's job with absolute local paths, as a file, and as a dict."""
-    job = local_job(phantom, count=1500, rng_seed=3)
+    job = local_job(phantom, count=500, rng_seed=3)
     path = tmp_path_factory.mktemp("pyjob") / "job.json"
     path.write_text(json.dumps(job))
     return path, job
@@ -251,7 +262,7 @@ def flow(pyclient, daemon, phantom, out, *args):
     p = phantom.path
     return subprocess.run(
         [str(pyclient), str(FLOW), p("dwi.nii.gz"), p("dwi.bval"), p("dwi.bvec"), p("mask.nii.gz"),
-         p(PHANTOM_INPUTS["roi"]), "--nseeds", "400", "--out", str(out), *args],
+         p(PHANTOM_INPUTS["roi"]), "--nseeds", "200", "--out", str(out), *args],
         capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S, cwd=short_tmpdir(),
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"TRACTD_SOCKET": str(daemon.sock)})
 
@@ -297,3 +308,19 @@ def _ref_path(references, job, tmp_path):
     path = tmp_path / "reference.trk"
     path.write_bytes(references.trk(job))
     return str(path)
+
+
+def test_cuslines_takes_pyafq_call(pyclient, daemon, phantom, tmp_path):
+    """pyAFQ's call shape: 724-direction full sphere, a WM PVE stop map at 0.5,
+    min_pts/max_pts from mm (10 and 15 mm: both limits bite on the phantom),
+    float16 TRX."""
+    p = phantom.path
+    proc = subprocess.run(
+        [str(pyclient), str(FLOW.with_name("pyafq_call.py")), p("dwi.nii.gz"), p("dwi.bval"),
+         p("dwi.bvec"), p("mask.nii.gz"), p(PHANTOM_INPUTS["roi"]), tmp_path / "afq.trx", "10", "15"],
+        capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S, cwd=short_tmpdir(),
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"TRACTD_SOCKET": str(daemon.sock)})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["dtype"] == "float16" and doc["n"] == doc["result"] > 0, doc
+    assert doc["min_pts"] <= doc["points"][0] and doc["points"][1] <= doc["max_pts"], doc
