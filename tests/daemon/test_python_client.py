@@ -324,3 +324,63 @@ def test_cuslines_takes_pyafq_call(pyclient, daemon, phantom, tmp_path):
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["dtype"] == "float16" and doc["n"] == doc["result"] > 0, doc
     assert doc["min_pts"] <= doc["points"][0] and doc["points"][1] <= doc["max_pts"], doc
+
+
+# ----------------------------------------------------------------- tractd.dipy
+
+DIPY_API = """
+import json, sys, warnings
+import nibabel as nib, numpy as np
+from dipy.data import get_sphere
+from dipy.tracking.stopping_criterion import ThresholdStoppingCriterion as DipyThreshold
+from dipy.tracking.utils import random_seeds_from_mask
+import tractd
+from tractd.dipy import ThresholdStoppingCriterion, deterministic_tracking, probabilistic_tracking
+
+odf, fa, roi = (nib.load(p) for p in sys.argv[1:4])
+seeds = random_seeds_from_mask(np.asanyarray(roi.dataobj) > 0, odf.affine, seeds_count=300,
+                               seed_count_per_voxel=False,
+                               random_seed=1)
+kw = dict(sf=np.asanyarray(odf.dataobj), sphere=get_sphere("symmetric362"), step_size=0.5,
+          max_angle=60, min_len=5, max_len=200, random_seed=5)
+pairs = list(probabilistic_tracking(seeds, ThresholdStoppingCriterion(fa.get_fdata(), 0.1),
+                                    odf.affine, save_seeds=True, **kw))
+lines = [p[0] for p in pairs]
+np.savez(sys.argv[4], seeds=seeds, points=np.concatenate(lines),
+         counts=[len(s) for s in lines], line_seeds=np.array([p[1] for p in pairs]))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    probed = list(probabilistic_tracking(seeds, DipyThreshold(fa.get_fdata(), 0.1), odf.affine, **kw))
+out = {"warned": [str(w.message)[:40] for w in caught], "probed": len(probed)}
+for call in (lambda: deterministic_tracking(seeds, None, odf.affine),
+             lambda: probabilistic_tracking(seeds, None, odf.affine, return_all=False, **kw)):
+    try:
+        call()
+    except NotImplementedError as e:
+        out.setdefault("refused", []).append(str(e).split(":")[0])
+print(json.dumps(out))
+"""
+
+
+def test_dipy_probabilistic_tracking_as_a_job(pyclient, daemon, phantom, references, tmp_path):
+    """tractd.dipy.probabilistic_tracking gives the streamlines (and seeds) of
+    the job its arguments map to, run by `tractd run`."""
+    from dipy.data import get_sphere
+    out = tmp_path / "dipy_api.npz"
+    doc = run_py(pyclient, DIPY_API, env={"TRACTD_SOCKET": str(daemon.sock)},
+                 args=(phantom.path("odf.nii.gz"), phantom.path("fa.nii.gz"),
+                       phantom.path(PHANTOM_INPUTS["roi"]), out))
+    assert doc["refused"] == ["deterministic_tracking", "return_all"], doc
+    assert doc["warned"] == ["sc: DIPY's ThresholdStoppingCriterion hi"] and doc["probed"] > 0, doc
+    got = np.load(out)
+    job = {"inputs": {"odf": str(phantom.path("odf.nii.gz")), "stop_map": str(phantom.path("fa.nii.gz"))},
+           "seeds": {"points": got["seeds"].tolist(), "space": "ras", "rng_seed": 5},
+           "tracking": {"sphere": {"vertices": get_sphere("symmetric362").vertices.tolist()},
+                        "fa_threshold": 0.1, "step_size": 0.5, "max_angle": 60,
+                        "pmf_threshold": 0.1, "min_length": 5, "max_length": 200, "max_steps": 400},
+           "output": {"save_seeds": True}}
+    want = nib.streamlines.load(_ref_path(references, job, tmp_path))
+    assert list(got["counts"]) == [len(s) for s in want.streamlines] and len(got["counts"]) > 0
+    np.testing.assert_allclose(got["points"], want.streamlines.get_data(), atol=1e-4)
+    np.testing.assert_allclose(got["line_seeds"], want.tractogram.data_per_streamline["seeds"],
+                               atol=1e-4)
