@@ -313,16 +313,16 @@ def _ref_path(references, job, tmp_path):
 def test_cuslines_takes_pyafq_call(pyclient, daemon, phantom, tmp_path):
     """pyAFQ's call shape: 724-direction full sphere, a WM PVE stop map at 0.5,
     min_pts/max_pts from mm (10 and 15 mm: both limits bite on the phantom),
-    float16 TRX."""
+    float16 TRX; chunks of 100 of its 300 seeds: three jobs, one TRX."""
     p = phantom.path
     proc = subprocess.run(
         [str(pyclient), str(FLOW.with_name("pyafq_call.py")), p("dwi.nii.gz"), p("dwi.bval"),
-         p("dwi.bvec"), p("mask.nii.gz"), p(PHANTOM_INPUTS["roi"]), tmp_path / "afq.trx", "10", "15"],
+         p("dwi.bvec"), p("mask.nii.gz"), p(PHANTOM_INPUTS["roi"]), tmp_path / "afq.trx", "10", "15", "100"],
         capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S, cwd=short_tmpdir(),
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"TRACTD_SOCKET": str(daemon.sock)})
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert doc["dtype"] == "float16" and doc["n"] == doc["result"] > 0, doc
+    assert doc["dtype"] == "float16" and doc["n"] > 0 and doc["jobs"] == 3, doc
     assert doc["min_pts"] <= doc["points"][0] and doc["points"][1] <= doc["max_pts"], doc
 
 

@@ -6,8 +6,9 @@ in pyAFQ's sense: sphere_symm left False) 724-direction sphere, a white-matter
 partial-volume map as the stop map with its 0.5 threshold, min_pts and max_pts
 from lengths in mm, and a float16 TRX.
 
-    python pyafq_call.py DWI BVALS BVECS MASK SEED_ROI OUT.trx MINLEN_MM MAXLEN_MM
-Prints one JSON line: {"n": streamlines, "points": [min, max], "dtype": ..., "min_pts", "max_pts"}.
+    python pyafq_call.py DWI BVALS BVECS MASK SEED_ROI OUT.trx MINLEN_MM MAXLEN_MM CHUNK_SIZE
+Prints one JSON line: {"n": streamlines, "points": [min, max], "dtype": ..., "min_pts",
+"max_pts", "jobs": the jobs run}.
 """
 import json
 import sys
@@ -22,6 +23,7 @@ from dipy.io import read_bvals_bvecs
 from dipy.reconst.csdeconv import ConstrainedSphericalDeconvModel, auto_response_ssst
 from dipy.tracking import utils
 
+import tractd  # only to count the jobs the call ran
 from tractd.cuslines import GPUTracker, ProbDirectionGetter
 
 dwi_path, bval_path, bvec_path, mask_path, seed_path, out_path = sys.argv[1:7]
@@ -29,7 +31,7 @@ minlen, maxlen = float(sys.argv[7]), float(sys.argv[8])
 step_size = 0.5            # mm, pyAFQ's default
 max_angle = 30.0           # degrees
 rng_seed = 7
-ngpus, chunk_size = 1, 100000
+ngpus, chunk_size = 1, int(sys.argv[9])
 
 img = nib.load(dwi_path)
 data = img.get_fdata()
@@ -55,6 +57,7 @@ seeds = np.asarray(utils.random_seeds_from_mask(
     seed_img.get_fdata() > 0, seeds_count=300, seed_count_per_voxel=False,
     random_seed=rng_seed, affine=np.eye(4)))
 dg = ProbDirectionGetter()
+jobs_before = len(tractd.Client().jobs())
 with GPUTracker(
     dg,
     data,
@@ -76,5 +79,5 @@ with GPUTracker(
 lengths = np.asarray(trx.streamlines._lengths)
 print(json.dumps({"n": int(len(lengths)), "points": [int(lengths.min()), int(lengths.max())],
                   "dtype": str(trx.streamlines._data.dtype), "min_pts": minlen, "max_pts": maxlen,
-                  "result": gpu_tracker.last_job.info["result"]["streamlines"]}))
+                  "jobs": len(tractd.Client().jobs()) - jobs_before}))
 trx.close()

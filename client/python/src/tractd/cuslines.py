@@ -23,13 +23,15 @@ lacks them. How each argument maps to the job (proto/job.schema.json):
                              step inside the point counts (isotropic voxels)
   relative_peak_thresh       tracking.relative_peak_threshold
   min_separation_angle       tracking.min_separation_angle (degrees)
-  rng_seed                   seeds.rng_seed (equal seeds, equal results; the
-                             streams differ from GPUStreamlines')
+  rng_seed                   seeds.rng_seed of the first chunk, keys derived
+                             from it for the others (equal seeds, equal
+                             results; the streams differ from GPUStreamlines')
   rng_offset                 not mappable: anything but 0 raises
                              NotImplementedError
-  ngpus, chunk_size          accepted (>= 1) and not sent: the daemon picks its
-                             device and sizes its chunks; results do not
-                             depend on them
+  chunk_size x ngpus         seeds per job (GPUStreamlines' sweep): each
+                             generate call runs one job per chunk, in turn,
+                             and joins their results; the daemon picks its
+                             device(s) itself
   PTT probe_length, probe_quality  tracking.probe_length (their product, in
                              voxels) and probe_quality (+1: tractd counts the
                              current point); odf_lut_res and
@@ -45,13 +47,14 @@ lacks them. How each argument maps to the job (proto/job.schema.json):
 
 The tracker's extra keyword `client` picks the daemon (default Client()).
 """
+import hashlib
 from math import degrees, radians
 
 import numpy as np
 
 from ._client import Client
 
-MAX_POINT_SEEDS = 1000000      # job.schema.json: seeds.points maxItems
+RNG_SEED_MAX = 2 ** 53          # job.schema.json: rngSeed maximum
 _TRACKING_SPHERE_EPS = 1e-6
 
 
@@ -249,12 +252,9 @@ class Tracker:
             tracking["max_length"] = (self.max_pts - 0.5) * step_mm
         return tracking
 
-    def _job(self, seeds, ref_img, output):
-        seeds = np.asarray(seeds, dtype=np.float64)
-        if seeds.ndim != 2 or seeds.shape[1] != 3 or len(seeds) == 0:
-            raise ValueError(f"seeds: an (N, 3) array of voxel coordinates, got {seeds.shape}")
-        if len(seeds) > MAX_POINT_SEEDS:
-            raise NotImplementedError(f"seeds: at most {MAX_POINT_SEEDS} per job, got {len(seeds)}")
+    def _base_job(self, ref_img, output):
+        """The job without its seeds: inputs uploaded (each only when the
+        daemon lacks it), tracking and output mapped."""
         affine = ref_img.affine
         client = self.client
         stop_map = client.upload(self.stop_map.astype(np.float32), "inputs.stop_map", affine)
@@ -266,9 +266,7 @@ class Tracker:
             "relative_peak_threshold": self.relative_peak_thresh,
             "min_separation_angle": degrees(self.min_separation_angle),
             **self._lengths(affine), **self.dg.tracking()}
-        job = {"direction_getter": self.dg.name,
-               "seeds": {"points": seeds.tolist(), "space": "voxel", "rng_seed": self.rng_seed},
-               "tracking": tracking, "output": output}
+        job = {"direction_getter": self.dg.name, "tracking": tracking, "output": output}
         if isinstance(self.dg, BootDirectionGetter):
             job["inputs"] = {
                 "dwi": client.upload(self.dataf.astype(np.float32), "inputs.dwi", affine),
@@ -282,17 +280,40 @@ class Tracker:
                              "stop_map": stop_map}
         return job
 
-    def _run(self, job):
-        self.last_job = self.client.submit(job)
-        return self.last_job.wait(progress=None)
+    def _chunk_rng_seed(self, index):
+        """seeds.rng_seed of the index-th chunk: the tracker's own for the
+        first, then keys derived from it, so that chunks draw from unrelated
+        streams (tractd keys a seed's stream by rng_seed and its index in
+        its job, and has no rng_offset)."""
+        if index == 0:
+            return self.rng_seed
+        digest = hashlib.sha256(f"{self.rng_seed}/{index}".encode()).digest()
+        return int.from_bytes(digest[:8], "little") % (RNG_SEED_MAX + 1)
+
+    def _run(self, seeds, ref_img, output):
+        """One job per chunk of chunk_size x ngpus seeds (GPUStreamlines'
+        sweep; it also keeps each job document within the daemon's
+        max_request_bytes); yields each finished Job in order."""
+        seeds = np.asarray(seeds, dtype=np.float64)
+        if seeds.ndim != 2 or seeds.shape[1] != 3 or len(seeds) == 0:
+            raise ValueError(f"seeds: an (N, 3) array of voxel coordinates, got {seeds.shape}")
+        base = self._base_job(ref_img, output)
+        size = self.chunk_size * self.ngpus
+        for index, start in enumerate(range(0, len(seeds), size)):
+            job = dict(base, seeds={"points": seeds[start:start + size].tolist(),
+                                    "space": "voxel", "rng_seed": self._chunk_rng_seed(index)})
+            self.last_job = self.client.submit(job)
+            yield self.last_job.wait(progress=None)
 
     def generate_sft(self, seeds, ref_img):
         """Tracks from seeds (voxel coordinates); a StatefulTractogram on
         ref_img in voxel space, as GPUStreamlines returns it."""
         from dipy.io.stateful_tractogram import Space, StatefulTractogram
-        job = self._run(self._job(seeds, ref_img, {"format": "trk"}))
-        sft = job.to_sft()
-        out = StatefulTractogram(sft.streamlines, ref_img, Space.RASMM)
+        from nibabel.streamlines import ArraySequence
+        lines = ArraySequence()
+        for job in self._run(seeds, ref_img, {"format": "trk"}):
+            lines.extend(job.to_sft().streamlines)
+        out = StatefulTractogram(lines, ref_img, Space.RASMM)
         out.to_vox()
         return out
 
@@ -304,7 +325,15 @@ class Tracker:
         if self.linearize:
             output["compress"] = {"tolerance_mm": self.tol_error,
                                   "max_segment_mm": self.max_segment_length}
-        return self._run(self._job(seeds, ref_img, output)).to_trx()
+        parts = [job.to_trx() for job in self._run(seeds, ref_img, output)]
+        if len(parts) == 1:
+            return parts[0]
+        from trx.trx_file_memmap import concatenate
+        try:
+            return concatenate(parts)
+        finally:
+            for part in parts:
+                part.close()
 
 
 GPUTracker = Tracker
