@@ -384,3 +384,68 @@ def test_dipy_probabilistic_tracking_as_a_job(pyclient, daemon, phantom, referen
     np.testing.assert_allclose(got["points"], want.streamlines.get_data(), atol=1e-4)
     np.testing.assert_allclose(got["line_seeds"], want.tractogram.data_per_streamline["seeds"],
                                atol=1e-4)
+
+
+# ----------------------------------------------------------------- without a daemon
+
+RULES = """
+import json, os, sys, tempfile
+import numpy as np
+from math import radians
+from dipy.data import get_sphere
+import tractd
+from tractd.cuslines import BootDirectionGetter, PttDirectionGetter, ProbDirectionGetter, Tracker
+
+out = {}
+run = tempfile.mkdtemp()
+os.environ.pop("TRACTD_SOCKET", None)
+os.environ["XDG_RUNTIME_DIR"] = run
+out["no_user_socket"] = tractd.default_socket()
+open(os.path.join(run, "tractd.sock"), "w").close()
+out["user_socket"] = tractd.default_socket() == os.path.join(run, "tractd.sock")
+os.environ["TRACTD_SOCKET"] = "/x/y.sock"
+out["env_socket"] = tractd.Client().address
+
+def refused(call):
+    try:
+        call()
+    except (ValueError, NotImplementedError, TypeError) as e:
+        return f"{type(e).__name__}: {str(e).split(':')[0]}"
+    return "accepted"
+
+s = get_sphere("repulsion724")
+odf, fa = np.zeros((4, 4, 4, len(s.vertices))), np.zeros((4, 4, 4))
+def tracker(**kw):
+    args = dict(dg=ProbDirectionGetter(), dataf=odf, stop_map=fa, stop_threshold=0.1,
+                sphere_vertices=s.vertices, sphere_edges=s.edges, client=tractd.Client("unix:///none"))
+    args.update(kw)
+    return Tracker(**args)
+out["refused"] = [refused(c) for c in (
+    lambda: tractd.Client("unix:///x.sock", token="t"),
+    lambda: tracker(rng_offset=5),
+    lambda: tracker(sphere_edges=s.edges[:-1]),
+    lambda: tracker(sphere_symm=True),
+    lambda: tracker(dataf=odf[..., :100]),
+    lambda: BootDirectionGetter.from_dipy_opdt(None, s, full_basis=True),
+    lambda: BootDirectionGetter("OPDT", 1, None, None, None, None, None, None),
+    lambda: PttDirectionGetter(odf_lut_res=64),
+    lambda: tracker().set_compression_parameters(pos_dtype=np.float64),
+    lambda: tracker(),
+)]
+print(json.dumps(out))
+"""
+
+
+def test_address_rules_and_refused_arguments(pyclient):
+    """The default socket as tractctl finds it, and every argument that cannot
+    be mapped refused by name (no daemon needed)."""
+    doc = run_py(pyclient, RULES)
+    assert doc["no_user_socket"] == "/run/tractd/tractd.sock"
+    assert doc["user_socket"] is True and doc["env_socket"] == "/x/y.sock"
+    assert doc["refused"] == [
+        "ValueError: token", "NotImplementedError: rng_offset", "ValueError: sphere_edges",
+        "ValueError: sphere_symm", "ValueError: Number of sphere vertices (724) must match last "
+        "dimension of dataf (100), because dataf should be an ODF when using prob or ptt tracking",
+        "NotImplementedError: full_basis", "NotImplementedError: BootDirectionGetter(model_type, "
+        "min_signal, H, R, ...)", "NotImplementedError: odf_lut_res",
+        "NotImplementedError: pos_dtype", "accepted"], doc

@@ -3,9 +3,9 @@
 `from tractd.cuslines import GPUTracker, ProbDirectionGetter, ...` in place
 of `from cuslines import ...` runs GPUStreamlines' flow unchanged on the
 daemon: the constructors take the same arguments, and generate_sft /
-generate_trx run jobs (one per chunk of seeds) whose inputs (the ODF or DWI, the stop map,
-bvals/bvecs) go as in-memory NIfTI and text, uploaded only when the daemon
-lacks them. How each argument maps to the job (proto/job.schema.json):
+generate_trx run jobs (one per chunk of seeds) whose inputs (the ODF or DWI,
+the stop map, bvals/bvecs) go as in-memory NIfTI and text, uploaded only
+when the daemon lacks them. How each argument maps to the job (proto/job.schema.json):
 
   dataf, stop_map            inputs.odf (prob, ptt) or inputs.dwi (boot) on
                              ref_img's affine, and inputs.stop_map
