@@ -133,7 +133,8 @@ class Client:
 
     def _resolve_inputs(self, doc, base_dir, affine):
         fields = _inputs.input_fields(doc)
-        if affine is None:
+        # Only arrays need a grid: files and volume ids are never opened here.
+        if affine is None and any(_inputs.is_array(holder[key]) for _, holder, key in fields):
             for _, holder, key in fields:
                 affine = _inputs.image_affine(holder[key], base_dir)
                 if affine is not None:

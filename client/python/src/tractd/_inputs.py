@@ -37,7 +37,7 @@ def input_fields(doc):
     return fields
 
 
-def _is_array(value):
+def is_array(value):
     return type(value).__module__ == "numpy" and type(value).__name__ == "ndarray"
 
 
@@ -132,9 +132,9 @@ def volume_of(field, value, base_dir, affine):
         return Volume(field, data=bytes(value))
     if isinstance(value, (str, os.PathLike)):
         return Volume(field, path=os.path.join(base_dir, os.fspath(value)))
-    if field.rsplit(".", 1)[-1] in TEXT_INPUTS and (_is_array(value) or isinstance(value, (list, tuple))):
+    if field.rsplit(".", 1)[-1] in TEXT_INPUTS and (is_array(value) or isinstance(value, (list, tuple))):
         return Volume(field, data=text_bytes(field, value))
-    if _is_array(value) or _is_image(value):
+    if is_array(value) or _is_image(value):
         return Volume(field, data=nifti_bytes(field, value, affine))
     raise TypeError(f"{field}: a path, volume id, bytes, numpy array or nibabel image, "
                     f"not {type(value).__name__}")
