@@ -335,7 +335,11 @@ from dipy.data import get_sphere
 from dipy.tracking.stopping_criterion import ThresholdStoppingCriterion as DipyThreshold
 from dipy.tracking.utils import random_seeds_from_mask
 import tractd
-from tractd.dipy import ThresholdStoppingCriterion, deterministic_tracking, probabilistic_tracking
+from dipy.core.gradients import gradient_table
+from dipy.io import read_bvals_bvecs
+from dipy.reconst.shm import OpdtModel as DipyOpdt
+from tractd.dipy import (ThresholdStoppingCriterion, bootstrap_tracking, deterministic_tracking,
+                         probabilistic_tracking)
 
 odf, fa, roi = (nib.load(p) for p in sys.argv[1:4])
 seeds = random_seeds_from_mask(np.asanyarray(roi.dataobj) > 0, odf.affine, seeds_count=300,
@@ -352,25 +356,39 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     probed = list(probabilistic_tracking(seeds, DipyThreshold(fa.get_fdata(), 0.1), odf.affine, **kw))
 out = {"warned": [str(w.message)[:40] for w in caught], "probed": len(probed)}
-for call in (lambda: deterministic_tracking(seeds, None, odf.affine),
-             lambda: probabilistic_tracking(seeds, None, odf.affine, return_all=False, **kw)):
+def refused_as(call):
     try:
         call()
     except NotImplementedError as e:
-        out.setdefault("refused", []).append(str(e).split(":")[0])
+        return str(e).split(":")[0]
+out["refused"] = [refused_as(lambda: deterministic_tracking(seeds, None, odf.affine)),
+                  refused_as(lambda: probabilistic_tracking(seeds, None, odf.affine,
+                                                            return_all=False, **kw))]
+dwi = nib.load(sys.argv[5])
+gtab = gradient_table(*read_bvals_bvecs(sys.argv[6], sys.argv[7]))
+boot = list(bootstrap_tracking(seeds[:40], ThresholdStoppingCriterion(fa.get_fdata(), 0.1),
+                               odf.affine, data=dwi.get_fdata(), model=DipyOpdt(gtab, 4),
+                               sphere=get_sphere("repulsion724"), step_size=0.5, max_angle=60,
+                               min_len=5, max_len=200, random_seed=5))
+np.savez(sys.argv[8], points=np.concatenate(boot), counts=[len(s) for s in boot])
+out["smooth"] = refused_as(lambda: bootstrap_tracking(seeds[:1], None, odf.affine, data=dwi.get_fdata(),
+                                                      model=DipyOpdt(gtab, 4, smooth=0.01)))
 print(json.dumps(out))
 """
 
 
 def test_dipy_probabilistic_tracking_as_a_job(pyclient, daemon, phantom, references, tmp_path):
-    """tractd.dipy.probabilistic_tracking gives the streamlines (and seeds) of
-    the job its arguments map to, run by `tractd run`."""
+    """tractd.dipy.probabilistic_tracking and bootstrap_tracking give the
+    streamlines (and seeds) of the jobs their arguments map to, run by
+    `tractd run`."""
     from dipy.data import get_sphere
-    out = tmp_path / "dipy_api.npz"
+    out, out_boot = tmp_path / "dipy_api.npz", tmp_path / "dipy_boot.npz"
     doc = run_py(pyclient, DIPY_API, env={"TRACTD_SOCKET": str(daemon.sock)},
                  args=(phantom.path("odf.nii.gz"), phantom.path("fa.nii.gz"),
-                       phantom.path(PHANTOM_INPUTS["roi"]), out))
+                       phantom.path(PHANTOM_INPUTS["roi"]), out, phantom.path("dwi.nii.gz"),
+                       phantom.path("dwi.bval"), phantom.path("dwi.bvec"), out_boot))
     assert doc["refused"] == ["deterministic_tracking", "return_all"], doc
+    assert doc["smooth"] == "model", doc
     assert doc["warned"] == ["sc: DIPY's ThresholdStoppingCriterion hi"] and doc["probed"] > 0, doc
     got = np.load(out)
     job = {"inputs": {"odf": str(phantom.path("odf.nii.gz")), "stop_map": str(phantom.path("fa.nii.gz"))},
@@ -384,6 +402,16 @@ def test_dipy_probabilistic_tracking_as_a_job(pyclient, daemon, phantom, referen
     np.testing.assert_allclose(got["points"], want.streamlines.get_data(), atol=1e-4)
     np.testing.assert_allclose(got["line_seeds"], want.tractogram.data_per_streamline["seeds"],
                                atol=1e-4)
+    job.update(direction_getter="boot", output={},
+               inputs={"dwi": str(phantom.path("dwi.nii.gz")), "bvals": str(phantom.path("dwi.bval")),
+                       "bvecs": str(phantom.path("dwi.bvec")), "stop_map": job["inputs"]["stop_map"]},
+               model={"name": "opdt", "sh_order": 4, "sh_lambda": 0.006, "min_signal": 1e-5})
+    job["seeds"]["points"] = job["seeds"]["points"][:40]
+    job["tracking"]["sphere"] = {"vertices": get_sphere("repulsion724").vertices.tolist()}
+    boot = np.load(out_boot)
+    want = nib.streamlines.load(_ref_path(references, job, tmp_path)).streamlines
+    assert list(boot["counts"]) == [len(s) for s in want] and len(want) > 0
+    np.testing.assert_allclose(boot["points"], want.get_data(), atol=1e-4)
 
 
 # ----------------------------------------------------------------- without a daemon

@@ -33,7 +33,10 @@ yields them, or (streamline, seed) pairs with save_seeds. How arguments map
   ptt: probe_length, probe_radius (mm, as step_size), probe_quality,
   probe_count                 the tracking fields of the same names
   bootstrap: data, model      inputs.dwi with bvals/bvecs from model.gtab;
-                              model {opdt|csa, sh_order, sh_lambda, min_signal}
+                              model {opdt|csa, sh_order, sh_lambda, min_signal}:
+                              smooth exact with this module's OpdtModel and
+                              CsaOdfModel; DIPY's own accepted at the default
+                              0.006 only (checked on their fit matrices)
   nbr_threads, seed_buffer_fraction   accepted, not sent (the daemon's GPU)
   client (keyword)            the daemon (default tractd.Client())
 
@@ -46,6 +49,7 @@ import math
 import warnings
 
 import numpy as np
+from dipy.reconst import shm as _shm
 from dipy.tracking import stopping_criterion as _dipy_sc
 
 from ._client import Client
@@ -205,21 +209,56 @@ def ptt_tracking(seed_positions, sc, affine, *, seed_directions=None, sh=None, p
                   save_seeds=save_seeds, client=client, tracking=tracking)
 
 
+DEFAULT_SMOOTH = 0.006   # DIPY's OpdtModel / CsaOdfModel smooth
+
+
+def _model_class(model):
+    for cls, name in ((_shm.OpdtModel, "opdt"), (_shm.CsaOdfModel, "csa")):
+        if isinstance(model, cls):
+            return cls, name
+    raise NotImplementedError(f"model: tractd bootstraps OpdtModel or CsaOdfModel, not "
+                              f"{type(model).__name__}")
+
+
+def _model_smooth(model, cls, order):
+    """The model's smooth: remembered by this module's classes; DIPY's keep it
+    only inside their fit matrices, so theirs is accepted when those equal a
+    model's of the default smooth, and refused otherwise."""
+    remembered = getattr(model, "tractd_smooth", None)
+    if remembered is not None:
+        return remembered
+    default = cls(model.gtab, order, smooth=DEFAULT_SMOOTH, min_signal=model.min_signal)
+    def matrices(m):   # OPDT keeps a pair, CSA one matrix
+        return m._fit_matrix if isinstance(m._fit_matrix, tuple) else (m._fit_matrix,)
+    if all(np.allclose(a, b) for a, b in zip(matrices(model), matrices(default))):
+        return DEFAULT_SMOOTH
+    raise NotImplementedError("model: DIPY's models keep smooth out of reach; for a smooth "
+                              "other than 0.006 use tractd.dipy.OpdtModel or CsaOdfModel")
+
+
 def _boot_model(model):
-    from dipy.reconst.shm import CsaOdfModel, OpdtModel
-    if isinstance(model, OpdtModel):
-        name = "opdt"
-    elif isinstance(model, CsaOdfModel):
-        name = "csa"
-    else:
-        raise NotImplementedError(f"model: tractd bootstraps OpdtModel or CsaOdfModel, not "
-                                  f"{type(model).__name__}")
+    cls, name = _model_class(model)
     order = getattr(model, "sh_order_max", None) or getattr(model, "sh_order", None)
-    smooth = getattr(model, "smooth", None)
-    if order is None or smooth is None:
-        raise NotImplementedError("model: this DIPY's model hides its sh_order or smooth")
-    return {"name": name, "sh_order": int(order), "sh_lambda": float(smooth),
+    if order is None:
+        raise NotImplementedError("model: this DIPY's model hides its SH order")
+    return {"name": name, "sh_order": int(order),
+            "sh_lambda": float(_model_smooth(model, cls, order)),
             "min_signal": float(model.min_signal)}
+
+
+def _remembering_smooth(cls):
+    """A DIPY reconstruction model class whose instances remember smooth."""
+    class Remembering(cls):
+        def __init__(self, gtab, *args, smooth=DEFAULT_SMOOTH, **kwargs):
+            super().__init__(gtab, *args, smooth=smooth, **kwargs)
+            self.tractd_smooth = float(smooth)
+    Remembering.__name__ = Remembering.__qualname__ = cls.__name__
+    Remembering.__doc__ = f"DIPY's {cls.__name__}, remembering smooth for tractd."
+    return Remembering
+
+
+OpdtModel = _remembering_smooth(_shm.OpdtModel)
+CsaOdfModel = _remembering_smooth(_shm.CsaOdfModel)
 
 
 def bootstrap_tracking(seed_positions, sc, affine, *, seed_directions=None, data=None,
@@ -263,4 +302,4 @@ pft_tracking = _not_in_tractd("pft_tracking")
 
 __all__ = ["probabilistic_tracking", "ptt_tracking", "bootstrap_tracking",
            "deterministic_tracking", "closestpeak_tracking", "eudx_tracking", "pft_tracking",
-           "ThresholdStoppingCriterion", "BinaryStoppingCriterion"]
+           "ThresholdStoppingCriterion", "BinaryStoppingCriterion", "OpdtModel", "CsaOdfModel"]
