@@ -1,0 +1,479 @@
+"""The Python package (client/python, `tractd`) against a real daemon.
+
+Here, beside the other daemon tests, to reuse their fixtures (the module's
+daemon, the phantom, `tractd run` references, the recording proxy). The
+package is installed once per session the way a user installs it, offline:
+a fresh `python3 -m venv --system-site-packages` (Debian's numpy, nibabel,
+DIPY 1.6) and `pip install --no-build-isolation --no-index` of a copy of
+client/python; every check runs in that venv's Python, from outside the
+source tree, so the installed package is what is tested. The test runner's
+own site-packages (trx-python, tqdm) are added to it by a .pth file, as a
+user's environment would have them.
+"""
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from conftest import Phantom, run_cli
+
+from .support import (PHANTOM_INPUTS, TEST_TOKEN, RecordingProxy, assert_same_trk, local_job,
+                      short_tmpdir)
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SYSTEM_PYTHON = os.environ.get("SYSTEM_PYTHON", "/usr/bin/python3")
+FLOW = Path(__file__).resolve().parent / "python_client" / "gpu_streamlines_flow.py"
+SCRIPT_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="session")
+def pyclient(tmp_path_factory):
+    """The Python of a fresh venv with the package installed from a copy of
+    client/python, offline and without build isolation."""
+    base = tmp_path_factory.mktemp("pyclient")
+    source = base / "src"
+    shutil.copytree(REPO / "client" / "python", source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    venv = base / "venv"
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, capture_output=True, timeout=120)
+    python = venv / "bin" / "python"
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                           "--no-build-isolation", "--no-index", str(source)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"pip install client/python failed:\n{proc.stdout}\n{proc.stderr}"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    extras = [p for p in site.getsitepackages() if p.startswith(sys.prefix)]
+    Path(purelib, "test-runner-extras.pth").write_text("".join(p + "\n" for p in extras))
+    return python
+
+
+def run_py(python, code, env=None, args=(), cwd=None):
+    """Runs code in the venv's Python (from a directory outside the source
+    tree); returns the JSON its last stdout line prints."""
+    full_env = dict(os.environ)
+    full_env.pop("PYTHONPATH", None)
+    full_env.update(env or {})
+    proc = subprocess.run([str(python), "-c", code, *map(str, args)], capture_output=True,
+                          text=True, timeout=SCRIPT_TIMEOUT_S, env=full_env,
+                          cwd=cwd or short_tmpdir())
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def proxy(daemon):
+    p = RecordingProxy(short_tmpdir() / "proxy.sock", daemon.sock)
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def phantom(tractd, tmp_path_factory):
+    """A small phantom (24x24x16) for this module: these tests check the
+    client's plumbing, not tracking quality, and run DIPY fits besides."""
+    outdir = tmp_path_factory.mktemp("small-phantom")
+    run_cli(tractd, ["phantom", outdir, "--dim", "24,24,16"], check=True)
+    return Phantom.from_dir(outdir)
+
+
+@pytest.fixture(scope="module")
+def job_file(phantom, tmp_path_factory):
+    """The phantom's job with absolute local paths, as a file, and as a dict."""
+    job = local_job(phantom, count=500, rng_seed=3)
+    path = tmp_path_factory.mktemp("pyjob") / "job.json"
+    path.write_text(json.dumps(job))
+    return path, job
+
+
+# The core with numpy (and so nibabel, dipy) made unimportable: it must need
+# the standard library only.
+STDLIB_ONLY_TRACK = """
+import json, sys
+sys.modules["numpy"] = None
+import tractd
+client = tractd.Client(sys.argv[1], **json.loads(sys.argv[2]))
+job = client.track(sys.argv[3], output=sys.argv[4], progress=False)
+print(json.dumps({"module": tractd.__file__, "status": job.info["status"],
+                  "uploaded": client.uploaded}))
+"""
+
+
+def test_installed_package_tracks_as_tractd_run_on_the_socket(pyclient, daemon, job_file,
+                                                              references, tmp_path):
+    path, job = job_file
+    out = tmp_path / "client.trk"
+    doc = run_py(pyclient, STDLIB_ONLY_TRACK, args=(f"unix://{daemon.sock}", "{}", path, out))
+    assert doc["status"] == "done"
+    assert "site-packages" in doc["module"] and str(REPO) not in doc["module"], doc
+    assert_same_trk(out.read_bytes(), references.trk(job), "Client.track on the socket")
+
+
+def test_http_with_a_token(pyclient, daemon, job_file, references, tmp_path):
+    path, job = job_file
+    address = f"http://127.0.0.1:{daemon.port}"
+    out = tmp_path / "tcp.trk"
+    run_py(pyclient, STDLIB_ONLY_TRACK, args=(address, json.dumps({"token": TEST_TOKEN}), path, out))
+    assert_same_trk(out.read_bytes(), references.trk(job), "Client.track over TCP")
+    token_file = tmp_path / "token"
+    token_file.write_text(f"  {TEST_TOKEN}  \nsecond line\n")
+    for kw, env in (({"token_file": str(token_file)}, {}), ({}, {"TRACTD_TOKEN": TEST_TOKEN})):
+        doc = run_py(pyclient, "import json, sys, tractd\n"
+                     "c = tractd.Client(sys.argv[1], **json.loads(sys.argv[2]))\n"
+                     "print(json.dumps(c.device()['queue']))", env=env,
+                     args=(address, json.dumps(kw)))
+        assert "queued" in doc
+    doc = run_py(pyclient, "import json, sys, tractd\n"
+                 "try:\n    tractd.Client(sys.argv[1]).device(); print('{}')\n"
+                 "except tractd.TractdError as e:\n"
+                 "    print(json.dumps({'status': e.status, 'code': e.code}))",
+                 env={"TRACTD_TOKEN": ""}, args=(address,))
+    assert doc == {"status": 401, "code": "unauthorized"}
+
+
+SUBMIT_TWICE = """
+import json, sys, tractd
+client = tractd.Client(sys.argv[1])
+first = client.submit(sys.argv[2]); first.wait(progress=False)
+sent_first = list(client.uploaded)
+open(sys.argv[3], "w").write("first done")
+second = client.submit(sys.argv[2]); second.wait(progress=False)
+print(json.dumps({"first": sent_first, "second": client.uploaded[len(sent_first):],
+                  "streamlines": len(second.to_sft().streamlines),
+                  "result": second.info["result"]["streamlines"]}))
+"""
+
+
+def test_uploads_are_skipped_when_the_daemon_holds_the_content(pyclient, daemon, proxy, phantom,
+                                                               tmp_path):
+    # Content of this test's own (a seed count of its own changes no volume,
+    # so a ROI of its own): the first submit must send it.
+    roi = nib.load(str(phantom.path(PHANTOM_INPUTS["roi"])))
+    mask = np.asarray(roi.dataobj).copy()
+    mask[mask.nonzero()[0][0], :, :] = 0
+    nib.save(nib.Nifti1Image(mask, roi.affine), str(tmp_path / "roi.nii"))
+    job = local_job(phantom, count=300)
+    job["seeds"]["roi"] = "roi.nii"     # relative: against the job file's directory
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    marker = tmp_path / "first"
+    proxy.clear()
+    doc = run_py(pyclient, SUBMIT_TWICE, args=(f"unix://{proxy.listen_path}",
+                                               tmp_path / "job.json", marker))
+    requests = proxy.recorded()
+    assert doc["second"] == [] and len(doc["first"]) >= 1, doc
+    assert doc["streamlines"] == doc["result"] > 0, doc
+    heads = [r for r in requests if r.startswith("HEAD /v1/volumes/")]
+    posts = [r for r in requests if r == "POST /v1/volumes"]
+    assert len(heads) == 6, requests        # three inputs, asked about twice
+    assert len(posts) == len(doc["first"]), requests
+
+
+FAILS = """
+import json, sys, tractd
+client = tractd.Client(sys.argv[1])
+job = json.load(open(sys.argv[2]))
+out = {}
+bad = dict(job, tracking={"max_angle": 120}, seeds=dict(job["seeds"], count=100))
+try:
+    client.submit(bad)
+except tractd.JobFailed as e:
+    out["refused"] = [e.field, e.code, e.job_id, e.status]
+job["seeds"] = dict(job["seeds"], count=50, per_voxel=True)
+handle = client.submit(job)
+try:
+    handle.wait(progress=False)
+except tractd.JobFailed as e:
+    out["failed"] = [e.field, e.code, e.job_id == handle.id, str(e).startswith("job j-")]
+print(json.dumps(out))
+"""
+
+
+def test_a_failed_job_raises_with_its_field(pyclient, daemon_factory, job_file):
+    d = daemon_factory(sets=["max_seeds_per_job=1000"], tcp=False)
+    doc = run_py(pyclient, FAILS, args=(f"unix://{d.sock}", job_file[0]))
+    assert doc["refused"] == ["tracking.max_angle", "invalid_parameter", None, 400], doc
+    assert doc["failed"] == ["seeds.count", "limit_exceeded", True, True], doc
+
+
+ARRAYS = """
+import json, sys
+import nibabel as nib, numpy as np
+import tractd
+client = tractd.Client(sys.argv[1])
+job = json.load(open(sys.argv[2]))
+odf = nib.load(job["inputs"]["odf"])
+job["inputs"]["odf"] = np.asanyarray(odf.dataobj)            # an array, on fa's affine
+job["inputs"]["stop_map"] = nib.load(job["inputs"]["stop_map"])   # an image
+job["seeds"]["roi"] = np.asanyarray(nib.load(job["seeds"]["roi"]).dataobj) > 0  # bool array
+handle = client.track(job, progress=False)
+handle.save(sys.argv[3])
+trx = handle.to_trx()
+print(json.dumps({"trx": len(trx.streamlines), "n": handle.info["result"]["streamlines"],
+                  "sft": len(handle.to_sft().streamlines)}))
+trx.close()
+"""
+
+
+def test_array_and_image_inputs(pyclient, daemon, job_file, references, tmp_path):
+    path, job = job_file
+    out = tmp_path / "arrays.trk"
+    doc = run_py(pyclient, ARRAYS, args=(f"unix://{daemon.sock}", path, out))
+    assert doc["trx"] == doc["sft"] == doc["n"] > 0, doc
+    assert_same_trk(out.read_bytes(), references.trk(job), "arrays sent as NIfTI in memory")
+
+
+CANCEL = """
+import json, sys, tractd
+client = tractd.Client(sys.argv[1])
+job = json.load(open(sys.argv[2]))
+job["seeds"]["count"] = 500000
+handle = client.submit(job)
+handle.cancel()
+out = {}
+try:
+    handle.wait(progress=False)
+except tractd.JobFailed as e:
+    out["code"] = e.code
+handle.delete()
+try:
+    handle.status()
+except tractd.TractdError as e:
+    out["after_delete"] = e.status
+print(json.dumps(out))
+"""
+
+
+def test_cancel_and_delete(pyclient, daemon, job_file):
+    doc = run_py(pyclient, CANCEL, args=(f"unix://{daemon.sock}", job_file[0]))
+    assert doc == {"code": "cancelled", "after_delete": 404}
+
+
+# ----------------------------------------------------------------- tractd.cuslines
+
+def flow(pyclient, daemon, phantom, out, *args):
+    p = phantom.path
+    return subprocess.run(
+        [str(pyclient), str(FLOW), p("dwi.nii.gz"), p("dwi.bval"), p("dwi.bvec"), p("mask.nii.gz"),
+         p(PHANTOM_INPUTS["roi"]), "--nseeds", "200", "--out", str(out), *args],
+        capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S, cwd=short_tmpdir(),
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"TRACTD_SOCKET": str(daemon.sock)})
+
+
+def reference_job(tmp_path, arrays, dg, phantom):
+    """The job tractd.cuslines should have sent, written by hand from the
+    arrays the flow tracked, on the phantom's own files where it used them."""
+    from dipy.data import get_sphere
+    affine = arrays["affine"]
+    nib.save(nib.Nifti1Image(arrays["fa"], affine), str(tmp_path / "fa.nii"))
+    job = {"direction_getter": dg,
+           "seeds": {"points": arrays["seeds"].tolist(), "space": "voxel", "rng_seed": 0},
+           "tracking": {"sphere": {"vertices": get_sphere("repulsion724").vertices.tolist()},
+                        "fa_threshold": 0.1, "step_size": 0.5, "max_angle": 60,
+                        "relative_peak_threshold": 0.25, "min_separation_angle": 45}}
+    if dg == "boot":
+        job["inputs"] = {"dwi": str(phantom.path("dwi.nii.gz")), "bvals": str(phantom.path("dwi.bval")),
+                         "bvecs": str(phantom.path("dwi.bvec")), "stop_map": str(tmp_path / "fa.nii")}
+        job["model"] = {"name": "opdt", "sh_order": 4, "sh_lambda": 0.006, "min_signal": 1.0}
+    else:
+        nib.save(nib.Nifti1Image(arrays["data"], affine), str(tmp_path / "odf.nii"))
+        job["inputs"] = {"odf": str(tmp_path / "odf.nii"), "stop_map": str(tmp_path / "fa.nii")}
+    return job
+
+
+@pytest.mark.parametrize("dg", ["prob", "boot"])
+def test_cuslines_runs_gpu_streamlines_example_flow(pyclient, daemon, phantom, references,
+                                                   tmp_path, dg):
+    out = tmp_path / f"cuslines_{dg}"
+    proc = flow(pyclient, daemon, phantom, out, "--dg", dg)
+    assert proc.returncode == 0, proc.stderr
+    assert "Generated" in proc.stdout, proc.stdout
+    with np.load(str(out) + ".npz") as arrays:
+        job = reference_job(tmp_path, arrays, dg, phantom)
+    got = nib.streamlines.load(str(out) + ".trk").streamlines
+    want = nib.streamlines.load(_ref_path(references, job, tmp_path)).streamlines
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, atol=1e-3)
+
+
+def _ref_path(references, job, tmp_path):
+    path = tmp_path / "reference.trk"
+    path.write_bytes(references.trk(job))
+    return str(path)
+
+
+def test_cuslines_takes_pyafq_call(pyclient, daemon, phantom, tmp_path):
+    """pyAFQ's call shape: 724-direction full sphere, a WM PVE stop map at 0.5,
+    min_pts/max_pts from mm (10 and 15 mm: both limits bite on the phantom),
+    float16 TRX; chunks of 100 of its 300 seeds: three jobs, one TRX."""
+    p = phantom.path
+    proc = subprocess.run(
+        [str(pyclient), str(FLOW.with_name("pyafq_call.py")), p("dwi.nii.gz"), p("dwi.bval"),
+         p("dwi.bvec"), p("mask.nii.gz"), p(PHANTOM_INPUTS["roi"]), tmp_path / "afq.trx", "10", "15", "100"],
+        capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S, cwd=short_tmpdir(),
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"TRACTD_SOCKET": str(daemon.sock)})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["dtype"] == "float16" and doc["n"] > 0 and doc["jobs"] == 3, doc
+    assert doc["min_pts"] <= doc["points"][0] and doc["points"][1] <= doc["max_pts"], doc
+
+
+# ----------------------------------------------------------------- tractd.dipy
+
+DIPY_API = """
+import json, sys, warnings
+import nibabel as nib, numpy as np
+from dipy.data import get_sphere
+from dipy.tracking.stopping_criterion import ThresholdStoppingCriterion as DipyThreshold
+from dipy.tracking.utils import random_seeds_from_mask
+import tractd
+from dipy.core.gradients import gradient_table
+from dipy.io import read_bvals_bvecs
+from dipy.reconst.shm import OpdtModel as DipyOpdt
+from tractd.dipy import (ThresholdStoppingCriterion, bootstrap_tracking, deterministic_tracking,
+                         probabilistic_tracking)
+
+odf, fa, roi = (nib.load(p) for p in sys.argv[1:4])
+seeds = random_seeds_from_mask(np.asanyarray(roi.dataobj) > 0, odf.affine, seeds_count=300,
+                               seed_count_per_voxel=False,
+                               random_seed=1)
+kw = dict(sf=np.asanyarray(odf.dataobj), sphere=get_sphere("symmetric362"), step_size=0.5,
+          max_angle=60, min_len=5, max_len=200, random_seed=5)
+pairs = list(probabilistic_tracking(seeds, ThresholdStoppingCriterion(fa.get_fdata(), 0.1),
+                                    odf.affine, save_seeds=True, **kw))
+lines = [p[0] for p in pairs]
+np.savez(sys.argv[4], seeds=seeds, points=np.concatenate(lines),
+         counts=[len(s) for s in lines], line_seeds=np.array([p[1] for p in pairs]))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    probed = list(probabilistic_tracking(seeds, DipyThreshold(fa.get_fdata(), 0.1), odf.affine, **kw))
+out = {"warned": [str(w.message)[:40] for w in caught], "probed": len(probed)}
+def refused_as(call):
+    try:
+        call()
+    except NotImplementedError as e:
+        return str(e).split(":")[0]
+out["refused"] = [refused_as(lambda: deterministic_tracking(seeds, None, odf.affine)),
+                  refused_as(lambda: probabilistic_tracking(seeds, None, odf.affine,
+                                                            return_all=False, **kw))]
+dwi = nib.load(sys.argv[5])
+gtab = gradient_table(*read_bvals_bvecs(sys.argv[6], sys.argv[7]))
+boot = list(bootstrap_tracking(seeds[:40], ThresholdStoppingCriterion(fa.get_fdata(), 0.1),
+                               odf.affine, data=dwi.get_fdata(), model=DipyOpdt(gtab, 4),
+                               sphere=get_sphere("repulsion724"), step_size=0.5, max_angle=60,
+                               min_len=5, max_len=200, random_seed=5))
+np.savez(sys.argv[8], points=np.concatenate(boot), counts=[len(s) for s in boot])
+out["smooth"] = refused_as(lambda: bootstrap_tracking(seeds[:1], None, odf.affine, data=dwi.get_fdata(),
+                                                      model=DipyOpdt(gtab, 4, smooth=0.01)))
+print(json.dumps(out))
+"""
+
+
+def test_dipy_probabilistic_tracking_as_a_job(pyclient, daemon, phantom, references, tmp_path):
+    """tractd.dipy.probabilistic_tracking and bootstrap_tracking give the
+    streamlines (and seeds) of the jobs their arguments map to, run by
+    `tractd run`."""
+    from dipy.data import get_sphere
+    out, out_boot = tmp_path / "dipy_api.npz", tmp_path / "dipy_boot.npz"
+    doc = run_py(pyclient, DIPY_API, env={"TRACTD_SOCKET": str(daemon.sock)},
+                 args=(phantom.path("odf.nii.gz"), phantom.path("fa.nii.gz"),
+                       phantom.path(PHANTOM_INPUTS["roi"]), out, phantom.path("dwi.nii.gz"),
+                       phantom.path("dwi.bval"), phantom.path("dwi.bvec"), out_boot))
+    assert doc["refused"] == ["deterministic_tracking", "return_all"], doc
+    assert doc["smooth"] == "model", doc
+    assert doc["warned"] == ["sc: DIPY's ThresholdStoppingCriterion hi"] and doc["probed"] > 0, doc
+    got = np.load(out)
+    job = {"inputs": {"odf": str(phantom.path("odf.nii.gz")), "stop_map": str(phantom.path("fa.nii.gz"))},
+           "seeds": {"points": got["seeds"].tolist(), "space": "ras", "rng_seed": 5},
+           "tracking": {"sphere": {"vertices": get_sphere("symmetric362").vertices.tolist()},
+                        "fa_threshold": 0.1, "step_size": 0.5, "max_angle": 60,
+                        "pmf_threshold": 0.1, "min_length": 5, "max_length": 200, "max_steps": 400},
+           "output": {"save_seeds": True}}
+    want = nib.streamlines.load(_ref_path(references, job, tmp_path))
+    assert list(got["counts"]) == [len(s) for s in want.streamlines] and len(got["counts"]) > 0
+    np.testing.assert_allclose(got["points"], want.streamlines.get_data(), atol=1e-4)
+    np.testing.assert_allclose(got["line_seeds"], want.tractogram.data_per_streamline["seeds"],
+                               atol=1e-4)
+    job.update(direction_getter="boot", output={},
+               inputs={"dwi": str(phantom.path("dwi.nii.gz")), "bvals": str(phantom.path("dwi.bval")),
+                       "bvecs": str(phantom.path("dwi.bvec")), "stop_map": job["inputs"]["stop_map"]},
+               model={"name": "opdt", "sh_order": 4, "sh_lambda": 0.006, "min_signal": 1e-5})
+    job["seeds"]["points"] = job["seeds"]["points"][:40]
+    job["tracking"]["sphere"] = {"vertices": get_sphere("repulsion724").vertices.tolist()}
+    boot = np.load(out_boot)
+    want = nib.streamlines.load(_ref_path(references, job, tmp_path)).streamlines
+    assert list(boot["counts"]) == [len(s) for s in want] and len(want) > 0
+    np.testing.assert_allclose(boot["points"], want.get_data(), atol=1e-4)
+
+
+# ----------------------------------------------------------------- without a daemon
+
+RULES = """
+import json, os, sys, tempfile
+import numpy as np
+from math import radians
+from dipy.data import get_sphere
+import tractd
+from tractd.cuslines import BootDirectionGetter, PttDirectionGetter, ProbDirectionGetter, Tracker
+
+out = {}
+run = tempfile.mkdtemp()
+os.environ.pop("TRACTD_SOCKET", None)
+os.environ["XDG_RUNTIME_DIR"] = run
+out["no_user_socket"] = tractd.default_socket()
+open(os.path.join(run, "tractd.sock"), "w").close()
+out["user_socket"] = tractd.default_socket() == os.path.join(run, "tractd.sock")
+os.environ["TRACTD_SOCKET"] = "/x/y.sock"
+out["env_socket"] = tractd.Client().address
+
+def refused(call):
+    try:
+        call()
+    except (ValueError, NotImplementedError, TypeError) as e:
+        return f"{type(e).__name__}: {str(e).split(':')[0]}"
+    return "accepted"
+
+s = get_sphere("repulsion724")
+odf, fa = np.zeros((4, 4, 4, len(s.vertices))), np.zeros((4, 4, 4))
+def tracker(**kw):
+    args = dict(dg=ProbDirectionGetter(), dataf=odf, stop_map=fa, stop_threshold=0.1,
+                sphere_vertices=s.vertices, sphere_edges=s.edges, client=tractd.Client("unix:///none"))
+    args.update(kw)
+    return Tracker(**args)
+out["refused"] = [refused(c) for c in (
+    lambda: tractd.Client("unix:///x.sock", token="t"),
+    lambda: tracker(rng_offset=5),
+    lambda: tracker(sphere_edges=s.edges[:-1]),
+    lambda: tracker(sphere_symm=True),
+    lambda: tracker(dataf=odf[..., :100]),
+    lambda: BootDirectionGetter.from_dipy_opdt(None, s, full_basis=True),
+    lambda: BootDirectionGetter("OPDT", 1, None, None, None, None, None, None),
+    lambda: PttDirectionGetter(odf_lut_res=64),
+    lambda: tracker().set_compression_parameters(pos_dtype=np.float64),
+    lambda: tracker(),
+)]
+print(json.dumps(out))
+"""
+
+
+def test_address_rules_and_refused_arguments(pyclient):
+    """The default socket as tractctl finds it, and every argument that cannot
+    be mapped refused by name (no daemon needed)."""
+    doc = run_py(pyclient, RULES)
+    assert doc["no_user_socket"] == "/run/tractd/tractd.sock"
+    assert doc["user_socket"] is True and doc["env_socket"] == "/x/y.sock"
+    assert doc["refused"] == [
+        "ValueError: token", "NotImplementedError: rng_offset", "ValueError: sphere_edges",
+        "ValueError: sphere_symm", "ValueError: Number of sphere vertices (724) must match last "
+        "dimension of dataf (100), because dataf should be an ODF when using prob or ptt tracking",
+        "NotImplementedError: full_basis", "NotImplementedError: BootDirectionGetter(model_type, "
+        "min_signal, H, R, ...)", "NotImplementedError: odf_lut_res",
+        "NotImplementedError: pos_dtype", "accepted"], doc
