@@ -8,7 +8,9 @@
  * pass 1 (prob_init: initial directions per seed), build the streamline list
  * on the host, then for each batch of streamlines pass 2 (prob_track; boot_*
  * and ptt_track for the other getters), read back only the points of kept
- * streamlines and append them to the output writer (TRK or TCK).
+ * streamlines, and the device's writer thread has them encoded on all cores
+ * and appended to the output (output_write_lines) while the next batch
+ * tracks.
  */
 #include "engine/engine.h"
 

@@ -3,7 +3,10 @@
  * output: the tractogram formats behind one writer interface, so the engine
  * streams records without knowing the format. TRK (TrackVis, voxel-mm,
  * trk.h), TCK (MRtrix3, RAS+ mm, tck.h) and TRX (zip of RAS+ mm arrays,
- * trx.h). Owns the chosen writer, not the FILE. Does not log.
+ * trx.h). A batch of streamlines can be encoded on several threads and
+ * appended in order (output_write_lines), the same bytes as one call per
+ * streamline. Owns the chosen writer and, during output_write_lines, the
+ * encoding threads and their buffers; not the FILE. Does not log.
  */
 #ifndef TRACTD_OUTPUT_H
 #define TRACTD_OUTPUT_H
