@@ -21,7 +21,7 @@ struct output_writer {
 	enum output_format format;
 	FILE *seeds_file;       /* TCK's seeds text; NULL when not asked for */
 	uint64_t count;         /* streamlines written, the seeds file's Track_index */
-	bool seed_index, dg;    /* TRK: the properties after "seeds" */
+	bool seeds, seed_index, dg;  /* the per-streamline data asked for */
 	size_t trk_values;      /* TRK: property floats each record carries */
 	union {
 		struct trk_writer *trk;
@@ -123,9 +123,10 @@ int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3]
 	if (!opts)
 		opts = &defaults;
 	w->format = format;
+	w->seeds = opts->with_seeds;
 	w->seed_index = opts->with_seed_index;
 	w->dg = opts->with_direction_getter;
-	w->trk_values = 3u * opts->with_seeds + w->seed_index + w->dg;
+	w->trk_values = 3u * w->seeds + w->seed_index + w->dg;
 	switch (format) {
 	case OUTPUT_TRK:
 		r = new_trk(out, dim, affine, opts, &w->w.trk, err);
@@ -382,24 +383,33 @@ static int encode_tck(const struct output_writer *w, struct encoded *e, const st
 	return 0;
 }
 
+/* A dps column's row, when the writer keeps that column. */
+static int take_row(struct byte_buf *b, bool kept, const void *row, size_t len)
+{
+	unsigned char *dst = kept ? buf_take(b, len) : NULL;
+
+	if (kept && !dst)
+		return -ENOMEM;
+	if (kept)
+		memcpy(dst, row, len);
+	return 0;
+}
+
 static int encode_trx(const struct output_writer *w, struct encoded *e, const struct output_line *l)
 {
 	struct trx_dps t = trx_dps_of(&l->dps);
 	unsigned char seed[TRX_SEED_BYTES], seed_index[TRX_SEED_INDEX_BYTES], dg;
 	unsigned char *points = buf_take(&e->records, trx_positions_bytes(w->w.trx, l->n));
-	unsigned char *count = buf_take(&e->counts, sizeof(uint32_t));
-	unsigned char *s = buf_take(&e->seeds, TRX_SEED_BYTES);
-	unsigned char *si = buf_take(&e->seed_index, TRX_SEED_INDEX_BYTES);
-	unsigned char *d = buf_take(&e->dg, 1);
 
-	if (!points || !count || !s || !si || !d)
+	if (!points)
 		return -ENOMEM;
 	trx_positions_encode(w->w.trx, points, l->points_vox, l->n);
-	memcpy(count, &l->n, sizeof(uint32_t));
 	trx_dps_encode(&t, seed, seed_index, &dg);
-	memcpy(s, seed, sizeof(seed));
-	memcpy(si, seed_index, sizeof(seed_index));
-	*d = dg;
+	if (take_row(&e->counts, true, &l->n, sizeof(uint32_t)) ||
+	    take_row(&e->seeds, w->seeds, seed, sizeof(seed)) ||
+	    take_row(&e->seed_index, w->seed_index, seed_index, sizeof(seed_index)) ||
+	    take_row(&e->dg, w->dg, &dg, 1))
+		return -ENOMEM;
 	return 0;
 }
 
