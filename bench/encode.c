@@ -135,6 +135,7 @@ int main(int argc, char **argv)
 
 	if (!p || n == 0)
 		return 2;
+	setvbuf(stdout, NULL, _IOLBF, 0);   /* each row as it is measured */
 	snprintf(file, sizeof(file), "%s/bench-encode.out", dir && *dir ? dir : "/tmp");
 	fill_pool(p);
 	printf("encoders, %llu streamlines (20-100 points), %zu CPUs; 'lines' = one call per "

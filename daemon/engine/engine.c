@@ -51,8 +51,10 @@
  * max_steps; a batch whose kept points do not fit goes out in pieces. */
 #define DEFAULT_READBACK_BYTES (256ull << 20)
 /* Lines of a batch that keep one more thread encoding them busy enough to
- * be worth starting it. */
-#define ENCODER_MIN_LINES 1024
+ * be worth starting it: some 100 us of encoding against the tens of us a
+ * thread takes to start. Low enough that the phantom jobs of the tests
+ * (2,000 seeds) encode on two threads. */
+#define ENCODER_MIN_LINES 512
 
 struct job_plan {
 	uint32_t subgroup;        /* lanes per item */
