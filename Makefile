@@ -83,7 +83,7 @@ CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-p
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
 .PHONY: all check check-layers check-tidy check-man check-unit check-asan check-python check-fuzz fuzz \
-	fuzz-bins venv venv-dipy demo bench man install \
+	fuzz-bins venv venv-dipy demo bench bench-encode man install \
 	clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
@@ -108,6 +108,10 @@ $(BUILD)/tractd: $(BUILD)/daemon/main.o $(BUILD)/libtractd.a
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libtractd.a | $(BUILD)/tests
 	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libtractd.a $(LIBS) -lcmocka
+
+# The encoders alone, on the CPU (bench/encode.c; `make bench-encode`).
+$(BUILD)/bench-encode: bench/encode.c $(BUILD)/libtractd.a
+	$(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(BUILD)/libtractd.a $(LIBS)
 
 $(BUILD)/client/%.o: client/%.c | $(BUILD)/client
 	$(CC) $(CLIENT_CFLAGS) -c -o $@ $<
@@ -231,8 +235,12 @@ check-python: all $(VENV)/.stamp $(VENV_DIPY)/.stamp
 demo: all
 	scripts/demo.sh $(BUILD)/tractd
 
-bench: all
+bench: all $(BUILD)/bench-encode
 	bench/bench.sh $(BUILD)/tractd
+
+# BENCH_ENCODE_STREAMLINES (default 1000000) synthetic streamlines.
+bench-encode: $(BUILD)/bench-encode
+	$(BUILD)/bench-encode $(BENCH_ENCODE_STREAMLINES)
 
 SYSCONFDIR ?= /etc
 UNITDIR ?= $(PREFIX)/lib/systemd/system

@@ -368,8 +368,9 @@ bench_size() { # CASE
 	echo
 	echo "any size: prob, $1 phantom $(echo "$grid" | tr , x), repulsion724," \
 		"odf_storage $storage, end to end"
-	printf '  %-9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n' seeds devices \
-		streamlines load upload compile track write kernels total seeds/s gpu_GiB host_GiB
+	printf '  %-9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n' seeds devices \
+		streamlines load upload compile track encode write kernels total seeds/s gpu_GiB \
+		host_GiB
 	runs=""
 	for n in ${BENCH_SIZE_SEEDS:-1000000 10000000}; do runs="$runs $n:-"; last=$n; done
 	[ -n "${BENCH_SIZE_DEVICES:-}" ] && runs="$runs $last:$BENCH_SIZE_DEVICES"
@@ -397,16 +398,18 @@ JOB
 		awk -v n="$n" -v d="$(json_number "$stats" devices)" \
 		    -v sl="$(json_number "$stats" streamlines)" -v l="$(json_number "$stats" load)" \
 		    -v u="$(json_number "$stats" upload)" -v co="$(json_number "$stats" compile)" \
-		    -v t="$(json_number "$stats" track)" -v w="$(json_number "$stats" write)" \
+		    -v t="$(json_number "$stats" track)" -v e="$(json_number "$stats" encode)" \
+		    -v w="$(json_number "$stats" write)" \
 		    -v k="$(json_number "$stats" kernels)" \
 		    -v tot="$wall" -v g="$(json_number "$stats" gpu_peak_bytes)" \
 		    -v h="$(json_number "$stats" host_peak_bytes)" 'BEGIN {
-			printf "  %-9d %-8d %11d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %10.0f %9.2f %9.2f\n",
-			       n, d, sl, l, u, co, t, w, k, tot, n / (t + w), g / 2^30, h / 2^30 }'
+			printf "  %-9d %-8d %11d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %10.0f %9.2f %9.2f\n",
+			       n, d, sl, l, u, co, t, e, w, k, tot, n / (t + e + w), g / 2^30, h / 2^30 }'
 	done
 	echo "  device: $(json_string "$stats" device) ($(json_string "$stats" odf_storage));" \
-		"total = wall time of the whole command; the writer threads write while the GPU" \
-		"tracks, so track + write is the run's wall time and seeds/s is taken over it;" \
+		"total = wall time of the whole command; the writer threads encode (on all cores)" \
+		"and write while the GPU tracks, so track + encode + write is the run's wall time" \
+		"and seeds/s is taken over it;" \
 		"kernels = time in the GPU's submits; the TRK is deleted afterwards"
 	rm -f "$ph/tracks.trk"
 }
@@ -420,4 +423,15 @@ else
 fi
 if [ "$size_case" != none ]; then
 	bench_size "$size_case"
+fi
+
+# The encoders alone, on the CPU (no GPU; also `make bench-encode`):
+# BENCH_ENCODE_STREAMLINES (default 1000000; 0 skips) synthetic streamlines of
+# 20-100 points as TRK, TCK and TRX float16, to a file in BENCH_DIR and to
+# /dev/null, one writer call per streamline and through the parallel encoder
+# on 1 and on all CPUs (bench/encode.c).
+encode_n=${BENCH_ENCODE_STREAMLINES:-1000000}
+if [ "$encode_n" != 0 ]; then
+	echo
+	"$(dirname "$tractd")/bench-encode" "$encode_n" "$dir"
 fi

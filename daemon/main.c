@@ -589,7 +589,7 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 			gpu_peak = gpu_peak_buffer_bytes(devs[i].gpu);
 	/* The CLI's own members: the device facts and the timings under "seconds". */
 	doc = stats_json_new(s, json_pack("{s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
-					  "s:{s:f, s:f, s:f, s:f, s:f, s:f}}",
+					  "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f}}",
 					  "pieces", (json_int_t)s->pieces,
 					  "submits", (json_int_t)s->submits,
 					  "device", gpu_get_limits(devs[0].gpu)->device_name,
@@ -601,7 +601,8 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 					  "seconds",
 					  "load", s->load_seconds, "upload", s->upload_seconds,
 					  "compile", s->compile_seconds, "track", s->track_seconds,
-					  "kernels", s->kernel_seconds, "write", s->write_seconds));
+					  "kernels", s->kernel_seconds, "encode", s->encode_seconds,
+					  "write", s->write_seconds));
 	if (!doc)
 		return -ENOMEM;
 	r = json_dump_file(doc, path, JSON_INDENT(2));
@@ -751,15 +752,16 @@ static void log_summary(const struct engine_stats *s, const char *device, size_t
 			const char *path)
 {
 	double total = s->load_seconds + s->upload_seconds + s->compile_seconds + s->track_seconds +
-		       s->write_seconds;
+		       s->encode_seconds + s->write_seconds;
 
 	log_info("%llu streamlines (%llu points) from %llu seeds in %.2f s on %s%s -> %s",
 		 (unsigned long long)s->streamlines, (unsigned long long)s->points,
 		 (unsigned long long)s->seeds, total, device,
 		 n_devices > 1 ? " and other devices" : "", path);
 	log_info("phases: load %.3f s, upload %.3f s, compile %.3f s, track %.3f s (kernels %.3f s), "
-		 "write %.3f s; %llu chunk(s), %llu batch(es)", s->load_seconds, s->upload_seconds,
-		 s->compile_seconds, s->track_seconds, s->kernel_seconds, s->write_seconds,
+		 "encode %.3f s, write %.3f s; %llu chunk(s), %llu batch(es)", s->load_seconds,
+		 s->upload_seconds, s->compile_seconds, s->track_seconds, s->kernel_seconds,
+		 s->encode_seconds, s->write_seconds,
 		 (unsigned long long)s->chunks, (unsigned long long)s->batches);
 	log_stop_reasons(s);
 }

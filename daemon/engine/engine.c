@@ -8,7 +8,9 @@
  * pass 1 (prob_init: initial directions per seed), build the streamline list
  * on the host, then for each batch of streamlines pass 2 (prob_track; boot_*
  * and ptt_track for the other getters), read back only the points of kept
- * streamlines and append them to the output writer (TRK or TCK).
+ * streamlines, and the device's writer thread has them encoded on all cores
+ * and appended to the output (output_write_lines) while the next batch
+ * tracks.
  */
 #include "engine/engine.h"
 
@@ -25,6 +27,7 @@
 #include "job/inputs.h"
 #include "engine/kernel_params.h"
 #include "base/log.h"
+#include "base/parallel.h"
 #include "base/philox.h"
 #include "engine/ptt.h"
 #include "engine/resident.h"
@@ -47,6 +50,11 @@
  * and free), so it is not sized for the worst case of every line running
  * max_steps; a batch whose kept points do not fit goes out in pieces. */
 #define DEFAULT_READBACK_BYTES (256ull << 20)
+/* Lines of a batch that keep one more thread encoding them busy enough to
+ * be worth starting it: some 100 us of encoding against the tens of us a
+ * thread takes to start. Low enough that the phantom jobs of the tests
+ * (2,000 seeds) encode on two threads. */
+#define ENCODER_MIN_LINES 512
 
 struct job_plan {
 	uint32_t subgroup;        /* lanes per item */
@@ -85,8 +93,10 @@ struct job_host {
 	uint32_t *line_id;        /* 2 * chunk lines: (global seed, direction index) */
 	uint32_t *ranges;         /* RANGE_WORDS * batch_lines: the tracked batch's ranges */
 	uint32_t *dest;           /* batch_lines: packed offsets within each piece */
-	float *compressed;        /* 3 * slot_points when output.compress, else NULL */
-	uint32_t *kept;           /* slot_points: indices compression kept, with it */
+	float *compressed;        /* 3 * slot_points per encoder when output.compress,
+				   * else NULL */
+	uint32_t *kept;           /* slot_points per encoder: the indices compression
+				   * kept, with it */
 	struct compress_params compress;
 };
 
@@ -458,8 +468,9 @@ static int alloc_host(const struct job_plan *plan, struct job_host *h, struct er
 	return 0;
 }
 
-/* output.compress: a scratch streamline for compress_streamline. One
- * streamline is compressed at a time, so the longest one bounds it. */
+/* output.compress: a scratch streamline for compress_streamline per
+ * encoder thread (output_write_lines' parts). Each compresses one
+ * streamline at a time, so the longest one bounds it. */
 static int alloc_compress(const struct job_plan *plan, const struct jobspec *job,
 			  const double affine[4][4], struct job_host *h, struct errbuf *err)
 {
@@ -467,8 +478,8 @@ static int alloc_compress(const struct job_plan *plan, const struct jobspec *job
 		return 0;
 	compress_params_init(&h->compress, job->compress_tolerance_mm,
 			     job->compress_max_segment_mm, affine);
-	h->compressed = malloc(12ull * plan->slot_points);
-	h->kept = malloc(4ull * plan->slot_points);
+	h->compressed = malloc(12ull * plan->slot_points * PARALLEL_MAX_PARTS);
+	h->kept = malloc(4ull * plan->slot_points * PARALLEL_MAX_PARTS);
 	if (!h->compressed || !h->kept)
 		return errbuf_set(err, -ENOMEM, "", "out of host memory for a streamline of %u "
 				  "points", plan->slot_points);
@@ -708,16 +719,16 @@ static void seed_ras(const struct job_run *run, const struct write_slot *w, uint
  * slot gives the backward count. Compression may drop the seed: then the
  * first kept point past it is named (tckgen's seeds never meet that case). */
 static uint32_t seed_vertex(const struct job_run *run, const struct write_slot *w, uint64_t i,
-			    uint32_t count)
+			    const uint32_t *kept, uint32_t count)
 {
 	uint32_t max_steps = (uint32_t)run->job->max_steps;
 	uint32_t first_slot = w->ranges[RANGE_WORDS * i + RANGE_FIRST_SLOT];
 	uint32_t v = max_steps - first_slot % (2 * max_steps + 1);
 
-	if (!run->h.compressed)
+	if (!kept)
 		return v;
 	for (uint32_t k = 0; k < count; k++)
-		if (run->h.kept[k] >= v)
+		if (kept[k] >= v)
 			return k;
 	return count - 1;
 }
@@ -759,47 +770,81 @@ static void count_line(struct run_shared *sh, const struct write_slot *w, uint64
 	sh->stats->stop_reasons[stop_from_code(stops >> 8)]++;
 }
 
-/* Appends the packed streamlines of a slot's batch to the output, up to
- * seeds.select streamlines: the lines after the last one selected are
- * neither written nor counted. */
+/* A slot's lines as the output's encoders read them (slot_line). */
+struct slot_lines {
+	const struct job_run *run;
+	const struct write_slot *w;
+	const float *packed;
+};
+
+/* Line i of a slot: its kept points, compressed into the encoder part's
+ * own scratch when the job asks, and its seed; none when it was dropped. */
+static void slot_line(void *userdata, uint64_t i, unsigned part, struct output_line *line)
+{
+	const struct slot_lines *s = userdata;
+	const struct job_run *run = s->run;
+	const struct write_slot *w = s->w;
+	const struct job_host *h = &run->h;
+	uint32_t count = w->ranges[RANGE_WORDS * i + RANGE_POINTS];
+	const float *points;
+	const uint32_t *kept = NULL;
+
+	if (w->dest[i] == DROP_LINE)
+		return;
+	points = s->packed + 3ull * w->dest[i];
+	/* After the length filter: min/max length judge the whole line. */
+	if (h->compressed) {
+		float *out = h->compressed + 3ull * run->plan.slot_points * part;
+		uint32_t *k = h->kept + (uint64_t)run->plan.slot_points * part;
+
+		count = compress_streamline(&h->compress, points, count, k, out);
+		points = out;
+		kept = k;
+	}
+	line->points_vox = points;
+	line->n = count;
+	line->dps.seed_index = w->seed_index[i];
+	line->dps.seed_vertex = seed_vertex(run, w, i, kept, count);
+	line->dps.direction_getter = (uint8_t)run->job->direction_getter;
+	if (w->seed_vox) {
+		seed_ras(run, w, i, line->seed_ras);
+		line->dps.seed_ras = line->seed_ras;
+	}
+}
+
+/* The slot's lines to hand to the encoders, each counted (count_line) in
+ * seed order: all of them, or with seeds.select those up to the last one
+ * selected (a line not dropped is one streamline written). */
+static uint64_t lines_to_write(struct run_shared *sh, const struct write_slot *w)
+{
+	uint64_t select = sh->job->seed_select, written = sh->stats->streamlines, i;
+
+	for (i = 0; i < w->n_lines && !(select && written >= select); i++) {
+		count_line(sh, w, i);
+		written += w->dest[i] != DROP_LINE;
+	}
+	return i;
+}
+
+/* Appends the packed streamlines of a slot's batch to the output, encoded
+ * on as many cores as the batch keeps busy; with seeds.select, up to the
+ * last one selected: the lines after it are neither written nor counted. */
 static int write_batch(struct job_run *run, const struct write_slot *w, struct errbuf *err)
 {
-	const float *packed = gpu_buffer_host(w->readback);
-	struct job_host *h = &run->h;
-	double t0 = timing_now();
+	struct slot_lines lines = { run, w, gpu_buffer_host(w->readback) };
+	struct output_write_stats ws = { 0 };
+	struct engine_stats *stats = run->sh->stats;
+	uint64_t n = lines_to_write(run->sh, w);
+	int r = output_write_lines(run->sh->out, n, slot_line, &lines,
+				   parallel_parts(n, ENCODER_MIN_LINES), &ws);
 
-	for (uint64_t i = 0; i < w->n_lines && !selection_full(run->sh); i++) {
-		uint32_t count = w->ranges[RANGE_WORDS * i + RANGE_POINTS];
-		const float *points;
-		float seed[3];
-		struct output_dps dps = {
-			.seed_ras = w->seed_vox ? seed : NULL,
-			.direction_getter = (uint8_t)run->job->direction_getter,
-		};
-		int r;
-
-		count_line(run->sh, w, i);
-		if (w->dest[i] == DROP_LINE)
-			continue;
-		points = packed + 3ull * w->dest[i];
-		/* After the length filter: min/max length judge the whole line. */
-		if (h->compressed) {
-			count = compress_streamline(&h->compress, points, count, h->kept,
-						    h->compressed);
-			points = h->compressed;
-		}
-		dps.seed_index = w->seed_index[i];
-		dps.seed_vertex = seed_vertex(run, w, i, count);
-		if (w->seed_vox)
-			seed_ras(run, w, i, seed);
-		r = output_write_streamline_dps(run->sh->out, points, count, &dps);
-		if (r < 0)
-			return errbuf_set_kind(err, ERR_KIND_OUTPUT, r, "output.path",
-					       "cannot write the tractogram: %s", strerror(-r));
-		run->sh->stats->streamlines++;
-		run->sh->stats->points += count;
-	}
-	run->sh->stats->write_seconds += timing_now() - t0;
+	stats->streamlines += ws.streamlines;
+	stats->points += ws.points;
+	stats->encode_seconds += ws.encode_seconds;
+	stats->write_seconds += ws.write_seconds;
+	if (r < 0)
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, r, "output.path",
+				       "cannot write the tractogram: %s", strerror(-r));
 	return 0;
 }
 
@@ -1122,6 +1167,7 @@ static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *e
 	struct run_shared *sh = run->sh;
 	const struct engine_options *o = sh->opts;
 	uint64_t done;
+	double t0 = timing_now();
 	int r = 0;
 
 	if (!selection_full(sh))
@@ -1130,6 +1176,7 @@ static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *e
 	if (output_flush(sh->out) < 0)
 		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output.path",
 				    "cannot write the tractogram");
+	sh->stats->write_seconds += timing_now() - t0;
 	if (r == 0 && o->progress &&
 	    !o->progress(o->progress_userdata, done, sh->total, sh->stats->streamlines))
 		r = errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
@@ -1505,7 +1552,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts,
 				 .total = seeds_count(seeds) };
 	struct job_run *runs;
-	double write_before;
+	double t_finish;
 	int r;
 
 	if (!stats)
@@ -1530,14 +1577,19 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	if (r == 0)
 		r = open_output(&sh, out, err);
 	sh.t0 = timing_now();
-	write_before = stats->write_seconds;
 	if (r == 0)
 		r = track_on_devices(&sh, runs, n_devs, err);
 	stats->seeds = sh.next_to_write;
 	stats->select = job->seed_select;
-	stats->track_seconds = timing_now() - sh.t0 - (stats->write_seconds - write_before);
+	/* The writer threads' time is theirs: encode_seconds and write_seconds
+	 * (stats starts at zero). */
+	t_finish = timing_now();
+	stats->track_seconds = t_finish - sh.t0 - stats->encode_seconds - stats->write_seconds;
 	if (sh.out) {
+		/* The end of the file: TRX builds its whole archive here. */
 		int fr = output_writer_finish(sh.out);
+
+		stats->write_seconds += timing_now() - t_finish;
 		if (r == 0 && fr < 0)
 			r = errbuf_set_kind(err, ERR_KIND_OUTPUT, fr, "output.path",
 					    "cannot finish the tractogram: %s", strerror(-fr));

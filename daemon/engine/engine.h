@@ -89,13 +89,19 @@ struct engine_stats {
 	double load_seconds;        /* reading inputs, seeds, sphere */
 	double upload_seconds;
 	double compile_seconds;     /* pipelines compiled during this job */
-	double track_seconds;       /* the run's wall time less write_seconds,
-				     * which the writer threads spend while the
-				     * GPU tracks: less than the GPU's time when
-				     * there are several batches */
+	double track_seconds;       /* the run's wall time less encode_seconds and
+				     * write_seconds, which the writer threads
+				     * spend while the GPU tracks: less than the
+				     * GPU's time when there are several batches */
 	double kernel_seconds;      /* in the kernels' submits; overlaps
-				     * write_seconds */
-	double write_seconds;       /* TRK encoding and writing */
+				     * encode_seconds and write_seconds */
+	double encode_seconds;      /* the writer threads waiting for the encoders
+				     * (on all cores) to turn read-back points into
+				     * the format's records */
+	double write_seconds;       /* the writer threads writing encoded records
+				     * (the encoders of the next ones run
+				     * meanwhile), flushing, and finishing the file
+				     * (TRX: building its archive) */
 	const char *odf_storage;    /* resident_storage() of the inputs used */
 	uint64_t gpu_input_bytes;   /* resident_bytes() of them */
 	/* The reference grid the tractogram was written on (dims, voxel-to-RAS+

@@ -72,6 +72,13 @@ static inline uint64_t binio_get_u64(const unsigned char *p)
 	return (uint64_t)binio_get_u32(p) | (uint64_t)binio_get_u32(p + 4) << 32;
 }
 
+/* Appends len bytes to a writer's buffer of cap bytes, *used of them
+ * taken: a run that does not fit pushes the buffer to out first, and one
+ * larger than the whole buffer goes to out as it is rather than through it.
+ * Returns 0 or -EIO (the buffer's content is then lost). */
+int binio_buffered_write(FILE *out, unsigned char *buf, size_t cap, size_t *used,
+			 const unsigned char *bytes, size_t len);
+
 /* The position of out when a field written there can later be patched in
  * place: the stream is seekable and not in append mode (whose writes would
  * land at the end). -1 otherwise. */

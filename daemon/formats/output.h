@@ -3,7 +3,10 @@
  * output: the tractogram formats behind one writer interface, so the engine
  * streams records without knowing the format. TRK (TrackVis, voxel-mm,
  * trk.h), TCK (MRtrix3, RAS+ mm, tck.h) and TRX (zip of RAS+ mm arrays,
- * trx.h). Owns the chosen writer, not the FILE. Does not log.
+ * trx.h). A batch of streamlines can be encoded on several threads and
+ * appended in order (output_write_lines), the same bytes as one call per
+ * streamline. Owns the chosen writer and, during output_write_lines, the
+ * encoding threads and their buffers; not the FILE. Does not log.
  */
 #ifndef TRACTD_OUTPUT_H
 #define TRACTD_OUTPUT_H
@@ -75,6 +78,39 @@ int output_write_streamline(struct output_writer *w, const float *points_vox, ui
 /* As output_write_streamline with all of a streamline's data (NULL: none). */
 int output_write_streamline_dps(struct output_writer *w, const float *points_vox, uint32_t n,
 				const struct output_dps *dps);
+/* A streamline of a batch, as output_write_lines asks for it; points_vox
+ * and dps.seed_ras must stay valid until the next line of the same part
+ * (dps.seed_ras may point at seed_ras). n == 0: none, skipped as always. */
+struct output_line {
+	const float *points_vox;
+	uint32_t n;
+	struct output_dps dps;
+	float seed_ras[3];
+};
+
+/* Fills *line (zeroed) with line i of a batch. part (below
+ * PARALLEL_MAX_PARTS) is the calling thread's, which it keeps for a run of
+ * lines: memory it indexes (a compression buffer) is that thread's alone.
+ * Called from several threads at once. */
+typedef void output_line_fn(void *userdata, uint64_t i, unsigned part, struct output_line *line);
+
+/* What output_write_lines adds to. encode_seconds is the time the caller
+ * waited for the encoders (on all the threads), write_seconds the time it
+ * wrote to the FILE, while the encoders ran on; their sum is the call's. */
+struct output_write_stats {
+	uint64_t streamlines, points;
+	double encode_seconds, write_seconds;
+};
+
+/* Writes lines [0, n) from fn in order, exactly the bytes that
+ * output_write_streamline_dps of each in turn writes (the TCK seeds file's
+ * too), encoding them on up to `threads` threads (1: the calling thread):
+ * a round of a few thousand lines a thread is encoded into memory while the
+ * calling thread writes the round before. Returns 0, -EIO, -ENOMEM, or
+ * -EINVAL (a line the writer refuses, as output_write_streamline_dps). */
+int output_write_lines(struct output_writer *w, uint64_t n, output_line_fn *fn, void *userdata,
+		       size_t threads, struct output_write_stats *stats);
+
 int output_flush(struct output_writer *w);
 /* Ends the file (count patched when seekable; TRX: the whole archive written)
  * and frees the writer. Accepts NULL. */

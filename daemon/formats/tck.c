@@ -182,13 +182,18 @@ static int append_points(struct tck_writer *w, const float *p, size_t n)
 	return 0;
 }
 
+static void encode_marker(unsigned char *dst, float v)
+{
+	for (int c = 0; c < 3; c++)
+		binio_put_f32(dst + 4 * c, v);
+}
+
 /* A triplet of one value: NaN ends a streamline, Inf ends the file. */
 static int append_marker(struct tck_writer *w, float v)
 {
 	if (TCK_BUFFER_BYTES - w->len < TCK_TRIPLET_BYTES && flush_buffer(w))
 		return -EIO;
-	for (int c = 0; c < 3; c++)
-		binio_put_f32(w->buf + w->len + 4 * c, v);
+	encode_marker(w->buf + w->len, v);
 	w->len += TCK_TRIPLET_BYTES;
 	return 0;
 }
@@ -204,6 +209,34 @@ int tck_write_streamline(struct tck_writer *w, const float *points_vox, uint32_t
 	if (append_points(w, points_vox, n) || append_marker(w, NAN))
 		return -EIO;
 	w->count++;
+	return 0;
+}
+
+size_t tck_record_bytes(uint32_t n)
+{
+	return n == 0 ? 0 : ((size_t)n + 1) * TCK_TRIPLET_BYTES;
+}
+
+void tck_record_encode(const struct tck_writer *w, unsigned char *dst, const float *points_vox,
+		       uint32_t n)
+{
+	if (n == 0)
+		return;
+	for (uint32_t i = 0; i < n; i++, points_vox += 3, dst += TCK_TRIPLET_BYTES)
+		encode_point(dst, w, points_vox);
+	encode_marker(dst, NAN);
+}
+
+int tck_write_records(struct tck_writer *w, const unsigned char *records, size_t len,
+		      uint64_t n_records)
+{
+	if (w->failed)
+		return -EIO;
+	if (binio_buffered_write(w->out, w->buf, TCK_BUFFER_BYTES, &w->len, records, len) < 0) {
+		w->failed = 1;
+		return -EIO;
+	}
+	w->count += n_records;
 	return 0;
 }
 

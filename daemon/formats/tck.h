@@ -33,6 +33,21 @@ int tck_writer_new(FILE *out, const double affine[4][4], const char *properties,
  * n == 0 is skipped. Returns 0 or -EIO. */
 int tck_write_streamline(struct tck_writer *w, const float *points_vox, uint32_t n);
 
+/* The bytes of a record of n points, the end-of-streamline triplet
+ * included (0 for n == 0, which is not written). */
+size_t tck_record_bytes(uint32_t n);
+
+/* Encodes that record into dst (tck_record_bytes of room) exactly as
+ * tck_write_streamline would write it. Only reads the writer: any number of
+ * threads may encode at once, for tck_write_records to append in order. */
+void tck_record_encode(const struct tck_writer *w, unsigned char *dst, const float *points_vox,
+		       uint32_t n);
+
+/* Appends len bytes of n_records records from tck_record_encode, counted as
+ * tck_write_streamline counts them. Returns 0 or -EIO. */
+int tck_write_records(struct tck_writer *w, const unsigned char *records, size_t len,
+		      uint64_t n_records);
+
 /* Pushes whole records to the FILE and flushes it. On a seekable stream the
  * file then ends in the Inf marker (so a reader of the file mid-run sees a
  * complete file) and the stream stands just before it, so ftell counts whole

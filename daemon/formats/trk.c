@@ -188,6 +188,21 @@ static int flush_buffer(struct trk_writer *w)
 	return w->failed ? -EIO : 0;
 }
 
+/* TrackVis voxmm: (p + 0.5) * voxel_size, k points from p into dst. */
+static void encode_points(const struct trk_writer *w, unsigned char *dst, const float *p, size_t k)
+{
+	for (size_t i = 0; i < k; i++, p += 3, dst += TRK_POINT_BYTES)
+		for (int c = 0; c < 3; c++)
+			binio_put_f32(dst + 4 * c, (p[c] + 0.5f) * w->voxel_size[c]);
+}
+
+static void encode_values(const struct trk_writer *w, unsigned char *dst, const float *values)
+{
+	for (uint16_t i = 0; i < w->n_properties; i++)
+		/* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): given with n_properties */
+		binio_put_f32(dst + 4u * i, values[i]);
+}
+
 /* Converts points to voxmm straight into the output buffer, flushing whenever
  * it fills, so a streamline of any length needs no extra memory. */
 static int append_points(struct trk_writer *w, const float *p, size_t n)
@@ -202,10 +217,9 @@ static int append_points(struct trk_writer *w, const float *p, size_t n)
 				return -EIO;
 			continue;
 		}
-		for (size_t i = 0; i < k; i++, p += 3, dst += TRK_POINT_BYTES)
-			for (int c = 0; c < 3; c++)
-				binio_put_f32(dst + 4 * c, (p[c] + 0.5f) * w->voxel_size[c]);
+		encode_points(w, dst, p, k);
 		w->len += k * TRK_POINT_BYTES;
+		p += 3 * k;
 		n -= k;
 	}
 	return 0;
@@ -217,9 +231,7 @@ static int append_properties(struct trk_writer *w, const float *values)
 
 	if (TRK_BUFFER_BYTES - w->len < bytes && flush_buffer(w))
 		return -EIO;
-	for (uint16_t i = 0; i < w->n_properties; i++)
-		/* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): given with n_properties */
-		binio_put_f32(w->buf + w->len + 4u * i, values[i]);
+	encode_values(w, w->buf + w->len, values);
 	w->len += bytes;
 	return 0;
 }
@@ -250,6 +262,35 @@ int trk_write_streamline_with(struct trk_writer *w, const float *points_vox, uin
 int trk_write_streamline(struct trk_writer *w, const float *points_vox, uint32_t n)
 {
 	return trk_write_streamline_with(w, points_vox, n, NULL);
+}
+
+size_t trk_record_bytes(const struct trk_writer *w, uint32_t n)
+{
+	return n == 0 ? 0 : 4 + (size_t)n * TRK_POINT_BYTES + 4u * w->n_properties;
+}
+
+void trk_record_encode(const struct trk_writer *w, unsigned char *dst, const float *points_vox,
+		       uint32_t n, const float *properties)
+{
+	if (n == 0)
+		return;
+	binio_put_i32(dst, (int32_t)n);
+	encode_points(w, dst + 4, points_vox, n);
+	if (w->n_properties)
+		encode_values(w, dst + 4 + (size_t)n * TRK_POINT_BYTES, properties);
+}
+
+int trk_write_records(struct trk_writer *w, const unsigned char *records, size_t len,
+		      uint64_t n_records)
+{
+	if (w->failed)
+		return -EIO;
+	if (binio_buffered_write(w->out, w->buf, TRK_BUFFER_BYTES, &w->len, records, len) < 0) {
+		w->failed = 1;
+		return -EIO;
+	}
+	w->count += n_records;
+	return 0;
 }
 
 int trk_flush(struct trk_writer *w)

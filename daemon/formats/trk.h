@@ -75,6 +75,22 @@ int trk_write_streamline(struct trk_writer *w, const float *points_vox, uint32_t
 int trk_write_streamline_with(struct trk_writer *w, const float *points_vox, uint32_t n,
 			      const float *properties);
 
+/* The bytes of the record of a streamline of n points with the writer's
+ * properties (0 for n == 0, which is not written). */
+size_t trk_record_bytes(const struct trk_writer *w, uint32_t n);
+
+/* Encodes that record into dst (trk_record_bytes of room) exactly as
+ * trk_write_streamline_with would write it (n at most INT32_MAX, properties
+ * given when declared). Only reads the writer: any number of threads may
+ * encode at once, for trk_write_records to append in order. */
+void trk_record_encode(const struct trk_writer *w, unsigned char *dst, const float *points_vox,
+		       uint32_t n, const float *properties);
+
+/* Appends len bytes of n_records records from trk_record_encode, counted as
+ * trk_write_streamline_with counts them. Returns 0 or -EIO. */
+int trk_write_records(struct trk_writer *w, const unsigned char *records, size_t len,
+		      uint64_t n_records);
+
 /* Pushes every complete record written so far to the FILE and flushes it, so
  * a reader of the file sees whole records. Returns 0 or -EIO. */
 int trk_flush(struct trk_writer *w);

@@ -122,6 +122,18 @@ static unsigned char *encode_point(unsigned char *dst, const struct trx_writer *
 	return dst;
 }
 
+size_t trx_positions_bytes(const struct trx_writer *w, uint32_t n)
+{
+	return (size_t)n * (w->opts.positions == TRX_POSITIONS_FLOAT16 ? 6 : 12);
+}
+
+void trx_positions_encode(const struct trx_writer *w, unsigned char *dst, const float *points_vox,
+			  uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++, points_vox += 3)
+		dst = encode_point(dst, w, points_vox);
+}
+
 /* Encodes in chunks on the stack: a streamline of any length needs no heap. */
 static int append_points(struct trx_writer *w, const float *p, uint32_t n)
 {
@@ -129,12 +141,12 @@ static int append_points(struct trx_writer *w, const float *p, uint32_t n)
 
 	while (n > 0) {
 		uint32_t k = n < TRX_POINTS_PER_CHUNK ? n : TRX_POINTS_PER_CHUNK;
-		unsigned char *end = buf;
+		size_t bytes = trx_positions_bytes(w, k);
 
-		for (uint32_t i = 0; i < k; i++, p += 3)
-			end = encode_point(end, w, p);
-		if (fwrite(buf, 1, (size_t)(end - buf), w->positions) != (size_t)(end - buf))
+		trx_positions_encode(w, buf, p, k);
+		if (fwrite(buf, 1, bytes, w->positions) != bytes)
 			return -EIO;
+		p += 3 * (size_t)k;
 		n -= k;
 	}
 	return 0;
@@ -148,28 +160,32 @@ static int append_u64(FILE *f, uint64_t v)
 	return fwrite(b, 1, sizeof(b), f) == sizeof(b) ? 0 : -EIO;
 }
 
-static int append_seed(FILE *f, const float seed[3])
+void trx_dps_encode(const struct trx_dps *dps, unsigned char seed[TRX_SEED_BYTES],
+		    unsigned char seed_index[TRX_SEED_INDEX_BYTES], unsigned char *direction_getter)
 {
-	unsigned char b[12];
+	static const struct trx_dps none = { 0 };
 
+	if (!dps)
+		dps = &none;
 	for (int c = 0; c < 3; c++)
-		binio_put_f32(b + 4 * c, seed ? seed[c] : NAN);
-	return fwrite(b, 1, sizeof(b), f) == sizeof(b) ? 0 : -EIO;
+		binio_put_f32(seed + 4 * c, dps->seed_ras ? dps->seed_ras[c] : NAN);
+	binio_put_u32(seed_index, dps->seed_index);
+	*direction_getter = dps->direction_getter;
+}
+
+static int append_column(FILE *f, const unsigned char *bytes, size_t len)
+{
+	return !f || len == 0 || fwrite(bytes, 1, len, f) == len ? 0 : -EIO;
 }
 
 static int append_dps(struct trx_writer *w, const struct trx_dps *dps)
 {
-	static const struct trx_dps none = { 0 };
-	unsigned char b[4];
+	unsigned char seed[TRX_SEED_BYTES], seed_index[TRX_SEED_INDEX_BYTES], dg;
 
-	if (!dps)
-		dps = &none;
-	if (w->seeds && append_seed(w->seeds, dps->seed_ras))
-		return -EIO;
-	binio_put_u32(b, dps->seed_index);
-	if (w->seed_index && fwrite(b, 1, 4, w->seed_index) != 4)
-		return -EIO;
-	if (w->dg && fputc(dps->direction_getter, w->dg) == EOF)
+	trx_dps_encode(dps, seed, seed_index, &dg);
+	if (append_column(w->seeds, seed, sizeof(seed)) ||
+	    append_column(w->seed_index, seed_index, sizeof(seed_index)) ||
+	    append_column(w->dg, &dg, 1))
 		return -EIO;
 	return 0;
 }
@@ -188,6 +204,46 @@ int trx_write_streamline_dps(struct trx_writer *w, const float *points_vox, uint
 	}
 	w->nb_streamlines++;
 	w->nb_vertices += n;
+	return 0;
+}
+
+/* The offsets of the run's streamlines, from the vertices written so far. */
+static int append_offsets(struct trx_writer *w, const uint32_t *counts, uint64_t n)
+{
+	unsigned char buf[TRX_POINTS_PER_CHUNK * 8];
+	uint64_t vertices = w->nb_vertices;
+
+	for (uint64_t first = 0; first < n; first += TRX_POINTS_PER_CHUNK) {
+		uint64_t k = n - first < TRX_POINTS_PER_CHUNK ? n - first : TRX_POINTS_PER_CHUNK;
+
+		for (uint64_t i = 0; i < k; i++) {
+			binio_put_u64(buf + 8 * i, vertices);
+			vertices += counts[first + i];
+		}
+		if (fwrite(buf, 1, 8 * k, w->offsets) != 8 * k)
+			return -EIO;
+	}
+	return 0;
+}
+
+int trx_write_records(struct trx_writer *w, const struct trx_records *rec)
+{
+	uint64_t vertices = 0;
+
+	if (w->failed)
+		return -EIO;
+	for (uint64_t i = 0; i < rec->n; i++)
+		vertices += rec->counts[i];
+	if (append_offsets(w, rec->counts, rec->n) ||
+	    append_column(w->positions, rec->positions, rec->positions_bytes) ||
+	    append_column(w->seeds, rec->seeds, TRX_SEED_BYTES * rec->n) ||
+	    append_column(w->seed_index, rec->seed_index, TRX_SEED_INDEX_BYTES * rec->n) ||
+	    append_column(w->dg, rec->direction_getter, rec->n)) {
+		w->failed = 1;
+		return -EIO;
+	}
+	w->nb_streamlines += rec->n;
+	w->nb_vertices += vertices;
 	return 0;
 }
 

@@ -65,6 +65,40 @@ int trx_write_streamline(struct trx_writer *w, const float *points_vox, uint32_t
 int trx_write_streamline_dps(struct trx_writer *w, const float *points_vox, uint32_t n,
 			     const struct trx_dps *dps);
 
+#define TRX_SEED_BYTES 12       /* a dps/seeds.3.float32 row */
+#define TRX_SEED_INDEX_BYTES 4  /* a dps/seed_index.uint32 row */
+
+/* Streamlines encoded apart from the writer, for trx_write_records: every
+ * one has points (counts[i] > 0), and a column is NULL unless the options
+ * asked for it. */
+struct trx_records {
+	const unsigned char *positions;   /* trx_positions_encode of each, in order */
+	size_t positions_bytes;
+	const uint32_t *counts;           /* n: each streamline's points */
+	const unsigned char *seeds;       /* n * TRX_SEED_BYTES, from trx_dps_encode */
+	const unsigned char *seed_index;  /* n * TRX_SEED_INDEX_BYTES */
+	const unsigned char *direction_getter;  /* n bytes */
+	uint64_t n;
+};
+
+/* The bytes of n points in the writer's positions type. */
+size_t trx_positions_bytes(const struct trx_writer *w, uint32_t n);
+
+/* Encodes n points (trx_positions_bytes of room) as trx_write_streamline
+ * would store them. Only reads the writer: any number of threads may
+ * encode at once. */
+void trx_positions_encode(const struct trx_writer *w, unsigned char *dst, const float *points_vox,
+			  uint32_t n);
+
+/* A streamline's dps rows as trx_write_streamline_dps stores them (dps NULL:
+ * a NaN seed, zero index and getter); the caller keeps those its writer has. */
+void trx_dps_encode(const struct trx_dps *dps, unsigned char seed[TRX_SEED_BYTES],
+		    unsigned char seed_index[TRX_SEED_INDEX_BYTES], unsigned char *direction_getter);
+
+/* Appends the run of records in order, with their offsets, exactly as
+ * trx_write_streamline_dps of each in turn. Returns 0 or -EIO. */
+int trx_write_records(struct trx_writer *w, const struct trx_records *rec);
+
 /* Flushes the temporary files (the FILE gets nothing before finish).
  * Returns 0 or -EIO. */
 int trx_flush(struct trx_writer *w);

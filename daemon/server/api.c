@@ -489,10 +489,11 @@ static json_t *job_to_json(struct api *api, const struct job_info *info)
 			    json_real(info->stage ? info->stage_fraction : 0.0));
 	if (info->state == JOB_DONE) {
 		json_object_set_new(doc, "result", result_json(info));
-		json_object_set_new(doc, "seconds", json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "load",
-				    s->load_seconds, "upload", s->upload_seconds, "compile",
+		json_object_set_new(doc, "seconds", json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+				    "load", s->load_seconds, "upload", s->upload_seconds, "compile",
 				    s->compile_seconds, "track", s->track_seconds, "kernels",
-				    s->kernel_seconds, "write", s->write_seconds));
+				    s->kernel_seconds, "encode", s->encode_seconds, "write",
+				    s->write_seconds));
 	} else {
 		json_object_set_new(doc, "result", json_null());
 		json_object_set_new(doc, "seconds", json_null());

@@ -70,12 +70,13 @@ static json_t *stats_json(const struct engine_stats *s)
 		json_array_append_new(dim, json_integer(s->grid_dim[i]));
 	for (int i = 0; affine && i < 16; i++)
 		json_array_append_new(affine, json_real(s->grid_affine[i / 4][i % 4]));
-	return stats_json_new(s, json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}",
+	return stats_json_new(s, json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}",
 					   "load_seconds", s->load_seconds,
 					   "upload_seconds", s->upload_seconds,
 					   "compile_seconds", s->compile_seconds,
 					   "track_seconds", s->track_seconds,
 					   "kernel_seconds", s->kernel_seconds,
+					   "encode_seconds", s->encode_seconds,
 					   "write_seconds", s->write_seconds,
 					   "grid_dim", dim, "grid_affine", affine));
 }
@@ -233,14 +234,16 @@ static int parse_stats(json_t *doc, struct engine_stats *s, struct errbuf *err)
 	json_int_t seeds, streamlines, points, chunks, batches;
 	json_error_t je;
 
-	if (json_unpack_ex(doc, &je, 0, "{s:I, s:I, s:I, s:I, s:I, s:F, s:F, s:F, s:F, s:F, s:F, "
-			   "s:o, s:o}", "seeds", &seeds, "streamlines", &streamlines, "points",
+	/* encode_seconds is optional: records written before it existed
+	 * counted encoding in write_seconds. */
+	if (json_unpack_ex(doc, &je, 0, "{s:I, s:I, s:I, s:I, s:I, s:F, s:F, s:F, s:F, s:F, s?F, "
+			   "s:F, s:o, s:o}", "seeds", &seeds, "streamlines", &streamlines, "points",
 			   &points, "chunks", &chunks, "batches", &batches, "load_seconds",
 			   &s->load_seconds, "upload_seconds", &s->upload_seconds,
 			   "compile_seconds", &s->compile_seconds, "track_seconds",
 			   &s->track_seconds, "kernel_seconds", &s->kernel_seconds,
-			   "write_seconds", &s->write_seconds, "grid_dim", &dim, "grid_affine",
-			   &affine) < 0)
+			   "encode_seconds", &s->encode_seconds, "write_seconds", &s->write_seconds,
+			   "grid_dim", &dim, "grid_affine", &affine) < 0)
 		return errbuf_set(err, -EINVAL, "stats", "%s", je.text);
 	if (seeds < 0 || streamlines < 0 || points < 0 || chunks < 0 || batches < 0 ||
 	    json_array_size(dim) != 3 || json_array_size(affine) != 16)

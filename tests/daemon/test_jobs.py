@@ -17,7 +17,7 @@ from .support import (PHANTOM_INPUTS, assert_same_trk, fetch_tractogram, get_met
 # The phantom's own job: 2000 seeds, rng_seed 1234 (about 1.5 s on lavapipe).
 PARITY = dict(count=2000, rng_seed=1234)
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-PHASES = {"load", "upload", "compile", "track", "kernels", "write"}
+PHASES = {"load", "upload", "compile", "track", "kernels", "encode", "write"}
 
 
 def _points(trk_bytes):

@@ -125,7 +125,7 @@ def test_stats_json(tracked):
     _, _, trk, stats, _ = tracked
     for key in ("seeds", "streamlines", "points", "chunks", "device", "seconds"):
         assert key in stats, f"--stats-json lacks {key!r}: {stats}"
-    for key in ("load", "upload", "compile", "track", "write"):
+    for key in ("load", "upload", "compile", "track", "encode", "write"):
         assert key in stats["seconds"], f"stats.seconds lacks {key!r}: {stats['seconds']}"
         assert stats["seconds"][key] >= 0
     assert stats["seeds"] == N_SEEDS

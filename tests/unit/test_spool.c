@@ -72,6 +72,7 @@ static struct job_info done_job(const char *id, time_t created)
 	snprintf(info.owner, sizeof(info.owner), "%s", "alice");
 	info.stats.seeds = 100;
 	info.stats.track_seconds = 0.1108092519971251;
+	info.stats.encode_seconds = 0.25;
 	info.stats.grid_dim[0] = 48;
 	info.stats.grid_dim[1] = 48;
 	info.stats.grid_dim[2] = 24;
@@ -108,6 +109,7 @@ static void test_round_trip(void **state)
 	/* Doubles survive exactly: conversions use the grid. */
 	assert_true(recs[0].info.stats.grid_affine[0][3] == -23.5);
 	assert_true(recs[0].info.stats.track_seconds == 0.1108092519971251);
+	assert_true(recs[0].info.stats.encode_seconds == 0.25);
 	assert_memory_equal(recs[0].info.stats.stop_reasons, info.stats.stop_reasons,
 			    sizeof(info.stats.stop_reasons));
 	assert_int_equal(recs[0].info.stats.seeds_without_direction, 3);
