@@ -19,6 +19,9 @@
 
 #define TRACK_MAX_FIELDS 64   /* options and --set's of one track command */
 
+/* How --print-job prints the job (json_dumps), in both binaries. */
+#define TRACK_JOB_DUMP_FLAGS JSON_INDENT(2)
+
 /* The options, in the order of the help; the binaries' getopt values are
  * a base of their own plus these. */
 enum track_opt {

@@ -979,7 +979,7 @@ static int run_track(struct cli *cli, const char *dwi, const char *output)
 	r = track_job_compose(&cli->track, dwi, output, &doc, &err);
 	if (r < 0)
 		return job_doc_exit(r, &err);
-	text = json_dumps(doc, JSON_INDENT(2));
+	text = json_dumps(doc, TRACK_JOB_DUMP_FLAGS);
 	json_decref(doc);
 	if (!text) {
 		fprintf(stderr, "tractd: error: out of memory\n");
