@@ -65,20 +65,24 @@ def test_curl_walkthrough(daemon_factory, tractd, tmp_path):
 def run_block(block, cwd, env, timeout=600):
     """Runs block with bash (errexit, pipefail) in its own process group,
     which is killed afterwards: a daemon the block started in the background
-    does not outlive a block that failed before its `kill %1`."""
-    proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", block], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
+    does not outlive a block that failed before its `kill %1`. Its output
+    goes to files, which such a daemon would keep open as it would pipes."""
+    with open(cwd / "block.out", "w+") as out, open(cwd / "block.err", "w+") as err:
+        proc = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", block], cwd=cwd, env=env,
+                                stdout=out, stderr=err, start_new_session=True)
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{block}\nstdout:\n{out}\n{err}"
-    return out
+            proc.wait(timeout=timeout)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        text, errors = out.read(), err.read()
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{block}\nstdout:\n{text}\n{errors}"
+    return text
 
 
 def test_daemon_first_block(tractd, tractctl, tmp_path):
