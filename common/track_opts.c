@@ -41,7 +41,7 @@ static const struct track_opt_spec specs[TRACK_OPT_COUNT] = {
 	[TRACK_OPT_SEED_ROI] = { "seed-roi", "FILE", KIND_FILE, NULL, "where to seed (seeds.roi)" },
 	[TRACK_OPT_SEEDS] = { "seeds", "N", KIND_FIELD, "seeds.count", "seeds.count" },
 	[TRACK_OPT_SELECT] = { "select", "N", KIND_FIELD, "seeds.select",
-			       "seeds.select: streamlines to keep" },
+			       "seeds.select: the streamlines wanted (as tckgen\n-select)" },
 	[TRACK_OPT_RNG_SEED] = { "rng-seed", "N", KIND_FIELD, "seeds.rng_seed", "seeds.rng_seed" },
 	[TRACK_OPT_DG] = { "dg", "prob|boot|ptt", KIND_FIELD, "direction_getter",
 			   "the direction getter" },
