@@ -4,7 +4,7 @@
 #   make SANITIZE=1          ASan+UBSan build in build-asan/
 #   make fuzz                libFuzzer harnesses (clang) in build-fuzz/fuzz/
 #   make check-fuzz          runs each harness briefly over its seed corpus
-#   make check-tidy          clang-tidy over daemon/ and client/ (.clang-tidy)
+#   make check-tidy          clang-tidy over daemon/, common/ and client/ (.clang-tidy)
 #   make man                 tractd.1 and tractctl.1 from the --help texts
 #   make install PREFIX=/usr/local DESTDIR=...
 #   make venv                the tests' Python environment (VENV, default build/venv)
@@ -157,7 +157,7 @@ check-asan: $(BUILD)/tractd $(BUILD)/tractctl check-unit
 check-layers:
 	$(SYSTEM_PYTHON) scripts/check_layers.py .
 
-# clang-tidy over daemon/ and client/ with the build's flags, two files at a
+# clang-tidy over daemon/, common/ and client/ with the build's flags, two files at a
 # time; .clang-tidy says which checks run and why the others do not, and any
 # finding fails. scripts/tidy/analyzer_hints.h goes before each daemon file but
 # errbuf.c, which defines what it describes; the findings are printed from

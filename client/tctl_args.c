@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tctl_args: the command line of tractctl. One option table for the whole
- * tool, the help texts (the tool's and each command's), and every usage
- * error: after args_parse, a command has the operand it needs, only options
- * that apply to it, and the address of the daemon.
+ * tool (track DWI OUTPUT's part and its help lines are common/track_opts.c's,
+ * which `tractd track` shares), the help texts (the tool's and each
+ * command's), and every usage error: after args_parse, a command has the
+ * operand it needs, only options that apply to it, and the address of the
+ * daemon.
  */
 #include <errno.h>
 #include <getopt.h>

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tctl_args: the command line. One option table, the help texts, and every
- * usage error; what it hands on is a command that can run as it is.
+ * tctl_args: the command line. One option table (with track DWI OUTPUT's
+ * from common/track_opts), the help texts, and every usage error; what it
+ * hands on is a command that can run as it is.
  */
 #ifndef TCTL_ARGS_H
 #define TCTL_ARGS_H
