@@ -4,7 +4,7 @@
 #   make SANITIZE=1          ASan+UBSan build in build-asan/
 #   make fuzz                libFuzzer harnesses (clang) in build-fuzz/fuzz/
 #   make check-fuzz          runs each harness briefly over its seed corpus
-#   make check-tidy          clang-tidy over daemon/ and client/ (.clang-tidy)
+#   make check-tidy          clang-tidy over daemon/, common/ and client/ (.clang-tidy)
 #   make man                 tractd.1 and tractctl.1 from the --help texts
 #   make install PREFIX=/usr/local DESTDIR=...
 #   make venv                the tests' Python environment (VENV, default build/venv)
@@ -52,7 +52,7 @@ NIFTI_LIBS = -lnifti2 -lznz
 CFLAGS ?= $(OPT) -g
 # -MMD -MP: each object's header dependencies go to a .d file beside it.
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
-	-Wmissing-prototypes -MMD -MP -Idaemon -Iproto -I$(BUILD) $(PKG_CFLAGS) $(NIFTI_CFLAGS) $(SANFLAGS) $(CFLAGS)
+	-Wmissing-prototypes -MMD -MP -Idaemon -Iproto -I. -I$(BUILD) $(PKG_CFLAGS) $(NIFTI_CFLAGS) $(SANFLAGS) $(CFLAGS)
 # Debian 12's libshaderc.so carries a partial glslang that clashes with the
 # rest of it: link shaderc and glslang statically (glslang-dev, spirv-tools).
 SHADERC_LIBS = -Wl,--start-group -lshaderc_combined -lglslang -lSPIRV -lSPIRV-Tools-opt -lSPIRV-Tools \
@@ -61,9 +61,14 @@ LIBS = $(PKG_LIBS) $(SHADERC_LIBS) $(NIFTI_LIBS) -llapack -lm -lpthread
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # daemon/ is one folder per layer (README, "Source layout"); main.c sits on top.
+# common/ is below them all and below client/: the command-line code tractd
+# and tractctl share (track's options, job documents), included as
+# "common/x.h" and built once per binary's flags.
 DAEMON_SRC = $(wildcard daemon/*.c daemon/*/*.c)
 DAEMON_LIB_SRC = $(filter-out daemon/main.c,$(DAEMON_SRC))
-DAEMON_LIB_OBJ = $(patsubst daemon/%.c,$(BUILD)/daemon/%.o,$(DAEMON_LIB_SRC)) $(BUILD)/shaders_embed.o
+COMMON_SRC = $(wildcard common/*.c)
+DAEMON_LIB_OBJ = $(patsubst daemon/%.c,$(BUILD)/daemon/%.o,$(DAEMON_LIB_SRC)) \
+	$(patsubst common/%.c,$(BUILD)/common/%.o,$(COMMON_SRC)) $(BUILD)/shaders_embed.o
 SHADER_SRC = $(sort $(wildcard shaders/*.comp shaders/*.glsl))
 UNIT_SRC = $(wildcard tests/unit/test_*.c)
 UNIT_BIN = $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
@@ -74,12 +79,13 @@ FUZZ_BIN = $(patsubst %,build-fuzz/fuzz/fuzz_%,$(FUZZ_NAMES))
 FUZZ_RUNS ?= 20000
 FUZZ_TIME ?= 10
 
-# tractctl shares nothing with the daemon but proto/ (no -Idaemon).
+# tractctl shares nothing with the daemon but proto/ and common/ (no -Idaemon).
 CLIENT_PKGS = libcurl jansson libcrypto
 CLIENT_SRC = $(wildcard client/*.c)
-CLIENT_OBJ = $(patsubst client/%.c,$(BUILD)/client/%.o,$(CLIENT_SRC))
+CLIENT_OBJ = $(patsubst client/%.c,$(BUILD)/client/%.o,$(CLIENT_SRC)) \
+	$(patsubst common/%.c,$(BUILD)/client/common/%.o,$(COMMON_SRC))
 CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
-	-Wmissing-prototypes -MMD -MP -Iproto $(shell pkg-config --cflags $(CLIENT_PKGS) 2>/dev/null) $(SANFLAGS) $(CFLAGS)
+	-Wmissing-prototypes -MMD -MP -Iproto -I. $(shell pkg-config --cflags $(CLIENT_PKGS) 2>/dev/null) $(SANFLAGS) $(CFLAGS)
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
 .PHONY: all check check-layers check-tidy check-man check-unit check-asan check-python check-fuzz fuzz \
@@ -88,6 +94,10 @@ CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
 $(BUILD)/daemon/%.o: daemon/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/common/%.o: common/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
@@ -116,6 +126,10 @@ $(BUILD)/bench-encode: bench/encode.c $(BUILD)/libtractd.a
 $(BUILD)/client/%.o: client/%.c | $(BUILD)/client
 	$(CC) $(CLIENT_CFLAGS) -c -o $@ $<
 
+$(BUILD)/client/common/%.o: common/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CLIENT_CFLAGS) -c -o $@ $<
+
 $(BUILD)/tractctl: $(CLIENT_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CLIENT_LIBS)
 
@@ -142,11 +156,12 @@ check: all check-layers check-tidy check-man check-unit
 
 check-asan: $(BUILD)/tractd $(BUILD)/tractctl check-unit
 
-# daemon/'s includes run only downward between its layer folders, no circles.
+# daemon/'s includes run only downward between its layer folders, common/
+# below them and client/, no circles.
 check-layers:
-	$(SYSTEM_PYTHON) scripts/check_layers.py daemon
+	$(SYSTEM_PYTHON) scripts/check_layers.py .
 
-# clang-tidy over daemon/ and client/ with the build's flags, two files at a
+# clang-tidy over daemon/, common/ and client/ with the build's flags, two files at a
 # time; .clang-tidy says which checks run and why the others do not, and any
 # finding fails. scripts/tidy/analyzer_hints.h goes before each daemon file but
 # errbuf.c, which defines what it describes; the findings are printed from
@@ -159,11 +174,12 @@ TIDY_HINTS = -include scripts/tidy/analyzer_hints.h
 check-tidy: | $(BUILD)
 	@{ for f in $(filter-out daemon/base/errbuf.c,$(DAEMON_SRC)); do \
 		echo "$$f -- $(TIDY_DAEMON_FLAGS) $(TIDY_HINTS)"; done; \
+	   for f in $(COMMON_SRC); do echo "$$f -- $(TIDY_DAEMON_FLAGS)"; done; \
 	   echo "daemon/base/errbuf.c -- $(TIDY_DAEMON_FLAGS)"; \
 	   for f in $(CLIENT_SRC); do echo "$$f -- $(TIDY_CLIENT_FLAGS)"; done; } | \
 		xargs -P2 -L1 $(TIDY) --quiet > $(BUILD)/tidy.log 2>&1 || \
 		{ grep -v ' warnings* generated\.$$' $(BUILD)/tidy.log; exit 1; }
-	@echo "clang-tidy: no findings in daemon/ and client/"
+	@echo "clang-tidy: no findings in daemon/, common/ and client/"
 
 # Man pages, made by help2man from the --help texts (the program's, then each
 # command's that has its own), so that they say what the programs say.

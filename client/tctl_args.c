@@ -1,15 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tctl_args: the command line of tractctl. One option table for the whole
- * tool, the help texts (the tool's and each command's), and every usage
- * error: after args_parse, a command has the operand it needs, only options
- * that apply to it, and the address of the daemon.
+ * tool (track DWI OUTPUT's part and its help lines are common/track_opts.c's,
+ * which `tractd track` shares), the help texts (the tool's and each
+ * command's), and every usage error: after args_parse, a command has the
+ * operand it needs, only options that apply to it, and the address of the
+ * daemon.
  */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "tctl.h"
@@ -29,6 +32,8 @@ static const char tool_help[] =
 "\n"
 "Commands:\n"
 "  track JOB.json      run a job on the daemon and write its tractogram\n"
+"  track DWI OUTPUT    the same with the job composed from options, as\n"
+"                      `tractd track` composes it\n"
 "  submit JOB.json     upload the inputs, queue the job and print its id\n"
 "  status ID           show a job\n"
 "  list                list your jobs (an admin's: everyone's), newest first\n"
@@ -97,15 +102,28 @@ static const char tool_help[] =
 "\n"
 "Examples:\n"
 "  tractd phantom /tmp/ph && tractctl track /tmp/ph/job.json -o /tmp/ph/tracks.trk\n"
+"  tractctl track /tmp/ph/dwi.nii.gz /tmp/ph/tracks.tck --mask /tmp/ph/mask.nii.gz\n"
 "  id=$(tractctl submit job.json) && tractctl wait \"$id\" && tractctl fetch \"$id\"\n"
 "  TRACTD_TOKEN=$(cat ~/.tractd-token) tractctl --server http://gpu1:7878 device\n";
 
 static const char track_help[] =
 "Usage: tractctl track JOB.json [-o FILE]\n"
+"       tractctl track DWI OUTPUT [OPTIONS]\n"
 "\n"
 "Runs JOB.json on the daemon and writes its tractogram: `tractd run` on the\n"
 "daemon's warm GPU. The job file is the same as for `tractd run`; relative\n"
-"paths in it are relative to its directory.\n"
+"paths in it are relative to its directory ('-': the job from standard input,\n"
+"its paths relative to the current directory).\n"
+"\n"
+"A first argument that does not end in .json and is not '-' is a DWI image\n"
+"(.nii, .nii.gz): the job is then composed from the options below, from the\n"
+"table `tractd track DWI OUTPUT` takes them from, into the job it composes:\n"
+"the gradients found beside DWI (X.bval and X.bvec for X.nii.gz or X.nii,\n"
+"else bvals and bvecs in its directory), OUTPUT's extension (.trk, .tck,\n"
+".trx) picking the format, every path absolute. It runs as a job file does\n"
+"and writes OUTPUT, which must not exist yet unless --force. --print-job\n"
+"prints the job and contacts no daemon; unlike tractd's, it does not check\n"
+"the job first (the daemon does when it is submitted).\n"
 "\n"
 "Every input file (each string member of \"inputs\" but sh_basis and\n"
 "sh_frame, and \"seeds.roi\"; DWI bvals and bvecs included) is hashed\n"
@@ -128,17 +146,29 @@ static const char track_help[] =
 "                      usage error (exit 2)\n"
 "      --json          print the finished job (as `status --json` would) instead\n"
 "                      of the summary; not with -o -\n"
+"\n";
+
+/* Then common/track_opts.c's lines, as `tractd track --help` prints them. */
+static const char track_options_help[] =
+"Options of track DWI OUTPUT (unset fields keep the defaults of a job without\n"
+"them, README's tables):\n";
+
+static const char track_help_end[] =
+"\n"
 "and the options of every command (tractctl --help).\n"
 "\n"
 "Exit status: 0 done; 1 the job failed or was cancelled; 2 FILE's extension\n"
-"and output.format disagree; 3 the daemon refused the job, at once or when it\n"
-"ran (the error names the field, and the input file as this job file names\n"
-"it); 6 the job file or an input cannot be\n"
-"read, or FILE cannot be written; 130 interrupted (the job is cancelled);\n"
-"others as in tractctl --help.\n"
+"and output.format disagree, or track DWI OUTPUT's usage: OUTPUT exists\n"
+"without --force, its extension is not .trk, .tck or .trx, no --mask or\n"
+"--seed-roi; 3 the daemon refused the job, at once or when it ran (the error\n"
+"names the field, and the input file as this job file names it; an option's\n"
+"value is the daemon's to judge); 6 the job file or an input cannot be read,\n"
+"no gradients were found beside DWI, or FILE cannot be written; 130\n"
+"interrupted (the job is cancelled); others as in tractctl --help.\n"
 "\n"
-"Example:\n"
-"  tractctl track job.json -o tracks.tck    # a TCK, as tckgen writes\n";
+"Examples:\n"
+"  tractctl track job.json -o tracks.tck    # a TCK, as tckgen writes\n"
+"  tractctl track dwi.nii.gz tracks.tck --mask mask.nii.gz --seeds 10000\n";
 
 static const char submit_help[] =
 "Usage: tractctl submit JOB.json\n"
@@ -302,10 +332,12 @@ static const struct command_spec commands[CMD_COUNT] = {
 
 enum option_id {
 	OPT_SOCKET = 256, OPT_SERVER, OPT_TOKEN, OPT_TOKEN_FILE, OPT_TIMEOUT, OPT_JSON, OPT_FORMAT,
-	OPT_WAIT
+	OPT_WAIT,
+	OPT_TRACK,   /* + enum track_opt: track DWI OUTPUT's options (common/track_opts.h) */
 };
 
-static const struct option long_options[] = {
+/* The options but track DWI OUTPUT's, which track_opts adds. */
+static const struct option own_options[] = {
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "server", required_argument, NULL, OPT_SERVER },
 	{ "token", required_argument, NULL, OPT_TOKEN },
@@ -318,8 +350,18 @@ static const struct option long_options[] = {
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
-	{ NULL, 0, NULL, 0 },
 };
+
+#define N_OWN_OPTIONS (sizeof(own_options) / sizeof(own_options[0]))
+
+/* own_options, then track's, then getopt's terminator (all zero). */
+static struct option long_options[N_OWN_OPTIONS + TRACK_OPT_COUNT + 1];
+
+static void build_long_options(void)
+{
+	memcpy(long_options, own_options, sizeof(own_options));
+	track_opts_getopt(long_options + N_OWN_OPTIONS, OPT_TRACK);
+}
 
 /* What the option loop saw, before the command is known. */
 struct seen {
@@ -352,6 +394,11 @@ static int bad_argument(const char *what, const char *arg)
 static int print_help(enum tctl_command command)
 {
 	fputs(commands[command].help, stdout);
+	if (command == CMD_TRACK) {
+		fputs(track_options_help, stdout);
+		track_opts_print_help(stdout);
+		fputs(track_help_end, stdout);
+	}
 	return TCTL_EXIT_OK;
 }
 
@@ -406,6 +453,16 @@ static int parse_format(const char *arg, const char **ret)
 	return ARGS_RUN;
 }
 
+/* Which command the options are for is known later: check_track_operands. */
+static int parse_track_option(struct tctl_args *args, enum track_opt opt, const char *arg)
+{
+	struct job_doc_error err = { 0 };
+
+	if (track_request_take(&args->track, opt, arg, &err) < 0)
+		return args_usage_error(CMD_TRACK, err.message);
+	return ARGS_RUN;
+}
+
 static int parse_option(struct tctl_args *args, struct seen *seen, int opt, const char *arg,
 			const char *arg_text)
 {
@@ -423,7 +480,10 @@ static int parse_option(struct tctl_args *args, struct seen *seen, int opt, cons
 	case 'h': seen->help = true; return ARGS_RUN;
 	case 'V': seen->version = true; return ARGS_RUN;
 	case ':': return bad_argument("missing argument to", arg_text);
-	default: return bad_argument("invalid option", arg_text);
+	default:
+		if (opt >= OPT_TRACK && opt < OPT_TRACK + TRACK_OPT_COUNT)
+			return parse_track_option(args, (enum track_opt)(opt - OPT_TRACK), arg);
+		return bad_argument("invalid option", arg_text);
 	}
 }
 
@@ -545,6 +605,40 @@ static int check_volumes_operands(struct tctl_args *args, int operands, char **o
 	return ARGS_RUN;
 }
 
+/* A job file: JOB.json (any case) or '-'; any other first argument of
+ * track is a DWI image. */
+static bool names_a_job(const char *arg)
+{
+	size_t n = strlen(arg);
+
+	return strcmp(arg, "-") == 0 || (n >= 5 && strcasecmp(arg + n - 5, ".json") == 0);
+}
+
+/* `track JOB.json` or `track DWI OUTPUT [OPTIONS]`; the options of the one
+ * are not the other's. */
+static int check_track_operands(struct tctl_args *args, int operands, char **operand)
+{
+	char message[256];
+
+	if (operands == 1 && names_a_job(operand[0])) {
+		if (args->track.first_given < 0)
+			return ARGS_RUN;
+		snprintf(message, sizeof(message), "'track JOB.json' has no --%s: the options of "
+			 "track DWI OUTPUT compose a job from a DWI",
+			 track_opts_name((enum track_opt)args->track.first_given));
+		return args_usage_error(CMD_TRACK, message);
+	}
+	if (operands != 2 || names_a_job(operand[0]))
+		return args_usage_error(CMD_TRACK, "'track' takes JOB.json, or DWI OUTPUT: track "
+					"JOB.json [-o FILE], track DWI OUTPUT [OPTIONS]");
+	if (args->output)
+		return args_usage_error(CMD_TRACK, "'track DWI OUTPUT' writes its second argument, "
+					"OUTPUT: no -o");
+	args->dwi = operand[0];
+	args->track_output = operand[1];
+	return ARGS_RUN;
+}
+
 /* operand: the arguments after the command's name. */
 static int check_command_arguments(struct tctl_args *args, int operands, char **operand)
 {
@@ -552,7 +646,15 @@ static int check_command_arguments(struct tctl_args *args, int operands, char **
 	char message[256];
 	int code;
 
-	if (args->command == CMD_VOLUMES) {
+	if (args->command == CMD_TRACK) {
+		code = check_track_operands(args, operands, operand);
+		if (code != ARGS_RUN)
+			return code;
+	} else if (args->track.first_given >= 0) {
+		snprintf(message, sizeof(message), "'%s' has no --%s", spec->name,
+			 track_opts_name((enum track_opt)args->track.first_given));
+		return args_usage_error(args->command, message);
+	} else if (args->command == CMD_VOLUMES) {
 		code = check_volumes_operands(args, operands, operand);
 		if (code != ARGS_RUN)
 			return code;
@@ -603,7 +705,8 @@ static int parse_command(struct tctl_args *args, const struct seen *seen, int op
 	code = check_command_arguments(args, operands - 1, operand + 1);
 	if (code != ARGS_RUN)
 		return code;
-	args->operand = operands > 1 && commands[args->command].operand ? operand[1] : NULL;
+	args->operand = operands > 1 && commands[args->command].operand && !args->dwi ? operand[1] :
+										     NULL;
 	return check_address(args, seen);
 }
 
@@ -627,6 +730,8 @@ int args_parse(int argc, char **argv, struct tctl_args *ret)
 	int opt, code;
 
 	*ret = (struct tctl_args){ .connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS };
+	track_request_init(&ret->track);
+	build_long_options();
 	/* Own messages: a leading ':' makes getopt report a missing argument as ':'. */
 	opterr = 0;
 	/* GNU getopt permutes argv: options may come before or after the command. */

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tctl_args: the command line. One option table, the help texts, and every
- * usage error; what it hands on is a command that can run as it is.
+ * tctl_args: the command line. One option table (with track DWI OUTPUT's
+ * from common/track_opts), the help texts, and every usage error; what it
+ * hands on is a command that can run as it is.
  */
 #ifndef TCTL_ARGS_H
 #define TCTL_ARGS_H
 
 #include <limits.h>
 #include <stdbool.h>
+
+#include "common/track_opts.h"
 
 /* args_parse's answer when the command should run (otherwise: an exit code). */
 #define ARGS_RUN (-1)
@@ -29,7 +32,11 @@ enum tctl_command {
 
 struct tctl_args {
 	enum tctl_command command;
-	const char *operand;       /* JOB.json or ID; NULL for commands without one */
+	const char *operand;       /* JOB.json or ID; NULL for commands without one, and for
+				    * track DWI OUTPUT */
+	const char *dwi;           /* track DWI OUTPUT: DWI; NULL for track JOB.json */
+	const char *track_output;  /* track DWI OUTPUT: OUTPUT */
+	struct track_request track;   /* track DWI OUTPUT's options (common/track_opts.h) */
 	char **volume_ids;         /* `volumes delete ID...`: the ids; NULL for the list */
 	int n_volume_ids;
 	const char *output;        /* -o FILE, "-" for standard output; NULL when not given */

@@ -6,8 +6,10 @@
  * inputs, parameters or a limit; 1 otherwise failed or cancelled), and only
  * a done job's tractogram is kept. `track` owns its job: a signal cancels it
  * on the daemon. The output file's extension asks for its format (track:
- * output.format; fetch: a conversion by the daemon).
+ * output.format; fetch: a conversion by the daemon). `track DWI OUTPUT`
+ * composes its job with common/track_opts, as `tractd track` does.
  */
+#include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -15,6 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/job_doc.h"
+#include "common/track_opts.h"
 #include "tctl.h"
 #include "tctl_cmd.h"
 #include "tctl_interrupt.h"
@@ -258,7 +262,7 @@ static int track_job(struct http_client *c, const struct tctl_args *args, struct
  * naming another format than the job's is a usage error. */
 static int format_from_extension(struct job_file *job, const char *out_path, const char *origin)
 {
-	const char *wanted = output_format_of(out_path);
+	const char *wanted = job_doc_format_of(out_path);
 	const json_t *set = json_object_get(json_object_get(job->doc, "output"), "format");
 	char message[PATH_MAX + 256];
 
@@ -276,11 +280,75 @@ static int format_from_extension(struct job_file *job, const char *out_path, con
 	return TCTL_EXIT_OK;
 }
 
+/* The job of `track DWI OUTPUT`, composed as `tractd track` composes it;
+ * *ret is NULL with an exit code. The command line's faults are usage
+ * errors; gradients not found (an input) and memory are local problems. */
+static int compose_track_job(const struct tctl_args *args, json_t **ret)
+{
+	struct job_doc_error err = { 0 };
+	char message[sizeof(err.field) + sizeof(err.message) + 2];
+	int r = track_job_compose(&args->track, args->dwi, args->track_output, ret, &err);
+
+	if (r == 0)
+		return TCTL_EXIT_OK;
+	*ret = NULL;
+	if (r == -EINVAL || r == -EEXIST) {
+		snprintf(message, sizeof(message), "%s%s%s", err.field, err.field[0] ? ": " : "",
+			 err.message);
+		return args_usage_error(CMD_TRACK, message);
+	}
+	if (err.field[0])
+		msg_error("%s: %s", err.field, err.message);
+	else
+		msg_error("%s", err.message);
+	return TCTL_EXIT_LOCAL;
+}
+
+/* --print-job: the job as `tractd track --print-job` prints it (unchecked:
+ * only the daemon has jobspec). */
+static int print_track_job(const struct tctl_args *args)
+{
+	json_t *doc;
+	char *text;
+	int code = compose_track_job(args, &doc);
+
+	if (code != TCTL_EXIT_OK)
+		return code;
+	text = json_dumps(doc, TRACK_JOB_DUMP_FLAGS);
+	json_decref(doc);
+	if (!text) {
+		msg_error("out of memory");
+		return TCTL_EXIT_LOCAL;
+	}
+	printf("%s\n", text);
+	free(text);
+	return TCTL_EXIT_OK;
+}
+
+/* The job of the command line: JOB.json, or composed from DWI OUTPUT. */
+static int load_track_job(const struct tctl_args *args, struct job_file *job)
+{
+	json_t *doc;
+	int code;
+
+	if (!args->dwi)
+		return job_file_load(args->operand, job);
+	*job = (struct job_file){ 0 };
+	code = compose_track_job(args, &doc);
+	return code == TCTL_EXIT_OK ? job_file_adopt(doc, job) : code;
+}
+
 int cmd_track(struct http_client *c, const struct tctl_args *args)
 {
 	struct job_file job;
-	int code = job_file_load(args->operand, &job);
-	const char *out_path = args->output ? args->output : job.output_path;
+	int code;
+	const char *out_path;
+
+	if (args->dwi && args->track.print_job)
+		return print_track_job(args);
+	code = load_track_job(args, &job);
+	/* OUTPUT as the user wrote it, for the messages; the job has it absolute. */
+	out_path = args->output ? args->output : args->dwi ? args->track_output : job.output_path;
 
 	if (code == TCTL_EXIT_OK && !out_path)
 		code = args_usage_error(CMD_TRACK, "no output: give -o FILE, or output.path in the job");
@@ -433,7 +501,7 @@ static int fetch_to(struct http_client *c, const struct tctl_args *args, const c
  * own. *ret is set when the two agree. */
 static int requested_format(const struct tctl_args *args, const char **ret)
 {
-	const char *extension = args->output ? output_format_of(args->output) : NULL;
+	const char *extension = args->output ? job_doc_format_of(args->output) : NULL;
 	char message[PATH_MAX + 256];
 
 	if (extension && args->format && strcmp(extension, args->format) != 0) {

@@ -90,11 +90,12 @@ static int take_output_path(struct job_file *job)
 
 int job_file_load(const char *path, struct job_file *ret)
 {
+	bool from_stdin = strcmp(path, "-") == 0;
 	json_error_t error;
 	FILE *f;
 
 	*ret = (struct job_file){ 0 };
-	f = fopen(path, "rb");
+	f = from_stdin ? stdin : fopen(path, "rb");
 	if (!f) {
 		msg_error("cannot read %s: %s", path, strerror(errno));
 		return TCTL_EXIT_LOCAL;
@@ -102,12 +103,22 @@ int job_file_load(const char *path, struct job_file *ret)
 	/* The daemon refuses duplicate keys too; jansson would keep the last. */
 	ret->doc = json_loadf(f, JSON_REJECT_DUPLICATES, &error);
 	/* Only read from: a close error loses nothing. */
-	(void)fclose(f);
+	if (!from_stdin)
+		(void)fclose(f);
 	if (!ret->doc) {
-		msg_error("%s:%d:%d: %s", path, error.line, error.column, error.text);
+		msg_error("%s:%d:%d: %s", from_stdin ? "standard input" : path, error.line,
+			  error.column, error.text);
 		return TCTL_EXIT_LOCAL;
 	}
-	ret->dir = directory_of(path);
+	ret->dir = from_stdin ? strdup(".") : directory_of(path);
+	if (!ret->dir)
+		return out_of_memory();
+	return take_output_path(ret);
+}
+
+int job_file_adopt(json_t *doc, struct job_file *ret)
+{
+	*ret = (struct job_file){ .doc = doc, .dir = strdup(".") };
 	if (!ret->dir)
 		return out_of_memory();
 	return take_output_path(ret);

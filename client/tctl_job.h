@@ -32,9 +32,14 @@ struct job_file {
 	size_t n_uploads;
 };
 
-/* Reads the job file; takes output.path out of the document. Returns an
- * exit code. */
+/* Reads the job file ('-': standard input, relative paths from the current
+ * directory); takes output.path out of the document. Returns an exit code. */
 int job_file_load(const char *path, struct job_file *ret);
+
+/* The job file of a document composed here (doc taken; its paths relative
+ * to the current directory), output.path taken out as job_file_load does.
+ * Returns an exit code. */
+int job_file_adopt(json_t *doc, struct job_file *ret);
 
 /* Makes sure the daemon has every input, and names each by its volume id.
  * Returns an exit code. */

@@ -3,14 +3,12 @@
  * tctl_output: the tractogram file. Written to FILE.tmp and renamed to FILE
  * only on success, so that a failed or interrupted transfer never leaves a
  * truncated tractogram under the name asked for, nor replaces an older one;
- * "-" is standard output, which is flushed but cannot be taken back. The
- * file's extension names the format that it asks for.
+ * "-" is standard output, which is flushed but cannot be taken back.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include "tctl.h"
@@ -45,19 +43,6 @@ int output_open(struct output *out, const char *path)
 		return TCTL_EXIT_LOCAL;
 	}
 	return TCTL_EXIT_OK;
-}
-
-const char *output_format_of(const char *path)
-{
-	static const char *const formats[] = { "trk", "tck", "trx" };
-	const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
-
-	if (!dot || (slash && dot < slash))
-		return NULL;
-	for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++)
-		if (strcasecmp(dot + 1, formats[i]) == 0)
-			return formats[i];
-	return NULL;
 }
 
 const char *output_name(const struct output *out)

@@ -18,10 +18,6 @@ struct output {
 /* Creates FILE.tmp (or takes standard output). Returns an exit code. */
 int output_open(struct output *out, const char *path);
 
-/* "trk", "tck" or "trx" when path ends in ".trk", ".tck" or ".trx", in any
- * case (as MRtrix3 and DIPY pick a format); NULL for another or no extension. */
-const char *output_format_of(const char *path);
-
 /* "tracks.trk", or "standard output". */
 const char *output_name(const struct output *out);
 

@@ -3,7 +3,8 @@
  * main: the tractd command line. Parses arguments, turns module errors into
  * messages and exit codes, and wires jobspec -> runner (fresh inputs, its
  * own devices) -> tractogram for `tractd run` (a job file or standard
- * input) and `tractd track` (a job composed from options by job_doc),
+ * input) and `tractd track` (a job composed from options by common/'s
+ * track_opts, the table tractctl's track shares),
  * jobspec -> engine inputs -> NIfTI maps for `tractd fit`; `tractd phantom`
  * and `tractd devices` are thin wrappers.
  *
@@ -31,12 +32,13 @@
 #include "base/log.h"
 #include "demo/phantom.h"
 #include "engine/resident.h"
-#include "run/job_doc.h"
 #include "run/runner.h"
 #include "models/shbasis.h"
 #include "server/serve.h"
 #include "engine/stats_json.h"
 #include "base/timing.h"
+#include "common/job_doc.h"
+#include "common/track_opts.h"
 
 #define TRACTD_VERSION "0.1.0"
 
@@ -104,28 +106,10 @@ static const char track_usage[] =
 ".tck or .trx) picks the format.\n"
 "\n";
 
+/* Its lines are common/track_opts.c's, shared with `tractctl track`. */
 static const char track_text[] =
 "Options of track (the options of run apply too); unset fields keep the\n"
-"defaults of a job without them (README's tables):\n"
-"      --bvals FILE           b-values (FSL text), with --bvecs\n"
-"      --bvecs FILE           b-vectors (FSL text), with --bvals\n"
-"      --mask FILE            where to fit the models (inputs.mask; default: every\n"
-"                             voxel); the seed region too without --seed-roi\n"
-"      --seed-roi FILE        where to seed (seeds.roi)\n"
-"      --seeds N              seeds.count\n"
-"      --rng-seed N           seeds.rng_seed\n"
-"      --dg prob|boot|ptt     the direction getter\n"
-"      --sh-order N           model.sh_order\n"
-"      --sphere NAME          tracking.sphere\n"
-"      --step-size VOXELS     tracking.step_size, in voxels\n"
-"      --max-angle DEG        tracking.max_angle\n"
-"      --fa-threshold X       tracking.fa_threshold\n"
-"      --set KEY=VALUE        any other job field by its dotted path, VALUE as\n"
-"                             JSON (else a string): --set tracking.max_steps=800\n"
-"      --print-job            print the job document and run nothing (keep it\n"
-"                             for `tractd run`)\n"
-"      --force                overwrite an existing OUTPUT\n"
-"\n";
+"defaults of a job without them (README's tables):\n";
 
 static const char fit_usage[] =
 "Usage: tractd fit JOB.json -o DIR [OPTIONS]\n"
@@ -188,24 +172,33 @@ static const char example_text[] =
 "  tractd phantom /tmp/ph && tractd run /tmp/ph/job.json -o /tmp/ph/tracks.trk\n"
 "  tractd track /tmp/ph/dwi.nii.gz /tmp/ph/tracks.tck --mask /tmp/ph/mask.nii.gz\n";
 
+static void print_track_options(void)
+{
+	fputs(track_text, stdout);
+	track_opts_print_help(stdout);
+	fputs("\n", stdout);
+}
+
 /* `tractd COMMAND --help`: that command's usage and options; else all. */
 static int print_help(const char *command)
 {
-	if (command && strcmp(command, "run") == 0)
+	if (command && strcmp(command, "run") == 0) {
 		printf("%s%s%s", run_usage, run_text, common_text);
-	else if (command && strcmp(command, "track") == 0)
-		printf("%s%s%s%s", track_usage, track_text, run_text, common_text);
-	else if (command && strcmp(command, "fit") == 0)
+	} else if (command && strcmp(command, "track") == 0) {
+		fputs(track_usage, stdout);
+		print_track_options();
+		printf("%s%s", run_text, common_text);
+	} else if (command && strcmp(command, "fit") == 0) {
 		printf("%s%s%s", fit_usage, fit_text, common_text);
-	else if (command && strcmp(command, "phantom") == 0)
+	} else if (command && strcmp(command, "phantom") == 0) {
 		printf("%s%s%s", phantom_usage, phantom_text, common_text);
-	else
-		printf("%s%s%s%s%s%s%s", intro_text, run_text, track_text, fit_text, phantom_text,
-		       common_text, example_text);
+	} else {
+		printf("%s%s", intro_text, run_text);
+		print_track_options();
+		printf("%s%s%s%s", fit_text, phantom_text, common_text, example_text);
+	}
 	return EXIT_OK;
 }
-
-#define TRACK_MAX_FIELDS 64   /* options and --set's of one track command */
 
 enum option_id {
 	OPT_STATS_JSON = 256,
@@ -218,8 +211,6 @@ enum option_id {
 	OPT_PIPELINE_CACHE,
 	OPT_DIM,
 	OPT_VOXEL_SIZE,
-	OPT_SPHERE,
-	OPT_SEEDS,
 	OPT_UNCOMPRESSED,
 	OPT_THREADS,
 	OPT_ODF,
@@ -229,22 +220,11 @@ enum option_id {
 	OPT_DIRECTIONS,
 	OPT_BVALUE,
 	OPT_NO_DWI,
-	OPT_BVALS,
-	OPT_BVECS,
-	OPT_MASK,
-	OPT_SEED_ROI,
-	OPT_RNG_SEED,
-	OPT_DG,
-	OPT_SH_ORDER,
-	OPT_STEP_SIZE,
-	OPT_MAX_ANGLE,
-	OPT_FA_THRESHOLD,
-	OPT_SET,
-	OPT_PRINT_JOB,
-	OPT_FORCE,
+	OPT_TRACK,   /* + enum track_opt: track's options (common/track_opts.h) */
 };
 
-static const struct option long_options[] = {
+/* The options of every command but track's, which track_opts adds. */
+static const struct option own_options[] = {
 	{ "output", required_argument, NULL, 'o' },
 	{ "device", required_argument, NULL, 'd' },
 	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
@@ -257,8 +237,6 @@ static const struct option long_options[] = {
 	{ "pipeline-cache", required_argument, NULL, OPT_PIPELINE_CACHE },
 	{ "dim", required_argument, NULL, OPT_DIM },
 	{ "voxel-size", required_argument, NULL, OPT_VOXEL_SIZE },
-	{ "sphere", required_argument, NULL, OPT_SPHERE },
-	{ "seeds", required_argument, NULL, OPT_SEEDS },
 	{ "uncompressed", no_argument, NULL, OPT_UNCOMPRESSED },
 	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "odf", no_argument, NULL, OPT_ODF },
@@ -268,39 +246,22 @@ static const struct option long_options[] = {
 	{ "directions", required_argument, NULL, OPT_DIRECTIONS },
 	{ "bvalue", required_argument, NULL, OPT_BVALUE },
 	{ "no-dwi", no_argument, NULL, OPT_NO_DWI },
-	{ "bvals", required_argument, NULL, OPT_BVALS },
-	{ "bvecs", required_argument, NULL, OPT_BVECS },
-	{ "mask", required_argument, NULL, OPT_MASK },
-	{ "seed-roi", required_argument, NULL, OPT_SEED_ROI },
-	{ "rng-seed", required_argument, NULL, OPT_RNG_SEED },
-	{ "dg", required_argument, NULL, OPT_DG },
-	{ "sh-order", required_argument, NULL, OPT_SH_ORDER },
-	{ "step-size", required_argument, NULL, OPT_STEP_SIZE },
-	{ "max-angle", required_argument, NULL, OPT_MAX_ANGLE },
-	{ "fa-threshold", required_argument, NULL, OPT_FA_THRESHOLD },
-	{ "set", required_argument, NULL, OPT_SET },
-	{ "print-job", no_argument, NULL, OPT_PRINT_JOB },
-	{ "force", no_argument, NULL, OPT_FORCE },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
-	{ 0, 0, 0, 0 },
 };
 
-/* A job field a track option sets: key NULL for --set's KEY=VALUE. */
-struct track_field {
-	const char *key;
-	const char *value;
-};
+#define N_OWN_OPTIONS (sizeof(own_options) / sizeof(own_options[0]))
 
-/* What `tractd track` composes its job from, beside DWI and OUTPUT. */
-struct track_options {
-	const char *bvals, *bvecs, *mask, *seed_roi;
-	struct track_field fields[TRACK_MAX_FIELDS];   /* in the order given */
-	size_t n_fields;
-	bool print_job, force;
-};
+/* own_options, then track's, then getopt's terminator (all zero). */
+static struct option long_options[N_OWN_OPTIONS + TRACK_OPT_COUNT + 1];
+
+static void build_long_options(void)
+{
+	memcpy(long_options, own_options, sizeof(own_options));
+	track_opts_getopt(long_options + N_OWN_OPTIONS, OPT_TRACK);
+}
 
 struct cli {
 	bool help;
@@ -315,7 +276,7 @@ struct cli {
 	struct fit_options fit;
 	bool write_odf;
 	struct phantom_params phantom;
-	struct track_options track;
+	struct track_request track;
 };
 
 static int usage_error(const char *fmt, const char *arg)
@@ -326,23 +287,31 @@ static int usage_error(const char *fmt, const char *arg)
 	return EXIT_USAGE;
 }
 
-/* Records a job field for track; the values are jobspec's to check. */
-static int add_track_field(struct cli *cli, const char *key, const char *value)
+static void report_field(const char *field, const char *message)
 {
-	struct track_options *t = &cli->track;
-
-	if (t->n_fields == TRACK_MAX_FIELDS)
-		return usage_error("%s", "too many job fields on one command line (64 at most)");
-	t->fields[t->n_fields++] = (struct track_field){ key, value };
-	return -1;
+	if (field[0])
+		fprintf(stderr, "tractd: error: %s: %s\n", field, message);
+	else
+		fprintf(stderr, "tractd: error: %s\n", message);
 }
 
 static void report(const struct errbuf *err)
 {
-	if (err->field[0])
-		fprintf(stderr, "tractd: error: %s: %s\n", err->field, err->message);
-	else
-		fprintf(stderr, "tractd: error: %s\n", err->message);
+	report_field(err->field, err->message);
+}
+
+/* A job_doc failure (common/job_doc.h): the command line's is a usage
+ * error (2), an input's invalid (3), memory a runtime failure (1). */
+static int job_doc_exit(int r, const struct job_doc_error *err)
+{
+	if (r == -EINVAL || r == -EEXIST) {
+		if (!err->field[0])
+			return usage_error("%s", err->message);
+		report_field(err->field, err->message);
+		return EXIT_USAGE;
+	}
+	report_field(err->field, err->message);
+	return r == -ENOMEM ? EXIT_RUNTIME : EXIT_INVALID;
 }
 
 /* Input problems, unreadable or truncated files and a limit the job goes
@@ -471,6 +440,21 @@ static int parse_devices(struct cli *cli, const char *arg)
 	return -1;
 }
 
+/* A track option; --sphere and --seeds are phantom's too. Returns -1 to
+ * continue, or an exit code. */
+static int parse_track_option(struct cli *cli, enum track_opt opt, const char *arg)
+{
+	struct job_doc_error err = { 0 };
+	int r;
+
+	if (opt == TRACK_OPT_SPHERE)
+		cli->phantom.sphere = arg;
+	if (opt == TRACK_OPT_SEEDS && parse_size(arg, &cli->phantom.seed_count) < 0)
+		return usage_error("invalid --seeds '%s'", arg);
+	r = track_request_take(&cli->track, opt, arg, &err);
+	return r < 0 ? job_doc_exit(r, &err) : -1;
+}
+
 /* Returns -1 to continue, or an exit code. */
 static int parse_option(struct cli *cli, int opt, const char *arg)
 {
@@ -515,14 +499,6 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 		if (parse_positive_double(arg, &cli->phantom.voxel_mm) < 0)
 			return usage_error("invalid --voxel-size '%s'", arg);
 		return -1;
-	/* Shared by phantom and track. */
-	case OPT_SPHERE:
-		cli->phantom.sphere = arg;
-		return add_track_field(cli, "tracking.sphere", arg);
-	case OPT_SEEDS:
-		if (parse_size(arg, &cli->phantom.seed_count) < 0)
-			return usage_error("invalid --seeds '%s'", arg);
-		return add_track_field(cli, "seeds.count", arg);
 	case OPT_UNCOMPRESSED: cli->phantom.compress = 0; return -1;
 	case OPT_THREADS:
 		if (parse_int(arg, &cli->fit.threads) < 0 || cli->fit.threads < 1 ||
@@ -552,24 +528,14 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 			return usage_error("invalid --bvalue '%s' (over 50, at most 20000)", arg);
 		return -1;
 	case OPT_NO_DWI: cli->phantom.write_dwi = 0; return -1;
-	case OPT_BVALS: cli->track.bvals = arg; return -1;
-	case OPT_BVECS: cli->track.bvecs = arg; return -1;
-	case OPT_MASK: cli->track.mask = arg; return -1;
-	case OPT_SEED_ROI: cli->track.seed_roi = arg; return -1;
-	case OPT_RNG_SEED: return add_track_field(cli, "seeds.rng_seed", arg);
-	case OPT_DG: return add_track_field(cli, "direction_getter", arg);
-	case OPT_SH_ORDER: return add_track_field(cli, "model.sh_order", arg);
-	case OPT_STEP_SIZE: return add_track_field(cli, "tracking.step_size", arg);
-	case OPT_MAX_ANGLE: return add_track_field(cli, "tracking.max_angle", arg);
-	case OPT_FA_THRESHOLD: return add_track_field(cli, "tracking.fa_threshold", arg);
-	case OPT_SET: return add_track_field(cli, NULL, arg);
-	case OPT_PRINT_JOB: cli->track.print_job = true; return -1;
-	case OPT_FORCE: cli->track.force = true; return -1;
 	case 'q': log_set_level(LOG_LEVEL_ERROR); return -1;
 	case 'v': log_set_level(LOG_LEVEL_DEBUG); return -1;
 	case 'h': cli->help = true; return -1;
 	case 'V': printf("tractd %s\n", TRACTD_VERSION); return EXIT_OK;
-	default: return usage_error("%s", "invalid option");
+	default:
+		if (opt >= OPT_TRACK && opt < OPT_TRACK + TRACK_OPT_COUNT)
+			return parse_track_option(cli, (enum track_opt)(opt - OPT_TRACK), arg);
+		return usage_error("%s", "invalid option");
 	}
 }
 
@@ -986,102 +952,6 @@ static int run_job(struct cli *cli, const char *job_path)
 	return code;
 }
 
-/* path as a JSON string, absolute (joined to the current directory), so
- * that a printed job runs from anywhere; NULL when out of memory or too
- * long. */
-static json_t *absolute_path(const char *path)
-{
-	char cwd[PATH_MAX], joined[2 * PATH_MAX];
-
-	if (path[0] == '/')
-		return json_string(path);
-	if (!getcwd(cwd, sizeof(cwd)))
-		return NULL;
-	if ((size_t)snprintf(joined, sizeof(joined), "%s/%s", cwd, path) >= sizeof(joined))
-		return NULL;
-	return json_string(joined);
-}
-
-/* The gradients: --bvals and --bvecs, else found beside dwi; NULL with the
- * exit code in *code. */
-static json_t *track_inputs(const struct track_options *t, const char *dwi, int *code)
-{
-	struct errbuf err = { 0 };
-	char *found_bvals = NULL, *found_bvecs = NULL;
-	json_t *inputs;
-	int r = 0;
-
-	if (!t->bvals != !t->bvecs) {
-		*code = usage_error("%s", "--bvals and --bvecs go together");
-		return NULL;
-	}
-	if (!t->bvals)
-		r = job_doc_find_gradients(dwi, &found_bvals, &found_bvecs, &err);
-	if (r < 0) {
-		report(&err);
-		*code = exit_code_for(r, &err);
-		return NULL;
-	}
-	inputs = json_pack("{s:o, s:o, s:o}", "dwi", absolute_path(dwi),
-			   "bvals", absolute_path(t->bvals ? t->bvals : found_bvals),
-			   "bvecs", absolute_path(t->bvecs ? t->bvecs : found_bvecs));
-	if (inputs && t->mask && json_object_set_new(inputs, "mask", absolute_path(t->mask)) < 0) {
-		json_decref(inputs);
-		inputs = NULL;
-	}
-	free(found_bvals);
-	free(found_bvecs);
-	if (!inputs) {
-		fprintf(stderr, "tractd: error: out of memory or a path too long\n");
-		*code = EXIT_RUNTIME;
-	}
-	return inputs;
-}
-
-/* The job of `tractd track DWI OUTPUT`: inputs, seeds in --seed-roi (else
- * the mask), output by OUTPUT's extension, then the options' fields in the
- * order given. NULL with the exit code in *code. */
-static json_t *compose_track_job(const struct track_options *t, const char *dwi,
-				 const char *output, int *code)
-{
-	struct errbuf err = { 0 };
-	const char *format = job_doc_format_of(output), *roi = t->seed_roi ? t->seed_roi : t->mask;
-	json_t *doc, *inputs;
-
-	if (!format) {
-		*code = usage_error("OUTPUT '%s': its extension picks the format (.trk, .tck, "
-				    ".trx)", output);
-		return NULL;
-	}
-	if (!roi) {
-		*code = usage_error("%s", "track needs --seed-roi FILE or --mask FILE to seed in");
-		return NULL;
-	}
-	inputs = track_inputs(t, dwi, code);
-	if (!inputs)
-		return NULL;
-	doc = json_pack("{s:o, s:{s:o}, s:{s:s, s:o}}", "inputs", inputs, "seeds", "roi",
-			absolute_path(roi), "output", "format", format, "path",
-			absolute_path(output));
-	if (!doc) {
-		fprintf(stderr, "tractd: error: out of memory or a path too long\n");
-		*code = EXIT_RUNTIME;
-		return NULL;
-	}
-	for (size_t i = 0; i < t->n_fields; i++) {
-		const struct track_field *f = &t->fields[i];
-		int r = f->key ? job_doc_set_text(doc, f->key, f->value, &err) :
-				 job_doc_assign(doc, f->value, &err);
-		if (r < 0) {
-			json_decref(doc);
-			report(&err);
-			*code = r == -ENOMEM ? EXIT_RUNTIME : EXIT_USAGE;
-			return NULL;
-		}
-	}
-	return doc;
-}
-
 /* Prints the job after jobspec has read it well, so that a printed job
  * runs. */
 static int print_job(const char *text)
@@ -1101,18 +971,17 @@ static int print_job(const char *text)
 
 static int run_track(struct cli *cli, const char *dwi, const char *output)
 {
-	int code = EXIT_OK;
+	struct job_doc_error err = { 0 };
+	int code, r;
 	json_t *doc;
 	char *text;
 
 	if (cli->output)
 		return usage_error("%s", "track writes its second argument, OUTPUT: no -o");
-	if (!cli->track.print_job && !cli->track.force && access(output, F_OK) == 0)
-		return usage_error("%s exists: give --force to overwrite it", output);
-	doc = compose_track_job(&cli->track, dwi, output, &code);
-	if (!doc)
-		return code;
-	text = json_dumps(doc, JSON_INDENT(2));
+	r = track_job_compose(&cli->track, dwi, output, &doc, &err);
+	if (r < 0)
+		return job_doc_exit(r, &err);
+	text = json_dumps(doc, TRACK_JOB_DUMP_FLAGS);
 	json_decref(doc);
 	if (!text) {
 		fprintf(stderr, "tractd: error: out of memory\n");
@@ -1302,6 +1171,8 @@ int main(int argc, char **argv)
 	if (argc > 1 && strcmp(argv[1], "serve") == 0)
 		return serve_main(argc - 1, argv + 1);
 	phantom_default_params(&cli.phantom);
+	track_request_init(&cli.track);
+	build_long_options();
 	set_default_cache(&cli);
 	/* GNU getopt permutes argv: options may come before or after the command. */
 	while ((opt = getopt_long(argc, argv, "o:d:qvhV", long_options, NULL)) != -1) {

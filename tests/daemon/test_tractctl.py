@@ -426,3 +426,145 @@ def test_progress_line_shows_time_left(tractctl, daemon, ctl, phantom, tmp_path)
     os.close(master)
     assert proc.wait(timeout=120) == 0, drawn
     assert re.search(rb"\] +\d+% \d+:\d\d ETA \d+:\d\d  \d+/20000 seeds", drawn), drawn[-2000:]
+
+
+# ------------------------------------------- track DWI OUTPUT (issue 20)
+# `tractctl track DWI OUTPUT [OPTIONS]` composes its job from the table of
+# options `tractd track` takes (common/track_opts.c) and runs it on the
+# daemon: the bytes and the job of `tractd track` with the same options.
+DWI_SEEDS = 300
+EXIT_USAGE, EXIT_REJECTED, EXIT_LOCAL = 2, 3, 6
+
+
+@pytest.fixture(scope="module")
+def small_dwi(tractd, tmp_path_factory):
+    """A small phantom's raw DWI: dwi.nii.gz, dwi.bval, dwi.bvec, mask.nii.gz,
+    seed_roi.nii.gz."""
+    d = tmp_path_factory.mktemp("small_dwi")
+    subprocess.run([tractd, "phantom", "-q", "--dim", "24,24,16", d], check=True, timeout=300,
+                   env=daemon_env())
+    return d
+
+
+def _dwi_args(d, output, *extra):
+    return ["track", d / "dwi.nii.gz", output, "--mask", d / "mask.nii.gz", "--seed-roi",
+            d / "seed_roi.nii.gz", "--seeds", DWI_SEEDS, "--rng-seed", 7, *extra]
+
+
+def _tractd(tractd, *args, **kw):
+    return subprocess.run([tractd, *map(str, args)], capture_output=True, text=True,
+                          timeout=300, env=daemon_env(), **kw)
+
+
+def _fails(p, code, *words):
+    assert p.returncode == code, f"$ {' '.join(map(str, p.args))}\nexit {p.returncode}\n{p.stderr}"
+    for word in words:
+        assert word in p.stderr, (word, p.stderr)
+
+
+def test_track_dwi_is_tractd_track(ctl, tractctl, daemon, tractd, small_dwi, tmp_path):
+    """The bytes `tractd track` writes with the same options; --print-job prints
+    what `tractd track --print-job` prints, and that job, run from standard
+    input, gives the same bytes again."""
+    want = tmp_path / "tractd.trk"
+    _ok(_tractd(tractd, *_dwi_args(small_dwi, want), "-q"))
+    got = tmp_path / "tractctl.trk"
+    _ok(ctl(*_dwi_args(small_dwi, got)))
+    assert_same_trk(got.read_bytes(), want.read_bytes(), "tractctl track DWI OUTPUT")
+    assert len(nib.streamlines.load(str(got)).streamlines) > 0
+
+    printed = _ok(ctl(*_dwi_args(small_dwi, got), "--print-job")).stdout
+    assert printed == _ok(_tractd(tractd, *_dwi_args(small_dwi, got), "--print-job")).stdout
+    assert json.loads(printed)["inputs"]["bvals"] == str(small_dwi / "dwi.bval")
+    env = daemon_env()
+    env.pop("TRACTD_SOCKET", None)
+    piped = tmp_path / "piped.trk"
+    _ok(subprocess.run([tractctl, "--socket", str(daemon.sock), "track", "-", "-o", str(piped)],
+                       input=printed, capture_output=True, text=True, timeout=300, env=env))
+    assert_same_trk(piped.read_bytes(), want.read_bytes(), "the printed job, run")
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["piped.trk", "tractctl.trk",
+                                                         "tractd.trk"]
+
+
+def test_track_dwi_finds_sidecars_by_name(ctl, small_dwi, tmp_path):
+    """X.bval/X.bvec beside X.nii.gz (BIDS, FSL), else bvals/bvecs in its
+    directory; a job on the BIDS names runs to the bytes of the original."""
+    bids = tmp_path / "bids"
+    bids.mkdir()
+    for ext in ("nii.gz", "bval", "bvec"):
+        (bids / f"sub-01_dwi.{ext}").write_bytes((small_dwi / f"dwi.{ext}").read_bytes())
+    args = _dwi_args(small_dwi, tmp_path / "bids.trk")
+    args[1] = bids / "sub-01_dwi.nii.gz"
+    job = json.loads(_ok(ctl(*args, "--print-job")).stdout)
+    assert job["inputs"]["bvals"] == str(bids / "sub-01_dwi.bval")
+    assert job["inputs"]["bvecs"] == str(bids / "sub-01_dwi.bvec")
+    _ok(ctl(*args))
+    _ok(ctl(*_dwi_args(small_dwi, tmp_path / "orig.trk")))
+    assert_same_trk((tmp_path / "bids.trk").read_bytes(), (tmp_path / "orig.trk").read_bytes(),
+                    "the BIDS-named DWI")
+
+    fsl = tmp_path / "fsl"
+    fsl.mkdir()
+    (fsl / "data.nii.gz").write_bytes((small_dwi / "dwi.nii.gz").read_bytes())
+    (fsl / "bvals").write_bytes((small_dwi / "dwi.bval").read_bytes())
+    (fsl / "bvecs").write_bytes((small_dwi / "dwi.bvec").read_bytes())
+    args[1] = fsl / "data.nii.gz"
+    job = json.loads(_ok(ctl(*args, "--print-job")).stdout)
+    assert (job["inputs"]["bvals"], job["inputs"]["bvecs"]) == (str(fsl / "bvals"),
+                                                                str(fsl / "bvecs"))
+
+
+def test_track_dwi_errors(ctl, small_dwi, tmp_path):
+    """No gradients: exit 6 naming what was looked for; an existing OUTPUT is
+    kept without --force (2); values are the daemon's to refuse (3, naming
+    the field); the usage of the two forms of track (2). Nothing is written."""
+    (tmp_path / "scan.nii.gz").write_bytes((small_dwi / "dwi.nii.gz").read_bytes())
+    args = _dwi_args(small_dwi, tmp_path / "x.trk")
+    args[1] = tmp_path / "scan.nii.gz"
+    _fails(ctl(*args), EXIT_LOCAL, "scan.bval", "scan.bvec", "bvals", "--bvals")
+
+    kept = tmp_path / "kept.trk"
+    kept.write_bytes(b"precious")
+    _fails(ctl(*_dwi_args(small_dwi, kept)), EXIT_USAGE, "--force")
+    assert kept.read_bytes() == b"precious"
+    _ok(ctl(*_dwi_args(small_dwi, kept), "--force"))
+    assert len(nib.streamlines.load(str(kept)).streamlines) > 0
+
+    _fails(ctl(*_dwi_args(small_dwi, tmp_path / "a.trk"), "--max-angle", "120"),
+           EXIT_REJECTED, "tracking.max_angle")
+    _fails(ctl(*_dwi_args(small_dwi, tmp_path / "a.trk"), "--seeds", "many"),
+           EXIT_REJECTED, "seeds.count")
+    _fails(ctl(*_dwi_args(small_dwi, tmp_path / "a.vtk")), EXIT_USAGE, ".trk", ".tck")
+    _fails(ctl("track", small_dwi / "dwi.nii.gz", tmp_path / "a.trk"), EXIT_USAGE,
+           "--seed-roi", "--mask")
+    _fails(ctl(*_dwi_args(small_dwi, tmp_path / "a.trk"), "-o", tmp_path / "b.trk"),
+           EXIT_USAGE, "no -o")
+    _fails(ctl("track", small_dwi / "dwi.nii.gz"), EXIT_USAGE, "DWI OUTPUT")
+    _fails(ctl("track", tmp_path / "job.json", "--mask", small_dwi / "mask.nii.gz"),
+           EXIT_USAGE, "--mask")
+    _fails(ctl("status", "j-0123456789abcdef", "--seeds", "5"), EXIT_USAGE, "--seeds")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.trk", "scan.nii.gz"]
+
+
+def test_track_dwi_new_options_reach_the_job(ctl, small_dwi, tmp_path):
+    """--select, --step and --bvecs-convention set their fields (printed
+    unchecked: whether jobspec knows them yet is the daemon's)."""
+    job = json.loads(_ok(ctl(*_dwi_args(small_dwi, tmp_path / "n.trk"), "--select", "50",
+                             "--step", "0.5", "--bvecs-convention", "voxel",
+                             "--print-job")).stdout)
+    assert job["seeds"]["select"] == 50
+    assert job["tracking"]["step_mm"] == 0.5
+    assert job["inputs"]["bvecs_convention"] == "voxel"
+
+
+def test_track_help_has_tractd_tracks_options(ctl, tractd):
+    """`tractctl track --help` lists every option line of `tractd track --help`
+    (one table makes both)."""
+    theirs = _tractd(tractd, "track", "--help").stdout
+    table = theirs[theirs.index("Options of track"):theirs.index("Options of run")]
+    lines = [line for line in table.splitlines() if line.startswith("      --")]
+    assert len(lines) >= 18 and any("--bvecs-convention" in line for line in lines), lines
+    ours = _ok(ctl("track", "--help")).stdout
+    assert ours.startswith("Usage: tractctl track JOB.json"), ours[:100]
+    missing = [line for line in lines if line not in ours.splitlines()]
+    assert not missing, missing

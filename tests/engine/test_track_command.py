@@ -252,3 +252,21 @@ def test_set_select(tractd, ph, tmp_path):
     assert f"\ncount: {select:010d}\n" in header, header
     assert f"\nmax_num_tracks: {select}\n" in header, header
     assert f"\nmax_num_seeds: {N_SEEDS}\n" in header, header
+
+
+@pytest.mark.parametrize("option, value, field, want", [
+    ("--select", "50", "seeds.select", 50),
+    ("--step", "0.5", "tracking.step_mm", 0.5),
+    ("--bvecs-convention", "voxel", "inputs.bvecs_convention", "voxel"),
+])
+def test_new_options_reach_the_job(tractd, ph, tmp_path, option, value, field, want):
+    """--select, --step and --bvecs-convention set their fields. --print-job
+    prints only a job jobspec reads: until jobspec knows the field, the job
+    is refused naming it (exit 3); once it does, the field is printed."""
+    proc = run_cli(tractd, [*track_args(ph, tmp_path / "n.trk"), option, value, "--print-job"])
+    if proc.returncode == EXIT_INVALID:
+        assert f"{field}: unknown field" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == EXIT_OK, proc.stderr
+    section, name = field.split(".")
+    assert json.loads(proc.stdout)[section][name] == want

@@ -1,38 +1,44 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * job_doc: job documents composed or adjusted on the command line (output
- * format from an extension, dotted-path fields, gradients found by name).
- * Owns nothing past a call.
+ * format from an extension, dotted-path fields, gradients found by name),
+ * for tractd and tractctl. Owns nothing past a call.
  */
-#include "run/job_doc.h"
+#include "common/job_doc.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
-#include "formats/output.h"
+int job_doc_fail(struct job_doc_error *err, int code, const char *field, const char *fmt, ...)
+{
+	va_list ap;
 
-/* The formats' names are output.c's: the extension, lowercased, is looked
- * up there rather than in a second list. */
+	snprintf(err->field, sizeof(err->field), "%s", field);
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+/* The names jobspec takes for output.format. */
 const char *job_doc_format_of(const char *path)
 {
+	static const char *const formats[] = { "trk", "tck", "trx" };
 	const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
-	enum output_format format;
-	char ext[4];
-	size_t n;
 
-	if (!dot || (slash && dot < slash) || (n = strlen(dot + 1)) >= sizeof(ext))
+	if (!dot || (slash && dot < slash))
 		return NULL;
-	for (size_t i = 0; i <= n; i++)
-		ext[i] = (char)tolower((unsigned char)dot[1 + i]);
-	if (output_format_parse(ext, &format) < 0)
-		return NULL;
-	return output_format_name(format);
+	for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++)
+		if (strcasecmp(dot + 1, formats[i]) == 0)
+			return formats[i];
+	return NULL;
 }
 
 int job_doc_set_format(json_t *doc, const char *format, const char **named)
@@ -57,7 +63,7 @@ int job_doc_set_format(json_t *doc, const char *format, const char **named)
 	return json_object_set_new(output, "format", json_string(format)) < 0 ? -ENOMEM : 1;
 }
 
-int job_doc_set(json_t *doc, const char *key, json_t *value, struct errbuf *err)
+int job_doc_set(json_t *doc, const char *key, json_t *value, struct job_doc_error *err)
 {
 	char part[256];
 	const char *p = key;
@@ -69,23 +75,23 @@ int job_doc_set(json_t *doc, const char *key, json_t *value, struct errbuf *err)
 
 		if (n == 0 || n >= sizeof(part)) {
 			json_decref(value);
-			return errbuf_set(err, -EINVAL, key, "not a field path (dotted names)");
+			return job_doc_fail(err, -EINVAL, key, "not a field path (dotted names)");
 		}
 		memcpy(part, p, n);
 		part[n] = '\0';
 		if (p[n] == '\0')
 			return json_object_set_new(at, part, value) < 0 ?
-				       errbuf_set(err, -ENOMEM, "", "out of memory") : 0;
+				       job_doc_fail(err, -ENOMEM, "", "out of memory") : 0;
 		next = json_object_get(at, part);
 		if (!next) {
 			next = json_object();
 			if (!next || json_object_set_new(at, part, next) < 0) {
 				json_decref(value);
-				return errbuf_set(err, -ENOMEM, "", "out of memory");
+				return job_doc_fail(err, -ENOMEM, "", "out of memory");
 			}
 		} else if (!json_is_object(next)) {
 			json_decref(value);
-			return errbuf_set(err, -EINVAL, key, "%.*s is not an object",
+			return job_doc_fail(err, -EINVAL, key, "%.*s is not an object",
 					  (int)(p - key + n), key);
 		}
 		at = next;
@@ -93,24 +99,24 @@ int job_doc_set(json_t *doc, const char *key, json_t *value, struct errbuf *err)
 	}
 }
 
-int job_doc_set_text(json_t *doc, const char *key, const char *text, struct errbuf *err)
+int job_doc_set_text(json_t *doc, const char *key, const char *text, struct job_doc_error *err)
 {
 	json_t *value = json_loads(text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
 
 	if (!value)
 		value = json_string(text);
 	if (!value)
-		return errbuf_set(err, -ENOMEM, "", "out of memory");
+		return job_doc_fail(err, -ENOMEM, "", "out of memory");
 	return job_doc_set(doc, key, value, err);
 }
 
-int job_doc_assign(json_t *doc, const char *assignment, struct errbuf *err)
+int job_doc_assign(json_t *doc, const char *assignment, struct job_doc_error *err)
 {
 	const char *eq = strchr(assignment, '=');
 	char key[512];
 
 	if (!eq || eq == assignment || (size_t)(eq - assignment) >= sizeof(key))
-		return errbuf_set(err, -EINVAL, "", "--set %s: expected KEY=VALUE", assignment);
+		return job_doc_fail(err, -EINVAL, "", "--set %s: expected KEY=VALUE", assignment);
 	memcpy(key, assignment, (size_t)(eq - assignment));
 	key[eq - assignment] = '\0';
 	return job_doc_set_text(doc, key, eq + 1, err);
@@ -139,7 +145,7 @@ static void sidecar_stem(const char *dwi, char stem[PATH_MAX])
 	}
 }
 
-int job_doc_find_gradients(const char *dwi, char **bvals, char **bvecs, struct errbuf *err)
+int job_doc_find_gradients(const char *dwi, char **bvals, char **bvecs, struct job_doc_error *err)
 {
 	char stem[PATH_MAX], dir[PATH_MAX], sidecars[2][PATH_MAX], beside[2][PATH_MAX];
 	const char *slash = strrchr(dwi, '/');
@@ -154,7 +160,7 @@ int job_doc_find_gradients(const char *dwi, char **bvals, char **bvecs, struct e
 		named = true;
 	if ((size_t)snprintf(beside[0], PATH_MAX, "%s/bvals", dir) >= PATH_MAX ||
 	    (size_t)snprintf(beside[1], PATH_MAX, "%s/bvecs", dir) >= PATH_MAX)
-		return errbuf_set(err, -ENAMETOOLONG, "inputs.dwi", "%s: name too long", dwi);
+		return job_doc_fail(err, -ENAMETOOLONG, "inputs.dwi", "%s: name too long", dwi);
 	if (named && pair_exists(sidecars[0], sidecars[1])) {
 		*bvals = strdup(sidecars[0]);
 		*bvecs = strdup(sidecars[1]);
@@ -162,11 +168,11 @@ int job_doc_find_gradients(const char *dwi, char **bvals, char **bvecs, struct e
 		*bvals = strdup(beside[0]);
 		*bvecs = strdup(beside[1]);
 	} else if (named) {
-		return errbuf_set(err, -ENOENT, "inputs.bvals", "no gradients found for %s: looked "
+		return job_doc_fail(err, -ENOENT, "inputs.bvals", "no gradients found for %s: looked "
 				  "for %s and %s, then %s and %s (give --bvals and --bvecs)", dwi,
 				  sidecars[0], sidecars[1], beside[0], beside[1]);
 	} else {
-		return errbuf_set(err, -ENOENT, "inputs.bvals", "no gradients found for %s: looked "
+		return job_doc_fail(err, -ENOENT, "inputs.bvals", "no gradients found for %s: looked "
 				  "for %s and %s (give --bvals and --bvecs)", dwi, beside[0],
 				  beside[1]);
 	}
@@ -174,7 +180,7 @@ int job_doc_find_gradients(const char *dwi, char **bvals, char **bvecs, struct e
 		free(*bvals);
 		free(*bvecs);
 		*bvals = *bvecs = NULL;
-		return errbuf_set(err, -ENOMEM, "", "out of memory");
+		return job_doc_fail(err, -ENOMEM, "", "out of memory");
 	}
 	return 0;
 }
