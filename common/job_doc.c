@@ -16,6 +16,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/tractogram_formats.h"
+
 int job_doc_fail(struct job_doc_error *err, int code, const char *field, const char *fmt, ...)
 {
 	va_list ap;
@@ -30,7 +32,9 @@ int job_doc_fail(struct job_doc_error *err, int code, const char *field, const c
 /* The names jobspec takes for output.format. */
 const char *job_doc_format_of(const char *path)
 {
-	static const char *const formats[] = { "trk", "tck", "trx" };
+#define FORMAT_NAME(id, name) name,
+	static const char *const formats[] = { TRACTOGRAM_FORMATS(FORMAT_NAME) };
+#undef FORMAT_NAME
 	const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
 
 	if (!dot || (slash && dot < slash))

@@ -30,9 +30,9 @@ struct output_writer {
 	} w;
 };
 
-static const char *const format_names[] = {
-	[OUTPUT_TRK] = "trk", [OUTPUT_TCK] = "tck", [OUTPUT_TRX] = "trx"
-};
+#define FORMAT_NAME(id, name) [OUTPUT_##id] = name,
+static const char *const format_names[] = { TRACTOGRAM_FORMATS(FORMAT_NAME) };
+#undef FORMAT_NAME
 
 const char *output_format_name(enum output_format format)
 {

@@ -16,10 +16,13 @@
 #include <stdio.h>
 
 #include "base/errbuf.h"
+#include "common/tractogram_formats.h"
 
 #include "formats/trx.h"
 
-enum output_format { OUTPUT_TRK, OUTPUT_TCK, OUTPUT_TRX };
+#define OUTPUT_FORMAT_ID(id, name) OUTPUT_##id,
+enum output_format { TRACTOGRAM_FORMATS(OUTPUT_FORMAT_ID) };
+#undef OUTPUT_FORMAT_ID
 
 /* What a job may choose beyond the format. positions and compression are
  * TRX's (jobspec refuses them with other formats; the others ignore them). */
