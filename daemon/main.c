@@ -302,6 +302,12 @@ struct track_options {
 	bool print_job, force;
 };
 
+/* What tractd run's progress output last showed (show_progress). */
+struct progress_view {
+	bool terminal;            /* stderr is one: a self-overwriting line */
+	int shown;                /* percent drawn, or tenths logged; -1: none yet */
+};
+
 struct cli {
 	bool help;
 	const char *output;
@@ -312,6 +318,7 @@ struct cli {
 	char default_cache[PATH_MAX];
 	struct gpu_options gpu;
 	struct engine_options engine;
+	struct progress_view progress;
 	struct fit_options fit;
 	bool write_odf;
 	struct phantom_params phantom;
@@ -698,13 +705,27 @@ static int output_close(struct output_file *o, bool success)
 	return r;
 }
 
-/* On a terminal, one self-overwriting line per chunk. */
-static bool show_progress(void *userdata, uint64_t done, uint64_t total, uint64_t streamlines)
+/* Tracking progress: on a terminal one self-overwriting line, redrawn when
+ * the percentage changes or a chunk is written; in a log (stderr not a
+ * terminal, -v) a line per tenth of the seeds, as MRtrix3 shows progress. */
+static bool show_progress(void *userdata, const struct engine_progress *p)
 {
-	(void)userdata;
-	fprintf(stderr, "\rtractd: tracking %3d%% (%llu/%llu seeds, %llu streamlines)%s",
-		(int)(100 * done / total), (unsigned long long)done, (unsigned long long)total,
-		(unsigned long long)streamlines, done == total ? "\n" : "");
+	struct progress_view *view = userdata;
+	int percent = (int)(100 * p->seeds_done / p->seeds_total);
+	int shown = view->terminal ? percent : percent / 10;
+
+	if (shown == view->shown && !(view->terminal && p->written))
+		return true;
+	view->shown = shown;
+	if (!view->terminal) {
+		log_info("tracking %3d%% (%llu/%llu seeds, %llu streamlines written)", percent,
+			 (unsigned long long)p->seeds_done, (unsigned long long)p->seeds_total,
+			 (unsigned long long)p->streamlines);
+		return true;
+	}
+	fprintf(stderr, "\rtractd: tracking %3d%% (%llu/%llu seeds, %llu streamlines)%s", percent,
+		(unsigned long long)p->seeds_done, (unsigned long long)p->seeds_total,
+		(unsigned long long)p->streamlines, p->seeds_done == p->seeds_total ? "\n" : "");
 	return true;
 }
 
@@ -718,10 +739,14 @@ static bool show_fit_progress(void *userdata, const char *stage, double fraction
 
 static void enable_progress(struct cli *cli)
 {
-	if (!isatty(STDERR_FILENO) || log_get_level() < LOG_LEVEL_INFO)
+	cli->progress = (struct progress_view){ .terminal = isatty(STDERR_FILENO), .shown = -1 };
+	if (cli->progress.terminal ? log_get_level() < LOG_LEVEL_INFO :
+				     log_get_level() < LOG_LEVEL_DEBUG)
 		return;
 	cli->engine.progress = show_progress;
-	cli->fit.progress = show_fit_progress;
+	cli->engine.progress_userdata = &cli->progress;
+	if (cli->progress.terminal)
+		cli->fit.progress = show_fit_progress;
 }
 
 /* Why the streamlines stopped, as tckgen's "Termination reason
