@@ -339,7 +339,28 @@ static void resume_defines(const struct jobspec *job, struct defines *d)
 		define(d, "ARC_WORDS", PTT_ARC_WORDS);
 }
 
-static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
+/* Gets a run's pipelines from a device, telling the caller once
+ * (engine_options.compiling) when one is in no cache: the first run of a
+ * configuration compiles for seconds, minutes on lavapipe. */
+struct pipeline_source {
+	struct gpu_ctx *gpu;
+	const struct engine_options *opts;
+	bool told;
+};
+
+static int get_pipeline(struct pipeline_source *src, const char *shader, const struct defines *d,
+			uint32_t n_buffers, struct gpu_pipeline **ret, struct errbuf *err)
+{
+	if (!src->told && src->opts->compiling && !gpu_pipeline_cached(src->gpu, shader, d->list)) {
+		src->told = true;
+		src->opts->compiling(src->opts->progress_userdata,
+				     gpu_get_limits(src->gpu)->device_name);
+	}
+	return gpu_pipeline_get(src->gpu, shader, d->list, n_buffers, sizeof(struct kernel_params),
+				ret, err);
+}
+
+static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 			 const struct job_plan *plan, const struct inputs *in,
 			 struct job_gpu *g, struct errbuf *err)
 {
@@ -352,16 +373,14 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 	define(&d, "NV", inputs_sphere(in)->nv);
 	define(&d, "MAX_PEAKS", plan->max_peaks);
 	define(&d, "SYMMETRIC", inputs_symmetric(in));
-	define(&d, "LOOP_LIMITED", gpu_get_limits(gpu)->loop_limited);
-	r = gpu_pipeline_get(gpu, "compact.comp", d.list, COMPACT_BINDINGS,
-			     sizeof(struct kernel_params), &g->compact, err);
+	define(&d, "LOOP_LIMITED", gpu_get_limits(src->gpu)->loop_limited);
+	r = get_pipeline(src, "compact.comp", &d, COMPACT_BINDINGS, &g->compact, err);
 	if (r < 0 || !inputs_boot(in)) {
 		define(&d, "ODF_STORAGE", odf_storage_code(resident_odf_storage(res)));
 		define(&d, "NC", resident_sh_coefs(res));
 		if (r == 0)
-			r = gpu_pipeline_get(gpu, "prob_init.comp", d.list,
-					     prob_bindings(res, PROB_INIT_BINDINGS),
-					     sizeof(struct kernel_params), &g->init, err);
+			r = get_pipeline(src, "prob_init.comp", &d,
+					 prob_bindings(res, PROB_INIT_BINDINGS), &g->init, err);
 		if (r < 0)
 			return r;
 		if (job->direction_getter == JOBSPEC_DG_PTT &&
@@ -379,24 +398,20 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 		resume_defines(job, &d);
 		if (job->direction_getter == JOBSPEC_DG_PTT) {
 			ptt_defines(job, in, &d);
-			return gpu_pipeline_get(gpu, "ptt_track.comp", d.list,
-						prob_bindings(res, PTT_TRACK_BINDINGS),
-						sizeof(struct kernel_params), &g->track, err);
+			return get_pipeline(src, "ptt_track.comp", &d,
+					    prob_bindings(res, PTT_TRACK_BINDINGS), &g->track, err);
 		}
-		return gpu_pipeline_get(gpu, "prob_track.comp", d.list,
-					prob_bindings(res, PROB_TRACK_BINDINGS),
-					sizeof(struct kernel_params), &g->track, err);
+		return get_pipeline(src, "prob_track.comp", &d,
+				    prob_bindings(res, PROB_TRACK_BINDINGS), &g->track, err);
 	}
 	boot_defines(in, &d);
 	define(&d, "DWI_BINDING", BOOT_INIT_BINDINGS - 1);
-	r = gpu_pipeline_get(gpu, "boot_init.comp", d.list, BOOT_INIT_BINDINGS,
-			     sizeof(struct kernel_params), &g->init, err);
+	r = get_pipeline(src, "boot_init.comp", &d, BOOT_INIT_BINDINGS, &g->init, err);
 	d.n--;
 	define(&d, "DWI_BINDING", BOOT_TRACK_BINDINGS - 1);
 	resume_defines(job, &d);
 	if (r == 0)
-		r = gpu_pipeline_get(gpu, "boot_track.comp", d.list, BOOT_TRACK_BINDINGS,
-				     sizeof(struct kernel_params), &g->track, err);
+		r = get_pipeline(src, "boot_track.comp", &d, BOOT_TRACK_BINDINGS, &g->track, err);
 	return r;
 }
 
@@ -1294,7 +1309,8 @@ static void free_slots(struct job_run *run)
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu), t0;
-	int r = get_pipelines(run->gpu, run->job, &run->plan, run->in, &run->g, err);
+	struct pipeline_source src = { run->gpu, run->sh->opts, false };
+	int r = get_pipelines(&src, run->job, &run->plan, run->in, &run->g, err);
 
 	run->stats.compile_seconds = gpu_compile_seconds(run->gpu) - compile_before;
 	t0 = timing_now();

@@ -48,6 +48,11 @@ struct engine_progress {
  * false cancels the job: engine_run then returns -ECANCELED. */
 typedef bool engine_progress_fn(void *userdata, const struct engine_progress *progress);
 
+/* Called before a device compiles a kernel of the run that no cache holds
+ * (gpu_pipeline_cached): the first run of a configuration, which takes
+ * seconds (minutes on lavapipe), at most once per device and run. */
+typedef void engine_compiling_fn(void *userdata, const char *device_name);
+
 /* The default bound on one submit's work, in streamline steps: a few
  * milliseconds on a discrete GPU, well under a second on lavapipe, so that
  * no single submit of a huge chunk runs into a driver's GPU-hang timeout
@@ -65,7 +70,8 @@ struct engine_options {
 	double chunk_seconds;       /* > 0: size chunks to take about this long, so that
 				     * progress, streaming and cancellation stay responsive */
 	engine_progress_fn *progress;   /* may be NULL */
-	void *progress_userdata;
+	engine_compiling_fn *compiling; /* may be NULL */
+	void *progress_userdata;        /* of both */
 	FILE *seeds_file;           /* TCK jobs with output.save_seeds: where the seeds
 				     * text (tckgen -output_seeds) goes; NULL refuses them */
 };

@@ -124,6 +124,19 @@ static bool on_progress(void *userdata, const struct engine_progress *p)
 				     p->streamlines, p->written ? ftell(ctx->out) : -1);
 }
 
+/* The first job of a configuration compiles its kernels: a stage of its
+ * own, so that the job does not look stuck. */
+static void on_compiling(void *userdata, const char *device_name)
+{
+	struct run_ctx *ctx = userdata;
+	const char *cache = ctx->worker->cfg.gpu.pipeline_cache_path;
+
+	log_info("job=%s compiling the GPU kernels for %s (first run of this configuration; %s%s)",
+		 ctx->job->id, device_name, cache ? "cached beside " : "no pipeline_cache",
+		 cache ? cache : "");
+	jobs_publish_stage(ctx->worker->jobs, ctx->job->job, "compile", 0.0);
+}
+
 /* A fit_progress_fn, also called for "load". Stage names are string
  * literals from fit.c and this file, so the job may keep the pointer. */
 static bool on_stage(void *userdata, const char *stage, double fraction)
@@ -203,6 +216,7 @@ static int track_job(struct worker *w, const struct jobs_running *job, FILE *out
 			.max_dispatch_steps = w->cfg.max_dispatch_steps,
 			.chunk_seconds = CHUNK_SECONDS,
 			.progress = on_progress,
+			.compiling = on_compiling,
 			.progress_userdata = &ctx,
 		},
 		.max_seeds = w->cfg.max_seeds_per_job,
