@@ -36,3 +36,22 @@ def test_seeds_done_moves_within_a_chunk(daemon_factory, phantom):
     within = [s for s in seen if s[0] == "running" and 0 < s[1] < ONE_CHUNK_SEEDS]
     assert within, f"no progress within the chunk: {seen}"
     assert all(s[3] == "track" for s in within), within
+
+
+def test_first_job_shows_the_compile_stage(daemon_factory, phantom, tmp_path):
+    """A daemon on an empty pipeline cache: its first job passes through the
+    stage "compile", and the log says so naming the job and the cache; a
+    second job of the same configuration compiles nothing."""
+    cache = tmp_path / "cold" / "pipelines.bin"
+    d = daemon_factory(pipeline_cache=cache)
+    ids = upload_phantom(d.api, phantom)
+    first = submit(d.api, server_job(phantom, ids, count=50, rng_seed=1))
+    seen, doc = poll_progress(d.api, first)
+    assert doc["status"] == "done", doc
+    assert "compile" in [s[3] for s in seen], seen
+    second = submit(d.api, server_job(phantom, ids, count=50, rng_seed=2))
+    seen, doc = poll_progress(d.api, second)
+    assert doc["status"] == "done", doc
+    assert "compile" not in [s[3] for s in seen], seen
+    said = [line for line in d.log(400).splitlines() if "compiling the GPU kernels" in line]
+    assert len(said) == 1 and f"job={first}" in said[0] and str(cache) in said[0], said
