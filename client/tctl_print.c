@@ -88,6 +88,7 @@ static const char *stage_label(const char *stage)
 	static const struct {
 		const char *stage, *label;
 	} labels[] = {
+		{ "compile", "compiling the GPU kernels (first run of this configuration)" },
 		{ "load", "loading the inputs" },
 		{ "dti", "fitting DTI" },
 		{ "response", "estimating the response" },
@@ -110,8 +111,12 @@ static bool describe_stage(const json_t *job, char *buf, size_t len)
 
 	if (!status_is(job, "running") || !stage || strcmp(stage, "track") == 0)
 		return false;
-	snprintf(buf, len, "%s %d %%", stage_label(stage),
-		 (int)(100.0 * json_number_value(json_object_get(progress, "stage_fraction"))));
+	/* Compiling has no measure of how far it is. */
+	if (strcmp(stage, "compile") == 0)
+		snprintf(buf, len, "%s", stage_label(stage));
+	else
+		snprintf(buf, len, "%s %d %%", stage_label(stage),
+			 (int)(100.0 * json_number_value(json_object_get(progress, "stage_fraction"))));
 	return true;
 }
 

@@ -14,6 +14,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -59,6 +60,8 @@ static const char intro_text[] =
 "  fit JOB.json         fit the job's models only and write them (-o DIR)\n"
 "  phantom OUTDIR       write the built-in synthetic phantom and a job for it\n"
 "  devices              list the Vulkan devices tractd can use\n"
+"  warmup               compile the GPU kernels of the default configurations\n"
+"                       into the cache (see tractd warmup --help)\n"
 "\n";
 
 static const char run_usage[] =
@@ -84,15 +87,18 @@ static const char run_text[] =
 "                             default: half the device memory\n"
 "      --max-chunk-seeds N    seeds per GPU chunk at most (default: from the limits)\n"
 "      --max-dispatch-steps N  streamline steps one GPU submit runs at most\n"
-"                             (default 4194304; bounds a submit's duration)\n"
+"                             (default 4194304; bounds a submit's duration, and\n"
+"                             how often progress moves within a chunk)\n"
 "      --readback-bytes B     host memory of each of the two buffers tracked\n"
 "                             points are read back through (default 256M; a\n"
 "                             batch that does not fit goes in pieces)\n"
 "      --max-binding-bytes B  lower the device's storage-buffer range (testing)\n"
 "      --max-alloc-bytes B    lower the device's allocation size limit, which\n"
 "                             bounds volume pages and work buffers (testing)\n"
-"      --pipeline-cache FILE  Vulkan pipeline cache ('none' to disable); default:\n"
-"                             $XDG_CACHE_HOME/tractd/pipelines.bin\n"
+"      --pipeline-cache FILE  Vulkan pipeline cache, and the kernels' SPIR-V in\n"
+"                             spirv/ beside it ('none' to disable); default:\n"
+"                             $CACHE_DIRECTORY/pipelines.bin (systemd's, as the\n"
+"                             daemon), else $XDG_CACHE_HOME/tractd/pipelines.bin\n"
 "      --threads N            CPU threads for model fitting (default: all CPUs)\n"
 "\n";
 
@@ -156,6 +162,20 @@ static const char phantom_text[] =
 "      --no-dwi               skip the DWI series (dwi.*, mask, job_dwi/job_boot.json)\n"
 "\n";
 
+static const char warmup_usage[] =
+"Usage: tractd warmup [OPTIONS]\n"
+"\n"
+"Compiles the GPU kernels of the default configurations (prob and ptt on an\n"
+"ODF, SH or DWI input sampled on the default sphere, repulsion724) into the\n"
+"caches, so that the first such job does not wait for the compiler: tracks a\n"
+"small phantom with each getter in a temporary directory, then removes it.\n"
+"The caches: --pipeline-cache (tractd's, with the SPIR-V beside it) and the\n"
+"driver's own (Mesa: $XDG_CACHE_HOME/mesa_shader_cache). Run it as the user\n"
+"who runs the jobs (README: the daemon's service).\n"
+"\n"
+"Options of warmup: --device, --pipeline-cache and --gpu-memory-budget, as run.\n"
+"\n";
+
 static const char common_text[] =
 "Common options:\n"
 "  -q, --quiet                errors only\n"
@@ -192,6 +212,8 @@ static int print_help(const char *command)
 		printf("%s%s%s", fit_usage, fit_text, common_text);
 	} else if (command && strcmp(command, "phantom") == 0) {
 		printf("%s%s%s", phantom_usage, phantom_text, common_text);
+	} else if (command && strcmp(command, "warmup") == 0) {
+		printf("%s%s", warmup_usage, common_text);
 	} else {
 		printf("%s%s", intro_text, run_text);
 		print_track_options();
@@ -263,6 +285,14 @@ static void build_long_options(void)
 	track_opts_getopt(long_options + N_OWN_OPTIONS, OPT_TRACK);
 }
 
+/* What tractd run's progress output last showed (show_progress), and where
+ * the compiled kernels are kept (say_compiling). */
+struct progress_view {
+	bool terminal;            /* stderr is one: a self-overwriting line */
+	int shown;                /* percent drawn, or tenths logged; -1: none yet */
+	const char *pipeline_cache;   /* NULL: --pipeline-cache none */
+};
+
 struct cli {
 	bool help;
 	const char *output;
@@ -273,6 +303,7 @@ struct cli {
 	char default_cache[PATH_MAX];
 	struct gpu_options gpu;
 	struct engine_options engine;
+	struct progress_view progress;
 	struct fit_options fit;
 	bool write_odf;
 	struct phantom_params phantom;
@@ -416,11 +447,16 @@ static int parse_int(const char *s, int *ret)
 	return 0;
 }
 
+/* The daemon's default first (conf.c: systemd's CacheDirectory=), so that
+ * `tractd warmup` in the service's environment fills the daemon's cache. */
 static void set_default_cache(struct cli *cli)
 {
+	const char *unit = getenv("CACHE_DIRECTORY");
 	const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
 
-	if (xdg && *xdg)
+	if (unit && *unit == '/')
+		snprintf(cli->default_cache, sizeof(cli->default_cache), "%s/pipelines.bin", unit);
+	else if (xdg && *xdg)
 		snprintf(cli->default_cache, sizeof(cli->default_cache), "%s/tractd/pipelines.bin", xdg);
 	else if (home && *home)
 		snprintf(cli->default_cache, sizeof(cli->default_cache),
@@ -665,13 +701,27 @@ static int output_close(struct output_file *o, bool success)
 	return r;
 }
 
-/* On a terminal, one self-overwriting line per chunk. */
-static bool show_progress(void *userdata, uint64_t done, uint64_t total, uint64_t streamlines)
+/* Tracking progress: on a terminal one self-overwriting line, redrawn when
+ * the percentage changes or a chunk is written; in a log (stderr not a
+ * terminal, -v) a line per tenth of the seeds, as MRtrix3 shows progress. */
+static bool show_progress(void *userdata, const struct engine_progress *p)
 {
-	(void)userdata;
-	fprintf(stderr, "\rtractd: tracking %3d%% (%llu/%llu seeds, %llu streamlines)%s",
-		(int)(100 * done / total), (unsigned long long)done, (unsigned long long)total,
-		(unsigned long long)streamlines, done == total ? "\n" : "");
+	struct progress_view *view = userdata;
+	int percent = (int)(100 * p->seeds_done / p->seeds_total);
+	int shown = view->terminal ? percent : percent / 10;
+
+	if (shown == view->shown && !(view->terminal && p->written))
+		return true;
+	view->shown = shown;
+	if (!view->terminal) {
+		log_info("tracking %3d%% (%llu/%llu seeds, %llu streamlines written)", percent,
+			 (unsigned long long)p->seeds_done, (unsigned long long)p->seeds_total,
+			 (unsigned long long)p->streamlines);
+		return true;
+	}
+	fprintf(stderr, "\rtractd: tracking %3d%% (%llu/%llu seeds, %llu streamlines)%s", percent,
+		(unsigned long long)p->seeds_done, (unsigned long long)p->seeds_total,
+		(unsigned long long)p->streamlines, p->seeds_done == p->seeds_total ? "\n" : "");
 	return true;
 }
 
@@ -683,12 +733,32 @@ static bool show_fit_progress(void *userdata, const char *stage, double fraction
 	return true;
 }
 
+/* The first run of a configuration compiles for seconds (lavapipe: longer,
+ * in the first submits too): said at info so that it is not taken for a hang. */
+static void say_compiling(void *userdata, const char *device_name)
+{
+	const struct progress_view *view = userdata;
+
+	if (view->pipeline_cache)
+		log_info("compiling the GPU kernels for %s (first run of this configuration; "
+			 "cached beside %s)...", device_name, view->pipeline_cache);
+	else
+		log_info("compiling the GPU kernels for %s (no cache: --pipeline-cache none)...",
+			 device_name);
+}
+
 static void enable_progress(struct cli *cli)
 {
-	if (!isatty(STDERR_FILENO) || log_get_level() < LOG_LEVEL_INFO)
+	cli->progress = (struct progress_view){ .terminal = isatty(STDERR_FILENO), .shown = -1,
+						.pipeline_cache = cli->pipeline_cache };
+	cli->engine.compiling = say_compiling;
+	cli->engine.progress_userdata = &cli->progress;
+	if (cli->progress.terminal ? log_get_level() < LOG_LEVEL_INFO :
+				     log_get_level() < LOG_LEVEL_DEBUG)
 		return;
 	cli->engine.progress = show_progress;
-	cli->fit.progress = show_fit_progress;
+	if (cli->progress.terminal)
+		cli->fit.progress = show_fit_progress;
 }
 
 /* Why the streamlines stopped, as tckgen's "Termination reason
@@ -1141,7 +1211,70 @@ static int list_devices(void)
 	return EXIT_OK;
 }
 
-#define COMMAND_NAMES "serve, run, track, fit, phantom or devices"
+/* Removes a file or an emptied directory of the warm-up's scratch tree. */
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)st;
+	(void)type;
+	(void)ftw;
+	if (remove(path) < 0)
+		log_warn("cannot remove %s: %s", path, strerror(errno));
+	return 0;
+}
+
+/* The phantom's jobs of each getter the warm-up compiles for, on the job's
+ * default sphere: the kernels are specialised by sphere, getter and storage. */
+static int warm_up_in(struct cli *cli, const char *dir)
+{
+	static const char *const jobs[] = { "job.json", "job_ptt.json" };
+	struct phantom_params p = cli->phantom;
+	struct errbuf err = { 0 };
+	char job[PATH_MAX + 16], out[PATH_MAX + 16];   /* dir + a file name of the list */
+	int code = EXIT_OK;
+
+	p.dim[0] = p.dim[1] = 24;
+	p.dim[2] = 16;
+	p.sphere = "repulsion724";
+	p.seed_count = 32;
+	p.write_dwi = 0;
+	if (phantom_generate(&p, dir, &err) < 0) {
+		report(&err);
+		return exit_code_for(-EIO, &err);
+	}
+	snprintf(out, sizeof(out), "%s/warmup.trk", dir);
+	cli->output = out;
+	for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]) && code == EXIT_OK; i++) {
+		snprintf(job, sizeof(job), "%s/%s", dir, jobs[i]);
+		code = run_job(cli, job);
+	}
+	return code;
+}
+
+/* tractd warmup: fills the caches, in a scratch directory it removes. */
+static int run_warmup(struct cli *cli)
+{
+	const char *tmp = getenv("TMPDIR");
+	char dir[PATH_MAX];
+	double t0 = timing_now();
+	int code;
+
+	if (snprintf(dir, sizeof(dir), "%s/tractd-warmup-XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
+	    (int)sizeof(dir))
+		return usage_error("TMPDIR too long: %s", tmp);
+	if (!mkdtemp(dir)) {
+		fprintf(stderr, "tractd: error: cannot create %s: %s\n", dir, strerror(errno));
+		return EXIT_RUNTIME;
+	}
+	code = warm_up_in(cli, dir);
+	nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+	if (code == EXIT_OK)
+		log_info("GPU kernels of the default configurations ready in %.1f s (%s)",
+			 timing_now() - t0, cli->pipeline_cache ? cli->pipeline_cache :
+			 "no cache: --pipeline-cache none");
+	return code;
+}
+
+#define COMMAND_NAMES "serve, run, track, fit, phantom, devices or warmup"
 
 /* How many operands command takes; -1: no such command. */
 static int operands_of(const char *command)
@@ -1153,7 +1286,7 @@ static int operands_of(const char *command)
 	for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
 		if (strcmp(command, one[i]) == 0)
 			return 1;
-	return strcmp(command, "devices") == 0 ? 0 : -1;
+	return strcmp(command, "devices") == 0 || strcmp(command, "warmup") == 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv)
@@ -1192,6 +1325,8 @@ int main(int argc, char **argv)
 		return usage_error(operand_errors[operands], command);
 	if (strcmp(command, "devices") == 0)
 		return list_devices();
+	if (strcmp(command, "warmup") == 0)
+		return run_warmup(&cli);
 	if (strcmp(command, "run") == 0)
 		return run_job(&cli, argv[optind]);
 	if (strcmp(command, "track") == 0)

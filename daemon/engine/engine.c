@@ -349,7 +349,28 @@ static void resume_defines(const struct jobspec *job, struct defines *d)
 		define(d, "ARC_WORDS", PTT_ARC_WORDS);
 }
 
-static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
+/* Gets a run's pipelines from a device, telling the caller once
+ * (engine_options.compiling) when one is in no cache: the first run of a
+ * configuration compiles for seconds, minutes on lavapipe. */
+struct pipeline_source {
+	struct gpu_ctx *gpu;
+	const struct engine_options *opts;
+	bool told;
+};
+
+static int get_pipeline(struct pipeline_source *src, const char *shader, const struct defines *d,
+			uint32_t n_buffers, struct gpu_pipeline **ret, struct errbuf *err)
+{
+	if (!src->told && src->opts->compiling && !gpu_pipeline_cached(src->gpu, shader, d->list)) {
+		src->told = true;
+		src->opts->compiling(src->opts->progress_userdata,
+				     gpu_get_limits(src->gpu)->device_name);
+	}
+	return gpu_pipeline_get(src->gpu, shader, d->list, n_buffers, sizeof(struct kernel_params),
+				ret, err);
+}
+
+static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 			 const struct job_plan *plan, const struct inputs *in,
 			 struct job_gpu *g, struct errbuf *err)
 {
@@ -362,16 +383,14 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 	define(&d, "NV", inputs_sphere(in)->nv);
 	define(&d, "MAX_PEAKS", plan->max_peaks);
 	define(&d, "SYMMETRIC", inputs_symmetric(in));
-	define(&d, "LOOP_LIMITED", gpu_get_limits(gpu)->loop_limited);
-	r = gpu_pipeline_get(gpu, "compact.comp", d.list, COMPACT_BINDINGS,
-			     sizeof(struct kernel_params), &g->compact, err);
+	define(&d, "LOOP_LIMITED", gpu_get_limits(src->gpu)->loop_limited);
+	r = get_pipeline(src, "compact.comp", &d, COMPACT_BINDINGS, &g->compact, err);
 	if (r < 0 || !inputs_boot(in)) {
 		define(&d, "ODF_STORAGE", odf_storage_code(resident_odf_storage(res)));
 		define(&d, "NC", resident_sh_coefs(res));
 		if (r == 0)
-			r = gpu_pipeline_get(gpu, "prob_init.comp", d.list,
-					     prob_bindings(res, PROB_INIT_BINDINGS),
-					     sizeof(struct kernel_params), &g->init, err);
+			r = get_pipeline(src, "prob_init.comp", &d,
+					 prob_bindings(res, PROB_INIT_BINDINGS), &g->init, err);
 		if (r < 0)
 			return r;
 		if (job->direction_getter == JOBSPEC_DG_PTT &&
@@ -389,24 +408,20 @@ static int get_pipelines(struct gpu_ctx *gpu, const struct jobspec *job,
 		resume_defines(job, &d);
 		if (job->direction_getter == JOBSPEC_DG_PTT) {
 			ptt_defines(job, in, &d);
-			return gpu_pipeline_get(gpu, "ptt_track.comp", d.list,
-						prob_bindings(res, PTT_TRACK_BINDINGS),
-						sizeof(struct kernel_params), &g->track, err);
+			return get_pipeline(src, "ptt_track.comp", &d,
+					    prob_bindings(res, PTT_TRACK_BINDINGS), &g->track, err);
 		}
-		return gpu_pipeline_get(gpu, "prob_track.comp", d.list,
-					prob_bindings(res, PROB_TRACK_BINDINGS),
-					sizeof(struct kernel_params), &g->track, err);
+		return get_pipeline(src, "prob_track.comp", &d,
+				    prob_bindings(res, PROB_TRACK_BINDINGS), &g->track, err);
 	}
 	boot_defines(in, &d);
 	define(&d, "DWI_BINDING", BOOT_INIT_BINDINGS - 1);
-	r = gpu_pipeline_get(gpu, "boot_init.comp", d.list, BOOT_INIT_BINDINGS,
-			     sizeof(struct kernel_params), &g->init, err);
+	r = get_pipeline(src, "boot_init.comp", &d, BOOT_INIT_BINDINGS, &g->init, err);
 	d.n--;
 	define(&d, "DWI_BINDING", BOOT_TRACK_BINDINGS - 1);
 	resume_defines(job, &d);
 	if (r == 0)
-		r = gpu_pipeline_get(gpu, "boot_track.comp", d.list, BOOT_TRACK_BINDINGS,
-				     sizeof(struct kernel_params), &g->track, err);
+		r = get_pipeline(src, "boot_track.comp", &d, BOOT_TRACK_BINDINGS, &g->track, err);
 	return r;
 }
 
@@ -526,6 +541,11 @@ struct run_shared {
 	bool selected;            /* seeds.select streamlines are written: no more chunks */
 	int error;                /* the first failure (its errbuf is failed_err) */
 	struct errbuf failed_err;
+	/* progress_lock keeps the callback on one thread at a time and guards
+	 * what was last reported, so that seeds_done only grows. */
+	pthread_mutex_t progress_lock;
+	uint64_t seeds_reported;
+	uint64_t streamlines_written;   /* at the last chunk written */
 };
 
 /* One device's part of a run. */
@@ -542,6 +562,8 @@ struct job_run {
 	struct engine_stats stats;   /* this device's kernels, chunks, batches */
 	double rate[3];              /* items per second of track, compact, init */
 	uint64_t chunk;              /* index of the chunk it tracks */
+	uint64_t chunk_lines;        /* its streamlines */
+	uint64_t batch_first_line;   /* the first of them in the batch being tracked */
 	struct write_slot slots[WRITE_SLOTS];
 	unsigned next_fill, next_write;   /* the slot tracked into next, written next */
 	bool tracking_done;          /* no more slots will be filled */
@@ -629,13 +651,16 @@ static uint64_t items_per_submit(const struct job_run *run, double rate)
 	return sized >= (double)UINT32_MAX ? UINT32_MAX : (uint64_t)sized;
 }
 
+/* Called after each submit of dispatch_items with the end of the items done. */
+typedef int submitted_fn(struct job_run *run, uint64_t items_done, struct errbuf *err);
+
 /* Dispatches items [first, n) of a kernel in submits of items_per_submit,
  * each split where the workgroup count limit requires it; *rate keeps the
  * kernel's items per second. Items carry their global index (first_item), so
- * the split changes no output. */
+ * the split changes no output. submitted may be NULL. */
 static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipeline *pipe,
 			  struct gpu_buffer *const *buffers, uint64_t first_item, uint64_t n,
-			  double *rate, struct errbuf *err)
+			  double *rate, submitted_fn *submitted, struct errbuf *err)
 {
 	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
 	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan.items;
@@ -661,6 +686,8 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 		took = timing_now() - t_submit;
 		if (took > 0.0)
 			*rate = (double)(end - start) / took;
+		if (r == 0 && submitted)
+			r = submitted(run, end, err);
 		start = end;
 	}
 	run->stats.submits += submits;
@@ -967,7 +994,7 @@ static int post_piece(struct job_run *run, const struct batch_place *at, uint64_
 	r = gpu_upload(run->gpu, g->dest, 4 * first, h->dest + first, 4 * (end - first), err);
 	if (r == 0)
 		r = dispatch_items(run, "compact", g->compact, pack_buffers, first, end,
-				   &run->rate[1], err);
+				   &run->rate[1], NULL, err);
 	if (r < 0)
 		return r;
 	memcpy(w->ranges, h->ranges + RANGE_WORDS * first, 4 * RANGE_WORDS * (end - first));
@@ -981,6 +1008,49 @@ static int post_piece(struct job_run *run, const struct batch_place *at, uint64_
 	post_slot(run, w);
 	run->stats.pieces++;
 	return 0;
+}
+
+/* Calls the progress callback (on one thread at a time) unless seeds_done
+ * would not advance; a chunk written is always reported, with the
+ * streamlines written by then. Its answer false cancels the run. */
+static int report_progress(struct run_shared *sh, uint64_t seeds_done, bool written,
+			   struct errbuf *err)
+{
+	const struct engine_options *o = sh->opts;
+	bool go_on = true;
+
+	if (!o->progress)
+		return 0;
+	pthread_mutex_lock(&sh->progress_lock);
+	if (written)
+		sh->streamlines_written = sh->stats->streamlines;
+	if (written || seeds_done > sh->seeds_reported) {
+		struct engine_progress p = { seeds_done, sh->total, sh->streamlines_written, written };
+		sh->seeds_reported = seeds_done;
+		go_on = o->progress(o->progress_userdata, &p);
+	}
+	pthread_mutex_unlock(&sh->progress_lock);
+	if (!go_on)
+		return errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
+				  (unsigned long long)seeds_done, (unsigned long long)sh->total);
+	return 0;
+}
+
+/* A submitted_fn of the track kernel's first pass: the seeds of the chunk
+ * before its first line not yet tracked are done, once every chunk before
+ * it is written (its turn), so that progress runs in seed order on any
+ * number of devices. The chunk's end is reported when it is written. */
+static int report_tracked(struct job_run *run, uint64_t items_done, struct errbuf *err)
+{
+	uint64_t next_line = run->batch_first_line + items_done;
+	bool in_turn;
+
+	if (next_line >= run->chunk_lines)
+		return 0;
+	pthread_mutex_lock(&run->sh->lock);
+	in_turn = run->sh->turn == run->chunk;
+	pthread_mutex_unlock(&run->sh->lock);
+	return in_turn ? report_progress(run->sh, run->h.line_id[2 * next_line], false, err) : 0;
 }
 
 /* Tracks the batch's n_lines lines. On a LOOP_LIMITED device the kernel
@@ -1000,7 +1070,7 @@ static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, u
 			r = gpu_upload(run->gpu, g->resume, 0, &none, sizeof(none), err);
 		if (r == 0)
 			r = dispatch_items(run, "track", g->track, buffers, 0, n_lines,
-					   &run->rate[0], err);
+					   &run->rate[0], pass == 0 ? report_tracked : NULL, err);
 		if (r == 0 && run->plan.resume_bytes_per_line)
 			r = gpu_download(run->gpu, g->resume, 0, &suspended, sizeof(suspended), err);
 		if (r == 0 && suspended > 0)
@@ -1021,6 +1091,7 @@ static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t
 			   err);
 
 	track_bindings(run, buffers);
+	run->batch_first_line = first_line;
 	if (r == 0)
 		r = track_lines(run, buffers, n_lines, err);
 	if (r == 0)
@@ -1086,12 +1157,14 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 				  (unsigned long long)(first_seed + n_seeds));
 	r = gpu_upload(run->gpu, g->seeds, 0, h->seed_xyz, 12 * n_seeds, err);
 	if (r == 0)
-		r = dispatch_items(run, "init", g->init, buffers, 0, n_seeds, &run->rate[2], err);
+		r = dispatch_items(run, "init", g->init, buffers, 0, n_seeds, &run->rate[2], NULL,
+				   err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
 	if (r < 0)
 		return r;
 	n_lines = build_lines(run, first_seed, n_seeds);
+	run->chunk_lines = n_lines;
 	log_debug("chunk %llu: %llu seeds, %llu streamlines, listed in %.4f s",
 		  (unsigned long long)run->chunk, (unsigned long long)n_seeds,
 		  (unsigned long long)n_lines, timing_now() - t0);
@@ -1165,7 +1238,6 @@ static bool take_chunk(struct job_run *run, uint64_t *first, uint64_t *n)
 static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *err)
 {
 	struct run_shared *sh = run->sh;
-	const struct engine_options *o = sh->opts;
 	uint64_t done;
 	double t0 = timing_now();
 	int r = 0;
@@ -1177,10 +1249,8 @@ static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *e
 		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output.path",
 				    "cannot write the tractogram");
 	sh->stats->write_seconds += timing_now() - t0;
-	if (r == 0 && o->progress &&
-	    !o->progress(o->progress_userdata, done, sh->total, sh->stats->streamlines))
-		r = errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
-			       (unsigned long long)done, (unsigned long long)sh->total);
+	if (r == 0)
+		r = report_progress(sh, done, true, err);
 	pthread_mutex_lock(&sh->lock);
 	sh->written = sh->stats->streamlines;
 	sh->selected = selection_full(sh);
@@ -1356,7 +1426,8 @@ static void free_slots(struct job_run *run)
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu), t0;
-	int r = get_pipelines(run->gpu, run->job, &run->plan, run->in, &run->g, err);
+	struct pipeline_source src = { run->gpu, run->sh->opts, false };
+	int r = get_pipelines(&src, run->job, &run->plan, run->in, &run->g, err);
 
 	run->stats.compile_seconds = gpu_compile_seconds(run->gpu) - compile_before;
 	t0 = timing_now();
@@ -1568,6 +1639,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	stats->odf_storage = resident_storage(devs[0].resident);
 	stats->gpu_input_bytes = resident_bytes(devs[0].resident);
 	pthread_mutex_init(&sh.lock, NULL);
+	pthread_mutex_init(&sh.progress_lock, NULL);
 	pthread_cond_init(&sh.changed, NULL);
 	r = check_seed_index(job, seeds, err);
 	if (r == 0)
@@ -1600,6 +1672,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 			free_device_run(&runs[i]);
 	}
 	pthread_cond_destroy(&sh.changed);
+	pthread_mutex_destroy(&sh.progress_lock);
 	pthread_mutex_destroy(&sh.lock);
 	free(runs);
 	return r;

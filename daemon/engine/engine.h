@@ -31,11 +31,27 @@
 #include "engine/resident.h"
 #include "job/seeds.h"
 
-/* Called after each seed chunk is written, with the chunks in seed order.
- * Returning false cancels the job:
- * engine_run then returns -ECANCELED. */
-typedef bool engine_progress_fn(void *userdata, uint64_t seeds_done, uint64_t seeds_total,
-				uint64_t streamlines);
+/* How far a run is. seeds_done only grows: after a chunk is written it is
+ * the seed after the chunk (written is true and the output is flushed up to
+ * there); within a chunk, after each tracking submit, the seeds before the
+ * first streamline not yet tracked (written is false: their streamlines are
+ * still on their way to the output). On a LOOP_LIMITED device a few of them
+ * may still be resumed by a later pass. streamlines: written so far. */
+struct engine_progress {
+	uint64_t seeds_done;
+	uint64_t seeds_total;
+	uint64_t streamlines;
+	bool written;
+};
+
+/* Called with each advance of the run (struct engine_progress). Returning
+ * false cancels the job: engine_run then returns -ECANCELED. */
+typedef bool engine_progress_fn(void *userdata, const struct engine_progress *progress);
+
+/* Called before a device compiles a kernel of the run that no cache holds
+ * (gpu_pipeline_cached): the first run of a configuration, which takes
+ * seconds (minutes on lavapipe), at most once per device and run. */
+typedef void engine_compiling_fn(void *userdata, const char *device_name);
 
 /* The default bound on one submit's work, in streamline steps: a few
  * milliseconds on a discrete GPU, well under a second on lavapipe, so that
@@ -54,7 +70,8 @@ struct engine_options {
 	double chunk_seconds;       /* > 0: size chunks to take about this long, so that
 				     * progress, streaming and cancellation stay responsive */
 	engine_progress_fn *progress;   /* may be NULL */
-	void *progress_userdata;
+	engine_compiling_fn *compiling; /* may be NULL */
+	void *progress_userdata;        /* of both */
 	FILE *seeds_file;           /* TCK jobs with output.save_seeds: where the seeds
 				     * text (tckgen -output_seeds) goes; NULL refuses them */
 };

@@ -1344,6 +1344,118 @@ static int compile_glsl(struct gpu_ctx *ctx, const struct shader_source *src,
 	return 0;
 }
 
+/* ---- SPIR-V cache on disk ------------------------------------------------- */
+
+/* shaderc's output is kept beside the pipeline cache, in DIR/spirv/HASH.spv,
+ * so that a later process skips the GLSL compiler: a VkPipelineCache keeps
+ * only the driver's part, and lavapipe's keeps nothing (Mesa keeps
+ * llvmpipe's machine code in its own cache, under XDG_CACHE_HOME). A file
+ * holds the pipeline key, a NUL and the SPIR-V; its name hashes the key with
+ * every embedded source and the compile options, so that an edited shader
+ * or a changed option misses. */
+#define SPIRV_CACHE_TAG "tractd-spirv-1 vulkan1.2 performance"
+
+static uint64_t fnv1a(uint64_t h, const char *bytes, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)bytes[i]) * 0x100000001b3ull;
+	return h;
+}
+
+/* Where the SPIR-V of key is cached; false without a pipeline cache. */
+static bool spirv_cache_path(const struct gpu_ctx *ctx, const char *key, char *path, size_t len)
+{
+	const char *dir_end = ctx->pipeline_cache_path ? strrchr(ctx->pipeline_cache_path, '/') : NULL;
+	uint64_t h = fnv1a(0xcbf29ce484222325ull, SPIRV_CACHE_TAG, sizeof(SPIRV_CACHE_TAG));
+	int n;
+
+	if (!ctx->pipeline_cache_path)
+		return false;
+	for (const struct shader_source *src = shader_sources; src->name; src++) {
+		h = fnv1a(h, src->name, strlen(src->name) + 1);
+		h = fnv1a(h, src->text, strlen(src->text) + 1);
+	}
+	h = fnv1a(h, key, strlen(key) + 1);
+	if (dir_end)
+		n = snprintf(path, len, "%.*s/spirv/%016llx.spv",
+			     (int)(dir_end - ctx->pipeline_cache_path), ctx->pipeline_cache_path,
+			     (unsigned long long)h);
+	else
+		n = snprintf(path, len, "spirv/%016llx.spv", (unsigned long long)h);
+	return n > 0 && (size_t)n < len;
+}
+
+/* The cached SPIR-V of key (malloc'd words, *bytes of them), or NULL. */
+static uint32_t *spirv_cache_load(const struct gpu_ctx *ctx, const char *key, size_t *bytes)
+{
+	size_t key_bytes = strlen(key) + 1, size = 0;
+	char path[4200], *data;
+	uint32_t *code = NULL;
+
+	if (!spirv_cache_path(ctx, key, path, sizeof(path)))
+		return NULL;
+	data = read_whole_file(path, &size);
+	if (data && size > key_bytes && (size - key_bytes) % 4 == 0 &&
+	    memcmp(data, key, key_bytes) == 0) {
+		code = malloc(size - key_bytes);
+		if (code) {
+			memcpy(code, data + key_bytes, size - key_bytes);
+			*bytes = size - key_bytes;
+		}
+	}
+	free(data);
+	return code;
+}
+
+/* Best effort, as the pipeline cache: a file not written costs a compile later. */
+static void spirv_cache_save(const struct gpu_ctx *ctx, const char *key, const uint32_t *code,
+			     size_t bytes)
+{
+	char path[4200], tmp[4300];
+	bool written;
+	FILE *f;
+
+	if (!spirv_cache_path(ctx, key, path, sizeof(path)) || mkdir_parents(path) < 0)
+		return;
+	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+	f = fopen(tmp, "wb");
+	if (!f)
+		return;
+	written = fwrite(key, 1, strlen(key) + 1, f) == strlen(key) + 1 &&
+		  fwrite(code, 1, bytes, f) == bytes;
+	if (fclose(f) != 0 || !written || rename(tmp, path) < 0) {
+		log_debug("cannot save %s", path);
+		unlink(tmp);
+	}
+}
+
+/* The SPIR-V of src with defines (malloc'd): from the disk cache, else
+ * compiled and saved there. */
+static int get_spirv(struct gpu_ctx *ctx, const struct shader_source *src,
+		     const char *const *defines, const char *key, uint32_t **ret, size_t *bytes,
+		     struct errbuf *err)
+{
+	shaderc_compilation_result_t spv = NULL;
+	int r;
+
+	*ret = spirv_cache_load(ctx, key, bytes);
+	if (*ret) {
+		log_debug("%s: SPIR-V from the cache, no GLSL compile", key);
+		return 0;
+	}
+	r = compile_glsl(ctx, src, defines, &spv, err);
+	if (r < 0)
+		return r;
+	*bytes = shaderc_result_get_length(spv);
+	*ret = malloc(*bytes);
+	if (*ret) {
+		memcpy(*ret, shaderc_result_get_bytes(spv), *bytes);
+		spirv_cache_save(ctx, key, *ret, *bytes);
+	}
+	shaderc_result_release(spv);
+	return *ret ? 0 : device_err(err, -ENOMEM, "out of memory");
+}
+
 static char *pipeline_key(const char *shader, const char *const *defines)
 {
 	size_t len = strlen(shader) + 1;
@@ -1394,12 +1506,12 @@ static int create_layouts(struct gpu_ctx *ctx, struct gpu_pipeline *p, struct er
 }
 
 static int create_compute_pipeline(struct gpu_ctx *ctx, struct gpu_pipeline *p,
-				   shaderc_compilation_result_t spv, struct errbuf *err)
+				   const uint32_t *code, size_t bytes, struct errbuf *err)
 {
 	VkShaderModuleCreateInfo mod_info = {
 		.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-		.codeSize = shaderc_result_get_length(spv),
-		.pCode = (const uint32_t *)shaderc_result_get_bytes(spv),
+		.codeSize = bytes,
+		.pCode = code,
 	};
 	VkPipelineShaderStageRequiredSubgroupSizeCreateInfo required = {
 		.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
@@ -1435,16 +1547,36 @@ static int create_compute_pipeline(struct gpu_ctx *ctx, struct gpu_pipeline *p,
 static int build_pipeline(struct gpu_ctx *ctx, const struct shader_source *src,
 			  const char *const *defines, struct gpu_pipeline *p, struct errbuf *err)
 {
-	shaderc_compilation_result_t spv = NULL;
-	int r = compile_glsl(ctx, src, defines, &spv, err);
+	uint32_t *code = NULL;
+	size_t bytes = 0;
+	int r = get_spirv(ctx, src, defines, p->key, &code, &bytes, err);
 
 	if (r < 0)
 		return r;
 	r = create_layouts(ctx, p, err);
 	if (r == 0)
-		r = create_compute_pipeline(ctx, p, spv, err);
-	shaderc_result_release(spv);
+		r = create_compute_pipeline(ctx, p, code, bytes, err);
+	free(code);
 	return r;
+}
+
+bool gpu_pipeline_cached(const struct gpu_ctx *ctx, const char *shader, const char *const *defines)
+{
+	char *key = pipeline_key(shader, defines);
+	bool cached = false;
+	uint32_t *code;
+	size_t bytes;
+
+	if (!key)
+		return false;
+	for (const struct gpu_pipeline *p = ctx->pipelines; p && !cached; p = p->next)
+		cached = strcmp(p->key, key) == 0;
+	if (!cached && (code = spirv_cache_load(ctx, key, &bytes))) {
+		cached = true;
+		free(code);
+	}
+	free(key);
+	return cached;
 }
 
 int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const *defines,

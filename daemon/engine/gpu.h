@@ -3,8 +3,9 @@
  * gpu: the Vulkan context. Owns the instance, the chosen physical and logical
  * device, one compute queue, a command pool, descriptor pool, two staging
  * buffers, every compiled pipeline (cached by shader name + defines for the life
- * of the context, backed by a VkPipelineCache on disk) and the buffers it hands
- * out (each buffer owns its VkBuffer, memory and mapping).
+ * of the context, backed by a VkPipelineCache on disk and their SPIR-V in
+ * DIR/spirv/ beside it) and the buffers it hands out (each buffer owns its
+ * VkBuffer, memory and mapping).
  *
  * Shaders are the GLSL sources embedded from shaders/ (daemon/engine/shaders.h),
  * compiled with libshaderc on first use. Work is recorded into one batch at a
@@ -37,7 +38,7 @@ struct gpu_options {
 	const char *device_uuid;     /* or the device with this UUID (`tractd devices`); NULL: none */
 	uint64_t max_binding_bytes;  /* 0: device limit; otherwise lowers maxStorageBufferRange */
 	uint64_t max_alloc_bytes;    /* 0: device limit; otherwise lowers maxMemoryAllocationSize */
-	const char *pipeline_cache_path; /* NULL: no on-disk pipeline cache */
+	const char *pipeline_cache_path; /* NULL: no on-disk pipeline or SPIR-V cache */
 };
 
 struct gpu_limits {
@@ -139,6 +140,11 @@ int gpu_download(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t offset,
 int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const *defines,
 		     uint32_t n_buffers, uint32_t push_bytes, struct gpu_pipeline **ret,
 		     struct errbuf *err);
+
+/* Whether gpu_pipeline_get of shader with defines needs no GLSL compile:
+ * the context has the pipeline, or the SPIR-V cache beside the pipeline
+ * cache file (DIR/spirv/) has its code. */
+bool gpu_pipeline_cached(const struct gpu_ctx *ctx, const char *shader, const char *const *defines);
 
 /* Batch recording: begin, add dispatches, submit and wait. Commands in a batch
  * run in order, each separated by a full compute/transfer barrier. */

@@ -257,6 +257,10 @@ static const struct conf_key keys[] = {
 	       "comma-separated: a job's seeds are shared out over them; empty for the best one"),
 	U64(gpu_memory_budget, CONF_SIZE, 0, 1024 * TiB, "0",
 	    "GPU memory one job may use; 0 for half the device memory"),
+	U64(max_dispatch_steps, CONF_COUNT, 0, UINT64_MAX, "0",
+	    "streamline steps one GPU submit runs at most (bounds a submit's duration, and "
+	    "how often a running job's progress moves); 0 for 4194304, then sized to a "
+	    "quarter of a second at the measured rate"),
 	U64(volume_cache_bytes, CONF_SIZE, 0, 1024 * TiB, "0",
 	    "GPU memory for volumes kept warm between jobs; 0 for a quarter of the device"),
 	INT(fit_threads, 0, 256, "0",

@@ -54,6 +54,7 @@ struct jobs_config {
 	struct gpu_device_choice devices[GPU_MAX_DEVICES];   /* none: the best one */
 	size_t n_devices;
 	uint64_t gpu_memory_budget;   /* per job, 0 = engine default */
+	uint64_t max_dispatch_steps;  /* per GPU submit, 0 = engine default */
 	uint64_t volume_cache_bytes;  /* 0 = a quarter of the device memory */
 	int fit_threads;              /* model fitting threads, 0 = one per CPU */
 };
@@ -139,7 +140,8 @@ bool jobs_next(struct jobs *jobs, struct jobs_running *ret);
 /* Publish a running job's progress and wake its followers; they return
  * whether the job should go on (false: cancelled, or the daemon stops).
  * stage is a string literal ("load", a fit stage), kept by the job;
- * result_bytes is the result's length in the spool so far (ftell). */
+ * result_bytes is the result's length in the spool so far (ftell), or
+ * negative to leave it as it was (within a chunk, not yet flushed). */
 bool jobs_publish_stage(struct jobs *jobs, struct job *job, const char *stage, double fraction);
 bool jobs_publish_progress(struct jobs *jobs, struct job *job, uint64_t done, uint64_t total,
 			   uint64_t streamlines, long result_bytes);

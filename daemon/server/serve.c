@@ -258,6 +258,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 			.pipeline_cache_path = d->conf.pipeline_cache[0] ? d->conf.pipeline_cache : NULL,
 		},
 		.gpu_memory_budget = d->conf.gpu_memory_budget,
+		.max_dispatch_steps = d->conf.max_dispatch_steps,
 		.volume_cache_bytes = d->conf.volume_cache_bytes,
 		.fit_threads = d->conf.fit_threads,
 	};

@@ -114,12 +114,27 @@ struct run_ctx {
 	struct volume_cache_use volumes;
 };
 
-static bool on_progress(void *userdata, uint64_t done, uint64_t total, uint64_t streamlines)
+/* The spool file's size counts only once the engine has flushed it: the
+ * result's readers stream up to it. */
+static bool on_progress(void *userdata, const struct engine_progress *p)
 {
 	struct run_ctx *ctx = userdata;
 
-	return jobs_publish_progress(ctx->worker->jobs, ctx->job->job, done, total, streamlines,
-				     ftell(ctx->out));
+	return jobs_publish_progress(ctx->worker->jobs, ctx->job->job, p->seeds_done, p->seeds_total,
+				     p->streamlines, p->written ? ftell(ctx->out) : -1);
+}
+
+/* The first job of a configuration compiles its kernels: a stage of its
+ * own, so that the job does not look stuck. */
+static void on_compiling(void *userdata, const char *device_name)
+{
+	struct run_ctx *ctx = userdata;
+	const char *cache = ctx->worker->cfg.gpu.pipeline_cache_path;
+
+	log_info("job=%s compiling the GPU kernels for %s (first run of this configuration; %s%s)",
+		 ctx->job->id, device_name, cache ? "cached beside " : "no pipeline_cache",
+		 cache ? cache : "");
+	jobs_publish_stage(ctx->worker->jobs, ctx->job->job, "compile", 0.0);
 }
 
 /* A fit_progress_fn, also called for "load". Stage names are string
@@ -198,8 +213,10 @@ static int track_job(struct worker *w, const struct jobs_running *job, FILE *out
 		.output = { open_spool_file, &ctx },
 		.engine = {
 			.memory_budget = w->cfg.gpu_memory_budget,
+			.max_dispatch_steps = w->cfg.max_dispatch_steps,
 			.chunk_seconds = CHUNK_SECONDS,
 			.progress = on_progress,
+			.compiling = on_compiling,
 			.progress_userdata = &ctx,
 		},
 		.max_seeds = w->cfg.max_seeds_per_job,
