@@ -144,6 +144,11 @@ def _track(direction_getter, seed_positions, sc, affine, *, odf_inputs, sphere, 
                         "max_angle": float(max_angle), "pmf_threshold": float(pmf_threshold),
                         "min_length": float(min_len), "max_length": float(max_len),
                         "max_steps": min(MAX_STEPS, max(1, math.ceil(max_len / step_size))),
+                        # DIPY's tracker starts one streamline per seed, from
+                        # the largest ODF peak there (peaks_from_positions,
+                        # npeaks=1); tractd's default tracks every peak above
+                        # a quarter of the largest.
+                        "relative_peak_threshold": 1.0,
                         **(tracking or {})},
            "output": {"format": "trk", "save_seeds": bool(save_seeds)}}
     if sphere is not None:
