@@ -634,3 +634,77 @@ def test_dipy_ptt_millimetres_on_a_2mm_grid(pyclient, dipy_python, daemon, parit
     assert t["probe_quality"] == dipy["probe_quality"] and t["max_steps"] == dipy["max_nbr_pts"], (t, dipy)
     assert [len(s) for s in lines_2mm] == [len(s) for s in lines_1mm] and lines_1mm
     np.testing.assert_allclose(np.concatenate(lines_2mm), np.concatenate(lines_1mm), atol=1e-3)
+
+
+# ----------------------------------------------------------------- tractd.nipype
+
+NIPYPE_PYTHON = os.environ.get("TRACTD_NIPYPE_PYTHON", str(REPO / "build" / "venv-nipype" / "bin" / "python"))
+
+
+@pytest.fixture(scope="session")
+def pyclient_nipype(tmp_path_factory):
+    """A fresh venv in which `pip install client/python[nipype]` finds nipype
+    installed (build/venv-nipype's site-packages, by a .pth file) and installs
+    offline. Skips when `make venv-nipype` (part of `make check`) was not run."""
+    if not os.access(NIPYPE_PYTHON, os.X_OK):
+        pytest.skip(f"no nipype venv at {NIPYPE_PYTHON}: run `make venv-nipype`")
+    nipype_site = subprocess.run([NIPYPE_PYTHON, "-c", "import sysconfig; "
+                                  "print(sysconfig.get_path('purelib'))"],
+                                 check=True, capture_output=True, text=True).stdout.strip()
+    base = tmp_path_factory.mktemp("pyclient-nipype")
+    source = base / "src"
+    shutil.copytree(REPO / "client" / "python", source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    venv = base / "venv"
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, capture_output=True, timeout=120)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "nipype-venv.pth").write_text(nipype_site + "\n")
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                           "--no-build-isolation", "--no-index", f"{source}[nipype]"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"pip install client/python[nipype] failed:\n{proc.stdout}\n{proc.stderr}"
+    return python
+
+
+NIPYPE_WORKFLOW = """
+import json, sys
+from nipype import Node, Workflow
+from tractd.nipype import Track
+
+job = json.load(open(sys.argv[2]))
+track = Node(Track(address=sys.argv[1], odf=job["inputs"]["odf"], stop_map=job["inputs"]["stop_map"],
+                   seed_roi=job["seeds"]["roi"], seed_count=job["seeds"]["count"],
+                   rng_seed=job["seeds"]["rng_seed"], tracking=job.get("tracking", {}),
+                   output_format="trk"), name="tractd")
+wf = Workflow(name="tractography", base_dir=sys.argv[3])
+wf.add_nodes([track])
+def run():
+    return list(wf.run().nodes())[0].result.outputs
+out = run()
+track.inputs.address = sys.argv[1] + "?"   # not hashed: the cached result stands
+again = run()
+spec = Track().inputs
+print(json.dumps({"out_file": out.out_file, "job_id": out.job_id, "streamlines": out.streamlines,
+                  "rerun_job_id": again.job_id,
+                  "inputs": sorted(spec.copyable_trait_names()),
+                  "outputs": sorted(Track.output_spec().copyable_trait_names())}))
+"""
+
+
+def test_nipype_track_node_in_a_workflow(pyclient_nipype, daemon, job_file, references, tmp_path):
+    """A one-node nipype Workflow with tractd.nipype.Track writes the bytes
+    `tractd run` writes for the same job; run again with another (unhashed)
+    address, nipype reuses the node's result; inputs and outputs are declared."""
+    path, job = job_file
+    doc = run_py(pyclient_nipype, NIPYPE_WORKFLOW, args=(f"unix://{daemon.sock}", path, tmp_path))
+    assert doc["job_id"].startswith("j-") and doc["streamlines"] > 0, doc
+    assert doc["rerun_job_id"] == doc["job_id"], doc                # cached by nipype, no new job
+    assert Path(doc["out_file"]).parent.name == "tractd", doc      # in the node's directory
+    assert_same_trk(Path(doc["out_file"]).read_bytes(), references.trk(job), "nipype Track node")
+    for name in ("odf", "sh", "dwi", "bvals", "bvecs", "mask", "stop_map", "seed_roi",
+                 "direction_getter", "step_size", "max_angle", "output_format", "address", "token"):
+        assert name in doc["inputs"], (name, doc["inputs"])
+    assert doc["outputs"] == ["job_id", "out_file", "streamlines"], doc
