@@ -29,6 +29,9 @@ yields them, or (streamline, seed) pairs with save_seeds. How arguments map
                               (isotropic voxels only)
   max_angle, pmf_threshold    tracking.max_angle, pmf_threshold
   random_seed                 seeds.rng_seed (tractd's streams, not DIPY's)
+  (one streamline per seed)   tracking.relative_peak_threshold 1.0: from the
+                              largest ODF peak at the seed, as DIPY's tracker
+                              (peaks_from_positions, npeaks=1)
   save_seeds                  output.save_seeds
   ptt: probe_length, probe_radius (mm, as step_size), probe_quality,
   probe_count                 the tracking fields of the same names
