@@ -68,7 +68,11 @@ class TrackInputSpec(BaseInterfaceInputSpec):
                          "the node's directory)")
     address = traits.Str(nohash=True, desc="the daemon: unix:///path or http://host:port "
                                            "(default: the socket tractctl finds)")
-    token = traits.Str(nohash=True, desc="bearer token over TCP (else token_file, $TRACTD_TOKEN)")
+    # nipype writes a node's inputs into its report and result files: a token
+    # given here lands on disk beside the outputs, token_file or $TRACTD_TOKEN
+    # do not.
+    token = traits.Str(nohash=True, desc="bearer token over TCP (else token_file, $TRACTD_TOKEN); "
+                                         "written into the node's report: prefer token_file")
     token_file = File(exists=True, nohash=True, desc="a file whose first line is the token")
 
 
