@@ -9,6 +9,7 @@
 #   make install PREFIX=/usr/local DESTDIR=...
 #   make venv                the tests' Python environment (VENV, default build/venv)
 #   make venv-dipy           DIPY 1.12.1 for the PTT parity tests (VENV_DIPY)
+#   make venv-nipype         nipype for tractd.nipype.Track's test (VENV_NIPYPE)
 
 CC ?= cc
 PREFIX ?= /usr/local
@@ -20,6 +21,7 @@ MANDIR ?= $(PREFIX)/share/man
 SYSTEM_PYTHON ?= /usr/bin/python3
 VENV ?= build/venv
 VENV_DIPY ?= build/venv-dipy
+VENV_NIPYPE ?= build/venv-nipype
 PYTHON ?= $(VENV)/bin/python
 SANITIZE ?= 0
 FUZZ ?= 0
@@ -89,7 +91,7 @@ CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-p
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
 .PHONY: all check check-layers check-tidy check-man check-unit check-asan check-python check-fuzz fuzz \
-	fuzz-bins venv venv-dipy demo bench bench-encode man install \
+	fuzz-bins venv venv-dipy venv-nipype demo bench bench-encode man install \
 	clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
@@ -243,9 +245,19 @@ $(VENV_DIPY)/.stamp: tests/requirements-dipy.txt
 
 venv-dipy: $(VENV_DIPY)/.stamp
 
-check-python: all $(VENV)/.stamp $(VENV_DIPY)/.stamp
+# nipype (tests/requirements-nipype.txt) for tractd.nipype.Track's test, which
+# installs client/python[nipype] beside it; Debian's numpy, scipy and nibabel.
+$(VENV_NIPYPE)/.stamp: tests/requirements-nipype.txt
+	$(SYSTEM_PYTHON) -m venv --system-site-packages $(VENV_NIPYPE)
+	$(VENV_NIPYPE)/bin/pip install -q --disable-pip-version-check -r tests/requirements-nipype.txt
+	touch $@
+
+venv-nipype: $(VENV_NIPYPE)/.stamp
+
+check-python: all $(VENV)/.stamp $(VENV_DIPY)/.stamp $(VENV_NIPYPE)/.stamp
 	TRACTD=$(abspath build/tractd) TRACTD_ASAN=$(abspath build-asan/tractd) \
 		TRACTCTL=$(abspath build/tractctl) TRACTD_DIPY_PYTHON=$(abspath $(VENV_DIPY)/bin/python) \
+		TRACTD_NIPYPE_PYTHON=$(abspath $(VENV_NIPYPE)/bin/python) \
 		$(PYTHON) -m pytest -q tests/parity tests/engine tests/daemon
 
 demo: all

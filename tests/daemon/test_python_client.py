@@ -16,13 +16,15 @@ import shutil
 import site
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import Phantom, run_cli
+from conftest import (Phantom, assert_length_distribution, assert_parity, format_table, run_cli,
+                      summarize)
 
 from .support import (PHANTOM_INPUTS, TEST_TOKEN, RecordingProxy, assert_same_trk, local_job,
                       short_tmpdir)
@@ -395,7 +397,8 @@ def test_dipy_probabilistic_tracking_as_a_job(pyclient, daemon, phantom, referen
            "seeds": {"points": got["seeds"].tolist(), "space": "ras", "rng_seed": 5},
            "tracking": {"sphere": {"vertices": get_sphere("symmetric362").vertices.tolist()},
                         "fa_threshold": 0.1, "step_size": 0.5, "max_angle": 60,
-                        "pmf_threshold": 0.1, "min_length": 5, "max_length": 200, "max_steps": 400},
+                        "pmf_threshold": 0.1, "min_length": 5, "max_length": 200, "max_steps": 400,
+                        "relative_peak_threshold": 1.0},
            "output": {"save_seeds": True}}
     want = nib.streamlines.load(_ref_path(references, job, tmp_path))
     assert list(got["counts"]) == [len(s) for s in want.streamlines] and len(got["counts"]) > 0
@@ -477,3 +480,231 @@ def test_address_rules_and_refused_arguments(pyclient):
         "NotImplementedError: full_basis", "NotImplementedError: BootDirectionGetter(model_type, "
         "min_signal, H, R, ...)", "NotImplementedError: odf_lut_res",
         "NotImplementedError: pos_dtype", "accepted"], doc
+
+
+# ----------------------------------------------------------------- tractd.dipy against DIPY
+
+# tractd.dipy's functions against DIPY 1.12.1's own (dipy.tracking.tracker, in
+# build/venv-dipy: $TRACTD_DIPY_PYTHON, the dipy_python fixture) on the same
+# phantom files, world seeds and arguments, each side run by
+# python_client/dipy_tracking_side.py. The random streams differ (numpy's vs
+# Philox), so the comparison is statistical, as in tests/parity/ and with its
+# tolerances: streamlines per seed within 5 % (both start one streamline per
+# seed, from the largest peak), lengths by a two-sample KS test at alpha
+# 0.001, the valid-connection fraction (both ends in one bundle's two end
+# zones) and each bundle's share of the streamlines within 5 points.
+SIDE = FLOW.with_name("dipy_tracking_side.py")
+PARITY_DIM = "32,32,16"        # smaller than the parity tests' 48x48x24: seconds a side
+PARITY_SEED_PLACEMENT = 1234
+TOL_PER_SEED_REL = 0.05
+KS_ALPHA = 0.001
+TOL_FRACTION_ABS = 0.05
+
+# DIPY's probabilistic_tracking: 2000 seeds, ~2000 streamlines (KS bound
+# ~0.06). Measured (tractd / DIPY): 38.7 / 38.7 points mean, valid 54.2 /
+# 54.4 %, 1.009 / 0.997 streamlines a seed, KS 0.011.
+PROB_SEEDS = 2000
+PROB_ARGS = {"function": "probabilistic_tracking", "fa_threshold": 0.1, "sphere": "symmetric362",
+             "step_size": 0.5, "max_angle": 60, "pmf_threshold": 0.05, "min_len": 2,
+             "max_len": 250, "random_seed": 42}
+# ptt_tracking at 20 degrees (DIPY's default 10 barely bends on the phantom).
+# DIPY stores each half's points one step further out than its PTT position
+# (tests/parity/test_ptt_dipy.py): 2 points fewer a line for the same path,
+# so the KS test lets lengths shift by 2 points. Measured at 1500 seeds: 36.7
+# / 34.7 points, 17.8 / 17.9 mm, valid 59.6 / 57.1 %.
+PTT_SEEDS = 1000
+PTT_ARGS = {"function": "ptt_tracking", "fa_threshold": 0.1, "sphere": "symmetric362",
+            "step_size": 0.5, "max_angle": 20, "pmf_threshold": 0.05, "probe_length": 2.0,
+            "probe_quality": 7, "min_len": 2, "max_len": 250, "random_seed": 42}
+PTT_LENGTH_SHIFT = 2
+
+
+@pytest.fixture(scope="module")
+def parity_phantoms(tractd, tmp_path_factory):
+    """The same phantom on a 1 mm and a 2 mm grid: {voxel size: Phantom}."""
+    out = {}
+    for size in (1, 2):
+        outdir = tmp_path_factory.mktemp(f"parity-phantom-{size}mm")
+        run_cli(tractd, ["phantom", outdir, "--dim", PARITY_DIM, "--voxel-size", str(size)],
+                check=True)
+        out[size] = Phantom.from_dir(outdir)
+    return out
+
+
+def track_side(python, side, phantom, n_seeds, args, workdir, env=None):
+    """Runs dipy_tracking_side.py; returns (streamlines in voxel coordinates,
+    the submitted job or None, seconds)."""
+    from dipy.tracking.utils import random_seeds_from_mask
+    seeds = random_seeds_from_mask(phantom.roi, phantom.affine, seeds_count=n_seeds,
+                                   seed_count_per_voxel=False, random_seed=PARITY_SEED_PLACEMENT)
+    workdir = Path(workdir)
+    np.save(workdir / "seeds.npy", seeds)
+    (workdir / "args.json").write_text(json.dumps(args))
+    out = workdir / f"{side}.npz"
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(python), str(SIDE), side, phantom.path("odf.nii.gz"),
+                           phantom.path("fa.nii.gz"), workdir / "seeds.npy", workdir / "args.json",
+                           out], capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S,
+                          cwd=short_tmpdir(), env={k: v for k, v in os.environ.items()
+                                                   if k != "PYTHONPATH"} | (env or {}))
+    seconds = time.perf_counter() - t0
+    assert proc.returncode == 0, f"{side} side failed:\n{proc.stderr[-3000:]}"
+    data = np.load(out)
+    lines = np.split(data["points"], np.cumsum(data["counts"])[:-1]) if len(data["counts"]) else []
+    to_voxel = np.linalg.inv(phantom.affine)
+    job = json.loads(str(data["job"])) if "job" in data else None
+    return [nib.affines.apply_affine(to_voxel, s) for s in lines], job, seconds
+
+
+def compare_with_dipy(pyclient, dipy_python, daemon, phantom, n_seeds, args, workdir, shift=0):
+    """Both sides on phantom; asserts the parity figures; returns the
+    summaries and the job tractd.dipy submitted."""
+    common = dict(labels=phantom.labels, bundles=phantom.bundles, affine=phantom.affine)
+    res, jobs = {}, {}
+    for side, python, env in (("dipy", dipy_python, None),
+                              ("tractd", pyclient, {"TRACTD_SOCKET": str(daemon.sock)})):
+        lines, jobs[side], seconds = track_side(python, side, phantom, n_seeds, args, workdir, env)
+        res[side] = summarize(lines, n_seeds, **common)
+        res[side]["seconds"] = seconds
+    print(f"\n== {args['function']}: tractd.dipy vs DIPY 1.12.1, {n_seeds} seeds\n"
+          + format_table(res, ["streamlines", "per_seed", "mean_len_pts", "median_len_pts",
+                               "mean_len_mm", "valid_fraction", "seconds"]))
+    assert_parity(res, "per_seed", TOL_PER_SEED_REL, relative=True)
+    assert_length_distribution(res, KS_ALPHA, shift=shift)
+    assert_parity(res, "valid_fraction", TOL_FRACTION_ABS, relative=False)
+    shares = {side: {name: k / res[side]["streamlines"] for name, k in res[side]["per_bundle"].items()}
+              for side in res}
+    off = {name: (round(shares["tractd"][name], 4), round(shares["dipy"][name], 4))
+           for name in shares["dipy"] if abs(shares["tractd"][name] - shares["dipy"][name]) > TOL_FRACTION_ABS}
+    assert not off, f"bundle shares (tractd, DIPY) differ by more than {TOL_FRACTION_ABS}: {off}"
+    return res, jobs["tractd"]
+
+
+def test_dipy_probabilistic_tracking_agrees_with_dipy(pyclient, dipy_python, daemon,
+                                                      parity_phantoms, tmp_path):
+    compare_with_dipy(pyclient, dipy_python, daemon, parity_phantoms[1], PROB_SEEDS, PROB_ARGS,
+                      tmp_path)
+
+
+def test_dipy_ptt_tracking_agrees_with_dipy(pyclient, dipy_python, daemon, parity_phantoms,
+                                            tmp_path):
+    compare_with_dipy(pyclient, dipy_python, daemon, parity_phantoms[1], PTT_SEEDS, PTT_ARGS,
+                      tmp_path, shift=PTT_LENGTH_SHIFT)
+
+
+DIPY_PTT_PARAMETERS = """
+import json, sys
+import numpy as np
+from dipy.tracking.tracker_parameters import generate_tracking_parameters
+a = json.loads(sys.argv[1])
+p = generate_tracking_parameters("ptt", min_len=a["min_len"], max_len=a["max_len"],
+    step_size=a["step_size"], voxel_size=np.full(3, float(sys.argv[2])), max_angle=a["max_angle"],
+    pmf_threshold=a["pmf_threshold"], random_seed=1, probe_length=a["probe_length"],
+    probe_radius=0.0, probe_quality=a["probe_quality"], probe_count=1, data_support_exponent=1,
+    return_all=True)
+print(json.dumps({"step_voxels": p.step_size / p.average_voxel_size,
+                  "probe_length_voxels": p.ptt.probe_length / p.average_voxel_size,
+                  "probe_quality": p.ptt.probe_quality, "max_nbr_pts": p.max_nbr_pts}))
+"""
+
+
+def test_dipy_ptt_millimetres_on_a_2mm_grid(pyclient, dipy_python, daemon, parity_phantoms,
+                                            tmp_path):
+    """ptt_tracking's step_size, probe_length and lengths are in mm: on the
+    phantom's 2 mm grid with every mm argument doubled, tractd.dipy sends the
+    voxel figures DIPY derives from the same arguments (its
+    generate_tracking_parameters) and tracks the very streamlines (in voxels)
+    of the 1 mm grid. DIPY's own ptt_tracking is not scale-free in 1.12.1
+    (measured, 1500 seeds, same seeds in voxels: 1 mm 34.7 points, 57 % valid;
+    2 mm 31.6 points, 50 % valid): it is compared on the 1 mm grid only."""
+    mm = dict(PTT_ARGS, step_size=2 * PTT_ARGS["step_size"], probe_length=2 * PTT_ARGS["probe_length"],
+              min_len=2 * PTT_ARGS["min_len"], max_len=2 * PTT_ARGS["max_len"])
+    dipy = json.loads(subprocess.run([dipy_python, "-c", DIPY_PTT_PARAMETERS, json.dumps(mm), "2"],
+                                     capture_output=True, text=True, check=True).stdout)
+    env = {"TRACTD_SOCKET": str(daemon.sock)}
+    (tmp_path / "1mm").mkdir()
+    (tmp_path / "2mm").mkdir()
+    lines_1mm, _, _ = track_side(pyclient, "tractd", parity_phantoms[1], 300, PTT_ARGS,
+                                 tmp_path / "1mm", env)
+    lines_2mm, job, _ = track_side(pyclient, "tractd", parity_phantoms[2], 300, mm,
+                                   tmp_path / "2mm", env)
+    t = job["tracking"]
+    assert t["step_size"] == pytest.approx(dipy["step_voxels"]), (t, dipy)
+    assert t["probe_length"] == pytest.approx(dipy["probe_length_voxels"]), (t, dipy)
+    assert t["probe_quality"] == dipy["probe_quality"] and t["max_steps"] == dipy["max_nbr_pts"], (t, dipy)
+    assert [len(s) for s in lines_2mm] == [len(s) for s in lines_1mm] and lines_1mm
+    np.testing.assert_allclose(np.concatenate(lines_2mm), np.concatenate(lines_1mm), atol=1e-3)
+
+
+# ----------------------------------------------------------------- tractd.nipype
+
+NIPYPE_PYTHON = os.environ.get("TRACTD_NIPYPE_PYTHON", str(REPO / "build" / "venv-nipype" / "bin" / "python"))
+
+
+@pytest.fixture(scope="session")
+def pyclient_nipype(tmp_path_factory):
+    """A fresh venv in which `pip install client/python[nipype]` finds nipype
+    installed (build/venv-nipype's site-packages, by a .pth file) and installs
+    offline. Skips when `make venv-nipype` (part of `make check`) was not run."""
+    if not os.access(NIPYPE_PYTHON, os.X_OK):
+        pytest.skip(f"no nipype venv at {NIPYPE_PYTHON}: run `make venv-nipype`")
+    nipype_site = subprocess.run([NIPYPE_PYTHON, "-c", "import sysconfig; "
+                                  "print(sysconfig.get_path('purelib'))"],
+                                 check=True, capture_output=True, text=True).stdout.strip()
+    base = tmp_path_factory.mktemp("pyclient-nipype")
+    source = base / "src"
+    shutil.copytree(REPO / "client" / "python", source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    venv = base / "venv"
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, capture_output=True, timeout=120)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "nipype-venv.pth").write_text(nipype_site + "\n")
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                           "--no-build-isolation", "--no-index", f"{source}[nipype]"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"pip install client/python[nipype] failed:\n{proc.stdout}\n{proc.stderr}"
+    return python
+
+
+NIPYPE_WORKFLOW = """
+import json, sys
+from nipype import Node, Workflow
+from tractd.nipype import Track
+
+job = json.load(open(sys.argv[2]))
+track = Node(Track(address=sys.argv[1], odf=job["inputs"]["odf"], stop_map=job["inputs"]["stop_map"],
+                   seed_roi=job["seeds"]["roi"], seed_count=job["seeds"]["count"],
+                   rng_seed=job["seeds"]["rng_seed"], tracking=job.get("tracking", {}),
+                   output_format="trk"), name="tractd")
+wf = Workflow(name="tractography", base_dir=sys.argv[3])
+wf.add_nodes([track])
+def run():
+    return list(wf.run().nodes())[0].result.outputs
+out = run()
+track.inputs.address = sys.argv[1] + "?"   # not hashed: the cached result stands
+again = run()
+spec = Track().inputs
+print(json.dumps({"out_file": out.out_file, "job_id": out.job_id, "streamlines": out.streamlines,
+                  "rerun_job_id": again.job_id,
+                  "inputs": sorted(spec.copyable_trait_names()),
+                  "outputs": sorted(Track.output_spec().copyable_trait_names())}))
+"""
+
+
+def test_nipype_track_node_in_a_workflow(pyclient_nipype, daemon, job_file, references, tmp_path):
+    """A one-node nipype Workflow with tractd.nipype.Track writes the bytes
+    `tractd run` writes for the same job; run again with another (unhashed)
+    address, nipype reuses the node's result; inputs and outputs are declared."""
+    path, job = job_file
+    doc = run_py(pyclient_nipype, NIPYPE_WORKFLOW, args=(f"unix://{daemon.sock}", path, tmp_path))
+    assert doc["job_id"].startswith("j-") and doc["streamlines"] > 0, doc
+    assert doc["rerun_job_id"] == doc["job_id"], doc                # cached by nipype, no new job
+    assert Path(doc["out_file"]).parent.name == "tractd", doc      # in the node's directory
+    assert_same_trk(Path(doc["out_file"]).read_bytes(), references.trk(job), "nipype Track node")
+    for name in ("odf", "sh", "dwi", "bvals", "bvecs", "mask", "stop_map", "seed_roi",
+                 "direction_getter", "step_size", "max_angle", "output_format", "address", "token"):
+        assert name in doc["inputs"], (name, doc["inputs"])
+    assert doc["outputs"] == ["job_id", "out_file", "streamlines"], doc

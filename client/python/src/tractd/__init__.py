@@ -9,6 +9,8 @@ Three entry points:
   ProbDirectionGetter, PttDirectionGetter, BootDirectionGetter) served by the
   daemon.
 - tractd.dipy: DIPY's tracking functions (dipy.tracking.tracker) as jobs.
+
+And tractd.nipype.Track, a nipype interface running a job (nipype extra).
 """
 from ._client import Client, Job
 from ._errors import JobFailed, TractdError

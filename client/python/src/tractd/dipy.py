@@ -29,6 +29,9 @@ yields them, or (streamline, seed) pairs with save_seeds. How arguments map
                               (isotropic voxels only)
   max_angle, pmf_threshold    tracking.max_angle, pmf_threshold
   random_seed                 seeds.rng_seed (tractd's streams, not DIPY's)
+  (one streamline per seed)   tracking.relative_peak_threshold 1.0: from the
+                              largest ODF peak at the seed, as DIPY's tracker
+                              (peaks_from_positions, npeaks=1)
   save_seeds                  output.save_seeds
   ptt: probe_length, probe_radius (mm, as step_size), probe_quality,
   probe_count                 the tracking fields of the same names
@@ -144,6 +147,11 @@ def _track(direction_getter, seed_positions, sc, affine, *, odf_inputs, sphere, 
                         "max_angle": float(max_angle), "pmf_threshold": float(pmf_threshold),
                         "min_length": float(min_len), "max_length": float(max_len),
                         "max_steps": min(MAX_STEPS, max(1, math.ceil(max_len / step_size))),
+                        # DIPY's tracker starts one streamline per seed, from
+                        # the largest ODF peak there (peaks_from_positions,
+                        # npeaks=1); tractd's default tracks every peak above
+                        # a quarter of the largest.
+                        "relative_peak_threshold": 1.0,
                         **(tracking or {})},
            "output": {"format": "trk", "save_seeds": bool(save_seeds)}}
     if sphere is not None:
