@@ -10,9 +10,11 @@
  *   "inputs":   exactly one of
  *               {"odf": PATH, "stop_map": PATH}
  *               {"sh": PATH, "sh_basis": BASIS, "sh_frame": "voxel" | "world",
- *                "stop_map": PATH}
- *               {"dwi": PATH, "bvals": PATH, "bvecs": PATH, "mask": PATH,
- *                "stop_map": PATH}       (mask and stop_map optional)
+ *                "stop_map": PATH}       (sh_basis: tournier07 by default for a .mif)
+ *               {"dwi": PATH, "bvals": PATH, "bvecs": PATH,
+ *                "bvecs_convention": "voxel" | "fsl", "mask": PATH,
+ *                "stop_map": PATH}       (mask and stop_map optional; bvals and
+ *                                         bvecs too for a .mif with a dw_scheme)
  *   "model":    (dwi inputs only) for prob: "csd" or {"name": "csd", "sh_order": 8,
  *                "lambda": 1, "tau": 0.1, "response": "auto" | {"evals": [l1, l2, l3],
  *                "s0": S0}, "roi_radius": 10, "response_fa": 0.7};
@@ -65,6 +67,19 @@ enum jobspec_input_kind {
 enum jobspec_sh_frame {
 	JOBSPEC_SH_FRAME_VOXEL,   /* directions along the voxel axes (DIPY) */
 	JOBSPEC_SH_FRAME_WORLD,   /* directions in RAS+ scanner space (MRtrix3) */
+};
+
+/* Why inputs.sh_basis is needed, for jobspec and for inputs.c (which sees an
+ * upload's format). */
+#define JOBSPEC_SH_BASIS_REQUIRED \
+	"is required with a NIfTI inputs.sh (a .mif FOD is MRtrix3's tournier07): " \
+	"\"tournier07\" for MRtrix3 (dwi2fod), \"descoteaux07_legacy\" for DIPY's " \
+	"default, \"descoteaux07\" for DIPY with legacy=False"
+
+/* How inputs.bvecs' vectors are read. */
+enum jobspec_bvecs_convention {
+	JOBSPEC_BVECS_VOXEL,      /* along the voxel axes, as DIPY reads them (default) */
+	JOBSPEC_BVECS_FSL,        /* FSL's: x flipped where the affine's determinant is > 0 */
 };
 
 enum jobspec_direction_getter {
@@ -131,12 +146,18 @@ struct jobspec {
 	struct jobspec_opened opened;   /* closed by jobspec_free */
 	char *odf_path;             /* inputs.odf, resolved */
 	char *sh_path;              /* inputs.sh */
-	enum sh_basis sh_basis;     /* inputs.sh_basis (required with sh, no default) */
+	enum sh_basis sh_basis;     /* inputs.sh_basis (required with a NIfTI sh; a .mif's
+				     * default is tournier07, see sh_basis_given) */
+	bool sh_basis_given;        /* the job named sh_basis (inputs.c refuses a NIfTI
+				     * sh without one: an upload's format is known there) */
 	enum jobspec_sh_frame sh_frame; /* inputs.sh_frame; default world for tournier07
 					 * (MRtrix3), voxel for descoteaux07 (DIPY) */
 	char *dwi_path;             /* inputs.dwi */
 	char *bvals_path;           /* inputs.bvals (FSL text) */
-	char *bvecs_path;           /* inputs.bvecs (FSL text) */
+	char *bvecs_path;           /* inputs.bvecs (FSL text); bvals and bvecs may be
+				     * absent for a .mif or an upload (inputs.c checks) */
+	enum jobspec_bvecs_convention bvecs_convention; /* inputs.bvecs_convention */
+	bool bvecs_convention_given; /* the job chose it (else a warning where it matters) */
 	char *mask_path;            /* inputs.mask: where to fit (optional) */
 	char *stop_map_path;        /* inputs.stop_map; optional with dwi (FA is used) */
 	struct jobspec_model model;
