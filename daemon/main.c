@@ -1037,9 +1037,16 @@ static json_t *track_inputs(const struct track_options *t, const char *dwi, int 
 		*code = exit_code_for(r, &err);
 		return NULL;
 	}
-	inputs = json_pack("{s:o, s:o, s:o}", "dwi", absolute_path(dwi),
-			   "bvals", absolute_path(t->bvals ? t->bvals : found_bvals),
-			   "bvecs", absolute_path(t->bvecs ? t->bvecs : found_bvecs));
+	inputs = json_pack("{s:o}", "dwi", absolute_path(dwi));
+	/* A .mif's own gradients leave both NULL. */
+	if (inputs && (t->bvals || found_bvals) &&
+	    (json_object_set_new(inputs, "bvals",
+				 absolute_path(t->bvals ? t->bvals : found_bvals)) < 0 ||
+	     json_object_set_new(inputs, "bvecs",
+				 absolute_path(t->bvecs ? t->bvecs : found_bvecs)) < 0)) {
+		json_decref(inputs);
+		inputs = NULL;
+	}
 	if (inputs && t->mask && json_object_set_new(inputs, "mask", absolute_path(t->mask)) < 0) {
 		json_decref(inputs);
 		inputs = NULL;
