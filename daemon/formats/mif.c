@@ -246,8 +246,9 @@ static bool split_line(char *s, struct line *out)
 }
 
 /* Parses a comma-separated list of at most max numbers into v; returns
- * their count, or -1 for something that is not a finite number. */
-static int parse_numbers(const char *s, double *v, int max)
+ * their count, or -1 for something that is not a number, or not a finite
+ * one when finite. */
+static int parse_list(const char *s, double *v, int max, bool finite)
 {
 	int n = 0;
 
@@ -259,7 +260,7 @@ static int parse_numbers(const char *s, double *v, int max)
 			s++;
 		errno = 0;
 		d = strtod(s, &end);
-		if (end == s || errno == ERANGE || !isfinite(d) || n == max)
+		if (end == s || errno == ERANGE || (finite && !isfinite(d)) || n == max)
 			return -1;
 		v[n++] = d;
 		s = end;
@@ -289,6 +290,11 @@ static int bad(const struct parse *p, const char *what, const char *value)
 			  what, value);
 }
 
+static int parse_numbers(const char *s, double *v, int max)
+{
+	return parse_list(s, v, max, true);
+}
+
 static int parse_dim(struct parse *p, const char *value)
 {
 	double d[MIF_MAX_AXES];
@@ -307,7 +313,8 @@ static int parse_dim(struct parse *p, const char *value)
 
 static int parse_vox(struct parse *p, const char *value)
 {
-	int n = parse_numbers(value, p->h->vox, MIF_MAX_AXES);
+	/* MRtrix3 writes nan for the size of a volume axis. */
+	int n = parse_list(value, p->h->vox, MIF_MAX_AXES, false);
 
 	if (n < 0)
 		return bad(p, "vox must be a list of numbers", value);
@@ -465,7 +472,7 @@ static int check_header(struct parse *p)
 	if (p->n_vox < 3)
 		return bad(p, "vox must give at least the 3 voxel sizes", "");
 	for (int i = 0; i < 3; i++)
-		if (!(h->vox[i] > 0))
+		if (!(h->vox[i] > 0) || !isfinite(h->vox[i]))
 			return bad(p, "the voxel sizes (vox) must be positive", "");
 	if (p->n_transform != 0 && p->n_transform != 3)
 		return bad(p, "transform must have 3 rows", "");
