@@ -784,13 +784,13 @@ static int check_gradient_inputs(json_t *inputs, struct jobspec *js, struct errb
 {
 	js->bvecs_convention_given = json_object_get(inputs, "bvecs_convention") != NULL;
 	if (!js->bvals_path && (js->bvecs_path || !may_be_mif(js->dwi_path)))
-		return errbuf_set(err, -EINVAL, "inputs.bvals", "is required with inputs.%s",
-				  js->bvecs_path ? "bvecs" : "dwi (only a .mif may carry its "
-				  "gradient table instead)");
+		return errbuf_set(err, -EINVAL, "inputs.bvals", "is required with inputs.dwi%s",
+				  js->bvecs_path ? " and inputs.bvecs" : " (only a .mif may carry "
+				  "its gradient table instead)");
 	if (!js->bvecs_path && (js->bvals_path || !may_be_mif(js->dwi_path)))
-		return errbuf_set(err, -EINVAL, "inputs.bvecs", "is required with inputs.%s",
-				  js->bvals_path ? "bvals" : "dwi (only a .mif may carry its "
-				  "gradient table instead)");
+		return errbuf_set(err, -EINVAL, "inputs.bvecs", "is required with inputs.dwi%s",
+				  js->bvals_path ? " and inputs.bvals" : " (only a .mif may carry "
+				  "its gradient table instead)");
 	if (js->bvecs_convention_given && !js->bvecs_path)
 		return errbuf_set(err, -EINVAL, "inputs.bvecs_convention", "applies to inputs.bvecs "
 				  "only (a .mif's dw_scheme is in scanner coordinates)");

@@ -72,9 +72,9 @@ enum jobspec_sh_frame {
 /* Why inputs.sh_basis is needed, for jobspec and for inputs.c (which sees an
  * upload's format). */
 #define JOBSPEC_SH_BASIS_REQUIRED \
-	"is required with a NIfTI inputs.sh (a .mif FOD is MRtrix3's tournier07): " \
-	"\"tournier07\" for MRtrix3 (dwi2fod), \"descoteaux07_legacy\" for DIPY's " \
-	"default, \"descoteaux07\" for DIPY with legacy=False"
+	"is required with inputs.sh: \"tournier07\" for MRtrix3 (dwi2fod; the default " \
+	"only for a .mif FOD), \"descoteaux07_legacy\" for DIPY's default, " \
+	"\"descoteaux07\" for DIPY with legacy=False"
 
 /* How inputs.bvecs' vectors are read. */
 enum jobspec_bvecs_convention {
