@@ -331,6 +331,13 @@ static int gradients_from_scheme(const struct jobspec *job, const struct volume 
 	}
 	if (r == 0)
 		r = gradients_from_arrays(bvals, bvecs, s->n, g, err);
+	if (r == -EINVAL && err) {
+		/* The table is the DWI's, not the inputs.bvals/bvecs that the
+		 * validation names. */
+		char why[sizeof(err->message)];
+		snprintf(why, sizeof(why), "%s", err->message);
+		errbuf_set(err, r, "inputs.dwi", "%s: dw_scheme: %s", job->dwi_path, why);
+	}
 	free(bvals);
 	free(bvecs);
 	return r;
