@@ -24,6 +24,8 @@
 
 #define MAGIC "mrtrix image"
 #define HEADER_CHUNK ((size_t)64 << 10)
+/* A .mif.gz's voxel data are inflated into a buffer grown by this much. */
+#define READ_BLOCK ((size_t)64 << 20)
 
 enum value_kind { KIND_BIT, KIND_INT, KIND_UINT, KIND_FLOAT };
 
@@ -700,32 +702,60 @@ static int convert(const struct mif_header *h, const int axes[3], const unsigned
 	return 0;
 }
 
+/* bytes of stored values at the data offset into a malloc'd *raw. A plain
+ * file's size is checked first; a .mif.gz, whose inflated size is known
+ * only by inflating it, grows *raw a block at a time as data arrive, so
+ * that a few bytes declaring a huge image allocate nothing large. */
+static int read_raw(struct mif_file *f, const struct mif_header *h, size_t bytes,
+		    unsigned char **raw, const char *path, const char *field, struct errbuf *err)
+{
+	size_t block = f->gz ? READ_BLOCK : bytes, have = 0;
+	unsigned char *buf = NULL;
+
+	if (!f->gz && (uint64_t)f->bytes < h->data_offset + bytes)
+		return errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: %zu bytes "
+				  "of voxel data at offset %llu, the file has %lld bytes", path, bytes,
+				  (unsigned long long)h->data_offset, (long long)f->bytes);
+	do {
+		size_t want = bytes - have < block ? bytes - have : block, got = 0;
+		unsigned char *grown = realloc(buf, have + want + 1);
+		int r;
+
+		if (!grown) {
+			free(buf);
+			return errbuf_set(err, -ENOMEM, field, "%s: out of memory for %zu bytes of "
+					  "voxel data", path, bytes);
+		}
+		buf = grown;
+		r = file_read_at(f, h->data_offset + have, buf + have, want, &got);
+		if (r < 0 || got < want) {
+			free(buf);
+			return errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: voxel "
+					  "data ended early", path);
+		}
+		have += got;
+	} while (have < bytes);
+	*raw = buf;
+	return 0;
+}
+
 /* The values, read whole (inflated for .mif.gz), converted into v. */
 static int read_data(struct mif_file *f, const struct mif_header *h, const int axes[3],
 		     struct volume *v, const char *path, const char *field, struct errbuf *err)
 {
-	size_t count, bytes, got = 0;
-	unsigned char *raw;
+	size_t count, bytes;
+	unsigned char *raw = NULL;
 	int r;
 
 	if (stored_bytes(h, &count, &bytes) < 0 || count > SIZE_MAX / sizeof(float))
 		return errbuf_set(err, -EINVAL, field, "%s: the image is too large", path);
-	if (!f->gz && (uint64_t)f->bytes < h->data_offset + bytes)
-		return errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: %llu bytes "
-				  "of voxel data at offset %llu, the file has %lld bytes", path,
-				  (unsigned long long)bytes, (unsigned long long)h->data_offset,
-				  (long long)f->bytes);
-	raw = malloc(bytes ? bytes : 1);
+	r = read_raw(f, h, bytes, &raw, path, field, err);
+	if (r)
+		return r;
 	v->data = malloc(count * sizeof(float));
-	if (!raw || !v->data) {
-		free(raw);
-		return errbuf_set(err, -ENOMEM, field, "%s: out of memory for %zu voxel values",
-				  path, count);
-	}
-	r = file_read_at(f, h->data_offset, raw, bytes, &got);
-	if (r < 0 || got < bytes)
-		r = errbuf_set(err, -EIO, field, "%s: file is truncated or corrupt: voxel data "
-			       "ended early", path);
+	if (!v->data)
+		r = errbuf_set(err, -ENOMEM, field, "%s: out of memory for %zu voxel values", path,
+			       count);
 	else
 		r = convert(h, axes, raw, v, path, field, err);
 	free(raw);
