@@ -31,32 +31,32 @@ enum value_kind { KIND_BIT, KIND_INT, KIND_UINT, KIND_FLOAT };
 
 struct datatype {
 	const char *name;      /* MRtrix3's specifier, compared without case */
-	enum value_kind kind;
 	size_t size;           /* bytes (1 for Bit, whose values are bits) */
+	enum value_kind kind;
 	bool big_endian;
 };
 
 /* What MRtrix3's DataType::parse accepts, less the complex types; a
  * multi-byte name without LE/BE is the host's order (little-endian here). */
 static const struct datatype datatypes[] = {
-	{ "Bit", KIND_BIT, 1, false },
-	{ "Int8", KIND_INT, 1, false }, { "UInt8", KIND_UINT, 1, false },
-	{ "Int16", KIND_INT, 2, false }, { "Int16LE", KIND_INT, 2, false },
-	{ "Int16BE", KIND_INT, 2, true },
-	{ "UInt16", KIND_UINT, 2, false }, { "UInt16LE", KIND_UINT, 2, false },
-	{ "UInt16BE", KIND_UINT, 2, true },
-	{ "Int32", KIND_INT, 4, false }, { "Int32LE", KIND_INT, 4, false },
-	{ "Int32BE", KIND_INT, 4, true },
-	{ "UInt32", KIND_UINT, 4, false }, { "UInt32LE", KIND_UINT, 4, false },
-	{ "UInt32BE", KIND_UINT, 4, true },
-	{ "Int64", KIND_INT, 8, false }, { "Int64LE", KIND_INT, 8, false },
-	{ "Int64BE", KIND_INT, 8, true },
-	{ "UInt64", KIND_UINT, 8, false }, { "UInt64LE", KIND_UINT, 8, false },
-	{ "UInt64BE", KIND_UINT, 8, true },
-	{ "Float32", KIND_FLOAT, 4, false }, { "Float32LE", KIND_FLOAT, 4, false },
-	{ "Float32BE", KIND_FLOAT, 4, true },
-	{ "Float64", KIND_FLOAT, 8, false }, { "Float64LE", KIND_FLOAT, 8, false },
-	{ "Float64BE", KIND_FLOAT, 8, true },
+	{ "Bit", 1, KIND_BIT, false },
+	{ "Int8", 1, KIND_INT, false }, { "UInt8", 1, KIND_UINT, false },
+	{ "Int16", 2, KIND_INT, false }, { "Int16LE", 2, KIND_INT, false },
+	{ "Int16BE", 2, KIND_INT, true },
+	{ "UInt16", 2, KIND_UINT, false }, { "UInt16LE", 2, KIND_UINT, false },
+	{ "UInt16BE", 2, KIND_UINT, true },
+	{ "Int32", 4, KIND_INT, false }, { "Int32LE", 4, KIND_INT, false },
+	{ "Int32BE", 4, KIND_INT, true },
+	{ "UInt32", 4, KIND_UINT, false }, { "UInt32LE", 4, KIND_UINT, false },
+	{ "UInt32BE", 4, KIND_UINT, true },
+	{ "Int64", 8, KIND_INT, false }, { "Int64LE", 8, KIND_INT, false },
+	{ "Int64BE", 8, KIND_INT, true },
+	{ "UInt64", 8, KIND_UINT, false }, { "UInt64LE", 8, KIND_UINT, false },
+	{ "UInt64BE", 8, KIND_UINT, true },
+	{ "Float32", 4, KIND_FLOAT, false }, { "Float32LE", 4, KIND_FLOAT, false },
+	{ "Float32BE", 4, KIND_FLOAT, true },
+	{ "Float64", 8, KIND_FLOAT, false }, { "Float64LE", 8, KIND_FLOAT, false },
+	{ "Float64BE", 8, KIND_FLOAT, true },
 };
 
 #define N_DATATYPES (sizeof(datatypes) / sizeof(datatypes[0]))
@@ -76,6 +76,7 @@ static int file_open(int fd, struct mif_file *f)
 	struct stat st;
 	ssize_t n;
 
+	*f = (struct mif_file){ .fd = fd };
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	if (!S_ISREG(st.st_mode))
@@ -85,7 +86,7 @@ static int file_open(int fd, struct mif_file *f)
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -errno;
-	*f = (struct mif_file){ .fd = fd, .bytes = st.st_size };
+	f->bytes = st.st_size;
 	if (n == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
 		f->gz = volume_gz_reopen(fd);
 		if (!f->gz)
@@ -232,6 +233,7 @@ static char *trim(char *s)
 static bool split_line(char *s, struct line *out)
 {
 	char *hash = strchr(s, '#'), *colon, *key;
+	size_t len;
 
 	if (hash)
 		*hash = '\0';
@@ -241,9 +243,10 @@ static bool split_line(char *s, struct line *out)
 	*colon = '\0';
 	key = trim(s);
 	out->value = trim(colon + 1);
-	if (!*key || !*out->value || strlen(key) >= sizeof(out->key))
+	len = strlen(key);
+	if (!*key || !*out->value || len >= sizeof(out->key))
 		return false;
-	strcpy(out->key, key);
+	memcpy(out->key, key, len + 1);
 	return true;
 }
 

@@ -148,16 +148,12 @@ struct jobspec {
 	char *sh_path;              /* inputs.sh */
 	enum sh_basis sh_basis;     /* inputs.sh_basis (required with a NIfTI sh; a .mif's
 				     * default is tournier07, see sh_basis_given) */
-	bool sh_basis_given;        /* the job named sh_basis (inputs.c refuses a NIfTI
-				     * sh without one: an upload's format is known there) */
 	enum jobspec_sh_frame sh_frame; /* inputs.sh_frame; default world for tournier07
 					 * (MRtrix3), voxel for descoteaux07 (DIPY) */
 	char *dwi_path;             /* inputs.dwi */
 	char *bvals_path;           /* inputs.bvals (FSL text) */
 	char *bvecs_path;           /* inputs.bvecs (FSL text); bvals and bvecs may be
 				     * absent for a .mif or an upload (inputs.c checks) */
-	enum jobspec_bvecs_convention bvecs_convention; /* inputs.bvecs_convention */
-	bool bvecs_convention_given; /* the job chose it (else a warning where it matters) */
 	char *mask_path;            /* inputs.mask: where to fit (optional) */
 	char *stop_map_path;        /* inputs.stop_map; optional with dwi (FA is used) */
 	struct jobspec_model model;
@@ -167,6 +163,10 @@ struct jobspec {
 	char *seed_roi_path;        /* seeds.roi (ROI kind) */
 	uint64_t seed_count;        /* seeds.count, default 10000, 1..JOBSPEC_MAX_SEEDS */
 	bool seed_per_voxel;        /* seeds.per_voxel, default false */
+	bool sh_basis_given;        /* the job named inputs.sh_basis (inputs.c refuses a
+				     * NIfTI sh without one: an upload's format is known there) */
+	bool bvecs_convention_given; /* the job chose inputs.bvecs_convention (else a
+				      * warning where it matters) */
 	uint64_t rng_seed;          /* seeds.rng_seed, default 0, 0..2^53 */
 	double *seed_points;        /* seeds.points, 3*n_seed_points (POINTS kind) */
 	uint64_t n_seed_points;
@@ -175,6 +175,8 @@ struct jobspec {
 	char *sphere_name;          /* tracking.sphere as a name (default "repulsion724"), or NULL */
 	double *sphere_vertices;    /* tracking.sphere.vertices, 3*sphere_nv, or NULL */
 	int sphere_nv;
+	enum jobspec_bvecs_convention bvecs_convention; /* inputs.bvecs_convention (here, in
+							  * the padding before a double) */
 
 	double step_size;               /* voxels, (0, 5], default 0.5 */
 	double max_angle;               /* degrees, (0, 90], default 60 */
