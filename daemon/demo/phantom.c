@@ -949,21 +949,14 @@ static int write_job(const char *outdir, const struct phantom_params *p,
 	return save_job(outdir, "job.json", tracking_job(inputs, p, n, "tracks.trk"), err);
 }
 
-/* The raw DWI's inputs; dwi.bvec runs along the voxel axes (DIPY's
- * reading), which the jobs say rather than leave to the default. */
-static json_t *dwi_inputs(const struct phantom_names *n)
-{
-	return json_pack("{s:s, s:s, s:s, s:s, s:s}", "dwi", n->dwi, "bvals", DWI_BVAL_NAME,
-			 "bvecs", DWI_BVEC_NAME, "bvecs_convention", "voxel", "mask", n->mask);
-}
-
 /* The same tracking from the raw DWI: the daemon fits DTI for the FA stop map
  * and the model for the ODF. Its own output path, so that running both jobs
  * in the phantom's directory keeps both tractograms. */
 static int write_dwi_job(const char *outdir, const struct phantom_params *p,
 			 const struct phantom_names *n, struct errbuf *err)
 {
-	json_t *inputs = dwi_inputs(n);
+	json_t *inputs = json_pack("{s:s, s:s, s:s, s:s}", "dwi", n->dwi, "bvals", DWI_BVAL_NAME,
+				   "bvecs", DWI_BVEC_NAME, "mask", n->mask);
 	json_t *job = tracking_job(inputs, p, n, "tracks_dwi.trk");
 
 	if (job && json_object_set_new(job, "model", json_pack("{s:s, s:i}", "name", DWI_MODEL,
@@ -979,7 +972,8 @@ static int write_dwi_job(const char *outdir, const struct phantom_params *p,
 static int write_boot_job(const char *outdir, const struct phantom_params *p,
 			  const struct phantom_names *n, struct errbuf *err)
 {
-	json_t *inputs = dwi_inputs(n);
+	json_t *inputs = json_pack("{s:s, s:s, s:s, s:s}", "dwi", n->dwi, "bvals", DWI_BVAL_NAME,
+				   "bvecs", DWI_BVEC_NAME, "mask", n->mask);
 	json_t *job = tracking_job(inputs, p, n, "tracks_boot.trk");
 
 	if (job && (json_object_set_new(job, "direction_getter", json_string("boot")) != 0 ||

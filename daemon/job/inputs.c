@@ -11,7 +11,6 @@
 #include "job/inputs.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>

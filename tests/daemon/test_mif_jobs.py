@@ -13,7 +13,7 @@ import numpy as np
 
 from mifio import world_scheme, write_mif
 
-from .support import assert_same_trk, run_to_completion
+from .support import assert_same_trk, daemon_env, run_to_completion
 
 SEEDS = dict(count=200, rng_seed=3)
 
@@ -70,3 +70,20 @@ def test_daemon_warns_of_an_unchosen_bvecs_convention(daemon, phantom):
     assert re.search(rf"info.*job={chosen['id']} gradients: inputs.bvecs read with "
                      "bvecs_convention fsl: x flipped", log), daemon.log()
     assert not re.search(rf"warning.*job={chosen['id']}", log), daemon.log()
+
+
+def test_tractctl_sends_bvecs_convention_as_a_setting(tractctl, daemon, phantom, tmp_path):
+    """`tractctl track` uploads the job's files, a .mif DWI among them, and sends
+    inputs.bvecs_convention as it is, not as a file to upload."""
+    job = json.loads((phantom.dir / "job_dwi.json").read_text())
+    job["inputs"]["bvecs_convention"] = "voxel"
+    job["seeds"]["count"] = 50
+    path = phantom.dir / "job_dwi_convention.json"
+    path.write_text(json.dumps(job))
+    env = daemon_env()
+    env.pop("TRACTD_SOCKET", None)
+    out = tmp_path / "dwi.trk"
+    p = subprocess.run([tractctl, "--socket", str(daemon.sock), "track", str(path), "-o",
+                        str(out)], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr
+    assert out.stat().st_size > 1000

@@ -680,12 +680,9 @@ static void test_dwi_job_json(void **state)
 	assert_string_equal(json_path_string(f->job_dwi, "inputs", "bvals"), "dwi.bval");
 	assert_string_equal(json_path_string(f->job_dwi, "inputs", "bvecs"), "dwi.bvec");
 	assert_string_equal(json_path_string(f->job_dwi, "inputs", "mask"), "mask.nii.gz");
-	/* dwi.bvec runs along the voxel axes, and the job says so. */
-	assert_string_equal(json_path_string(f->job_dwi, "inputs", "bvecs_convention"), "voxel");
-	assert_int_equal(json_object_size(inputs), 5);
+	assert_int_equal(json_object_size(inputs), 4);
 	json_object_foreach(inputs, key, value)
-		if (strcmp(key, "bvecs_convention") != 0)
-			assert_file_exists(f->dir, json_string_value(value));
+		assert_file_exists(f->dir, json_string_value(value));
 	assert_string_equal(json_string_value(json_object_get(model, "name")), "csd");
 	assert_int_equal(json_integer_value(json_object_get(model, "sh_order")), 8);
 	/* Everything but the inputs, the model and the output path is job.json's. */
