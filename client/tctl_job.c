@@ -2,8 +2,9 @@
 /*
  * tctl_job: turns a job file written for `tractd run` into a job for the
  * daemon (proto/API.md, POST /v1/jobs). Inputs -- every string member of
- * "inputs" but the options that name no file (sh_basis, sh_frame), so that
- * file inputs added to the schema later need no change here, and
+ * "inputs" but the options that name no file (sh_basis, sh_frame,
+ * bvecs_convention), so that file inputs added to the schema later need no
+ * change here, and
  * "seeds.roi" -- are paths relative to the job file's directory; each is
  * hashed (SHA-256, streamed: volumes can be gigabytes), uploaded only when
  * the daemon does not have that content yet, and replaced by its volume id.
@@ -388,7 +389,8 @@ static int replace_path_by_id(struct job_file *job, struct http_client *c, json_
 /* Members of "inputs" that are settings, not files. */
 static bool names_a_file(const char *input_key)
 {
-	return strcmp(input_key, "sh_basis") != 0 && strcmp(input_key, "sh_frame") != 0;
+	return strcmp(input_key, "sh_basis") != 0 && strcmp(input_key, "sh_frame") != 0 &&
+	       strcmp(input_key, "bvecs_convention") != 0;
 }
 
 int job_file_upload_inputs(struct job_file *job, struct http_client *c)

@@ -149,6 +149,20 @@ static void sidecar_stem(const char *dwi, char stem[PATH_MAX])
 	}
 }
 
+/* Whether dwi is named as an MRtrix3 image, which carries its gradients. */
+static bool named_mif(const char *dwi)
+{
+	static const char *const suffixes[] = { ".mif", ".mif.gz" };
+	size_t len = strlen(dwi);
+
+	for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+		size_t n = strlen(suffixes[i]);
+		if (len > n && strcasecmp(dwi + len - n, suffixes[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
 int job_doc_find_gradients(const char *dwi, char **bvals, char **bvecs, struct job_doc_error *err)
 {
 	char stem[PATH_MAX], dir[PATH_MAX], sidecars[2][PATH_MAX], beside[2][PATH_MAX];
@@ -156,6 +170,8 @@ int job_doc_find_gradients(const char *dwi, char **bvals, char **bvecs, struct j
 	bool named = false;
 
 	*bvals = *bvecs = NULL;
+	if (named_mif(dwi))
+		return 0;
 	sidecar_stem(dwi, stem);
 	/* "" for a DWI in the root: "/bvals" then. */
 	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - dwi) : 1, slash ? dwi : ".");

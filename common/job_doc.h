@@ -52,7 +52,8 @@ int job_doc_assign(json_t *doc, const char *assignment, struct job_doc_error *er
 /* The b-values and b-vectors beside dwi: X.bval and X.bvec for X.nii.gz or
  * X.nii (BIDS and FSL), else bvals and bvecs in its directory. Both into
  * newly allocated paths; -ENOENT (err naming what was looked for) when
- * neither pair exists whole. */
+ * neither pair exists whole. A dwi named .mif or .mif.gz carries its own
+ * (dw_scheme): 0 with both NULL, nothing looked for. */
 int job_doc_find_gradients(const char *dwi, char **bvals, char **bvecs,
 			   struct job_doc_error *err);
 

@@ -161,9 +161,16 @@ static int track_inputs(const struct track_request *t, const char *dwi, json_t *
 		r = job_doc_find_gradients(dwi, &found_bvals, &found_bvecs, err);
 	if (r < 0)
 		return r;
-	inputs = json_pack("{s:o, s:o, s:o}", "dwi", absolute_path(dwi),
-			   "bvals", absolute_path(t->bvals ? t->bvals : found_bvals),
-			   "bvecs", absolute_path(t->bvecs ? t->bvecs : found_bvecs));
+	inputs = json_pack("{s:o}", "dwi", absolute_path(dwi));
+	/* A .mif's own gradients leave both NULL. */
+	if (inputs && (t->bvals || found_bvals) &&
+	    (json_object_set_new(inputs, "bvals",
+				 absolute_path(t->bvals ? t->bvals : found_bvals)) < 0 ||
+	     json_object_set_new(inputs, "bvecs",
+				 absolute_path(t->bvecs ? t->bvecs : found_bvecs)) < 0)) {
+		json_decref(inputs);
+		inputs = NULL;
+	}
 	if (inputs && t->mask && json_object_set_new(inputs, "mask", absolute_path(t->mask)) < 0) {
 		json_decref(inputs);
 		inputs = NULL;

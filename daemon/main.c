@@ -857,6 +857,21 @@ static void log_fit(const struct inputs *in)
 		log_info("%s", what);
 }
 
+/* How a dwi job's gradients were read; a warning where the job left the
+ * bvecs convention open and it matters. */
+static void log_gradients(const struct inputs *in)
+{
+	char what[400];
+	bool warn;
+
+	if (!inputs_describe_gradients(in, what, sizeof(what), &warn))
+		return;
+	if (warn)
+		log_warn("%s", what);
+	else
+		log_info("%s", what);
+}
+
 /* The runner's source, reading fresh: inputs first, so bad data fails
  * before a device is opened. */
 static int load_inputs(void *userdata, const struct jobspec *spec, struct inputs **inputs,
@@ -867,8 +882,10 @@ static int load_inputs(void *userdata, const struct jobspec *spec, struct inputs
 
 	j->load_started = timing_now();
 	r = inputs_load(spec, &j->cli->fit, &j->inputs, err);
-	if (r == 0)
+	if (r == 0) {
+		log_gradients(j->inputs);
 		log_fit(j->inputs);
+	}
 	*inputs = j->inputs;
 	timing->load_seconds = timing_now() - j->load_started;
 	return r;

@@ -606,11 +606,9 @@ static int read_uncompressed(const char *path, const char *field, struct load_jo
 	return r;
 }
 
-/* A gzip stream over its own descriptor for f, from the file's start;
- * gzclose closes both. */
-static gzFile open_gz_stream(const struct image_file *f)
+gzFile volume_gz_reopen(int image_fd)
 {
-	int fd = infile_reopen(f->fd);
+	int fd = infile_reopen(image_fd);
 	gzFile fp;
 
 	if (fd < 0)
@@ -654,7 +652,7 @@ static int read_compressed(const char *path, const char *field, const nifti_imag
 		r = errbuf_set(err, -ENOMEM, field, "%s: out of memory", path);
 		goto done;
 	}
-	fp = open_gz_stream(f);
+	fp = volume_gz_reopen(f->fd);
 	if (!fp) {
 		r = errbuf_set(err, -EIO, field, "%s: cannot read the compressed image", path);
 		goto done;
@@ -758,7 +756,7 @@ static int read_head(const struct image_file *f, unsigned char *buf, size_t len,
 		*got = (size_t)n;
 		return 0;
 	}
-	fp = open_gz_stream(f);
+	fp = volume_gz_reopen(f->fd);
 	if (!fp)
 		return -EIO;
 	*got = gzfread(buf, 1, len, fp);
@@ -939,9 +937,7 @@ int volume_probe_fd(int fd, const char *path, const char *field, int64_t dim[4],
 	return 0;
 }
 
-/* Opens path as the calling user (infile.h), for volume_load and
- * volume_probe. */
-static int open_image(const char *path, const char *field, int *fd, struct errbuf *err)
+int volume_open(const char *path, const char *field, int *fd, struct errbuf *err)
 {
 	int rc = infile_open(path, fd);
 
@@ -956,7 +952,7 @@ static int open_image(const char *path, const char *field, int *fd, struct errbu
 
 int volume_load(const char *path, const char *field, struct volume *ret, struct errbuf *err)
 {
-	int fd, rc = open_image(path, field, &fd, err);
+	int fd, rc = volume_open(path, field, &fd, err);
 
 	if (rc)
 		return rc;
@@ -968,7 +964,7 @@ int volume_load(const char *path, const char *field, struct volume *ret, struct 
 int volume_probe(const char *path, const char *field, int64_t dim[4], size_t *stored_size,
 		 struct errbuf *err)
 {
-	int fd, rc = open_image(path, field, &fd, err);
+	int fd, rc = volume_open(path, field, &fd, err);
 
 	if (rc)
 		return rc;

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <zlib.h>
+
 #include "base/errbuf.h"
 
 struct volume {
@@ -41,6 +43,16 @@ int volume_load(const char *path, const char *field, struct volume *ret, struct 
  * and ANALYZE, are refused (-EINVAL). */
 int volume_load_fd(int fd, const char *path, const char *field, struct volume *ret,
 		   struct errbuf *err);
+
+/* Opens path as the calling user (infile.h) into *fd (close it), with
+ * volume_load's errors naming field: the opening every image reader of a
+ * path shares (image.h). */
+int volume_open(const char *path, const char *field, int *fd, struct errbuf *err);
+
+/* A gzip stream over a new descriptor of the open file image_fd, from its
+ * start (gzclose closes both; image_fd stays open), or NULL: how .nii.gz
+ * and .mif.gz are inflated. */
+gzFile volume_gz_reopen(int image_fd);
 
 /* Host memory that loading an image of shape dim whose values are stored in
  * stored_size bytes takes at most: each value as stored (read or inflated)

@@ -12,11 +12,29 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/affine.h"
+#include "formats/image.h"
 #include "models/gradients.h"
 #include "models/shbasis.h"
+
+/* Where a dwi job's gradient directions came from and how they were read,
+ * for the log (inputs_describe_gradients). */
+enum gradient_source {
+	GRADIENTS_NONE,          /* not a dwi job */
+	GRADIENTS_BVECS,         /* inputs.bvecs */
+	GRADIENTS_MIF_SCHEME,    /* inputs.dwi's dw_scheme */
+};
+
+struct gradient_note {
+	enum gradient_source source;
+	enum jobspec_bvecs_convention convention;
+	bool chosen;              /* the job set bvecs_convention */
+	bool positive_det;        /* the DWI's affine has a positive determinant */
+};
 
 struct inputs {
 	struct volume odf;        /* inputs.odf: the ODF on the sphere's vertices, clipped */
@@ -35,19 +53,22 @@ struct inputs {
 	const char *grid_field;   /* the input that sets the grid, for messages */
 	bool fitted;          /* fit holds the DTI and CSD of a dwi input */
 	struct fit_result fit;
+	struct gradient_note gradients;
 };
 
-/* The volume in slot: read from the descriptor the job holds (a server
- * job's, opened by its owner at submission), else opened by its path (the
- * CLI's, as the user running it). */
+/* The volume in slot, NIfTI or MRtrix3 (image.h), and what else the file
+ * carries into *info when info is not NULL: read from the descriptor the
+ * job holds (a server job's, opened by its owner at submission), else
+ * opened by its path (the CLI's, as the user running it). */
 static int load_volume(const struct jobspec *job, enum jobspec_file_slot slot, const char *path,
-		       const char *field, struct volume *ret, struct errbuf *err)
+		       const char *field, struct volume *ret, struct image_info *info,
+		       struct errbuf *err)
 {
 	int fd = jobspec_opened_fd(job, slot);
 
 	if (fd < 0)
-		return volume_load(path, field, ret, err);
-	return volume_load_fd(fd, path, field, ret, err);
+		return image_load(path, field, ret, info, err);
+	return image_load_fd(fd, path, field, ret, info, err);
 }
 
 /* The gradient tables, as load_volume reads a volume. */
@@ -65,7 +86,7 @@ static int load_gradients(const struct jobspec *job, int64_t n_volumes, struct g
 	return gradients_read(&bvals, &bvecs, n_volumes, ret, err);
 }
 
-/* The inputs that are NIfTI images (bvals and bvecs are text). */
+/* The inputs that are images (bvals and bvecs are text). */
 static const struct {
 	const char *field;
 	size_t offset;
@@ -87,8 +108,8 @@ static int probe_volume(const struct jobspec *job, enum jobspec_file_slot slot, 
 	int fd = jobspec_opened_fd(job, slot);
 
 	if (fd < 0)
-		return volume_probe(path, field, dim, stored_size, err);
-	return volume_probe_fd(fd, path, field, dim, stored_size, err);
+		return image_probe(path, field, dim, stored_size, err);
+	return image_probe_fd(fd, path, field, dim, stored_size, err);
 }
 
 /* Host bytes of one input image: voxels x (stored size + 4), and for the
@@ -182,7 +203,8 @@ static int load_seeds(const struct jobspec *job, const struct volume *odf, const
 	if (job->seed_kind == JOBSPEC_SEEDS_POINTS)
 		return seeds_from_points(job->seed_points, job->n_seed_points, job->seed_points_ras,
 					 odf->affine, odf->dim, ret, err);
-	r = load_volume(job, JOBSPEC_SLOT_SEED_ROI, job->seed_roi_path, "seeds.roi", &roi, err);
+	r = load_volume(job, JOBSPEC_SLOT_SEED_ROI, job->seed_roi_path, "seeds.roi", &roi, NULL,
+			err);
 	if (r == 0)
 		r = require_3d_on_grid(&roi, odf, grid_field, "seeds.roi", job->seed_roi_path, err);
 	if (r == 0)
@@ -200,7 +222,8 @@ static int load_seeds(const struct jobspec *job, const struct volume *odf, const
 
 static int load_odf(const struct jobspec *job, struct inputs *in, struct errbuf *err)
 {
-	int r = load_volume(job, JOBSPEC_SLOT_ODF, job->odf_path, "inputs.odf", &in->odf, err);
+	int r = load_volume(job, JOBSPEC_SLOT_ODF, job->odf_path, "inputs.odf", &in->odf, NULL,
+			    err);
 
 	if (r == 0 && in->odf.dim[3] != in->sphere.nv)
 		r = errbuf_set(err, -EINVAL, "inputs.odf", "%s has %lld volumes but the sphere "
@@ -222,11 +245,16 @@ static void voxel_to_world_directions(const struct volume *v, double m[3][3])
  * uploaded (sample_odf), or on the GPU at every step (SH storage). */
 static int load_sh(const struct jobspec *job, struct inputs *in, struct errbuf *err)
 {
-	int r = load_volume(job, JOBSPEC_SLOT_SH, job->sh_path, "inputs.sh", &in->sh, err);
+	struct image_info info = { 0 };
+	int r = load_volume(job, JOBSPEC_SLOT_SH, job->sh_path, "inputs.sh", &in->sh, &info, err);
 	int order;
 
 	if (r < 0)
 		return r;
+	mif_scheme_free(&info.scheme);
+	/* An upload's format is known only now: a NIfTI one names its basis. */
+	if (!info.mif && !job->sh_basis_given)
+		return errbuf_set(err, -EINVAL, "inputs.sh_basis", "%s", JOBSPEC_SH_BASIS_REQUIRED);
 	order = sh_order_from_ncoef(in->sh.dim[3]);
 	if (order < 0 || order > SH_MAX_ORDER)
 		return errbuf_set(err, -EINVAL, "inputs.sh", "has %lld volumes, which is not the "
@@ -252,19 +280,112 @@ static void fit_params_from_job(const struct jobspec *job, struct fit_params *p)
 	p->response.s0 = job->model.response_s0;
 }
 
-static int load_dwi_volumes(const struct jobspec *job, struct volume *dwi, struct volume *mask,
-			    struct gradients *g, struct errbuf *err)
+/* The determinant of the affine's linear part. */
+static double linear_determinant(const double a[4][4])
 {
-	int r = load_volume(job, JOBSPEC_SLOT_DWI, job->dwi_path, "inputs.dwi", dwi, err);
+	return a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) -
+	       a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0]) +
+	       a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]);
+}
+
+/* FSL's bvecs run along the voxel axes with x flipped where the affine's
+ * determinant is positive (as MRtrix3's -fslgrad reads them: the first
+ * row negated, then the voxel axes); voxel bvecs are DIPY's reading. */
+static void apply_bvecs_convention(const struct jobspec *job, struct gradients *g,
+				   struct gradient_note *note)
+{
+	*note = (struct gradient_note){ .source = GRADIENTS_BVECS,
+					.convention = job->bvecs_convention,
+					.chosen = job->bvecs_convention_given,
+					.positive_det = note->positive_det };
+	if (job->bvecs_convention == JOBSPEC_BVECS_FSL && note->positive_det)
+		for (size_t i = 0; i < g->n; i++)
+			g->bvecs[3 * i] = -g->bvecs[3 * i];
+}
+
+/* The dw_scheme's scanner directions along dwi's voxel axes: through the
+ * inverse of the affine's linear part with unit columns (its rotation,
+ * as MRtrix3's -export_grad_fsl takes them before FSL's x flip). */
+static int gradients_from_scheme(const struct jobspec *job, const struct volume *dwi,
+				 const struct mif_scheme *s, struct gradients *g,
+				 struct errbuf *err)
+{
+	double rot[4][4] = { { 0 } }, inv[4][4], sizes[3];
+	double *bvals = malloc(sizeof(*bvals) * s->n), *bvecs = malloc(sizeof(*bvecs) * 3 * s->n);
+	int r = 0;
+
+	affine_voxel_sizes(dwi->affine, sizes);
+	for (int i = 0; i < 3; i++)
+		for (int k = 0; k < 3; k++)
+			rot[i][k] = dwi->affine[i][k] / sizes[k];
+	rot[3][3] = 1;
+	if (!bvals || !bvecs)
+		r = errbuf_set(err, -ENOMEM, "inputs.dwi", "out of memory");
+	else if (affine_invert(rot, inv) < 0)
+		r = errbuf_set(err, -EINVAL, "inputs.dwi", "%s: its transform is singular: the "
+			       "dw_scheme cannot be turned to the voxel axes", job->dwi_path);
+	for (size_t i = 0; r == 0 && i < s->n; i++) {
+		bvals[i] = s->rows[4 * i + 3];
+		affine_apply(inv, &s->rows[4 * i], &bvecs[3 * i]);
+	}
+	if (r == 0)
+		r = gradients_from_arrays(bvals, bvecs, s->n, g, err);
+	if (r == -EINVAL && err) {
+		/* The table is the DWI's, not the inputs.bvals/bvecs that the
+		 * validation names. */
+		char why[sizeof(err->message)];
+		snprintf(why, sizeof(why), "%s", err->message);
+		errbuf_set(err, r, "inputs.dwi", "%s: dw_scheme: %s", job->dwi_path, why);
+	}
+	free(bvals);
+	free(bvecs);
+	return r;
+}
+
+/* The gradient table: the DWI's own dw_scheme (a .mif), or inputs.bvals
+ * and inputs.bvecs, never both. */
+static int dwi_gradients(const struct jobspec *job, const struct volume *dwi,
+			 const struct image_info *info, struct gradients *g,
+			 struct gradient_note *note, struct errbuf *err)
+{
+	int r;
+
+	note->positive_det = linear_determinant(dwi->affine) > 0;
+	if (info->scheme.n && job->bvals_path)
+		return errbuf_set(err, -EINVAL, "inputs.bvals", "%s carries its gradient table "
+				  "(dw_scheme) and inputs.bvals and inputs.bvecs give another: "
+				  "give one of them (drop inputs.bvals and inputs.bvecs to use "
+				  "the .mif's)", job->dwi_path);
+	if (info->scheme.n) {
+		note->source = GRADIENTS_MIF_SCHEME;
+		return gradients_from_scheme(job, dwi, &info->scheme, g, err);
+	}
+	if (!job->bvals_path)
+		return errbuf_set(err, -EINVAL, "inputs.bvals", "is required with inputs.dwi: %s "
+				  "has no gradient table of its own (%s)", job->dwi_path,
+				  info->mif ? "no dw_scheme in its MRtrix header" : "a NIfTI image");
+	r = load_gradients(job, dwi->dim[3], g, err);
+	if (r == 0)
+		apply_bvecs_convention(job, g, note);
+	return r;
+}
+
+static int load_dwi_volumes(const struct jobspec *job, struct volume *dwi, struct volume *mask,
+			    struct gradients *g, struct gradient_note *note, struct errbuf *err)
+{
+	struct image_info info = { 0 };
+	int r = load_volume(job, JOBSPEC_SLOT_DWI, job->dwi_path, "inputs.dwi", dwi, &info, err);
 
 	if (r == 0 && dwi->dim[3] < 7)
 		r = errbuf_set(err, -EINVAL, "inputs.dwi", "%s has %lld volume%s: a DWI series "
 			       "is 4D, with a b=0 volume and at least 6 diffusion directions",
 			       job->dwi_path, (long long)dwi->dim[3], dwi->dim[3] == 1 ? "" : "s");
 	if (r == 0)
-		r = load_gradients(job, dwi->dim[3], g, err);
+		r = dwi_gradients(job, dwi, &info, g, note, err);
+	mif_scheme_free(&info.scheme);
 	if (r == 0 && job->mask_path) {
-		r = load_volume(job, JOBSPEC_SLOT_MASK, job->mask_path, "inputs.mask", mask, err);
+		r = load_volume(job, JOBSPEC_SLOT_MASK, job->mask_path, "inputs.mask", mask, NULL,
+				err);
 		if (r == 0)
 			r = require_3d_on_grid(mask, dwi, "inputs.dwi", "inputs.mask", job->mask_path,
 					       err);
@@ -272,13 +393,14 @@ static int load_dwi_volumes(const struct jobspec *job, struct volume *dwi, struc
 	return r;
 }
 
-int inputs_fit_dwi(const struct jobspec *job, const struct fit_options *fit,
-		   struct fit_result *ret, struct errbuf *err)
+/* inputs_fit_dwi, noting how the gradients were read. */
+static int fit_dwi_noted(const struct jobspec *job, const struct fit_options *fit,
+			 struct fit_result *ret, struct gradient_note *note, struct errbuf *err)
 {
 	struct volume dwi = { 0 }, mask = { 0 };
 	struct gradients g = { 0 };
 	struct fit_params p;
-	int r = load_dwi_volumes(job, &dwi, &mask, &g, err);
+	int r = load_dwi_volumes(job, &dwi, &mask, &g, note, err);
 
 	fit_params_from_job(job, &p);
 	if (r == 0)
@@ -289,10 +411,18 @@ int inputs_fit_dwi(const struct jobspec *job, const struct fit_options *fit,
 	return r;
 }
 
+int inputs_fit_dwi(const struct jobspec *job, const struct fit_options *fit,
+		   struct fit_result *ret, struct errbuf *err)
+{
+	struct gradient_note note = { 0 };
+
+	return fit_dwi_noted(job, fit, ret, &note, err);
+}
+
 static int load_dwi(const struct jobspec *job, const struct fit_options *o,
 		    struct inputs *in, struct errbuf *err)
 {
-	int r = inputs_fit_dwi(job, o, &in->fit, err);
+	int r = fit_dwi_noted(job, o, &in->fit, &in->gradients, err);
 
 	in->fitted = r == 0;
 	in->sh_basis = SH_DESCOTEAUX07_LEGACY;
@@ -354,7 +484,7 @@ static int load_boot(const struct jobspec *job, const struct fit_options *o,
 	struct boot_params params;
 	size_t *volumes = NULL, n = 0;
 	double *dirs = NULL;
-	int r = load_dwi_volumes(job, &dwi, &mask, &g, err);
+	int r = load_dwi_volumes(job, &dwi, &mask, &g, &in->gradients, err);
 
 	if (r == 0 && !job->stop_map_path)
 		r = fit_tensor(&dwi, &g, job->mask_path ? &mask : NULL, o, &in->fit, err);
@@ -419,7 +549,7 @@ static int load_stop_map(const struct jobspec *job, struct inputs *in, struct er
 		return 0;
 	}
 	r = load_volume(job, JOBSPEC_SLOT_STOP_MAP, job->stop_map_path, "inputs.stop_map",
-			&in->stop, err);
+			&in->stop, NULL, err);
 	if (r == 0)
 		r = require_3d_on_grid(&in->stop, grid_of(in), in->grid_field, "inputs.stop_map",
 				       job->stop_map_path, err);
@@ -533,6 +663,33 @@ int inputs_odf(const struct inputs *in, const struct fit_options *fit, struct vo
 const struct fit_result *inputs_fit(const struct inputs *in)
 {
 	return in->fitted ? &in->fit : NULL;
+}
+
+bool inputs_describe_gradients(const struct inputs *in, char *buf, size_t len, bool *warn)
+{
+	const struct gradient_note *n = &in->gradients;
+	bool fsl = n->convention == JOBSPEC_BVECS_FSL;
+
+	*warn = false;
+	if (n->source == GRADIENTS_NONE)
+		return false;
+	if (n->source == GRADIENTS_MIF_SCHEME) {
+		snprintf(buf, len, "gradients: the dw_scheme of inputs.dwi (scanner coordinates), "
+			 "turned to its voxel axes");
+		return true;
+	}
+	*warn = !n->chosen && n->positive_det;
+	snprintf(buf, len, "gradients: inputs.bvecs read with bvecs_convention %s%s: %s%s",
+		 fsl ? "fsl" : "voxel", n->chosen ? "" : " (the default)",
+		 !n->positive_det ? "the affine of inputs.dwi has a negative determinant, where "
+				    "FSL's convention and the voxel axes agree" :
+		 fsl ? "x flipped, the affine of inputs.dwi having a positive determinant" :
+		       "along the voxel axes as DIPY reads them, although the affine of inputs.dwi "
+		       "has a positive determinant, for which FSL's convention (and MRtrix3's "
+		       "-fslgrad) flips x",
+		 *warn ? "; set inputs.bvecs_convention to \"fsl\" or \"voxel\" to say which "
+			 "the file follows" : "");
+	return true;
 }
 
 /* ---- read access -------------------------------------------------------- */

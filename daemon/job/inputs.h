@@ -26,8 +26,8 @@
 
 struct inputs;
 
-/* Whether the job's NIfTI inputs fit limit bytes of host memory, from their
- * headers alone (volume_probe: each value as stored and as float32, and
+/* Whether the job's images (NIfTI or MRtrix3, formats/image.h) fit limit bytes of host memory, from their
+ * headers alone (image_probe: each value as stored and as float32, and
  * for the DWI the fit's SH coefficients, FA, MD and a boot job's copy, as
  * floats; summed over the inputs); 0 means no limit. -EFBIG with err
  * naming the input that crossed the limit (the API's limit_exceeded), or
@@ -62,6 +62,13 @@ int inputs_odf(const struct inputs *in, const struct fit_options *fit, struct vo
 	       struct errbuf *err);
 /* The DTI and CSD fit of a dwi job; NULL for other inputs. */
 const struct fit_result *inputs_fit(const struct inputs *in);
+
+/* One sentence for the log on where a dwi job's gradient directions came
+ * from (inputs.bvecs, or a .mif's dw_scheme) and which bvecs_convention
+ * read them, into buf[len]; *warn when the job did not choose one and the
+ * DWI's affine has a positive determinant, where the two conventions
+ * differ by the sign of x. false (buf untouched) for other inputs. */
+bool inputs_describe_gradients(const struct inputs *in, char *buf, size_t len, bool *warn);
 
 /* Accepts NULL. */
 void inputs_free(struct inputs *in);

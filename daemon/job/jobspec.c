@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -127,6 +128,8 @@ static const char *const sh_bases[] = { "descoteaux07_legacy", "descoteaux07", "
 					"tournier07_legacy", NULL };
 /* In enum jobspec_sh_frame order. */
 static const char *const sh_frames[] = { "voxel", "world", NULL };
+/* In enum jobspec_bvecs_convention order. */
+static const char *const bvecs_conventions[] = { "voxel", "fsl", NULL };
 /* In enum jobspec_model_name order. */
 static const char *const models[] = { "csd", "opdt", "csa", NULL };
 
@@ -140,6 +143,7 @@ INT_SIZED(output_positions);
 INT_SIZED(output_compression);
 INT_SIZED(sh_basis);
 INT_SIZED(sh_frame);
+INT_SIZED(bvecs_convention);
 INT_SIZED(model.name);
 
 static int walk_object(json_t *obj, const char *field, const struct member *members, size_t n,
@@ -517,6 +521,7 @@ static const struct member inputs_members[] = {
 	PATH("dwi", dwi_path),
 	PATH("bvals", bvals_path),
 	PATH("bvecs", bvecs_path),
+	CHOICE("bvecs_convention", bvecs_convention, bvecs_conventions),
 	PATH("mask", mask_path),
 	PATH("stop_map", stop_map_path),
 };
@@ -733,6 +738,7 @@ static const struct kind_key input_kind_keys[] = {
 	{ "sh_frame", JOBSPEC_INPUT_SH },
 	{ "bvals", JOBSPEC_INPUT_DWI },
 	{ "bvecs", JOBSPEC_INPUT_DWI },
+	{ "bvecs_convention", JOBSPEC_INPUT_DWI },
 	{ "mask", JOBSPEC_INPUT_DWI },
 };
 
@@ -758,6 +764,43 @@ static int check_input_kind(json_t *inputs, struct jobspec *js, struct errbuf *e
 			  input_kind_names[k->kind]);
 }
 
+/* Whether path names an MRtrix3 image (.mif, .mif.gz) or an upload
+ * ("sha256:", whose format its content tells): an image that may carry
+ * its gradient table or default its SH basis, which inputs.c settles. */
+static bool may_be_mif(const char *path)
+{
+	static const char *const suffixes[] = { ".mif", ".mif.gz" };
+	size_t len = strlen(path);
+
+	if (strncmp(path, "sha256:", 7) == 0)
+		return true;
+	for (size_t i = 0; i < ARRAY_SIZE(suffixes); i++) {
+		size_t n = strlen(suffixes[i]);
+		if (len > n && strcasecmp(path + len - n, suffixes[i]) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* bvals and bvecs go together, and a NIfTI DWI needs them (a .mif may
+ * carry its own table); bvecs_convention says how bvecs is read. */
+static int check_gradient_inputs(json_t *inputs, struct jobspec *js, struct errbuf *err)
+{
+	js->bvecs_convention_given = json_object_get(inputs, "bvecs_convention") != NULL;
+	if (!js->bvals_path && (js->bvecs_path || !may_be_mif(js->dwi_path)))
+		return errbuf_set(err, -EINVAL, "inputs.bvals", "is required with inputs.dwi%s",
+				  js->bvecs_path ? " and inputs.bvecs" : " (only a .mif may carry "
+				  "its gradient table instead)");
+	if (!js->bvecs_path && (js->bvals_path || !may_be_mif(js->dwi_path)))
+		return errbuf_set(err, -EINVAL, "inputs.bvecs", "is required with inputs.dwi%s",
+				  js->bvals_path ? " and inputs.bvals" : " (only a .mif may carry "
+				  "its gradient table instead)");
+	if (js->bvecs_convention_given && !js->bvecs_path)
+		return errbuf_set(err, -EINVAL, "inputs.bvecs_convention", "applies to inputs.bvecs "
+				  "only (a .mif's dw_scheme is in scanner coordinates)");
+	return 0;
+}
+
 static int check_inputs(json_t *root, const struct ctx *c)
 {
 	struct jobspec *js = c->js;
@@ -767,20 +810,16 @@ static int check_inputs(json_t *root, const struct ctx *c)
 
 	if (rc)
 		return rc;
-	if (js->input_kind == JOBSPEC_INPUT_DWI) {
-		if (!js->bvals_path)
-			return errbuf_set(err, -EINVAL, "inputs.bvals", "is required with inputs.dwi");
-		if (!js->bvecs_path)
-			return errbuf_set(err, -EINVAL, "inputs.bvecs", "is required with inputs.dwi");
-		return 0;
-	}
+	if (js->input_kind == JOBSPEC_INPUT_DWI)
+		return check_gradient_inputs(inputs, js, err);
 	if (json_object_get(root, "model"))
 		return errbuf_set(err, -EINVAL, "model", "applies to inputs.dwi only (the model "
 				  "is fitted to raw DWI; an ODF or SH input is already fitted)");
-	if (js->input_kind == JOBSPEC_INPUT_SH && !json_object_get(inputs, "sh_basis"))
-		return errbuf_set(err, -EINVAL, "inputs.sh_basis", "is required with inputs.sh: "
-				  "\"tournier07\" for MRtrix3 (dwi2fod), \"descoteaux07_legacy\" for "
-				  "DIPY's default, \"descoteaux07\" for DIPY with legacy=False");
+	js->sh_basis_given = json_object_get(inputs, "sh_basis") != NULL;
+	if (js->input_kind == JOBSPEC_INPUT_SH && !js->sh_basis_given && !may_be_mif(js->sh_path))
+		return errbuf_set(err, -EINVAL, "inputs.sh_basis", "%s", JOBSPEC_SH_BASIS_REQUIRED);
+	if (js->input_kind == JOBSPEC_INPUT_SH && !js->sh_basis_given)
+		js->sh_basis = SH_TOURNIER07;   /* MRtrix3's, the basis of every .mif FOD */
 	if (js->input_kind == JOBSPEC_INPUT_SH && !json_object_get(inputs, "sh_frame"))
 		js->sh_frame = js->sh_basis == SH_TOURNIER07 || js->sh_basis == SH_TOURNIER07_LEGACY ?
 			       JOBSPEC_SH_FRAME_WORLD : JOBSPEC_SH_FRAME_VOXEL;

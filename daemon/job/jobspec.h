@@ -10,9 +10,11 @@
  *   "inputs":   exactly one of
  *               {"odf": PATH, "stop_map": PATH}
  *               {"sh": PATH, "sh_basis": BASIS, "sh_frame": "voxel" | "world",
- *                "stop_map": PATH}
- *               {"dwi": PATH, "bvals": PATH, "bvecs": PATH, "mask": PATH,
- *                "stop_map": PATH}       (mask and stop_map optional)
+ *                "stop_map": PATH}       (sh_basis: tournier07 by default for a .mif)
+ *               {"dwi": PATH, "bvals": PATH, "bvecs": PATH,
+ *                "bvecs_convention": "voxel" | "fsl", "mask": PATH,
+ *                "stop_map": PATH}       (mask and stop_map optional; bvals and
+ *                                         bvecs too for a .mif with a dw_scheme)
  *   "model":    (dwi inputs only) for prob: "csd" or {"name": "csd", "sh_order": 8,
  *                "lambda": 1, "tau": 0.1, "response": "auto" | {"evals": [l1, l2, l3],
  *                "s0": S0}, "roi_radius": 10, "response_fa": 0.7};
@@ -67,6 +69,19 @@ enum jobspec_input_kind {
 enum jobspec_sh_frame {
 	JOBSPEC_SH_FRAME_VOXEL,   /* directions along the voxel axes (DIPY) */
 	JOBSPEC_SH_FRAME_WORLD,   /* directions in RAS+ scanner space (MRtrix3) */
+};
+
+/* Why inputs.sh_basis is needed, for jobspec and for inputs.c (which sees an
+ * upload's format). */
+#define JOBSPEC_SH_BASIS_REQUIRED \
+	"is required with inputs.sh: \"tournier07\" for MRtrix3 (dwi2fod; the default " \
+	"only for a .mif FOD), \"descoteaux07_legacy\" for DIPY's default, " \
+	"\"descoteaux07\" for DIPY with legacy=False"
+
+/* How inputs.bvecs' vectors are read. */
+enum jobspec_bvecs_convention {
+	JOBSPEC_BVECS_VOXEL,      /* along the voxel axes, as DIPY reads them (default) */
+	JOBSPEC_BVECS_FSL,        /* FSL's: x flipped where the affine's determinant is > 0 */
 };
 
 enum jobspec_direction_getter {
@@ -133,12 +148,14 @@ struct jobspec {
 	struct jobspec_opened opened;   /* closed by jobspec_free */
 	char *odf_path;             /* inputs.odf, resolved */
 	char *sh_path;              /* inputs.sh */
-	enum sh_basis sh_basis;     /* inputs.sh_basis (required with sh, no default) */
+	enum sh_basis sh_basis;     /* inputs.sh_basis (required with a NIfTI sh; a .mif's
+				     * default is tournier07, see sh_basis_given) */
 	enum jobspec_sh_frame sh_frame; /* inputs.sh_frame; default world for tournier07
 					 * (MRtrix3), voxel for descoteaux07 (DIPY) */
 	char *dwi_path;             /* inputs.dwi */
 	char *bvals_path;           /* inputs.bvals (FSL text) */
-	char *bvecs_path;           /* inputs.bvecs (FSL text) */
+	char *bvecs_path;           /* inputs.bvecs (FSL text); bvals and bvecs may be
+				     * absent for a .mif or an upload (inputs.c checks) */
 	char *mask_path;            /* inputs.mask: where to fit (optional) */
 	char *stop_map_path;        /* inputs.stop_map; optional with dwi (FA is used) */
 	struct jobspec_model model;
@@ -155,6 +172,10 @@ struct jobspec {
 	bool seed_count_from_select; /* seed_count is select's default: a bound, which
 				      * a server's seed limit lowers rather than refuses */
 	bool seed_per_voxel;        /* seeds.per_voxel, default false */
+	bool sh_basis_given;        /* the job named inputs.sh_basis (inputs.c refuses a
+				     * NIfTI sh without one: an upload's format is known there) */
+	bool bvecs_convention_given; /* the job chose inputs.bvecs_convention (else a
+				      * warning where it matters) */
 	uint64_t rng_seed;          /* seeds.rng_seed, default 0, 0..2^53 */
 	double *seed_points;        /* seeds.points, 3*n_seed_points (POINTS kind) */
 	uint64_t n_seed_points;
@@ -163,6 +184,8 @@ struct jobspec {
 	char *sphere_name;          /* tracking.sphere as a name (default "repulsion724"), or NULL */
 	double *sphere_vertices;    /* tracking.sphere.vertices, 3*sphere_nv, or NULL */
 	int sphere_nv;
+	enum jobspec_bvecs_convention bvecs_convention; /* inputs.bvecs_convention (here, in
+							  * the padding before a double) */
 
 	double step_size;               /* voxels, (0, 5], default 0.5 */
 	double step_mm;                 /* tracking.step_mm: the step in mm instead, (0, 10];

@@ -31,7 +31,7 @@ static void volume_ids_for_paths(const char *in, char *out, size_t len)
 		o += (size_t)snprintf(out + o, len - o, "%.*ssha256:%.64s", (int)(start - p), p, hex);
 		if (o >= len)
 			break;
-		p = hex + 64 + strspn(hex + 64, ".niigztx");
+		p = hex + 64 + strspn(hex + 64, ".niigztxmf");
 	}
 }
 

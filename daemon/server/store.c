@@ -45,6 +45,8 @@ static const struct {
 	[STORE_NIFTI] = { "nifti", ".nii" },
 	[STORE_NIFTI_GZ] = { "nifti-gz", ".nii.gz" },
 	[STORE_TEXT] = { "text", ".txt" },
+	[STORE_MIF] = { "mif", ".mif" },
+	[STORE_MIF_GZ] = { "mif-gz", ".mif.gz" },
 };
 
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
@@ -268,8 +270,17 @@ static bool has_nifti_magic(const unsigned char *head, size_t n)
 				 !memcmp(head + NIFTI2_MAGIC_AT, "n+2", MAGIC_LEN));
 }
 
-/* A gzip upload is a volume only if what it inflates to starts as NIfTI. */
-static bool gzip_holds_nifti(const char *path)
+/* An MRtrix3 image (formats/mif.h) starts with this line. */
+static bool has_mif_magic(const unsigned char *head, size_t n)
+{
+	static const char magic[] = "mrtrix image\n";
+
+	return n >= sizeof(magic) - 1 && !memcmp(head, magic, sizeof(magic) - 1);
+}
+
+/* A gzip upload is a volume only if what it inflates to starts as NIfTI
+ * or as an MRtrix3 image: which one into *kind. */
+static bool gzip_holds_volume(const char *path, enum store_kind *kind)
 {
 	unsigned char head[HEAD_LEN];
 	gzFile gz = gzopen(path, "rb");
@@ -279,22 +290,33 @@ static bool gzip_holds_nifti(const char *path)
 		return false;
 	n = gzread(gz, head, sizeof(head));
 	gzclose(gz);
-	return n > 0 && has_nifti_magic(head, (size_t)n);
+	if (n > 0 && has_nifti_magic(head, (size_t)n))
+		*kind = STORE_NIFTI_GZ;
+	else if (n > 0 && has_mif_magic(head, (size_t)n))
+		*kind = STORE_MIF_GZ;
+	else
+		return false;
+	return true;
 }
 
 static int classify(const struct store_writer *w, enum store_kind *kind, struct errbuf *err)
 {
+	size_t head = w->bytes < HEAD_LEN ? (size_t)w->bytes : HEAD_LEN;
+
 	if (w->bytes == 0)
 		return errbuf_set(err, -EINVAL, "", "the upload is empty");
-	if (w->bytes >= 2 && w->head[0] == 0x1f && w->head[1] == 0x8b && gzip_holds_nifti(w->tmp))
-		*kind = STORE_NIFTI_GZ;
-	else if (has_nifti_magic(w->head, w->bytes < HEAD_LEN ? (size_t)w->bytes : HEAD_LEN))
+	if (w->bytes >= 2 && w->head[0] == 0x1f && w->head[1] == 0x8b &&
+	    gzip_holds_volume(w->tmp, kind))
+		return 0;
+	if (has_nifti_magic(w->head, head))
 		*kind = STORE_NIFTI;
+	else if (has_mif_magic(w->head, head))
+		*kind = STORE_MIF;   /* before text: a header is text, its data need not be */
 	else if (w->text)
 		*kind = STORE_TEXT;
 	else
-		return errbuf_set(err, -EMEDIUMTYPE, "",
-				  "the upload is neither NIfTI-1/-2 (.nii, .nii.gz) nor text");
+		return errbuf_set(err, -EMEDIUMTYPE, "", "the upload is neither NIfTI-1/-2 (.nii, "
+				  ".nii.gz), an MRtrix3 image (.mif, .mif.gz) nor text");
 	return 0;
 }
 

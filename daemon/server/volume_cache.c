@@ -48,14 +48,23 @@ static int append_file_key(char *key, size_t len, const struct jobspec *spec,
 	return 0;
 }
 
-/* What a fit depends on besides its files. fa_threshold masks the CSD fit. */
+/* What a fit depends on besides its files. fa_threshold masks the CSD fit;
+ * bvecs_convention turns the directions (and whether the job chose it is
+ * logged from the cached inputs); whether sh_basis was named decides
+ * whether a NIfTI sh loads at all. */
 static void append_model_key(char *key, size_t len, const struct jobspec *spec)
 {
 	const struct jobspec_model *m = &spec->model;
 	size_t used = strlen(key);
 
+	if (spec->input_kind == JOBSPEC_INPUT_DWI) {
+		snprintf(key + used, len - used, "bvecs %d %d\n", (int)spec->bvecs_convention,
+			 (int)spec->bvecs_convention_given);
+		used = strlen(key);
+	}
 	if (spec->input_kind == JOBSPEC_INPUT_SH)
-		snprintf(key + used, len - used, "sh %d %d\n", (int)spec->sh_basis, (int)spec->sh_frame);
+		snprintf(key + used, len - used, "sh %d %d %d\n", (int)spec->sh_basis,
+			 (int)spec->sh_frame, (int)spec->sh_basis_given);
 	else if (spec->input_kind == JOBSPEC_INPUT_DWI && spec->direction_getter == JOBSPEC_DG_BOOT)
 		/* The FA of the stop map is fitted regardless of the threshold. */
 		snprintf(key + used, len - used, "boot %d %d %.17g\n", (int)m->name, m->sh_order,

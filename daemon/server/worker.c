@@ -161,9 +161,13 @@ static int load_volumes(void *userdata, const struct jobspec *spec, struct input
 	int r = volume_cache_acquire(ctx->worker->cache, spec, ctx->job->owner, &ctx->fit,
 				     &ctx->volumes, timing, err);
 	const struct fit_result *f;
-	char what[300];
+	char what[400];
+	bool warn;
 
 	*inputs = ctx->volumes.volumes.inputs;
+	/* How a dwi job's gradients were read, a warning where it matters. */
+	if (r == 0 && inputs_describe_gradients(*inputs, what, sizeof(what), &warn))
+		log_msg(warn ? LOG_LEVEL_WARN : LOG_LEVEL_INFO, "job=%s %s", ctx->job->id, what);
 	/* Which model order was fitted and why, for a dwi job. */
 	f = r == 0 ? inputs_fit(*inputs) : NULL;
 	if (f && fit_describe(f, what, sizeof(what)))

@@ -436,7 +436,7 @@ static const struct {
 	/* unknown keys, at every level */
 	{ ROI_JOB(", \"version\": 1"), "version", "unknown field (known: inputs," },
 	{ "{\"inputs\": {\"odf\": \"o\", \"stop_map\": \"s\", \"fa\": \"f\"}, " ROI_SEEDS "}",
-	  "inputs.fa", "unknown field (known: odf, sh, sh_basis, sh_frame, dwi, bvals, bvecs, mask, stop_map)" },
+	  "inputs.fa", "unknown field (known: odf, sh, sh_basis, sh_frame, dwi, bvals, bvecs, bvecs_convention, mask, stop_map)" },
 	{ "{" INPUTS ", \"seeds\": {\"roi\": \"r\", \"cnt\": 5}}", "seeds.cnt", "unknown field" },
 	{ TRACKING_JOB("\"stepsize\": 0.5"), "tracking.stepsize", "unknown field (known: sphere," },
 	{ ROI_JOB(", \"output\": {\"gzip\": true}"), "output.gzip", "unknown field" },
@@ -682,6 +682,47 @@ static void test_sh_inputs(void **state)
 	}
 }
 
+/* bvecs_convention: voxel unless chosen; a .mif (or an upload, whose format
+ * its content tells) may go without bvals and bvecs, and a .mif FOD
+ * without sh_basis (tournier07, in world axes). */
+static void test_gradient_conventions_and_mif(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(DWI_JOB(""), NULL, &js);
+	assert_int_equal(js.bvecs_convention, JOBSPEC_BVECS_VOXEL);
+	assert_false(js.bvecs_convention_given);
+	jobspec_free(&js);
+	expect_ok(INPUTS_JOB(DWI_INPUTS ", \"bvecs_convention\": \"fsl\""), NULL, &js);
+	assert_int_equal(js.bvecs_convention, JOBSPEC_BVECS_FSL);
+	assert_true(js.bvecs_convention_given);
+	jobspec_free(&js);
+	expect_ok(INPUTS_JOB(DWI_INPUTS ", \"bvecs_convention\": \"voxel\""), NULL, &js);
+	assert_int_equal(js.bvecs_convention, JOBSPEC_BVECS_VOXEL);
+	assert_true(js.bvecs_convention_given);
+	jobspec_free(&js);
+	expect_ok(INPUTS_JOB("\"dwi\": \"dwi.MIF.gz\""), "/d", &js);
+	assert_string_equal(js.dwi_path, "/d/dwi.MIF.gz");
+	assert_null(js.bvals_path);
+	assert_null(js.bvecs_path);
+	jobspec_free(&js);
+	expect_ok(INPUTS_JOB("\"dwi\": \"sha256:" "0123456789abcdef0123456789abcdef"
+			     "0123456789abcdef0123456789abcdef\""), NULL, &js);
+	jobspec_free(&js);
+	expect_ok(INPUTS_JOB("\"sh\": \"wmfod.mif\", \"stop_map\": \"fa.mif\""), NULL, &js);
+	assert_false(js.sh_basis_given);
+	assert_int_equal(js.sh_basis, SH_TOURNIER07);
+	assert_int_equal(js.sh_frame, JOBSPEC_SH_FRAME_WORLD);
+	jobspec_free(&js);
+	expect_ok(INPUTS_JOB("\"sh\": \"fod.mif\", \"sh_basis\": \"descoteaux07\", "
+			     "\"stop_map\": \"fa.mif\""), NULL, &js);
+	assert_true(js.sh_basis_given);
+	assert_int_equal(js.sh_basis, SH_DESCOTEAUX07);
+	assert_int_equal(js.sh_frame, JOBSPEC_SH_FRAME_VOXEL);
+	jobspec_free(&js);
+}
+
 static const struct {
 	const char *json;
 	const char *field;
@@ -711,6 +752,21 @@ static const struct {
 	{ INPUTS_JOB("\"dwi\": \"d\", \"bvals\": \"b\""), "inputs.bvecs",
 	  "is required with inputs.dwi" },
 	{ SH_INPUTS(""), "inputs.sh_basis", "is required with inputs.sh: \"tournier07\" for MRtrix3" },
+	{ INPUTS_JOB("\"sh\": \"fod.nii\", \"stop_map\": \"f\""), "inputs.sh_basis",
+	  "the default only for a .mif FOD" },
+	/* a .mif may carry its gradients; bvals, bvecs and their convention go together */
+	{ INPUTS_JOB("\"dwi\": \"d.mif\", \"bvecs\": \"v\""), "inputs.bvals",
+	  "is required with inputs.dwi and inputs.bvecs" },
+	{ INPUTS_JOB("\"dwi\": \"d.mif.gz\", \"bvals\": \"b\""), "inputs.bvecs",
+	  "is required with inputs.dwi and inputs.bvals" },
+	{ INPUTS_JOB("\"dwi\": \"d.nii\""), "inputs.bvals",
+	  "is required with inputs.dwi (only a .mif may carry its gradient table instead)" },
+	{ INPUTS_JOB("\"dwi\": \"d.mif\", \"bvecs_convention\": \"fsl\""),
+	  "inputs.bvecs_convention", "applies to inputs.bvecs only" },
+	{ INPUTS_JOB(DWI_INPUTS ", \"bvecs_convention\": \"lps\""), "inputs.bvecs_convention",
+	  "must be one of \"voxel\", \"fsl\", got \"lps\"" },
+	{ INPUTS_JOB("\"odf\": \"o\", \"stop_map\": \"f\", \"bvecs_convention\": \"fsl\""),
+	  "inputs.bvecs_convention", "is only allowed with inputs.dwi" },
 	{ SH_INPUTS(", \"sh_frame\": \"world\""), "inputs.sh_basis", "is required with inputs.sh" },
 	{ INPUTS_JOB("\"sh\": \"s\", \"sh_basis\": \"tournier07\""), "inputs.stop_map",
 	  "is required with inputs.sh (only a dwi input has a default: its DTI FA)" },
@@ -1580,6 +1636,7 @@ int main(void)
 		cmocka_unit_test(test_defaults_dwi),
 		cmocka_unit_test(test_model_members),
 		cmocka_unit_test(test_sh_inputs),
+		cmocka_unit_test(test_gradient_conventions_and_mif),
 		cmocka_unit_test(test_bad_inputs_and_models),
 		cmocka_unit_test(test_seed_kinds),
 		cmocka_unit_test(test_points),

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <zlib.h>
 
 #include "server/store.h"
 #include "tmpdir.h"
@@ -178,6 +179,38 @@ static void check_kind(struct fixture *f, const void *data, size_t len, enum sto
 	assert_int_equal(stored_len, len);
 	assert_memory_equal(stored, data, len);
 	free(stored);
+}
+
+/* data[0..len) as a gzip stream into out (room for cap bytes); its length. */
+static size_t gzip_bytes(const void *data, size_t len, unsigned char *out, size_t cap)
+{
+	z_stream z = { 0 };
+
+	assert_int_equal(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+	z.next_in = (unsigned char *)data;
+	z.avail_in = (uInt)len;
+	z.next_out = out;
+	z.avail_out = (uInt)cap;
+	assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+	deflateEnd(&z);
+	return z.total_out;
+}
+
+/* MRtrix3 images by their first line, plain or inflated; binary data after
+ * the header do not make them "not text" refusals. */
+static void test_mif_kinds(void **state)
+{
+	static const char head[] = "mrtrix image\ndim: 2,2,1\nvox: 1,1,1\nlayout: +0,+1,+2\n"
+				   "datatype: Float32LE\nfile: . 96\nEND\n";
+	struct fixture *f = *state;
+	unsigned char mif[96 + 16] = { 0 }, gz[400];
+	const float values[4] = { 0.5f, -1, 2, 3 };
+
+	memcpy(mif, head, sizeof(head) - 1);
+	memcpy(mif + 96, values, sizeof(values));
+	check_kind(f, mif, sizeof(mif), STORE_MIF, ".mif", "mif");
+	check_kind(f, gz, gzip_bytes(mif, sizeof(mif), gz, sizeof(gz)), STORE_MIF_GZ, ".mif.gz",
+		   "mif-gz");
 }
 
 static void test_kinds(void **state)
@@ -544,6 +577,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_same_bytes_same_id, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_claim_quota, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_id_matches_sha256sum, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mif_kinds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kinds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unsupported, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_empty, setup, teardown),
