@@ -31,7 +31,9 @@
 #include "base/log.h"
 #include "demo/phantom.h"
 #include "engine/resident.h"
+#include "job/shard.h"
 #include "run/job_doc.h"
+#include "run/merge_job.h"
 #include "run/runner.h"
 #include "models/shbasis.h"
 #include "server/serve.h"
@@ -55,6 +57,8 @@ static const char intro_text[] =
 "                       '-': read it from standard input)\n"
 "  track DWI OUTPUT     track raw DWI without a job file (see tractd track --help)\n"
 "  fit JOB.json         fit the job's models only and write them (-o DIR)\n"
+"  merge OUT PART...    join the outputs of a job's shards (--shard) into OUT,\n"
+"                       byte-identical to the whole job's output\n"
 "  phantom OUTDIR       write the built-in synthetic phantom and a job for it\n"
 "  devices              list the Vulkan devices tractd can use\n"
 "\n";
@@ -78,6 +82,9 @@ static const char run_text[] =
 "                             output is the same as on one device; default: the\n"
 "                             best one (discrete > integrated > virtual > CPU)\n"
 "      --stats-json FILE      write counts and phase timings as JSON\n"
+"      --shard K/N            track shard K of N (K from 0: 0/4 .. 3/4) of the\n"
+"                             job's seeds (seeds.shard); join the outputs with\n"
+"                             `tractd merge OUT PART...`\n"
 "      --gpu-memory-budget B  GPU memory one job may use (bytes; K, M, G suffixes);\n"
 "                             default: half the device memory\n"
 "      --max-chunk-seeds N    seeds per GPU chunk at most (default: from the limits)\n"
@@ -125,6 +132,16 @@ static const char track_text[] =
 "      --print-job            print the job document and run nothing (keep it\n"
 "                             for `tractd run`)\n"
 "      --force                overwrite an existing OUTPUT\n"
+"\n";
+
+static const char merge_usage[] =
+"Usage: tractd merge OUT PART... [OPTIONS]\n"
+"\n"
+"Joins the outputs of one job's shards (tractd run --shard K/N, or jobs with\n"
+"seeds.shard) into OUT, byte-identical to the output of the whole job. PARTs\n"
+"(TRK, TCK or TRX, with a TCK job's PART.seeds.txt beside them) may come in\n"
+"any order; every shard of the job must be given once. Exit status 3 when\n"
+"they are not one job's whole set, 1 when OUT cannot be written.\n"
 "\n";
 
 static const char fit_usage[] =
@@ -197,6 +214,8 @@ static int print_help(const char *command)
 		printf("%s%s%s%s", track_usage, track_text, run_text, common_text);
 	else if (command && strcmp(command, "fit") == 0)
 		printf("%s%s%s", fit_usage, fit_text, common_text);
+	else if (command && strcmp(command, "merge") == 0)
+		printf("%s%s", merge_usage, common_text);
 	else if (command && strcmp(command, "phantom") == 0)
 		printf("%s%s%s", phantom_usage, phantom_text, common_text);
 	else
@@ -242,6 +261,7 @@ enum option_id {
 	OPT_SET,
 	OPT_PRINT_JOB,
 	OPT_FORCE,
+	OPT_SHARD,
 };
 
 static const struct option long_options[] = {
@@ -281,6 +301,7 @@ static const struct option long_options[] = {
 	{ "set", required_argument, NULL, OPT_SET },
 	{ "print-job", no_argument, NULL, OPT_PRINT_JOB },
 	{ "force", no_argument, NULL, OPT_FORCE },
+	{ "shard", required_argument, NULL, OPT_SHARD },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
@@ -308,6 +329,7 @@ struct cli {
 	struct gpu_device_choice devices[GPU_MAX_DEVICES];   /* none: the best one */
 	size_t n_devices;
 	const char *stats_json;
+	const char *shard;          /* --shard K/N, or NULL */
 	const char *pipeline_cache;
 	char default_cache[PATH_MAX];
 	struct gpu_options gpu;
@@ -471,6 +493,19 @@ static int parse_devices(struct cli *cli, const char *arg)
 	return -1;
 }
 
+/* --shard K/N, checked here so that a typo is a usage error; the job gets
+ * it as seeds.shard (track: in the document it prints). */
+static int parse_shard(struct cli *cli, const char *arg)
+{
+	struct errbuf err = { 0 };
+	struct shard shard;
+
+	if (shard_parse(arg, &shard, &err) < 0)
+		return usage_error("invalid --shard '%s' (K/N: shard K of N, K from 0)", arg);
+	cli->shard = arg;
+	return add_track_field(cli, "seeds.shard", arg);
+}
+
 /* Returns -1 to continue, or an exit code. */
 static int parse_option(struct cli *cli, int opt, const char *arg)
 {
@@ -479,6 +514,8 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 	case 'd':
 		return parse_devices(cli, arg);
 	case OPT_STATS_JSON: cli->stats_json = arg; return -1;
+	case OPT_SHARD:
+		return parse_shard(cli, arg);
 	case OPT_BUDGET:
 		if (parse_size(arg, &cli->engine.memory_budget) < 0 || !cli->engine.memory_budget)
 			return usage_error("invalid --gpu-memory-budget '%s'", arg);
@@ -891,6 +928,8 @@ static int run_job_text(struct cli *cli, const char *text, size_t len, const cha
 	int r, code = EXIT_OK;
 
 	r = jobspec_parse(text, len, base_dir, &j.spec, &err);
+	if (r == 0 && cli->shard)
+		r = jobspec_set_shard(&j.spec, cli->shard, &err);
 	if (r < 0) {
 		report(&err);
 		return exit_code_for(r, &err);
@@ -1270,7 +1309,22 @@ static int list_devices(void)
 	return EXIT_OK;
 }
 
-#define COMMAND_NAMES "serve, run, track, fit, phantom or devices"
+#define COMMAND_NAMES "serve, run, track, fit, merge, phantom or devices"
+
+static int run_merge(char *const *args, int n)
+{
+	struct errbuf err = { 0 };
+	int r;
+
+	if (n < 2)
+		return usage_error("%s", "'merge' takes OUT and at least one PART (see --help)");
+	r = merge_job_run(args[0], (const char *const *)(args + 1), (size_t)n - 1, &err);
+	if (r < 0) {
+		report(&err);
+		return exit_code_for(r, &err);
+	}
+	return EXIT_OK;
+}
 
 /* How many operands command takes; -1: no such command. */
 static int operands_of(const char *command)
@@ -1312,6 +1366,8 @@ int main(int argc, char **argv)
 	if (optind >= argc)
 		return usage_error("%s", "missing command (" COMMAND_NAMES ")");
 	command = argv[optind++];
+	if (strcmp(command, "merge") == 0)
+		return run_merge(argv + optind, argc - optind);
 	operands = operands_of(command);
 	if (operands < 0)
 		return usage_error("unknown command '%s' (" COMMAND_NAMES ")", command);

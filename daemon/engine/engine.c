@@ -29,6 +29,7 @@
 #include "engine/ptt.h"
 #include "engine/resident.h"
 #include "job/seeds.h"
+#include "formats/merge.h"
 #include "base/timing.h"
 #include "formats/output.h"
 #include "engine/paged_volume.h"
@@ -501,7 +502,7 @@ struct run_shared {
 	const struct engine_options *opts;
 	struct output_writer *out;
 	struct engine_stats *stats;
-	uint64_t total;           /* seeds */
+	uint64_t first, total;    /* seeds [first, total): a shard's (seeds_range), or all */
 	uint64_t next_to_write;   /* the turn holder's: the seed after the last one whose
 				   * streamlines were written or passed over (stats->seeds) */
 	uint64_t chunk_limit;     /* the smallest of the devices' chunk sizes */
@@ -513,6 +514,7 @@ struct run_shared {
 	uint64_t turn;            /* the chunk being written */
 	uint64_t written;         /* streamlines written by the chunks before turn */
 	bool selected;            /* seeds.select streamlines are written: no more chunks */
+	char shard_tag[SHARD_TAG_MAX];  /* the record a shard's output carries (merge.h) */
 	int error;                /* the first failure (its errbuf is failed_err) */
 	struct errbuf failed_err;
 };
@@ -1131,9 +1133,11 @@ static int finish_chunk(struct job_run *run, uint64_t end_seed, struct errbuf *e
 		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output.path",
 				    "cannot write the tractogram");
 	if (r == 0 && o->progress &&
-	    !o->progress(o->progress_userdata, done, sh->total, sh->stats->streamlines))
+	    !o->progress(o->progress_userdata, done - sh->first, sh->total - sh->first,
+			 sh->stats->streamlines))
 		r = errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
-			       (unsigned long long)done, (unsigned long long)sh->total);
+			       (unsigned long long)(done - sh->first),
+			       (unsigned long long)(sh->total - sh->first));
 	pthread_mutex_lock(&sh->lock);
 	sh->written = sh->stats->streamlines;
 	sh->selected = selection_full(sh);
@@ -1366,7 +1370,7 @@ static void tck_properties(const struct run_shared *sh, char *buf, size_t len)
 				"pmf_threshold: %g\nrng_seed: %llu\n",
 				getters[job->direction_getter],
 				job->step_mm ? job->step_mm : job->step_size * cbrt(mm[0] * mm[1] * mm[2]),
-				job->max_angle, (unsigned long long)sh->total, job->max_steps,
+				job->max_angle, (unsigned long long)seeds_count(sh->seeds), job->max_steps,
 				job->fa_threshold, job->pmf_threshold,
 				(unsigned long long)job->rng_seed);
 	if (used < len && job->seed_select)
@@ -1393,6 +1397,13 @@ static int open_output(struct run_shared *sh, FILE *out, struct errbuf *err)
 	int r;
 
 	tck_properties(sh, properties, sizeof(properties));
+	if (job->shard.count) {
+		struct shard_tag tag = { .index = job->shard.index, .count = job->shard.count,
+					 .first = sh->first, .end = sh->total,
+					 .total = seeds_count(sh->seeds), .job = job->fingerprint };
+		shard_tag_format(&tag, sh->shard_tag);
+		oo.shard_tag = sh->shard_tag;
+	}
 	r = output_writer_new(job->output_format, out, grid->dim, grid->affine, &oo, &sh->out, err);
 
 	if (r == 0) {
@@ -1427,7 +1438,8 @@ static int prepare_devices(struct run_shared *sh, const struct engine_device *de
 	/* Several chunks per device, so that they all have work to the end. */
 	if (n > 1)
 		sh->chunk_limit = min_u64(sh->chunk_limit,
-					  (sh->total + CHUNKS_PER_DEVICE * n - 1) / (CHUNKS_PER_DEVICE * n));
+					  (sh->total - sh->first + CHUNKS_PER_DEVICE * n - 1) /
+					  (CHUNKS_PER_DEVICE * n));
 	return r;
 }
 
@@ -1502,8 +1514,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	       FILE *out, struct engine_stats *stats, struct errbuf *err)
 {
 	struct engine_stats local_stats;
-	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts,
-				 .total = seeds_count(seeds) };
+	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts };
 	struct job_run *runs;
 	double write_before;
 	int r;
@@ -1511,6 +1522,8 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	if (!stats)
 		stats = &local_stats;
 	memset(stats, 0, sizeof(*stats));
+	seeds_range(seeds, &sh.first, &sh.total);
+	sh.next_seed = sh.next_to_write = sh.first;
 	if (n_devs == 0)
 		return errbuf_set_kind(err, ERR_KIND_DEVICE, -ENODEV, "device",
 				       "no GPU to run the job on");
@@ -1533,7 +1546,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	write_before = stats->write_seconds;
 	if (r == 0)
 		r = track_on_devices(&sh, runs, n_devs, err);
-	stats->seeds = sh.next_to_write;
+	stats->seeds = sh.next_to_write - sh.first;
 	stats->select = job->seed_select;
 	stats->track_seconds = timing_now() - sh.t0 - (stats->write_seconds - write_before);
 	if (sh.out) {
