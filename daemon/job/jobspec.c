@@ -1089,12 +1089,15 @@ static int load_document(const char *json, size_t len, json_t **root, struct err
 	return 0;
 }
 
-/* FNV-1a 64 of the document without seeds.shard and output.path, its keys
- * sorted: what every shard of one job shares and another job does not (to
- * tell parts apart, not a secret). */
+/* FNV-1a 64 of the document, its keys sorted, without seeds.shard,
+ * output.path, output.format (the CLI sets it from -o's extension; merge
+ * checks the parts' formats itself) and the names of the input files (a
+ * path to the CLI, a volume id to the daemon: the same job either way):
+ * what every shard of one job document shares and a job of other
+ * parameters does not (to tell parts apart, not a secret). */
 static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 {
-	json_t *copy = json_deep_copy(root), *seeds, *output;
+	json_t *copy = json_deep_copy(root), *seeds, *output, *inputs;
 	char *text;
 	uint64_t h = 0xcbf29ce484222325ull;
 
@@ -1102,10 +1105,19 @@ static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 		return oom(err);
 	seeds = json_object_get(copy, "seeds");
 	output = json_object_get(copy, "output");
-	if (json_is_object(seeds))
+	inputs = json_object_get(copy, "inputs");
+	if (json_is_object(seeds)) {
 		json_object_del(seeds, "shard");
-	if (json_is_object(output))
+		json_object_del(seeds, "roi");
+	}
+	if (json_is_object(output)) {
 		json_object_del(output, "path");
+		json_object_del(output, "format");
+		if (json_object_size(output) == 0)   /* -o's extension made it */
+			json_object_del(copy, "output");
+	}
+	for (size_t i = 0; json_is_object(inputs) && i < JOBSPEC_INPUT_FILES; i++)
+		json_object_del(inputs, jobspec_input_files[i].field + strlen("inputs."));
 	text = json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT);
 	json_decref(copy);
 	if (!text)

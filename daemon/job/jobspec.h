@@ -163,8 +163,9 @@ struct jobspec {
 	bool seed_points_ras;       /* seeds.space == "ras" (default "voxel") */
 	struct shard shard;         /* seeds.shard "K/N" (K from 0; not with select);
 				     * count 0 when not given: the whole job */
-	uint64_t fingerprint;       /* of the document less seeds.shard and output.path:
-				     * the same for every shard of one job (their
+	uint64_t fingerprint;       /* of the document less seeds.shard, output.path and
+				     * the input files' names: the same for every shard
+				     * of one job, by the CLI or the daemon (their
 				     * outputs record it for tractd merge) */
 
 	char *sphere_name;          /* tracking.sphere as a name (default "repulsion724"), or NULL */
