@@ -142,6 +142,12 @@ static const char merge_usage[] =
 "(TRK, TCK or TRX, with a TCK job's PART.seeds.txt beside them) may come in\n"
 "any order; every shard of the job must be given once. Exit status 3 when\n"
 "they are not one job's whole set, 1 when OUT cannot be written.\n"
+"\n"
+"Options of merge:\n"
+"      --part-stats FILE      a shard's statistics (tractd run --shard K/N\n"
+"                             --stats-json FILE); once per shard, any order\n"
+"      --stats-json FILE      write the whole job's statistics, summed from\n"
+"                             the --part-stats files (all shards needed)\n"
 "\n";
 
 static const char fit_usage[] =
@@ -262,6 +268,7 @@ enum option_id {
 	OPT_PRINT_JOB,
 	OPT_FORCE,
 	OPT_SHARD,
+	OPT_PART_STATS,
 };
 
 static const struct option long_options[] = {
@@ -302,6 +309,7 @@ static const struct option long_options[] = {
 	{ "print-job", no_argument, NULL, OPT_PRINT_JOB },
 	{ "force", no_argument, NULL, OPT_FORCE },
 	{ "shard", required_argument, NULL, OPT_SHARD },
+	{ "part-stats", required_argument, NULL, OPT_PART_STATS },
 	{ "quiet", no_argument, NULL, 'q' },
 	{ "verbose", no_argument, NULL, 'v' },
 	{ "help", no_argument, NULL, 'h' },
@@ -330,6 +338,7 @@ struct cli {
 	size_t n_devices;
 	const char *stats_json;
 	const char *shard;          /* --shard K/N, or NULL */
+	struct merge_stats merge;   /* merge's --stats-json and --part-stats */
 	const char *pipeline_cache;
 	char default_cache[PATH_MAX];
 	struct gpu_options gpu;
@@ -513,7 +522,12 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 	case 'o': cli->output = arg; return -1;
 	case 'd':
 		return parse_devices(cli, arg);
-	case OPT_STATS_JSON: cli->stats_json = arg; return -1;
+	case OPT_STATS_JSON: cli->stats_json = arg; cli->merge.out = arg; return -1;
+	case OPT_PART_STATS:
+		if (cli->merge.n_parts == MERGE_MAX_PART_STATS)
+			return usage_error("%s", "too many --part-stats");
+		cli->merge.parts[cli->merge.n_parts++] = arg;
+		return -1;
 	case OPT_SHARD:
 		return parse_shard(cli, arg);
 	case OPT_BUDGET:
@@ -613,7 +627,7 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 /* Peak memory: the host's from the kernel (ru_maxrss, KiB), the GPU's as
  * the buffers tractd allocated (driver overhead not included). */
 static int write_stats_json(const char *path, const struct engine_stats *s,
-			    const struct engine_device *devs, size_t n_devs)
+			    const struct engine_device *devs, size_t n_devs, const struct shard *shard)
 {
 	struct rusage usage = { 0 };
 	uint64_t gpu_peak = 0;
@@ -639,6 +653,14 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 					  "load", s->load_seconds, "upload", s->upload_seconds,
 					  "compile", s->compile_seconds, "track", s->track_seconds,
 					  "kernels", s->kernel_seconds, "write", s->write_seconds));
+	/* A shard's statistics are its own; merge sums them by this record. */
+	if (doc && shard->count &&
+	    json_object_set_new(doc, "shard", json_pack("{s:I, s:I}", "index",
+							  (json_int_t)shard->index, "count",
+							  (json_int_t)shard->count)) < 0) {
+		json_decref(doc);
+		doc = NULL;
+	}
 	if (!doc)
 		return -ENOMEM;
 	r = json_dump_file(doc, path, JSON_INDENT(2));
@@ -956,7 +978,7 @@ static int run_job_text(struct cli *cli, const char *text, size_t len, const cha
 	if (code == EXIT_OK) {
 		log_summary(&stats, gpu_get_limits(j.devices[0].gpu)->device_name, j.n_devices, path);
 		if (cli->stats_json &&
-		    write_stats_json(cli->stats_json, &stats, j.devices, j.n_devices) < 0) {
+		    write_stats_json(cli->stats_json, &stats, j.devices, j.n_devices, &j.spec.shard) < 0) {
 			fprintf(stderr, "tractd: error: cannot write %s\n", cli->stats_json);
 			code = EXIT_RUNTIME;
 		}
@@ -1311,14 +1333,15 @@ static int list_devices(void)
 
 #define COMMAND_NAMES "serve, run, track, fit, merge, phantom or devices"
 
-static int run_merge(char *const *args, int n)
+static int run_merge(struct cli *cli, char *const *args, int n)
 {
 	struct errbuf err = { 0 };
 	int r;
 
 	if (n < 2)
 		return usage_error("%s", "'merge' takes OUT and at least one PART (see --help)");
-	r = merge_job_run(args[0], (const char *const *)(args + 1), (size_t)n - 1, &err);
+	r = merge_job_run(args[0], (const char *const *)(args + 1), (size_t)n - 1, &cli->merge,
+			  &err);
 	if (r < 0) {
 		report(&err);
 		return exit_code_for(r, &err);
@@ -1367,7 +1390,7 @@ int main(int argc, char **argv)
 		return usage_error("%s", "missing command (" COMMAND_NAMES ")");
 	command = argv[optind++];
 	if (strcmp(command, "merge") == 0)
-		return run_merge(argv + optind, argc - optind);
+		return run_merge(&cli, argv + optind, argc - optind);
 	operands = operands_of(command);
 	if (operands < 0)
 		return usage_error("unknown command '%s' (" COMMAND_NAMES ")", command);

@@ -172,3 +172,26 @@ def test_shard_in_the_document_equals_the_option(tractd, small_phantom, tmp_path
     by_doc = tmp_path / "doc.trx"
     run(tractd, write_job(tmp_path / "doc.json", job), by_doc)
     assert_same_bytes(by_option, by_doc)
+
+
+def test_merged_statistics_are_the_whole_jobs(tractd, small_phantom, tmp_path):
+    """Each shard's --stats-json carries its shard; merge --part-stats sums
+    them into the whole job's counts and stop reasons, each shard once."""
+    job_path = write_job(tmp_path / "job.json", job_for(small_phantom, "trk"))
+    run(tractd, job_path, tmp_path / "whole.trk", "--stats-json", tmp_path / "whole.json")
+    parts, stats = [], []
+    for k in range(3):
+        parts.append(tmp_path / f"p{k}.trk")
+        stats.append(tmp_path / f"p{k}.json")
+        run(tractd, job_path, parts[k], "--shard", f"{k}/3", "--stats-json", stats[k])
+        assert json.loads(stats[k].read_text())["shard"] == {"index": k, "count": 3}
+    opts = [a for s in reversed(stats) for a in ("--part-stats", s)]
+    run_cli(tractd, ["merge", tmp_path / "m.trk", *parts, "--stats-json", tmp_path / "m.json",
+                     *opts, "-q"], check=True)
+    whole, merged = (json.loads((tmp_path / n).read_text()) for n in ("whole.json", "m.json"))
+    for key in ("seeds", "streamlines", "points", "stop_reasons", "seeds_without_direction"):
+        assert merged[key] == whole[key], key
+    assert merged["shards"] == 3
+    proc = run_cli(tractd, ["merge", tmp_path / "m2.trk", *parts, "--stats-json",
+                            tmp_path / "m2.json", *opts[:4]])
+    assert proc.returncode == 3 and "shard 0/3" in proc.stderr and "missing" in proc.stderr
