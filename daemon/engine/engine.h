@@ -31,7 +31,8 @@
 #include "engine/resident.h"
 #include "job/seeds.h"
 
-/* Called after each seed chunk is written, with the chunks in seed order.
+/* Called after each seed chunk is written, with the chunks in seed order;
+ * the seeds counted are the run's (a shard's own: seeds_range).
  * Returning false cancels the job:
  * engine_run then returns -ECANCELED. */
 typedef bool engine_progress_fn(void *userdata, uint64_t seeds_done, uint64_t seeds_total,

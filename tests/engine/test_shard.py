@@ -195,3 +195,14 @@ def test_merged_statistics_are_the_whole_jobs(tractd, small_phantom, tmp_path):
     proc = run_cli(tractd, ["merge", tmp_path / "m2.trk", *parts, "--stats-json",
                             tmp_path / "m2.json", *opts[:4]])
     assert proc.returncode == 3 and "shard 0/3" in proc.stderr and "missing" in proc.stderr
+
+
+def test_track_shard_option(tractd, small_phantom, tmp_path):
+    """`tractd track --shard K/N` puts seeds.shard in the job it composes."""
+    proc = run_cli(tractd, ["track", small_phantom / "dwi.nii.gz", tmp_path / "t.trk",
+                            "--shard", "2/5", "--seed-roi", small_phantom / "seed_roi.nii.gz",
+                            "--print-job"], check=True)
+    assert json.loads(proc.stdout)["seeds"]["shard"] == "2/5"
+    proc = run_cli(tractd, ["track", small_phantom / "dwi.nii.gz", tmp_path / "t.trk",
+                            "--shard", "5/5", "--print-job"])
+    assert proc.returncode == 2 and "--shard" in proc.stderr
