@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,20 @@ static int read_trx(struct part *p, struct errbuf *err)
 	return 0;
 }
 
+/* The format a file's first bytes announce; -EINVAL for none of them. */
+static int format_of(const unsigned char magic[6], enum output_format *ret)
+{
+	if (memcmp(magic, "TRACK", 6) == 0)
+		*ret = OUTPUT_TRK;
+	else if (memcmp(magic, "mrtrix", 6) == 0)
+		*ret = OUTPUT_TCK;
+	else if (memcmp(magic, "PK", 2) == 0)
+		*ret = OUTPUT_TRX;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 static int read_part(struct part *p, struct errbuf *err)
 {
 	unsigned char magic[6] = { 0 };
@@ -146,16 +161,15 @@ static int read_part(struct part *p, struct errbuf *err)
 	if (!f)
 		return errbuf_set(err, -errno, p->path, "cannot open: %s", strerror(errno));
 	if (fseek(f, 0, SEEK_END) != 0 || (p->size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
-	    fread(magic, 1, sizeof(magic), f) != sizeof(magic) || fseek(f, 0, SEEK_SET) != 0)
+	    fread(magic, 1, sizeof(magic), f) != sizeof(magic) || fseek(f, 0, SEEK_SET) != 0 ||
+	    format_of(magic, &p->format) != 0)
 		r = not_a_part(p->path, "is not a tractogram (TRK, TCK or TRX)", err);
-	else if (memcmp(magic, "TRACK", 6) == 0 && (p->format = OUTPUT_TRK, 1))
+	else if (p->format == OUTPUT_TRK)
 		r = read_trk(f, p, err);
-	else if (memcmp(magic, "mrtrix", 6) == 0 && (p->format = OUTPUT_TCK, 1))
+	else if (p->format == OUTPUT_TCK)
 		r = read_tck(f, p, err);
-	else if (memcmp(magic, "PK", 2) == 0 && (p->format = OUTPUT_TRX, 1))
-		r = read_trx(p, err);
 	else
-		r = not_a_part(p->path, "is not a tractogram (TRK, TCK or TRX)", err);
+		r = read_trx(p, err);
 	fclose(f);
 	return r;
 }
@@ -197,8 +211,8 @@ static int check_same_job(const struct part *a, const struct part *b, struct err
 	return 0;
 }
 
-/* Puts the parts in shard order into order[]; each shard once, none
- * missing, their seed ranges end to end over the job. */
+/* Puts the parts in shard order into order[] (zeroed, n long); each shard
+ * once, none missing, their seed ranges end to end over the job. */
 static int order_parts(struct part *parts, size_t n, struct part **order, struct errbuf *err)
 {
 	uint32_t count = parts[0].tag.count;
@@ -208,8 +222,6 @@ static int order_parts(struct part *parts, size_t n, struct part **order, struct
 		if (r)
 			return r;
 	}
-	for (uint32_t k = 0; k < count && k < n; k++)
-		order[k] = NULL;
 	for (size_t i = 0; i < n; i++) {
 		uint32_t k = parts[i].tag.index;
 
@@ -305,10 +317,10 @@ static int write_trx(struct part *const *order, size_t n, FILE *out, struct errb
 	return trx_writer_finish(w);
 }
 
-/* tckgen's seeds file of each part (PART.seeds.txt): the first part's two
- * header lines, each part's rows with Track_index counted on from the parts
- * before, and the closing empty line. */
-static int join_seed_rows(FILE *in, uint64_t shift, FILE *out)
+/* tckgen's seeds file of each part (PART.seeds.txt, output.c's layout):
+ * the first part's two header lines, each part's rows with Track_index
+ * counted on from the parts before, and the closing empty line. */
+static int join_seed_rows(FILE *in, uint64_t shift, bool keep_header, FILE *out)
 {
 	char line[512];
 	int header = 2;
@@ -319,6 +331,8 @@ static int join_seed_rows(FILE *in, uint64_t shift, FILE *out)
 
 		if (header > 0) {
 			header--;
+			if (keep_header && fputs(line, out) == EOF)
+				return -EIO;
 			continue;
 		}
 		if (line[0] == '\n')
@@ -330,35 +344,38 @@ static int join_seed_rows(FILE *in, uint64_t shift, FILE *out)
 	return ferror(in) ? -EIO : 0;
 }
 
+/* path.seeds.txt into buf; false when it does not fit. */
+static bool seeds_path(const char *path, char buf[PATH_MAX])
+{
+	return snprintf(buf, PATH_MAX, "%s.seeds.txt", path) < PATH_MAX;
+}
+
 static int join_seeds(struct part *const *order, size_t n, const char *out_path,
 		      struct errbuf *err)
 {
-	char path[4096], first[4096];
+	char path[PATH_MAX], part[PATH_MAX];
 	uint64_t shift = 0;
 	FILE *out;
 	int r = 0;
 
-	snprintf(first, sizeof(first), "%s.seeds.txt", order[0]->path);
-	if (access(first, F_OK) != 0)
+	if (!seeds_path(order[0]->path, part) || access(part, F_OK) != 0)
 		return 0;
-	snprintf(path, sizeof(path), "%s.seeds.txt", out_path);
+	if (!seeds_path(out_path, path))
+		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -ENAMETOOLONG, out_path,
+				       "name too long");
 	out = fopen(path, "w");
 	if (!out)
 		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -errno, path, "cannot create: %s",
 				       strerror(errno));
-	if (fprintf(out, "# tractd\n#Track_index,Seed_index,Pos_x,Pos_y,Pos_z,\n") < 0)
-		r = -EIO;
 	for (size_t i = 0; i < n && !r; i++) {
-		FILE *in;
+		FILE *in = seeds_path(order[i]->path, part) ? fopen(part, "r") : NULL;
 
-		snprintf(first, sizeof(first), "%s.seeds.txt", order[i]->path);
-		in = fopen(first, "r");
 		if (!in) {
-			r = errbuf_set(err, -EINVAL, first, "is missing (the other parts have "
-				       "seeds files)");
+			r = errbuf_set(err, -EINVAL, part, "is missing (the first part has a "
+				       "seeds file)");
 			break;
 		}
-		r = join_seed_rows(in, shift, out);
+		r = join_seed_rows(in, shift, i == 0, out);
 		shift += order[i]->count;
 		fclose(in);
 	}
