@@ -174,6 +174,15 @@ static int read_part(struct part *p, struct errbuf *err)
 	return r;
 }
 
+static bool same_affine(const double a[4][4], const double b[4][4])
+{
+	for (int r = 0; r < 4; r++)
+		for (int c = 0; c < 4; c++)
+			if (a[r][c] != b[r][c])
+				return false;
+	return true;
+}
+
 /* Whether b's header is a's but for the record and the count. */
 static bool same_header(const struct part *a, const struct part *b)
 {
@@ -188,7 +197,7 @@ static bool same_header(const struct part *a, const struct part *b)
 		break;
 	}
 	return memcmp(a->trx.dim, b->trx.dim, sizeof(a->trx.dim)) == 0 &&
-	       memcmp(a->trx.affine, b->trx.affine, sizeof(a->trx.affine)) == 0 &&
+	       same_affine(a->trx.affine, b->trx.affine) &&
 	       x->positions == y->positions && x->compression == y->compression &&
 	       x->with_seeds == y->with_seeds && x->with_seed_index == y->with_seed_index &&
 	       x->with_direction_getter == y->with_direction_getter;

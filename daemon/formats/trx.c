@@ -478,7 +478,7 @@ int trx_archive_read_info(const char *path, struct trx_archive_info *info, struc
 	text = read_entry_text(za, "header.json");
 	if (text)
 		h = json_loads(text, 0, NULL);
-	r = h && json_is_object(h) ? header_info(h, info) : -EINVAL;
+	r = json_is_object(h) ? header_info(h, info) : -EINVAL;
 	if (!r)
 		r = entries_info(za, info);
 	info->opts.shard_tag = info->tag[0] ? info->tag : NULL;
