@@ -61,6 +61,16 @@ static int not_a_part(const char *path, const char *why, struct errbuf *err)
 	return errbuf_set(err, -EINVAL, path, "%s", why);
 }
 
+/* A TRK or TCK written to a pipe keeps 0 in its count: the sum would be
+ * wrong, so such a part is refused rather than counted. */
+static int check_counted(const struct part *p, long empty_size, struct errbuf *err)
+{
+	if (p->count == 0 && p->size > empty_size)
+		return not_a_part(p->path, "has records but no streamline count in its header "
+				  "(written to a pipe?): write parts to files", err);
+	return 0;
+}
+
 static int read_trk(FILE *f, struct part *p, struct errbuf *err)
 {
 	char tag[TRK_RESERVED_LEN + 1];
@@ -78,7 +88,7 @@ static int read_trk(FILE *f, struct part *p, struct errbuf *err)
 	memset(p->trk + TRK_OFF_RESERVED, 0, TRK_RESERVED_LEN);
 	binio_put_i32(p->trk + TRK_OFF_N_COUNT, 0);
 	p->data_offset = TRK_HEADER_SIZE;
-	return 0;
+	return check_counted(p, TRK_HEADER_SIZE, err);
 }
 
 /* The record is the last property line (output.c writes it so). */
@@ -121,7 +131,7 @@ static int read_tck(FILE *f, struct part *p, struct errbuf *err)
 	if (take_tck_tag(p))
 		return not_a_part(p->path, "has no shard record: not written by a job with "
 				  "seeds.shard (tractd run --shard K/N)", err);
-	return 0;
+	return check_counted(p, p->data_offset + TCK_MARKER_BYTES, err);
 }
 
 static int read_trx(struct part *p, struct errbuf *err)

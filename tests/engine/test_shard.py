@@ -6,6 +6,7 @@ points; parts that are not one job's whole set are refused by name."""
 
 import json
 import random
+import subprocess
 
 import pytest
 
@@ -206,3 +207,16 @@ def test_track_shard_option(tractd, small_phantom, tmp_path):
     proc = run_cli(tractd, ["track", small_phantom / "dwi.nii.gz", tmp_path / "t.trk",
                             "--shard", "5/5", "--print-job"])
     assert proc.returncode == 2 and "--shard" in proc.stderr
+
+
+def test_part_without_count_refused(tractd, small_phantom, parts, tmp_path):
+    """A TRK part written to a pipe keeps 0 streamlines in its header: merge
+    refuses it rather than write a wrong count."""
+    job_path = write_job(tmp_path / "job.json", job_for(small_phantom, "trk"))
+    piped = subprocess.run([tractd, "run", str(job_path), "-o", "-", "-q", "--shard", "0/3"],
+                           capture_output=True, check=True).stdout
+    part = tmp_path / "piped0.trk"
+    part.write_bytes(piped)
+    proc = merge(tractd, tmp_path / "m.trk", part, parts[1], parts[2])
+    assert proc.returncode == 3 and "no streamline count" in proc.stderr
+    assert str(part) in proc.stderr
