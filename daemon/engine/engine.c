@@ -1105,7 +1105,9 @@ static bool take_chunk(struct job_run *run, uint64_t *first, uint64_t *n)
 	got = !sh->error && !sh->selected && sh->next_seed < sh->total;
 	if (got) {
 		*first = sh->next_seed;
-		*n = min_u64(next_chunk_seeds(sh, sh->next_seed, timing_now() - sh->t0),
+		/* Sized by the run's own seeds done (a shard starts at its first). */
+		*n = min_u64(next_chunk_seeds(sh, sh->next_seed - sh->first,
+					      timing_now() - sh->t0),
 			     sh->total - sh->next_seed);
 		*n = min_u64(*n, select_chunk_seeds(sh));
 		run->chunk = sh->next_chunk++;
