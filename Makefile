@@ -186,7 +186,7 @@ check-tidy: | $(BUILD)
 # Man pages, made by help2man from the --help texts (the program's, then each
 # command's that has its own), so that they say what the programs say.
 MAN_PAGES = $(BUILD)/man/tractd.1 $(BUILD)/man/tractctl.1
-TRACTD_COMMANDS_WITH_HELP = run track fit phantom warmup serve
+TRACTD_COMMANDS_WITH_HELP = run track fit merge phantom warmup serve
 TRACTCTL_COMMANDS = track submit status list wait fetch cancel delete volumes device
 
 $(BUILD)/man/tractd.1: $(BUILD)/tractd scripts/man.sh

@@ -28,11 +28,13 @@
 #include "engine/engine.h"
 #include "base/errbuf.h"
 #include "engine/gpu.h"
+#include "job/shard.h"
 #include "job/inputs.h"
 #include "job/jobspec.h"
 #include "base/log.h"
 #include "demo/phantom.h"
 #include "engine/resident.h"
+#include "run/merge_job.h"
 #include "run/runner.h"
 #include "models/shbasis.h"
 #include "server/serve.h"
@@ -58,6 +60,8 @@ static const char intro_text[] =
 "                       '-': read it from standard input)\n"
 "  track DWI OUTPUT     track raw DWI without a job file (see tractd track --help)\n"
 "  fit JOB.json         fit the job's models only and write them (-o DIR)\n"
+"  merge OUT PART...    join the outputs of a job's shards (--shard) into OUT,\n"
+"                       byte-identical to the whole job's output\n"
 "  phantom OUTDIR       write the built-in synthetic phantom and a job for it\n"
 "  devices              list the Vulkan devices tractd can use\n"
 "  warmup               compile the GPU kernels of the default configurations\n"
@@ -83,6 +87,9 @@ static const char run_text[] =
 "                             output is the same as on one device; default: the\n"
 "                             best one (discrete > integrated > virtual > CPU)\n"
 "      --stats-json FILE      write counts and phase timings as JSON\n"
+"      --shard K/N            track shard K of N (K from 0: 0/4 .. 3/4) of the\n"
+"                             job's seeds (seeds.shard); join the outputs with\n"
+"                             `tractd merge OUT PART...`\n"
 "      --gpu-memory-budget B  GPU memory one job may use (bytes; K, M, G suffixes);\n"
 "                             default: half the device memory\n"
 "      --max-chunk-seeds N    seeds per GPU chunk at most (default: from the limits)\n"
@@ -116,6 +123,22 @@ static const char track_usage[] =
 static const char track_text[] =
 "Options of track (the options of run apply too); unset fields keep the\n"
 "defaults of a job without them (README's tables):\n";
+
+static const char merge_usage[] =
+"Usage: tractd merge OUT PART... [OPTIONS]\n"
+"\n"
+"Joins the outputs of one job's shards (tractd run --shard K/N, or jobs with\n"
+"seeds.shard) into OUT, byte-identical to the output of the whole job. PARTs\n"
+"(TRK, TCK or TRX, with a TCK job's PART.seeds.txt beside them) may come in\n"
+"any order; every shard of the job must be given once. Exit status 3 when\n"
+"they are not one job's whole set, 1 when OUT cannot be written.\n"
+"\n"
+"Options of merge:\n"
+"      --part-stats FILE      a shard's statistics (tractd run --shard K/N\n"
+"                             --stats-json FILE); once per shard, any order\n"
+"      --stats-json FILE      write the whole job's statistics, summed from\n"
+"                             the --part-stats files (all shards needed)\n"
+"\n";
 
 static const char fit_usage[] =
 "Usage: tractd fit JOB.json -o DIR [OPTIONS]\n"
@@ -210,6 +233,8 @@ static int print_help(const char *command)
 		printf("%s%s", run_text, common_text);
 	} else if (command && strcmp(command, "fit") == 0) {
 		printf("%s%s%s", fit_usage, fit_text, common_text);
+	} else if (command && strcmp(command, "merge") == 0) {
+		printf("%s%s", merge_usage, common_text);
 	} else if (command && strcmp(command, "phantom") == 0) {
 		printf("%s%s%s", phantom_usage, phantom_text, common_text);
 	} else if (command && strcmp(command, "warmup") == 0) {
@@ -242,6 +267,8 @@ enum option_id {
 	OPT_DIRECTIONS,
 	OPT_BVALUE,
 	OPT_NO_DWI,
+	OPT_SHARD,
+	OPT_PART_STATS,
 	OPT_TRACK,   /* + enum track_opt: track's options (common/track_opts.h) */
 };
 
@@ -250,6 +277,8 @@ static const struct option own_options[] = {
 	{ "output", required_argument, NULL, 'o' },
 	{ "device", required_argument, NULL, 'd' },
 	{ "stats-json", required_argument, NULL, OPT_STATS_JSON },
+	{ "shard", required_argument, NULL, OPT_SHARD },
+	{ "part-stats", required_argument, NULL, OPT_PART_STATS },
 	{ "gpu-memory-budget", required_argument, NULL, OPT_BUDGET },
 	{ "max-chunk-seeds", required_argument, NULL, OPT_MAX_CHUNK_SEEDS },
 	{ "max-dispatch-steps", required_argument, NULL, OPT_MAX_DISPATCH_STEPS },
@@ -299,6 +328,8 @@ struct cli {
 	struct gpu_device_choice devices[GPU_MAX_DEVICES];   /* none: the best one */
 	size_t n_devices;
 	const char *stats_json;
+	const char *shard;          /* --shard K/N, or NULL */
+	struct merge_stats merge;   /* merge's --stats-json and --part-stats */
 	const char *pipeline_cache;
 	char default_cache[PATH_MAX];
 	struct gpu_options gpu;
@@ -491,6 +522,20 @@ static int parse_track_option(struct cli *cli, enum track_opt opt, const char *a
 	return r < 0 ? job_doc_exit(r, &err) : -1;
 }
 
+/* --shard K/N, checked here so that a typo is a usage error; run_job_text
+ * gives it to the job as seeds.shard (track: also to the document it
+ * prints). */
+static int parse_shard(struct cli *cli, const char *arg)
+{
+	struct errbuf err = { 0 };
+	struct shard shard;
+
+	if (shard_parse(arg, &shard, &err) < 0)
+		return usage_error("invalid --shard '%s' (K/N: shard K of N, K from 0)", arg);
+	cli->shard = arg;
+	return -1;
+}
+
 /* Returns -1 to continue, or an exit code. */
 static int parse_option(struct cli *cli, int opt, const char *arg)
 {
@@ -498,7 +543,14 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 	case 'o': cli->output = arg; return -1;
 	case 'd':
 		return parse_devices(cli, arg);
-	case OPT_STATS_JSON: cli->stats_json = arg; return -1;
+	case OPT_STATS_JSON: cli->stats_json = arg; cli->merge.out = arg; return -1;
+	case OPT_PART_STATS:
+		if (cli->merge.n_parts == MERGE_MAX_PART_STATS)
+			return usage_error("%s", "too many --part-stats");
+		cli->merge.parts[cli->merge.n_parts++] = arg;
+		return -1;
+	case OPT_SHARD:
+		return parse_shard(cli, arg);
 	case OPT_BUDGET:
 		if (parse_size(arg, &cli->engine.memory_budget) < 0 || !cli->engine.memory_budget)
 			return usage_error("invalid --gpu-memory-budget '%s'", arg);
@@ -578,7 +630,7 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 /* Peak memory: the host's from the kernel (ru_maxrss, KiB), the GPU's as
  * the buffers tractd allocated (driver overhead not included). */
 static int write_stats_json(const char *path, const struct engine_stats *s,
-			    const struct engine_device *devs, size_t n_devs)
+			    const struct engine_device *devs, size_t n_devs, const struct shard *shard)
 {
 	struct rusage usage = { 0 };
 	uint64_t gpu_peak = 0;
@@ -605,6 +657,14 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 					  "compile", s->compile_seconds, "track", s->track_seconds,
 					  "kernels", s->kernel_seconds, "encode", s->encode_seconds,
 					  "write", s->write_seconds));
+	/* A shard's statistics are its own; merge sums them by this record. */
+	if (doc && shard->count &&
+	    json_object_set_new(doc, "shard", json_pack("{s:I, s:I}", "index",
+							  (json_int_t)shard->index, "count",
+							  (json_int_t)shard->count)) < 0) {
+		json_decref(doc);
+		doc = NULL;
+	}
 	if (!doc)
 		return -ENOMEM;
 	r = json_dump_file(doc, path, JSON_INDENT(2));
@@ -946,7 +1006,10 @@ static int run_job_text(struct cli *cli, const char *text, size_t len, const cha
 	int r, code = EXIT_OK;
 
 	r = jobspec_parse(text, len, base_dir, &j.spec, &err);
+	if (r == 0 && cli->shard)
+		r = jobspec_set_shard(&j.spec, cli->shard, &err);
 	if (r < 0) {
+		jobspec_free(&j.spec);
 		report(&err);
 		return exit_code_for(r, &err);
 	}
@@ -972,7 +1035,8 @@ static int run_job_text(struct cli *cli, const char *text, size_t len, const cha
 	if (code == EXIT_OK) {
 		log_summary(&stats, gpu_get_limits(j.devices[0].gpu)->device_name, j.n_devices, path);
 		if (cli->stats_json &&
-		    write_stats_json(cli->stats_json, &stats, j.devices, j.n_devices) < 0) {
+		    write_stats_json(cli->stats_json, &stats, j.devices, j.n_devices,
+				     &j.spec.shard) < 0) {
 			fprintf(stderr, "tractd: error: cannot write %s\n", cli->stats_json);
 			code = EXIT_RUNTIME;
 		}
@@ -1066,6 +1130,8 @@ static int run_track(struct cli *cli, const char *dwi, const char *output)
 	if (cli->output)
 		return usage_error("%s", "track writes its second argument, OUTPUT: no -o");
 	r = track_job_compose(&cli->track, dwi, output, &doc, &err);
+	if (r == 0 && cli->shard && (r = job_doc_set_text(doc, "seeds.shard", cli->shard, &err)) < 0)
+		json_decref(doc);
 	if (r < 0)
 		return job_doc_exit(r, &err);
 	text = json_dumps(doc, TRACK_JOB_DUMP_FLAGS);
@@ -1291,7 +1357,23 @@ static int run_warmup(struct cli *cli)
 	return code;
 }
 
-#define COMMAND_NAMES "serve, run, track, fit, phantom, devices or warmup"
+#define COMMAND_NAMES "serve, run, track, fit, merge, phantom, devices or warmup"
+
+static int run_merge(struct cli *cli, char *const *args, int n)
+{
+	struct errbuf err = { 0 };
+	int r;
+
+	if (n < 2)
+		return usage_error("%s", "'merge' takes OUT and at least one PART (see --help)");
+	r = merge_job_run(args[0], (const char *const *)(args + 1), (size_t)n - 1, &cli->merge,
+			  &err);
+	if (r < 0) {
+		report(&err);
+		return exit_code_for(r, &err);
+	}
+	return EXIT_OK;
+}
 
 /* How many operands command takes; -1: no such command. */
 static int operands_of(const char *command)
@@ -1335,6 +1417,8 @@ int main(int argc, char **argv)
 	if (optind >= argc)
 		return usage_error("%s", "missing command (" COMMAND_NAMES ")");
 	command = argv[optind++];
+	if (strcmp(command, "merge") == 0)
+		return run_merge(&cli, argv + optind, argc - optind);
 	operands = operands_of(command);
 	if (operands < 0)
 		return usage_error("unknown command '%s' (" COMMAND_NAMES ")", command);

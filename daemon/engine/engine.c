@@ -32,6 +32,7 @@
 #include "engine/ptt.h"
 #include "engine/resident.h"
 #include "job/seeds.h"
+#include "formats/merge.h"
 #include "base/timing.h"
 #include "formats/output.h"
 #include "engine/paged_volume.h"
@@ -527,7 +528,7 @@ struct run_shared {
 	const struct engine_options *opts;
 	struct output_writer *out;
 	struct engine_stats *stats;
-	uint64_t total;           /* seeds */
+	uint64_t first, total;    /* seeds [first, total): a shard's (seeds_range), or all */
 	uint64_t next_to_write;   /* the turn holder's: the seed after the last one whose
 				   * streamlines were written or passed over (stats->seeds) */
 	uint64_t chunk_limit;     /* the smallest of the devices' chunk sizes */
@@ -539,6 +540,7 @@ struct run_shared {
 	uint64_t turn;            /* the chunk being written */
 	uint64_t written;         /* streamlines written by the chunks before turn */
 	bool selected;            /* seeds.select streamlines are written: no more chunks */
+	char shard_tag[SHARD_TAG_MAX];  /* the record a shard's output carries (merge.h) */
 	int error;                /* the first failure (its errbuf is failed_err) */
 	struct errbuf failed_err;
 	/* progress_lock keeps the callback on one thread at a time and guards
@@ -1025,14 +1027,16 @@ static int report_progress(struct run_shared *sh, uint64_t seeds_done, bool writ
 	if (written)
 		sh->streamlines_written = sh->stats->streamlines;
 	if (written || seeds_done > sh->seeds_reported) {
-		struct engine_progress p = { seeds_done, sh->total, sh->streamlines_written, written };
+		struct engine_progress p = { seeds_done - sh->first, sh->total - sh->first,
+					     sh->streamlines_written, written };
 		sh->seeds_reported = seeds_done;
 		go_on = o->progress(o->progress_userdata, &p);
 	}
 	pthread_mutex_unlock(&sh->progress_lock);
 	if (!go_on)
 		return errbuf_set(err, -ECANCELED, "", "cancelled after %llu of %llu seeds",
-				  (unsigned long long)seeds_done, (unsigned long long)sh->total);
+				  (unsigned long long)(seeds_done - sh->first),
+				  (unsigned long long)(sh->total - sh->first));
 	return 0;
 }
 
@@ -1221,7 +1225,9 @@ static bool take_chunk(struct job_run *run, uint64_t *first, uint64_t *n)
 	got = !sh->error && !sh->selected && sh->next_seed < sh->total;
 	if (got) {
 		*first = sh->next_seed;
-		*n = min_u64(next_chunk_seeds(sh, sh->next_seed, timing_now() - sh->t0),
+		/* Sized by the run's own seeds done (a shard starts at its first). */
+		*n = min_u64(next_chunk_seeds(sh, sh->next_seed - sh->first,
+					      timing_now() - sh->t0),
 			     sh->total - sh->next_seed);
 		*n = min_u64(*n, select_chunk_seeds(sh));
 		run->chunk = sh->next_chunk++;
@@ -1484,7 +1490,7 @@ static void tck_properties(const struct run_shared *sh, char *buf, size_t len)
 				"pmf_threshold: %g\nrng_seed: %llu\n",
 				getters[job->direction_getter],
 				job->step_mm ? job->step_mm : job->step_size * cbrt(mm[0] * mm[1] * mm[2]),
-				job->max_angle, (unsigned long long)sh->total, job->max_steps,
+				job->max_angle, (unsigned long long)seeds_count(sh->seeds), job->max_steps,
 				job->fa_threshold, job->pmf_threshold,
 				(unsigned long long)job->rng_seed);
 	if (used < len && job->seed_select)
@@ -1511,6 +1517,13 @@ static int open_output(struct run_shared *sh, FILE *out, struct errbuf *err)
 	int r;
 
 	tck_properties(sh, properties, sizeof(properties));
+	if (job->shard.count) {
+		struct shard_tag tag = { .index = job->shard.index, .count = job->shard.count,
+					 .first = sh->first, .end = sh->total,
+					 .total = seeds_count(sh->seeds), .job = job->fingerprint };
+		shard_tag_format(&tag, sh->shard_tag);
+		oo.shard_tag = sh->shard_tag;
+	}
 	r = output_writer_new(job->output_format, out, grid->dim, grid->affine, &oo, &sh->out, err);
 
 	if (r == 0) {
@@ -1545,7 +1558,8 @@ static int prepare_devices(struct run_shared *sh, const struct engine_device *de
 	/* Several chunks per device, so that they all have work to the end. */
 	if (n > 1)
 		sh->chunk_limit = min_u64(sh->chunk_limit,
-					  (sh->total + CHUNKS_PER_DEVICE * n - 1) / (CHUNKS_PER_DEVICE * n));
+					  (sh->total - sh->first + CHUNKS_PER_DEVICE * n - 1) /
+					  (CHUNKS_PER_DEVICE * n));
 	return r;
 }
 
@@ -1620,8 +1634,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	       FILE *out, struct engine_stats *stats, struct errbuf *err)
 {
 	struct engine_stats local_stats;
-	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts,
-				 .total = seeds_count(seeds) };
+	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts };
 	struct job_run *runs;
 	double t_finish;
 	int r;
@@ -1629,6 +1642,8 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	if (!stats)
 		stats = &local_stats;
 	memset(stats, 0, sizeof(*stats));
+	seeds_range(seeds, &sh.first, &sh.total);
+	sh.next_seed = sh.next_to_write = sh.first;
 	if (n_devs == 0)
 		return errbuf_set_kind(err, ERR_KIND_DEVICE, -ENODEV, "device",
 				       "no GPU to run the job on");
@@ -1651,7 +1666,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	sh.t0 = timing_now();
 	if (r == 0)
 		r = track_on_devices(&sh, runs, n_devs, err);
-	stats->seeds = sh.next_to_write;
+	stats->seeds = sh.next_to_write - sh.first;
 	stats->select = job->seed_select;
 	/* The writer threads' time is theirs: encode_seconds and write_seconds
 	 * (stats starts at zero). */

@@ -36,7 +36,8 @@
  * there); within a chunk, after each tracking submit, the seeds before the
  * first streamline not yet tracked (written is false: their streamlines are
  * still on their way to the output). On a LOOP_LIMITED device a few of them
- * may still be resumed by a later pass. streamlines: written so far. */
+ * may still be resumed by a later pass. The seeds counted are the run's (a
+ * shard's own: seeds_range). streamlines: written so far. */
 struct engine_progress {
 	uint64_t seeds_done;
 	uint64_t seeds_total;

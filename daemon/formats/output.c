@@ -63,6 +63,7 @@ static int new_trx(FILE *out, const int64_t dim[3], const double affine[4][4],
 		.with_seeds = opts->with_seeds,
 		.with_seed_index = opts->with_seed_index,
 		.with_direction_getter = opts->with_direction_getter,
+		.shard_tag = opts->shard_tag,
 	};
 
 	return trx_writer_new(out, dim, affine, &t, ret, err);
@@ -80,7 +81,7 @@ static int new_trk(FILE *out, const int64_t dim[3], const double affine[4][4],
 		props[n++] = (struct trk_property){ .name = "seed_index", .n_values = 1 };
 	if (opts->with_direction_getter)
 		props[n++] = (struct trk_property){ .name = "direction_getter", .n_values = 1 };
-	return trk_writer_new_with_properties(out, dim, affine, props, n, ret, err);
+	return trk_writer_new_tagged(out, dim, affine, props, n, opts->shard_tag, ret, err);
 }
 
 /* The header of MRtrix3's tckgen -output_seeds file: a comment line (tckgen
@@ -88,6 +89,23 @@ static int new_trk(FILE *out, const int64_t dim[3], const double affine[4][4],
 static int seeds_file_header(FILE *f)
 {
 	return fprintf(f, "# tractd\n#Track_index,Seed_index,Pos_x,Pos_y,Pos_z,\n") < 0 ? -EIO : 0;
+}
+
+/* A shard's record goes last among the properties, where merge finds it. */
+static int new_tck_tagged(FILE *out, const double affine[4][4], const struct output_options *opts,
+			  struct tck_writer **ret, struct errbuf *err)
+{
+	const char *props = opts->tck_properties ? opts->tck_properties : "";
+	char *tagged = NULL;
+	int r;
+
+	if (!opts->shard_tag)
+		return tck_writer_new(out, affine, props, ret, err);
+	if (asprintf(&tagged, "%s" TCK_SHARD_KEY ": %s\n", props, opts->shard_tag) < 0)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	r = tck_writer_new(out, affine, tagged, ret, err);
+	free(tagged);
+	return r;
 }
 
 /* TCK has no per-streamline data: seeds go to tckgen's text file; the
@@ -107,7 +125,7 @@ static int new_tck(FILE *out, const double affine[4][4], const struct output_opt
 	if (opts->with_seeds && seeds_file_header(opts->seeds_file) < 0)
 		return errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output.path",
 				       "cannot write the seeds file");
-	return tck_writer_new(out, affine, opts->tck_properties, ret, err);
+	return new_tck_tagged(out, affine, opts, ret, err);
 }
 
 int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3],

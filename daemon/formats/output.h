@@ -42,6 +42,9 @@ struct output_options {
 	const char *tck_properties; /* TCK: "key: value" lines of the header (tck.h),
 				     * the job's parameters as tckgen writes its own;
 				     * NULL for none */
+	const char *shard_tag;  /* a shard's record (merge.h) in the header: TRK's
+				 * reserved bytes, TCK's "tractd_shard" line, TRX's
+				 * header.json "TRACTD_SHARD"; NULL for a whole job */
 };
 
 /* Direction getter codes stored per streamline (jobspec's order). */

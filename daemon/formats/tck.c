@@ -65,23 +65,49 @@ static long header_length(const char *properties)
 
 /* Writes the header and its padding (NUL bytes after END, which MRtrix and
  * nibabel never read: both stop at END and seek to the offset). */
-static int write_header(FILE *out, const char *properties)
+long tck_write_header(FILE *out, const char *properties, uint64_t count)
 {
 	long offset = header_length(properties);
 	char *text;
-	int rc = -EIO;
+	long rc = -EIO;
 
 	if (offset < 0)
 		return -EIO;
 	text = calloc(1, (size_t)offset + 1);   /* NUL padding up to the offset */
 	if (!text)
 		return -ENOMEM;
-	if (snprintf(text, (size_t)offset + 1, TCK_HEADER_FMT, (uint64_t)0, properties,
+	if (snprintf(text, (size_t)offset + 1, TCK_HEADER_FMT, count, properties,
 		     (size_t)offset) >= 0 &&
 	    fwrite(text, 1, (size_t)offset, out) == (size_t)offset)
-		rc = 0;
+		rc = offset;
 	free(text);
 	return rc;
+}
+
+int tck_parse_header(const char *text, char **ret, uint64_t *count, long *offset)
+{
+	static const char datatype[] = "\ndatatype: Float32LE\n";
+	const char *props, *file;
+	unsigned long long n;
+	long off;
+	int used = 0;
+
+	if (strncmp(text, TCK_HEAD_TO_COUNT, TCK_COUNT_OFFSET) != 0 ||
+	    sscanf(text + TCK_COUNT_OFFSET, "%10llu%n", &n, &used) != 1 || used != TCK_COUNT_DIGITS)
+		return -EINVAL;
+	props = text + TCK_COUNT_OFFSET + TCK_COUNT_DIGITS;
+	if (strncmp(props, datatype, sizeof(datatype) - 1) != 0)
+		return -EINVAL;
+	props += sizeof(datatype) - 1;
+	file = strstr(props, "file: . ");
+	if (!file || (file != props && file[-1] != '\n') || sscanf(file, "file: . %ld\nEND\n", &off) != 1)
+		return -EINVAL;
+	*ret = strndup(props, (size_t)(file - props));
+	if (!*ret)
+		return -ENOMEM;
+	*count = n;
+	*offset = off;
+	return 0;
 }
 
 /* Whether properties is "key: value" lines, each ended by a newline, whose
@@ -131,7 +157,7 @@ int tck_writer_new(FILE *out, const double affine[4][4], const char *properties,
 	w->count = 0;
 	w->failed = 0;
 	w->len = 0;
-	rc = write_header(out, properties);
+	rc = tck_write_header(out, properties, 0) < 0 ? -EIO : 0;
 	if (rc < 0) {
 		free(w);
 		return errbuf_set(err, rc, NULL, rc == -ENOMEM ? "out of memory for the TCK header"

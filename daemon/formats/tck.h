@@ -19,6 +19,19 @@
 
 struct tck_writer;
 
+/* The header property a shard's record (merge.h) is written under. */
+#define TCK_SHARD_KEY "tractd_shard"
+
+/* Writes a header of count streamlines with properties as tck_writer_new
+ * does (merge joins parts under it); returns its length (the data offset)
+ * or -EIO, -ENOMEM. */
+long tck_write_header(FILE *out, const char *properties, uint64_t count);
+
+/* The properties of a header tck_writer_new wrote, text up to its END line
+ * (NUL-terminated): a copy into *ret (the caller frees it), its count and
+ * data offset. -EINVAL when text is not such a header. */
+int tck_parse_header(const char *text, char **ret, uint64_t *count, long *offset);
+
 /* Writes the header, which must start the file ("file: . OFFSET" is an
  * absolute position), with properties (NULL: none): "key: value" lines,
  * each ended by a newline, as tckgen writes its parameters (step_size,

@@ -133,6 +133,13 @@ int trk_writer_new_with_properties(FILE *out, const int64_t dim[3], const double
 				   const struct trk_property *props, size_t n_props,
 				   struct trk_writer **ret, struct errbuf *err)
 {
+	return trk_writer_new_tagged(out, dim, affine, props, n_props, NULL, ret, err);
+}
+
+int trk_writer_new_tagged(FILE *out, const int64_t dim[3], const double affine[4][4],
+			  const struct trk_property *props, size_t n_props, const char *tag,
+			  struct trk_writer **ret, struct errbuf *err)
+{
 	unsigned char header[TRK_HEADER_SIZE];
 	struct trk_writer *w;
 	char axcodes[4];
@@ -149,6 +156,13 @@ int trk_writer_new_with_properties(FILE *out, const int64_t dim[3], const double
 	rc = encode_properties(header, props, n_props, &w->n_properties, err);
 	if (rc)
 		goto fail;
+	/* NUL-terminated within the reserved bytes (zero as encoded). */
+	if (tag && strlen(tag) >= TRK_RESERVED_LEN) {
+		rc = errbuf_set(err, -EINVAL, NULL, "the shard record is too long for TrackVis");
+		goto fail;
+	}
+	if (tag)
+		memcpy(header + TRK_OFF_RESERVED, tag, strlen(tag) + 1);
 	w->out = out;
 	w->header_pos = binio_patch_position(out);
 	w->count = 0;

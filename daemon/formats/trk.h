@@ -32,11 +32,13 @@ enum {
 	TRK_OFF_N_PROPERTIES = 238,
 	TRK_OFF_PROPERTY_NAME = 240,
 	TRK_OFF_VOX_TO_RAS = 440,
+	TRK_OFF_RESERVED = 504,     /* 444 bytes: a shard's record (merge.h), else zero */
 	TRK_OFF_VOXEL_ORDER = 948,
 	TRK_OFF_N_COUNT = 988,
 	TRK_OFF_VERSION = 992,
 	TRK_OFF_HDR_SIZE = 996,
 };
+#define TRK_RESERVED_LEN 444
 #define TRK_PROPERTY_NAME_LEN 20
 #define TRK_MAX_PROPERTIES 10   /* name slots in the header */
 
@@ -66,6 +68,12 @@ int trk_writer_new_with_property(FILE *out, const int64_t dim[3], const double a
 int trk_writer_new_with_properties(FILE *out, const int64_t dim[3], const double affine[4][4],
 				   const struct trk_property *props, size_t n_props,
 				   struct trk_writer **ret, struct errbuf *err);
+
+/* As trk_writer_new_with_properties, with tag (NULL: none) in the header's
+ * reserved bytes; -EINVAL when it does not fit them. */
+int trk_writer_new_tagged(FILE *out, const int64_t dim[3], const double affine[4][4],
+			  const struct trk_property *props, size_t n_props, const char *tag,
+			  struct trk_writer **ret, struct errbuf *err);
 
 /* Appends one streamline of n points (xyz interleaved, voxel coordinates).
  * Returns 0, -EIO, or -EINVAL (n over INT32_MAX; the writer has properties). */

@@ -290,6 +290,11 @@ static char *header_json(const struct trx_writer *w)
 			 (json_int_t)w->nb_vertices);
 	if (!root)
 		return NULL;
+	if (w->opts.shard_tag &&
+	    json_object_set_new(root, TRX_SHARD_KEY, json_string(w->opts.shard_tag))) {
+		json_decref(root);
+		return NULL;
+	}
 	text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	json_decref(root);
 	return text;
@@ -443,4 +448,158 @@ int trx_writer_finish(struct trx_writer *w)
 		r = build_and_copy(w);
 	free_writer(w);
 	return r;
+}
+
+/* ---- reading back what the writer wrote (merge) ------------------------- */
+
+static int open_archive(const char *path, zip_t **za, struct errbuf *err)
+{
+	int zerr = 0;
+
+	*za = zip_open(path, ZIP_RDONLY, &zerr);
+	return *za ? 0 : errbuf_set(err, -EINVAL, NULL, "%s is not a zip archive", path);
+}
+
+/* The whole entry name of za as text (NUL-terminated; the caller frees it). */
+static char *read_entry_text(zip_t *za, const char *name)
+{
+	zip_stat_t st;
+	zip_file_t *f;
+	char *text = NULL;
+
+	if (zip_stat(za, name, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE) || st.size > (1u << 20))
+		return NULL;
+	f = zip_fopen(za, name, 0);
+	text = f ? calloc(1, (size_t)st.size + 1) : NULL;
+	if (text && zip_fread(f, text, st.size) != (zip_int64_t)st.size) {
+		free(text);
+		text = NULL;
+	}
+	if (f)
+		zip_fclose(f);
+	return text;
+}
+
+static bool has_entry(zip_t *za, const char *name)
+{
+	return zip_name_locate(za, name, 0) >= 0;
+}
+
+static int header_info(json_t *h, struct trx_archive_info *info)
+{
+	json_t *m = json_object_get(h, "VOXEL_TO_RASMM"), *d = json_object_get(h, "DIMENSIONS");
+	json_t *tag = json_object_get(h, TRX_SHARD_KEY);
+
+	if (json_array_size(m) != 4 || json_array_size(d) != 3)
+		return -EINVAL;
+	for (int r = 0; r < 4; r++)
+		for (int c = 0; c < 4; c++)
+			info->affine[r][c] = json_number_value(json_array_get(json_array_get(m, (size_t)r),
+									      (size_t)c));
+	for (int i = 0; i < 3; i++)
+		info->dim[i] = (int64_t)json_integer_value(json_array_get(d, (size_t)i));
+	info->nb_streamlines = (uint64_t)json_integer_value(json_object_get(h, "NB_STREAMLINES"));
+	info->nb_vertices = (uint64_t)json_integer_value(json_object_get(h, "NB_VERTICES"));
+	if (json_is_string(tag))
+		snprintf(info->tag, sizeof(info->tag), "%s", json_string_value(tag));
+	return 0;
+}
+
+static int entries_info(zip_t *za, struct trx_archive_info *info)
+{
+	zip_stat_t st;
+
+	info->opts.positions = has_entry(za, "positions.3.float16") ? TRX_POSITIONS_FLOAT16
+								      : TRX_POSITIONS_FLOAT32;
+	if (zip_stat(za, "header.json", 0, &st) != 0 || !(st.valid & ZIP_STAT_COMP_METHOD))
+		return -EINVAL;
+	info->opts.compression = st.comp_method == ZIP_CM_STORE ? TRX_COMPRESSION_STORE
+								: TRX_COMPRESSION_DEFLATE;
+	info->opts.with_seeds = has_entry(za, "dps/seeds.3.float32");
+	info->opts.with_seed_index = has_entry(za, "dps/seed_index.uint32");
+	info->opts.with_direction_getter = has_entry(za, "dps/direction_getter.uint8");
+	return 0;
+}
+
+int trx_archive_read_info(const char *path, struct trx_archive_info *info, struct errbuf *err)
+{
+	zip_t *za;
+	char *text;
+	json_t *h = NULL;
+	int r = open_archive(path, &za, err);
+
+	if (r)
+		return r;
+	memset(info, 0, sizeof(*info));
+	text = read_entry_text(za, "header.json");
+	if (text)
+		h = json_loads(text, 0, NULL);
+	r = json_is_object(h) ? header_info(h, info) : -EINVAL;
+	if (!r)
+		r = entries_info(za, info);
+	info->opts.shard_tag = info->tag[0] ? info->tag : NULL;
+	json_decref(h);
+	free(text);
+	zip_discard(za);
+	return r ? errbuf_set(err, r, NULL, "%s is not a TRX archive tractd wrote", path) : 0;
+}
+
+/* Copies entry name of za to f, or (offsets) its first n uint64 each plus
+ * shift. */
+static int copy_entry(zip_t *za, const char *name, FILE *f, bool offsets, uint64_t n,
+		      uint64_t shift)
+{
+	unsigned char buf[TRX_POINTS_PER_CHUNK * 8];
+	zip_file_t *in = zip_fopen(za, name, 0);
+	zip_int64_t got;
+	uint64_t done = 0;
+	int r = in ? 0 : -EINVAL;
+
+	while (!r && (got = zip_fread(in, buf, sizeof(buf))) > 0) {
+		size_t len = (size_t)got;
+
+		if (offsets) {
+			size_t k = 0;
+			for (; k + 8 <= len && done < n; k += 8, done++)
+				binio_put_u64(buf + k, binio_get_u64(buf + k) + shift);
+			len = k;
+		}
+		if (len && fwrite(buf, 1, len, f) != len)
+			r = -EIO;
+	}
+	if (in)
+		zip_fclose(in);
+	return r;
+}
+
+int trx_writer_append_archive(struct trx_writer *w, const char *path, struct errbuf *err)
+{
+	struct trx_archive_info info;
+	const char *positions = w->opts.positions == TRX_POSITIONS_FLOAT16 ? "positions.3.float16"
+									 : "positions.3.float32";
+	zip_t *za;
+	int r = trx_archive_read_info(path, &info, err);
+
+	if (!r)
+		r = open_archive(path, &za, err);
+	if (r)
+		return r;
+	r = copy_entry(za, positions, w->positions, false, 0, 0);
+	if (!r)
+		r = copy_entry(za, "offsets.uint64", w->offsets, true, info.nb_streamlines,
+			       w->nb_vertices);
+	if (!r && w->seeds)
+		r = copy_entry(za, "dps/seeds.3.float32", w->seeds, false, 0, 0);
+	if (!r && w->seed_index)
+		r = copy_entry(za, "dps/seed_index.uint32", w->seed_index, false, 0, 0);
+	if (!r && w->dg)
+		r = copy_entry(za, "dps/direction_getter.uint8", w->dg, false, 0, 0);
+	zip_discard(za);
+	if (r) {
+		w->failed = 1;
+		return errbuf_set(err, r, NULL, "cannot copy the streamlines of %s", path);
+	}
+	w->nb_streamlines += info.nb_streamlines;
+	w->nb_vertices += info.nb_vertices;
+	return 0;
 }

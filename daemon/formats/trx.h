@@ -37,6 +37,8 @@ struct trx_options {
 	bool with_seeds;
 	bool with_seed_index;
 	bool with_direction_getter;
+	const char *shard_tag;  /* a shard's record (merge.h) as header.json's
+				 * TRACTD_SHARD; NULL: none */
 };
 
 /* A streamline's data_per_streamline; seed_ras is NULL without seeds. */
@@ -47,6 +49,27 @@ struct trx_dps {
 };
 
 struct trx_writer;
+
+/* header.json's key for a shard's record (merge.h). */
+#define TRX_SHARD_KEY "TRACTD_SHARD"
+#define TRX_SHARD_TAG_MAX 256
+
+/* What an archive trx_writer_finish wrote holds, as merge needs it. */
+struct trx_archive_info {
+	int64_t dim[3];
+	double affine[4][4];
+	struct trx_options opts;        /* shard_tag points into tag */
+	uint64_t nb_streamlines, nb_vertices;
+	char tag[TRX_SHARD_TAG_MAX];    /* TRACTD_SHARD, "" when absent */
+};
+
+/* Reads path's header.json and entries into *info. -EINVAL (err says why)
+ * for an archive trx_writer_finish would not write, -EIO, -ENOMEM. */
+int trx_archive_read_info(const char *path, struct trx_archive_info *info, struct errbuf *err);
+
+/* Appends all streamlines of the archive at path (written with w's options)
+ * to w, as if written to w one by one. Returns 0, -EINVAL, -EIO, -ENOMEM. */
+int trx_writer_append_archive(struct trx_writer *w, const char *path, struct errbuf *err);
 
 /* Opens the temporary files. Returns 0, -EINVAL (non-finite affine, a
  * dimension outside [1, 65535], which header readers keep as uint16), -EIO,

@@ -539,6 +539,16 @@ const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES] = {
 	INPUT_FILE("stop_map", stop_map_path),
 };
 
+/* "K/N" (shard.h); null is the whole job. */
+static int parse_seed_shard(json_t *v, const char *field, struct ctx *c)
+{
+	if (json_is_null(v))
+		return 0;
+	if (!json_is_string(v))
+		return type_error(c->err, field, "a string \"K/N\" (shard K of N, K from 0) or null");
+	return shard_parse(json_string_value(v), &c->js->shard, c->err);
+}
+
 static const struct member seeds_members[] = {
 	PATH("roi", seed_roi_path),
 	INTEGER("count", seed_count, K_U64, 10000, 1, (double)JOBSPEC_MAX_SEEDS, NULL),
@@ -548,6 +558,7 @@ static const struct member seeds_members[] = {
 	INTEGER("select", seed_select, K_U64, 0, 1, (double)JOBSPEC_MAX_SEEDS, NULL),
 	CUSTOM("points", parse_seed_points),
 	CHOICE_BOOL("space", seed_points_ras, seed_spaces),
+	CUSTOM("shard", parse_seed_shard),
 };
 
 /* The ptt defaults: GPUStreamlines' probe (8 steps of 0.25 voxels) and
@@ -917,6 +928,17 @@ static int check_model(json_t *root, struct ctx *c)
  * streamline to select. */
 #define SELECT_SEEDS_PER_STREAMLINE 1000
 
+/* Which streamlines are the first select ones depends on every shard
+ * before this one: no shard can tell its part alone. */
+static int check_shard(const struct jobspec *js, struct errbuf *err)
+{
+	if (!js->shard.count || !js->seed_select)
+		return 0;
+	return errbuf_set(err, -EINVAL, "seeds.shard", "cannot be combined with seeds.select: "
+			  "the first %llu streamlines depend on all the shards before this "
+			  "one; shard the job without select", (unsigned long long)js->seed_select);
+}
+
 static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 {
 	bool roi = js->seed_roi_path != NULL, points = js->seed_points != NULL;
@@ -930,6 +952,8 @@ static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 		return errbuf_set(err, -EINVAL, "seeds",
 				  "is required, with either \"roi\" or \"points\"");
 	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : JOBSPEC_SEEDS_POINTS;
+	if (check_shard(js, err))
+		return -EINVAL;
 	js->seed_count_from_select = roi && js->seed_select && !js->seed_per_voxel &&
 				     !json_object_get(seeds, "count");
 	if (js->seed_count_from_select)
@@ -1104,6 +1128,46 @@ static int load_document(const char *json, size_t len, json_t **root, struct err
 	return 0;
 }
 
+/* FNV-1a 64 of the document, its keys sorted, without seeds.shard,
+ * output.path, output.format (the CLI sets it from -o's extension; merge
+ * checks the parts' formats itself) and the names of the input files (a
+ * path to the CLI, a volume id to the daemon: the same job either way):
+ * what every shard of one job document shares and a job of other
+ * parameters does not (to tell parts apart, not a secret). */
+static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
+{
+	json_t *copy = json_deep_copy(root), *seeds, *output, *inputs;
+	char *text;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	if (!copy)
+		return oom(err);
+	seeds = json_object_get(copy, "seeds");
+	output = json_object_get(copy, "output");
+	inputs = json_object_get(copy, "inputs");
+	if (json_is_object(seeds)) {
+		json_object_del(seeds, "shard");
+		json_object_del(seeds, "roi");
+	}
+	if (json_is_object(output)) {
+		json_object_del(output, "path");
+		json_object_del(output, "format");
+		if (json_object_size(output) == 0)   /* -o's extension made it */
+			json_object_del(copy, "output");
+	}
+	for (size_t i = 0; json_is_object(inputs) && i < JOBSPEC_INPUT_FILES; i++)
+		json_object_del(inputs, jobspec_input_files[i].field + strlen("inputs."));
+	text = json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT);
+	json_decref(copy);
+	if (!text)
+		return oom(err);
+	for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	free(text);
+	*ret = h;
+	return 0;
+}
+
 int jobspec_parse(const char *json, size_t len, const char *base_dir, struct jobspec *ret,
 		  struct errbuf *err)
 {
@@ -1119,6 +1183,8 @@ int jobspec_parse(const char *json, size_t len, const char *base_dir, struct job
 		return rc;
 	set_defaults(&js);
 	rc = validate(root, &c);
+	if (!rc)
+		rc = fingerprint(root, &js.fingerprint, err);
 	json_decref(root);
 	if (rc) {
 		jobspec_free(&js);
@@ -1126,6 +1192,17 @@ int jobspec_parse(const char *json, size_t len, const char *base_dir, struct job
 	}
 	*ret = js;
 	return 0;
+}
+
+int jobspec_set_shard(struct jobspec *js, const char *text, struct errbuf *err)
+{
+	struct shard shard;
+	int rc = shard_parse(text, &shard, err);
+
+	if (rc)
+		return rc;
+	js->shard = shard;
+	return check_shard(js, err);
 }
 
 /* ---- files ---- */

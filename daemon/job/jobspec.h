@@ -22,8 +22,9 @@
  *                "sh_lambda": 0.006, "min_signal": 1}
  *   "direction_getter": "prob" | "boot" | "ptt" (boot needs a dwi input),
  *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0,
- *                "select": null}
- *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras", "select": null},
+ *                "select": null, "shard": null | "K/N"}
+ *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras", "select": null,
+ *                "shard": null | "K/N"},
  *   "tracking": {"sphere": "repulsion724" | {"vertices": [[x,y,z], ...]},
  *                "step_size": 0.5 | "step_mm": 1 (one of them), "max_angle": 60,
  *                "fa_threshold": 0.1,
@@ -53,6 +54,7 @@
 
 #include "base/errbuf.h"
 #include "formats/output.h"
+#include "job/shard.h"
 #include "models/shbasis.h"
 
 enum jobspec_seed_kind {
@@ -180,6 +182,12 @@ struct jobspec {
 	double *seed_points;        /* seeds.points, 3*n_seed_points (POINTS kind) */
 	uint64_t n_seed_points;
 	bool seed_points_ras;       /* seeds.space == "ras" (default "voxel") */
+	struct shard shard;         /* seeds.shard "K/N" (K from 0; not with select);
+				     * count 0 when not given: the whole job */
+	uint64_t fingerprint;       /* of the document less seeds.shard, output.path and
+				     * the input files' names: the same for every shard
+				     * of one job, by the CLI or the daemon (their
+				     * outputs record it for tractd merge) */
 
 	char *sphere_name;          /* tracking.sphere as a name (default "repulsion724"), or NULL */
 	double *sphere_vertices;    /* tracking.sphere.vertices, 3*sphere_nv, or NULL */
@@ -275,6 +283,10 @@ static inline void jobspec_hold_fd(struct jobspec *js, enum jobspec_file_slot sl
  * like "must be in (0, 90] degrees, got 120". */
 int jobspec_parse(const char *json, size_t len, const char *base_dir,
 		  struct jobspec *ret, struct errbuf *err);
+
+/* Sets seeds.shard to text ("K/N", as the document's; the CLI's --shard),
+ * with the document's checks: -EINVAL naming "seeds.shard". */
+int jobspec_set_shard(struct jobspec *js, const char *text, struct errbuf *err);
 
 /* Reads the job document at path (at most JOBSPEC_MAX_BYTES; "-": standard
  * input) into *text (*len bytes) and the directory its relative paths are

@@ -13,6 +13,9 @@
 
 struct seeds {
 	uint64_t count;
+	/* The global indices seeds_fill serves, [first, end): all of them
+	 * unless a shard restricted them. */
+	uint64_t first, end;
 	/* From a mask (points == NULL): mask voxels as [x][y][z] indices in
 	 * seeding order; seed i sits in order[i % nvox]. */
 	uint64_t nvox;
@@ -117,6 +120,7 @@ int seeds_from_mask(const struct volume *mask, uint64_t count, bool per_voxel,
 	s->nvox = nvox;
 	s->ny = (uint64_t)mask->dim[1];
 	s->nz = (uint64_t)mask->dim[2];
+	s->end = s->count;
 	philox_key_from_seed(rng_seed, s->key);
 	mask_voxels(mask, s->order);
 	shuffle(s->order, nvox, s->key);
@@ -180,6 +184,7 @@ int seeds_from_points(const double *pts, uint64_t n, bool ras_mm, const double a
 	if (!s)
 		return -ENOMEM;
 	s->count = n;
+	s->end = n;
 	s->points = n <= SIZE_MAX / (3 * sizeof(*s->points)) ?
 		    malloc((size_t)n * 3 * sizeof(*s->points)) : NULL;
 	rc = s->points ? convert_points(pts, n, ras_mm ? inverse : NULL, dim, s->points, err)
@@ -196,6 +201,22 @@ void seeds_limit(struct seeds *s, uint64_t max)
 {
 	if (s->count > max)
 		s->count = max;
+	if (s->end > max)
+		s->end = max;
+}
+
+void seeds_restrict(struct seeds *s, uint64_t first, uint64_t end)
+{
+	s->first = first < s->count ? first : s->count;
+	s->end = end < s->count ? end : s->count;
+	if (s->end < s->first)
+		s->end = s->first;
+}
+
+void seeds_range(const struct seeds *s, uint64_t *first, uint64_t *end)
+{
+	*first = s->first;
+	*end = s->end;
 }
 
 uint64_t seeds_count(const struct seeds *s)
@@ -261,7 +282,7 @@ static void fill_from_mask_parallel(const struct seeds *s, uint64_t first, uint6
 
 int seeds_fill(struct seeds *s, uint64_t first, uint64_t n, float *out)
 {
-	if (n > s->count || first > s->count - n)
+	if (first < s->first || n > s->end - s->first || first - s->first > s->end - s->first - n)
 		return -EINVAL;
 	if (s->points)
 		memcpy(out, s->points + 3 * first, (size_t)n * 3 * sizeof(*out));

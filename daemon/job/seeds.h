@@ -37,14 +37,22 @@ int seeds_from_mask(const struct volume *mask, uint64_t count, bool per_voxel,
 int seeds_from_points(const double *pts, uint64_t n, bool ras_mm, const double affine[4][4],
 		      const int64_t dim[3], struct seeds **ret, struct errbuf *err);
 
-/* Total number of seeds. */
+/* Total number of seeds of the job (a shard's whole job's). */
 uint64_t seeds_count(const struct seeds *s);
+
+/* Serves only the seeds of global index [first, end) (clamped to the
+ * count): a shard of the job (shard.h). Each seed stays what it is in the
+ * whole job: its position and draws depend on its global index alone. */
+void seeds_restrict(struct seeds *s, uint64_t first, uint64_t end);
+
+/* The global indices served, [*first, *end): [0, count) unless restricted. */
+void seeds_range(const struct seeds *s, uint64_t *first, uint64_t *end);
 
 /* Keeps the first max seeds of s at most; they stay where they were. */
 void seeds_limit(struct seeds *s, uint64_t max);
 
 /* Writes seeds [first, first+n) as voxel coordinates (3 floats each) to out.
- * Returns 0 or -EINVAL when the range exceeds the count. */
+ * Returns 0 or -EINVAL when the range leaves seeds_range. */
 int seeds_fill(struct seeds *s, uint64_t first, uint64_t n, float *out);
 
 /* Accepts NULL. */

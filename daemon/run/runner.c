@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "job/seeds.h"
+#include "job/shard.h"
 
 /* seeds.per_voxel multiplies by the ROI's voxels, known only once the
  * seeds are read. The count seeds.select defaults to (tckgen's 1000 per
@@ -26,6 +27,15 @@ static int check_seed_count(const struct runner_job *job, struct seeds *seeds,
 			       "the limit of %llu seeds per job (max_seeds_per_job)",
 			       (unsigned long long)seeds_count(seeds),
 			       (unsigned long long)job->max_seeds);
+}
+
+/* The seeds this run tracks: a shard's, or all of them. */
+static uint64_t seeds_tracked(const struct seeds *seeds)
+{
+	uint64_t first, end;
+
+	seeds_range(seeds, &first, &end);
+	return end - first;
 }
 
 /* tckgen's warning: the job succeeds with the streamlines it found. */
@@ -65,8 +75,10 @@ int runner_run(const struct runner_job *job, struct engine_stats *stats, struct 
 		r = inputs_seeds_load(job->spec, inputs, &seeds, err);
 	if (r == 0)
 		r = check_seed_count(job, seeds, err);
+	if (r == 0)
+		r = shard_seeds(&job->spec->shard, seeds, err);
 	if (r == 0 && job->seeds_counted)
-		job->seeds_counted(job->userdata, seeds_count(seeds));
+		job->seeds_counted(job->userdata, seeds_tracked(seeds));
 	if (r == 0)
 		r = src->upload(src->userdata, job->spec, inputs, devs, &n_devs, &timing, err);
 	if (r == 0)

@@ -56,7 +56,7 @@ VK_CACHE_HEADER_VERSION_ONE = 1
 TOL_POINTS_MM = 1e-3
 
 DEFAULT_PHANTOM_SHAPE = (48, 48, 24)
-COMMANDS = ("serve", "run", "track", "fit", "phantom", "devices")
+COMMANDS = ("serve", "run", "track", "fit", "merge", "phantom", "devices")
 
 
 # ------------------------------------------------------------------ helpers, fixtures
@@ -310,8 +310,9 @@ def test_version(tractd):
     (["phantom"], r"'phantom' takes exactly one argument"),
     (["devices", "extra"], r"'devices' takes no arguments?"),
     (["track", "dwi.nii.gz"], r"'track' takes DWI and OUTPUT"),
+    (["merge", "out.trk"], r"'merge' takes OUT and at least one PART"),
 ], ids=["none", "unknown", "unknown_with_arg", "run_no_arg", "run_two_args",
-        "phantom_no_arg", "devices_with_arg", "track_one_arg"])
+        "phantom_no_arg", "devices_with_arg", "track_one_arg", "merge_one_arg"])
 def test_usage_errors(tractd, args, pattern):
     """Command-line mistakes exit 2 with a message saying what is wrong."""
     proc = run_cli(tractd, args)

@@ -1026,6 +1026,45 @@ static void test_bad_inputs_and_models(void **state)
 
 /* seeds.select: the first N streamlines; without seeds.count, tckgen's
  * 1000 seeds per streamline selected, within the seed limit. */
+/* seeds.shard: "K/N" (K from 0) or null, not with select; the fingerprint
+ * is the same for every shard, output path and format and input names of
+ * one job, and differs with its parameters. */
+static void test_shard(void **state)
+{
+	struct jobspec js, other;
+	struct errbuf err;
+
+	(void)state;
+	expect_ok(SEEDS_JOB("\"roi\": \"r\", \"shard\": \"1/4\""), NULL, &js);
+	assert_int_equal(js.shard.index, 1);
+	assert_int_equal(js.shard.count, 4);
+	expect_ok("{\"inputs\": {\"odf\": \"o2\", \"stop_map\": \"f2\"}, \"seeds\": {\"roi\": "
+		  "\"r2\", \"shard\": \"3/4\"}, \"output\": {\"format\": \"tck\", \"path\": "
+		  "\"x.tck\"}}", "/elsewhere", &other);
+	assert_true(js.fingerprint == other.fingerprint);
+	jobspec_free(&other);
+	expect_ok(SEEDS_JOB("\"roi\": \"r\", \"shard\": \"1/4\", \"rng_seed\": 1"), NULL, &other);
+	assert_true(js.fingerprint != other.fingerprint);
+	jobspec_free(&other);
+	jobspec_free(&js);
+	expect_ok(SEEDS_JOB("\"points\": [[1, 2, 3]], \"shard\": null"), NULL, &js);
+	assert_int_equal(js.shard.count, 0);
+	/* The CLI's --shard, with the document's checks. */
+	assert_int_equal(jobspec_set_shard(&js, "0/2", &err), 0);
+	assert_int_equal(js.shard.count, 2);
+	assert_int_equal(jobspec_set_shard(&js, "2/2", &err), -EINVAL);
+	assert_string_equal(err.field, "seeds.shard");
+	jobspec_free(&js);
+	expect_error(SEEDS_JOB("\"roi\": \"r\", \"shard\": 3"), "seeds.shard", "K/N");
+	expect_error(SEEDS_JOB("\"roi\": \"r\", \"shard\": \"4/4\""), "seeds.shard", "K/N");
+	expect_error(SEEDS_JOB("\"roi\": \"r\", \"shard\": \"0/2\", \"select\": 5"), "seeds.shard",
+		     "seeds.select");
+	expect_ok(SEEDS_JOB("\"roi\": \"r\", \"select\": 5"), NULL, &js);
+	assert_int_equal(jobspec_set_shard(&js, "0/2", &err), -EINVAL);
+	assert_string_equal(err.field, "seeds.shard");
+	jobspec_free(&js);
+}
+
 static void test_select(void **state)
 {
 	struct jobspec js;
@@ -1656,6 +1695,7 @@ int main(void)
 		cmocka_unit_test(test_odf_storage),
 		cmocka_unit_test(test_ptt),
 		cmocka_unit_test(test_select),
+		cmocka_unit_test(test_shard),
 		cmocka_unit_test(test_step_mm),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
