@@ -1313,6 +1313,7 @@ static int warm_up_in(struct cli *cli, const char *dir)
 	struct phantom_params p = cli->phantom;
 	struct errbuf err = { 0 };
 	char job[PATH_MAX + 16], out[PATH_MAX + 16];   /* dir + a file name of the list */
+	const char *given_output;
 	int code = EXIT_OK;
 
 	p.dim[0] = p.dim[1] = 24;
@@ -1325,11 +1326,14 @@ static int warm_up_in(struct cli *cli, const char *dir)
 		return exit_code_for(-EIO, &err);
 	}
 	snprintf(out, sizeof(out), "%s/warmup.trk", dir);
+	given_output = cli->output;
 	cli->output = out;
 	for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]) && code == EXIT_OK; i++) {
 		snprintf(job, sizeof(job), "%s/%s", dir, jobs[i]);
 		code = run_job(cli, job);
 	}
+	/* out is this frame's: cli must not keep it. */
+	cli->output = given_output;
 	return code;
 }
 
