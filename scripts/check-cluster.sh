@@ -134,7 +134,7 @@ for s in sub-01/dwi/sub-01 sub-02/ses-1/dwi/sub-02_ses-1; do
 	grep -q '"rng_seed": 3' "$out.json" || fail "$out.json: no rng_seed 3 in the sidecar"
 	rm "$work/ref.trx"
 done
-failed=$(cat "$work/derivatives"/failed-"${pilot}"_*.txt)
+failed=$(cat "$work/derivatives/failed-${pilot}"_*.txt)
 [ "$failed" = "$(tail -n 1 "$work/subjects.txt")" ] ||
 	fail "the failed lists hold '$failed', not sub-03's line"
 step "passed: merged shards and cohort outputs equal tractd's"
