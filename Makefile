@@ -7,6 +7,8 @@
 #   make check-tidy          clang-tidy over daemon/, common/ and client/ (.clang-tidy)
 #   make man                 tractd.1 and tractctl.1 from the --help texts
 #   make install PREFIX=/usr/local DESTDIR=...
+#   make check-cluster       a one-node Slurm cluster (root; slurm-wlm, munge) runs
+#                            scripts/slurm/'s sharded job and cohort pilot
 #   make venv                the tests' Python environment (VENV, default build/venv)
 #   make venv-dipy           DIPY 1.12.1 for the PTT parity tests (VENV_DIPY)
 #   make venv-nipype         nipype for tractd.nipype.Track's test (VENV_NIPYPE)
@@ -15,6 +17,7 @@ CC ?= cc
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share
 # The tests run in a virtual environment over Debian's Python and its
 # packages (numpy, nibabel, dipy, pytest), adding the pinned PyPI packages of
 # tests/requirements.txt that Debian lacks (trx-python).
@@ -92,7 +95,7 @@ CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
 .PHONY: all check check-layers check-tidy check-man check-unit check-asan check-python check-fuzz fuzz \
 	fuzz-bins venv venv-dipy venv-nipype demo bench bench-encode man install \
-	clean
+	check-cluster clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
 $(BUILD)/daemon/%.o: daemon/%.c
@@ -155,6 +158,11 @@ check: all check-layers check-tidy check-man check-unit
 	$(MAKE) --no-print-directory SANITIZE=1 check-asan
 	$(MAKE) --no-print-directory check-fuzz
 	$(MAKE) --no-print-directory check-python
+
+# Slurm: sharded jobs and cohort pilots through sbatch on a throwaway
+# one-node cluster (scripts/check-cluster.sh; root, slurm-wlm and munge).
+check-cluster: all
+	sh scripts/check-cluster.sh $(BUILD)
 
 check-asan: $(BUILD)/tractd $(BUILD)/tractctl check-unit
 
@@ -281,6 +289,8 @@ install: all man
 	sed 's|/usr/local/bin/tractd|$(BINDIR)/tractd|' systemd/tractd.service > $(BUILD)/tractd.service
 	install -Dm644 $(BUILD)/tractd.service $(DESTDIR)$(UNITDIR)/tractd.service
 	install -Dm644 systemd/tractd.socket $(DESTDIR)$(UNITDIR)/tractd.socket
+	install -Dm755 scripts/slurm/tractd-slurm $(DESTDIR)$(BINDIR)/tractd-slurm
+	install -Dm755 scripts/slurm/tractd-pilot $(DESTDIR)$(DATADIR)/tractd/slurm/tractd-pilot
 	test -e $(DESTDIR)$(SYSCONFDIR)/tractd/tractd.conf || \
 		install -Dm644 etc/tractd.conf $(DESTDIR)$(SYSCONFDIR)/tractd/tractd.conf
 

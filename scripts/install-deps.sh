@@ -5,7 +5,7 @@ set -eu
 packages="make gcc clang pkg-config libvulkan-dev libshaderc-dev glslang-dev spirv-tools libjansson-dev
 libnifti2-dev liblapacke-dev zlib1g-dev libmicrohttpd-dev libsystemd-dev libssl-dev
 libcurl4-openssl-dev curl mesa-vulkan-drivers libcmocka-dev libzip-dev libclang-rt-14-dev clang-tidy
-help2man groff-base
+help2man groff-base slurm-wlm munge
 python3-dipy python3-nibabel python3-pytest python3-yaml python3-venv systemd mrtrix3"
 missing=""
 for p in $packages; do
