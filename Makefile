@@ -158,6 +158,7 @@ check: all check-layers check-tidy check-man check-unit
 	$(MAKE) --no-print-directory SANITIZE=1 check-asan
 	$(MAKE) --no-print-directory check-fuzz
 	$(MAKE) --no-print-directory check-python
+	$(MAKE) --no-print-directory check-cluster
 
 # Slurm: sharded jobs and cohort pilots through sbatch on a throwaway
 # one-node cluster (scripts/check-cluster.sh; root, slurm-wlm and munge).
