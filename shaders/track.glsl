@@ -3,7 +3,8 @@
 // subgroup, both halves. From the seed, each half asks the getter for a
 // direction, steps step_size voxels, and stops when the getter fails, when
 // the new point is outside the image or where the stop map <= fa_threshold
-// (that point is not kept), or after max_steps steps. The backward half
+// (or with stopping act where the include or exclude map > 0.5; that point
+// is not kept, as DIPY), or after max_steps steps. The backward half
 // (along -first) is stored below the seed's slot and the forward half above
 // it, so the streamline is contiguous without reversing.
 //
@@ -36,11 +37,14 @@
 // them; the .def's last, unknown, is the host's): the stop map at the new
 // point <= fa_threshold; the new point, or the point the getter found
 // nothing at, outside the image; the getter found no direction (for prob
-// and boot within max_angle); max_steps taken.
+// and boot within max_angle); max_steps taken; stopping act (STOPPING_ACT
+// 1): the include map > 0.5 at the new point, else the exclude map > 0.5.
 const uint STOP_MAP = 0u;
 const uint STOP_OUTSIDE = 1u;
 const uint STOP_NO_DIRECTION = 2u;
 const uint STOP_MAX_STEPS = 3u;
+const uint STOP_INCLUDE = 4u;
+const uint STOP_EXCLUDE = 5u;
 const uint STILL_TRACKING = 0xffu;
 
 bool in_image(vec3 p)
@@ -71,6 +75,24 @@ struct Walk {
 	uint back_reason; // why the backward half stopped (STOP_*), once it has
 };
 
+#if STOPPING_ACT
+// DIPY ActStoppingCriterion on the include (channel 0) and exclude (channel
+// 1) maps that the stop map's binding holds then: ENDPOINT where include >
+// 0.5, else INVALIDPOINT where exclude > 0.5, TRACKPOINT otherwise; outside
+// the image as the threshold criterion.
+uint stop_reason_at(vec3 p)
+{
+	Corners c;
+	if (!corners_at(p, pc.dim, c))
+		return STOP_OUTSIDE;
+	vec2 v = vec2(0.0);
+	for (int q = 0; q < 8; q++) {
+		PageSpot s = PAGE_SPOT(fa, c.voxel[q]);
+		v += c.weight[q] * vec2(page_f32(s, 0), page_f32(s, 1));
+	}
+	return v.x > 0.5 ? STOP_INCLUDE : v.y > 0.5 ? STOP_EXCLUDE : STILL_TRACKING;
+}
+#else
 // DIPY ThresholdStoppingCriterion: TRACKPOINT only inside and above
 // threshold; otherwise why not.
 uint stop_reason_at(vec3 p)
@@ -83,6 +105,7 @@ uint stop_reason_at(vec3 p)
 		v += c.weight[q] * page_f32(PAGE_SPOT(fa, c.voxel[q]), 0);
 	return v > pc.fa_threshold ? STILL_TRACKING : STOP_MAP;
 }
+#endif
 
 #if LOOP_LIMITED
 // llvmpipe (lavapipe) counts the loop iterations of an invocation, every

@@ -48,6 +48,7 @@ struct inputs {
 	enum boot_model boot_model;
 	bool boot_getter;
 	struct volume stop;
+	struct volume tissue;     /* stopping act: include, exclude (2 channels) */
 	struct sphere sphere;
 	bool symmetric;       /* compare directions by |cos| */
 	const char *grid_field;   /* the input that sets the grid, for messages */
@@ -97,6 +98,10 @@ static const struct {
 	{ "inputs.dwi", offsetof(struct jobspec, dwi_path), JOBSPEC_SLOT_DWI },
 	{ "inputs.mask", offsetof(struct jobspec, mask_path), JOBSPEC_SLOT_MASK },
 	{ "inputs.stop_map", offsetof(struct jobspec, stop_map_path), JOBSPEC_SLOT_STOP_MAP },
+	{ "stopping.include", offsetof(struct jobspec, stop_include_path),
+	  JOBSPEC_SLOT_STOP_INCLUDE },
+	{ "stopping.exclude", offsetof(struct jobspec, stop_exclude_path),
+	  JOBSPEC_SLOT_STOP_EXCLUDE },
 	{ "seeds.roi", offsetof(struct jobspec, seed_roi_path), JOBSPEC_SLOT_SEED_ROI },
 };
 
@@ -556,6 +561,45 @@ static int load_stop_map(const struct jobspec *job, struct inputs *in, struct er
 	return r;
 }
 
+/* One anatomical map, 3D on the grid, into channel of in->tissue. */
+static int load_tissue_channel(const struct jobspec *job, enum jobspec_file_slot slot,
+			       const char *path, const char *field, int channel,
+			       struct inputs *in, struct errbuf *err)
+{
+	struct volume map = { 0 };
+	int r = load_volume(job, slot, path, field, &map, NULL, err);
+
+	if (r == 0)
+		r = require_3d_on_grid(&map, grid_of(in), in->grid_field, field, path, err);
+	if (r == 0) {
+		size_t n = volume_voxels(&map);
+
+		for (size_t v = 0; v < n; v++)
+			in->tissue.data[2 * v + (size_t)channel] = map.data[v];
+	}
+	volume_free(&map);
+	return r;
+}
+
+/* stopping act: include and exclude interleaved per voxel, so that the
+ * kernels find both of a corner's values in one place. */
+static int load_tissue(const struct jobspec *job, struct inputs *in, struct errbuf *err)
+{
+	int r;
+
+	if (job->stopping != JOBSPEC_STOP_ACT)
+		return 0;
+	r = volume_alloc_on_grid(&in->tissue, grid_of(in), 2);
+	if (r < 0)
+		return errbuf_set(err, r, "", "out of memory");
+	r = load_tissue_channel(job, JOBSPEC_SLOT_STOP_INCLUDE, job->stop_include_path,
+				"stopping.include", 0, in, err);
+	if (r == 0)
+		r = load_tissue_channel(job, JOBSPEC_SLOT_STOP_EXCLUDE, job->stop_exclude_path,
+					"stopping.exclude", 1, in, err);
+	return r;
+}
+
 static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 		       struct inputs *in, struct errbuf *err)
 {
@@ -583,6 +627,8 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 	}
 	if (r == 0)
 		r = load_stop_map(job, in, err);
+	if (r == 0)
+		r = load_tissue(job, in, err);
 	if (in->boot_getter)
 		fit_result_free(&in->fit);   /* its FA is now the stop map */
 	if (r < 0 || in->boot_getter)
@@ -606,7 +652,7 @@ uint64_t inputs_host_bytes(const struct inputs *in)
 			   (uint64_t)b->nv * (uint64_t)b->n_coef;
 
 	return volume_bytes(&in->odf) + volume_bytes(&in->sh) + volume_bytes(&in->dwi) +
-	       volume_bytes(&in->stop) + volume_bytes(&in->fit.fa) + volume_bytes(&in->fit.md) +
+	       volume_bytes(&in->stop) + volume_bytes(&in->tissue) + volume_bytes(&in->fit.fa) + volume_bytes(&in->fit.md) +
 	       volume_bytes(&in->fit.sh) + (b->hat_u ? doubles * sizeof(double) : 0);
 }
 
@@ -619,6 +665,7 @@ void inputs_free(struct inputs *in)
 	volume_free(&in->dwi);
 	boot_matrices_free(&in->boot);
 	volume_free(&in->stop);
+	volume_free(&in->tissue);
 	sphere_free(&in->sphere);
 	fit_result_free(&in->fit);
 	free(in);
@@ -717,6 +764,11 @@ bool inputs_symmetric(const struct inputs *in)
 const struct volume *inputs_stop(const struct inputs *in)
 {
 	return &in->stop;
+}
+
+const struct volume *inputs_tissue(const struct inputs *in)
+{
+	return in->tissue.data ? &in->tissue : NULL;
 }
 
 const struct volume *inputs_sh(const struct inputs *in)
