@@ -14,6 +14,8 @@
  *   labels.nii.gz    end zones: bundle b's two ends are labels 2b+1 and 2b+2
  *   include.nii.gz   ACT include map: 1 in the end zones (grey matter there)
  *   exclude.nii.gz   ACT exclude map: 1 outside the bundles and end zones
+ *   wm.nii.gz, gm.nii.gz, csf.nii.gz  partial volumes for CMC: gm is
+ *                    include's, csf exclude's, wm 1 where neither is
  *   bundles.json     bundle names, labels and geometry (ground truth)
  *   job.json         a ready prob tracking job on the files above
  *   job_ptt.json     the same with the PTT getter at max_angle 20

@@ -385,7 +385,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 	define(&d, "MAX_PEAKS", plan->max_peaks);
 	define(&d, "SYMMETRIC", inputs_symmetric(in));
 	define(&d, "LOOP_LIMITED", gpu_get_limits(src->gpu)->loop_limited);
-	define(&d, "STOPPING_ACT", job->stopping == JOBSPEC_STOP_ACT);
+	define(&d, "STOPPING", job->stopping);
 	r = get_pipeline(src, "compact.comp", &d, COMPACT_BINDINGS, &g->compact, err);
 	if (r < 0 || !inputs_boot(in)) {
 		define(&d, "ODF_STORAGE", odf_storage_code(resident_odf_storage(res)));

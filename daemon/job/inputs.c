@@ -48,7 +48,7 @@ struct inputs {
 	enum boot_model boot_model;
 	bool boot_getter;
 	struct volume stop;
-	struct volume tissue;     /* stopping act: include, exclude (2 channels) */
+	struct volume tissue;     /* stopping act, cmc: include, exclude (2 channels) */
 	struct sphere sphere;
 	bool symmetric;       /* compare directions by |cos| */
 	const char *grid_field;   /* the input that sets the grid, for messages */
@@ -102,6 +102,9 @@ static const struct {
 	  JOBSPEC_SLOT_STOP_INCLUDE },
 	{ "stopping.exclude", offsetof(struct jobspec, stop_exclude_path),
 	  JOBSPEC_SLOT_STOP_EXCLUDE },
+	{ "stopping.wm", offsetof(struct jobspec, stop_wm_path), JOBSPEC_SLOT_STOP_WM },
+	{ "stopping.gm", offsetof(struct jobspec, stop_gm_path), JOBSPEC_SLOT_STOP_GM },
+	{ "stopping.csf", offsetof(struct jobspec, stop_csf_path), JOBSPEC_SLOT_STOP_CSF },
 	{ "seeds.roi", offsetof(struct jobspec, seed_roi_path), JOBSPEC_SLOT_SEED_ROI },
 };
 
@@ -561,42 +564,80 @@ static int load_stop_map(const struct jobspec *job, struct inputs *in, struct er
 	return r;
 }
 
-/* One anatomical map, 3D on the grid, into channel of in->tissue. */
-static int load_tissue_channel(const struct jobspec *job, enum jobspec_file_slot slot,
-			       const char *path, const char *field, int channel,
-			       struct inputs *in, struct errbuf *err)
+/* One anatomical map, 3D on the grid, into *map. */
+static int load_tissue_map(const struct jobspec *job, enum jobspec_file_slot slot,
+			   const char *path, const char *field, const struct inputs *in,
+			   struct volume *map, struct errbuf *err)
 {
-	struct volume map = { 0 };
-	int r = load_volume(job, slot, path, field, &map, NULL, err);
+	int r = load_volume(job, slot, path, field, map, NULL, err);
 
 	if (r == 0)
-		r = require_3d_on_grid(&map, grid_of(in), in->grid_field, field, path, err);
-	if (r == 0) {
-		size_t n = volume_voxels(&map);
-
-		for (size_t v = 0; v < n; v++)
-			in->tissue.data[2 * v + (size_t)channel] = map.data[v];
-	}
-	volume_free(&map);
+		r = require_3d_on_grid(map, grid_of(in), in->grid_field, field, path, err);
 	return r;
 }
 
-/* stopping act: include and exclude interleaved per voxel, so that the
- * kernels find both of a corner's values in one place. */
+/* stopping act: its include and exclude maps as given. */
+static int load_act_maps(const struct jobspec *job, const struct inputs *in,
+			 struct volume maps[3], struct errbuf *err)
+{
+	int r = load_tissue_map(job, JOBSPEC_SLOT_STOP_INCLUDE, job->stop_include_path,
+				"stopping.include", in, &maps[0], err);
+
+	if (r == 0)
+		r = load_tissue_map(job, JOBSPEC_SLOT_STOP_EXCLUDE, job->stop_exclude_path,
+				    "stopping.exclude", in, &maps[1], err);
+	return r;
+}
+
+/* stopping cmc: include and exclude from the partial volumes as DIPY's
+ * AnatomicalStoppingCriterion.from_pve: include = gm, and 1 where wm + gm +
+ * csf is 0 (the image's background); exclude = csf. */
+static int load_cmc_maps(const struct jobspec *job, const struct inputs *in,
+			 struct volume maps[3], struct errbuf *err)
+{
+	int r = load_tissue_map(job, JOBSPEC_SLOT_STOP_GM, job->stop_gm_path, "stopping.gm", in,
+				&maps[0], err);
+
+	if (r == 0)
+		r = load_tissue_map(job, JOBSPEC_SLOT_STOP_CSF, job->stop_csf_path, "stopping.csf",
+				    in, &maps[1], err);
+	if (r == 0)
+		r = load_tissue_map(job, JOBSPEC_SLOT_STOP_WM, job->stop_wm_path, "stopping.wm", in,
+				    &maps[2], err);
+	if (r == 0) {
+		size_t n = volume_voxels(&maps[0]);
+
+		for (size_t v = 0; v < n; v++)
+			if (maps[2].data[v] + maps[0].data[v] + maps[1].data[v] == 0.0f)
+				maps[0].data[v] = 1.0f;
+	}
+	return r;
+}
+
+/* stopping act and cmc: include and exclude interleaved per voxel, so that
+ * the kernels find both of a corner's values in one place. */
 static int load_tissue(const struct jobspec *job, struct inputs *in, struct errbuf *err)
 {
+	struct volume maps[3];
 	int r;
 
-	if (job->stopping != JOBSPEC_STOP_ACT)
+	if (job->stopping == JOBSPEC_STOP_THRESHOLD)
 		return 0;
-	r = volume_alloc_on_grid(&in->tissue, grid_of(in), 2);
-	if (r < 0)
-		return errbuf_set(err, r, "", "out of memory");
-	r = load_tissue_channel(job, JOBSPEC_SLOT_STOP_INCLUDE, job->stop_include_path,
-				"stopping.include", 0, in, err);
-	if (r == 0)
-		r = load_tissue_channel(job, JOBSPEC_SLOT_STOP_EXCLUDE, job->stop_exclude_path,
-					"stopping.exclude", 1, in, err);
+	memset(maps, 0, sizeof(maps));
+	r = job->stopping == JOBSPEC_STOP_ACT ? load_act_maps(job, in, maps, err) :
+						load_cmc_maps(job, in, maps, err);
+	if (r == 0 && volume_alloc_on_grid(&in->tissue, grid_of(in), 2) < 0)
+		r = errbuf_set(err, -ENOMEM, "", "out of memory");
+	if (r == 0) {
+		size_t n = volume_voxels(&maps[0]);
+
+		for (size_t v = 0; v < n; v++) {
+			in->tissue.data[2 * v] = maps[0].data[v];
+			in->tissue.data[2 * v + 1] = maps[1].data[v];
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		volume_free(&maps[i]);
 	return r;
 }
 

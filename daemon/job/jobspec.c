@@ -131,7 +131,7 @@ static const char *const sh_frames[] = { "voxel", "world", NULL };
 /* In enum jobspec_bvecs_convention order. */
 static const char *const bvecs_conventions[] = { "voxel", "fsl", NULL };
 /* In enum jobspec_model_name order. */
-static const char *const stopping_criteria[] = { "threshold", "act", NULL };
+static const char *const stopping_criteria[] = { "threshold", "act", "cmc", NULL };
 
 static const char *const models[] = { "csd", "opdt", "csa", NULL };
 
@@ -541,6 +541,9 @@ const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES] = {
 	INPUT_FILE("stop_map", stop_map_path),
 	{ "stopping.include", offsetof(struct jobspec, stop_include_path) },
 	{ "stopping.exclude", offsetof(struct jobspec, stop_exclude_path) },
+	{ "stopping.wm", offsetof(struct jobspec, stop_wm_path) },
+	{ "stopping.gm", offsetof(struct jobspec, stop_gm_path) },
+	{ "stopping.csf", offsetof(struct jobspec, stop_csf_path) },
 };
 
 /* "K/N" (shard.h); null is the whole job. */
@@ -598,6 +601,9 @@ static const struct member stopping_members[] = {
 	CHOICE("criterion", stopping, stopping_criteria),
 	PATH("include", stop_include_path),
 	PATH("exclude", stop_exclude_path),
+	PATH("wm", stop_wm_path),
+	PATH("gm", stop_gm_path),
+	PATH("csf", stop_csf_path),
 };
 
 static const struct member compress_members[] = {
@@ -990,24 +996,36 @@ static int check_step(json_t *tracking, struct errbuf *err)
 			  "in mm (step_mm)");
 }
 
-/* act reads both maps; threshold reads the stop map only. */
+/* The maps of stopping: which criterion reads each (every one is required
+ * there and refused elsewhere). */
+static const struct {
+	const char *field;
+	size_t offset;
+	enum jobspec_stopping criterion;
+	const char *criterion_name;
+} stopping_maps[] = {
+	{ "stopping.include", offsetof(struct jobspec, stop_include_path), JOBSPEC_STOP_ACT, "act" },
+	{ "stopping.exclude", offsetof(struct jobspec, stop_exclude_path), JOBSPEC_STOP_ACT, "act" },
+	{ "stopping.wm", offsetof(struct jobspec, stop_wm_path), JOBSPEC_STOP_CMC, "cmc" },
+	{ "stopping.gm", offsetof(struct jobspec, stop_gm_path), JOBSPEC_STOP_CMC, "cmc" },
+	{ "stopping.csf", offsetof(struct jobspec, stop_csf_path), JOBSPEC_STOP_CMC, "cmc" },
+};
+
 static int check_stopping(const struct jobspec *js, struct errbuf *err)
 {
-	if (js->stopping == JOBSPEC_STOP_ACT) {
-		if (!js->stop_include_path)
-			return errbuf_set(err, -EINVAL, "stopping.include",
-					  "is required with stopping.criterion \"act\"");
-		if (!js->stop_exclude_path)
-			return errbuf_set(err, -EINVAL, "stopping.exclude",
-					  "is required with stopping.criterion \"act\"");
-		return 0;
+	for (size_t i = 0; i < ARRAY_SIZE(stopping_maps); i++) {
+		const char *path = *(char *const *)((const char *)js + stopping_maps[i].offset);
+		bool wanted = js->stopping == stopping_maps[i].criterion;
+
+		if (wanted && !path)
+			return errbuf_set(err, -EINVAL, stopping_maps[i].field,
+					  "is required with stopping.criterion \"%s\"",
+					  stopping_maps[i].criterion_name);
+		if (!wanted && path)
+			return errbuf_set(err, -EINVAL, stopping_maps[i].field,
+					  "is only for stopping.criterion \"%s\"",
+					  stopping_maps[i].criterion_name);
 	}
-	if (js->stop_include_path)
-		return errbuf_set(err, -EINVAL, "stopping.include",
-				  "is only for stopping.criterion \"act\"");
-	if (js->stop_exclude_path)
-		return errbuf_set(err, -EINVAL, "stopping.exclude",
-				  "is only for stopping.criterion \"act\"");
 	return 0;
 }
 
@@ -1395,6 +1413,9 @@ void jobspec_free(struct jobspec *js)
 	free(js->stop_map_path);
 	free(js->stop_include_path);
 	free(js->stop_exclude_path);
+	free(js->stop_wm_path);
+	free(js->stop_gm_path);
+	free(js->stop_csf_path);
 	free(js->seed_roi_path);
 	free(js->seed_points);
 	free(js->sphere_name);

@@ -36,7 +36,8 @@
  *                "rejection_samples": 10, "rejection_tries": 100 (ptt only),
  *                "return_all": true},
  *   "stopping": {"criterion": "threshold"} (default: stop_map and fa_threshold)
- *            or {"criterion": "act", "include": PATH, "exclude": PATH},
+ *            or {"criterion": "act", "include": PATH, "exclude": PATH}
+ *            or {"criterion": "cmc", "wm": PATH, "gm": PATH, "csf": PATH},
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
  *                "save_seed_index": false, "save_direction_getter": false,
  *                "positions": "float32" | "float16" (trx only),
@@ -105,6 +106,7 @@ enum jobspec_model_name {
 enum jobspec_stopping {
 	JOBSPEC_STOP_THRESHOLD,   /* stop map <= fa_threshold (DIPY ThresholdStoppingCriterion) */
 	JOBSPEC_STOP_ACT,         /* include/exclude maps (DIPY ActStoppingCriterion) */
+	JOBSPEC_STOP_CMC,         /* wm/gm/csf partial volumes (DIPY CmcStoppingCriterion) */
 };
 
 /* How the GPU holds what prob samples (tracking.odf_storage). */
@@ -144,6 +146,9 @@ enum jobspec_file_slot {
 	JOBSPEC_SLOT_STOP_MAP,
 	JOBSPEC_SLOT_STOP_INCLUDE,
 	JOBSPEC_SLOT_STOP_EXCLUDE,
+	JOBSPEC_SLOT_STOP_WM,
+	JOBSPEC_SLOT_STOP_GM,
+	JOBSPEC_SLOT_STOP_CSF,
 	JOBSPEC_SLOT_SEED_ROI,
 	JOBSPEC_SLOTS
 };
@@ -234,6 +239,9 @@ struct jobspec {
 	enum jobspec_stopping stopping; /* stopping.criterion, default threshold */
 	char *stop_include_path;        /* stopping.include (act): > 0.5 ends validly */
 	char *stop_exclude_path;        /* stopping.exclude (act): > 0.5 ends invalidly */
+	char *stop_wm_path;             /* stopping.wm, gm, csf (cmc): partial volume maps */
+	char *stop_gm_path;
+	char *stop_csf_path;
 
 	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)
