@@ -1,4 +1,5 @@
-"""stopping act and tracking.return_all against DIPY's ActStoppingCriterion.
+"""stopping act and cmc, and tracking.return_all, against DIPY's
+ActStoppingCriterion and CmcStoppingCriterion.
 
 Both sides track the default phantom (`tractd phantom`, which writes
 include.nii.gz, 1 in the bundles' end zones, and exclude.nii.gz, 1 outside the
@@ -9,7 +10,10 @@ ODF and sphere, as test_prob_dipy.py:
   settings), ActStoppingCriterion(include, exclude),
   LocalTrackingMinusFirst(return_all=False): only streamlines whose both ends
   stopped as ENDPOINT (include > 0.5) or OUTSIDEIMAGE;
-  tractd: "stopping": {"criterion": "act", ...}, "tracking": {"return_all": false}.
+  tractd: "stopping": {"criterion": "act", ...}, "tracking": {"return_all": false};
+  and the same with CmcStoppingCriterion.from_pve(wm, gm, csf, step_size=0.5,
+  average_voxel_size=1) against "stopping": {"criterion": "cmc", ...} on the
+  phantom's wm, gm and csf (gm is include's map, csf exclude's).
 
 Compared (the random walks differ, so statistically): streamlines kept per seed
 within 10 % (relative) and the valid-connection fraction (both ends in the end
@@ -30,7 +34,7 @@ from conftest import (LocalTrackingMinusFirst, assert_parity, format_table, load
 
 from dipy.data import get_sphere
 from dipy.direction import ProbabilisticDirectionGetter
-from dipy.tracking.stopping_criterion import ActStoppingCriterion
+from dipy.tracking.stopping_criterion import ActStoppingCriterion, CmcStoppingCriterion
 from dipy.tracking.utils import random_seeds_from_mask
 
 N_SEEDS = 2000
@@ -54,27 +58,33 @@ TOL_VALID_FRACTION_ABS = 0.04
 VALID_ENDS = ("outside", "include", "stop_map")
 
 
-def _maps(phantom):
-    return (np.asarray(nib.load(str(phantom.path("include.nii.gz"))).dataobj, np.float64),
-            np.asarray(nib.load(str(phantom.path("exclude.nii.gz"))).dataobj, np.float64))
+CRITERIA = {"act": ("include", "exclude"), "cmc": ("wm", "gm", "csf")}
 
 
-def _act_job(phantom, seeds, return_all=False):
+def _map(phantom, name):
+    return np.asarray(nib.load(str(phantom.path(f"{name}.nii.gz"))).dataobj, np.float64)
+
+
+def _act_job(phantom, seeds, return_all=False, criterion="act"):
+    stopping = {"criterion": criterion}
+    stopping.update({m: str(phantom.path(f"{m}.nii.gz")) for m in CRITERIA[criterion]})
     return phantom.job_with(
         seeds={"points": seeds.tolist(), "space": "voxel"},
-        tracking={**TRACKING, "return_all": return_all},
-        stopping={"criterion": "act", "include": str(phantom.path("include.nii.gz")),
-                  "exclude": str(phantom.path("exclude.nii.gz"))})
+        tracking={**TRACKING, "return_all": return_all}, stopping=stopping)
 
 
-def _dipy_act(phantom, seeds, random_seed):
-    include, exclude = _maps(phantom)
+def _dipy_act(phantom, seeds, random_seed, criterion="act"):
     t = TRACKING
+    if criterion == "act":
+        sc = ActStoppingCriterion(_map(phantom, "include"), _map(phantom, "exclude"))
+    else:
+        sc = CmcStoppingCriterion.from_pve(_map(phantom, "wm"), _map(phantom, "gm"),
+                                           _map(phantom, "csf"), step_size=t["step_size"],
+                                           average_voxel_size=1.0)
     dg = ProbabilisticDirectionGetter.from_pmf(
         np.clip(phantom.odf, 0, None), max_angle=t["max_angle"], sphere=get_sphere(t["sphere"]),
         pmf_threshold=t["pmf_threshold"], relative_peak_threshold=t["relative_peak_threshold"],
         min_separation_angle=t["min_separation_angle"])
-    sc = ActStoppingCriterion(include, exclude)
     tracker = LocalTrackingMinusFirst(dg, sc, seeds, affine=np.eye(4), step_size=t["step_size"],
                                       maxlen=t["max_steps"], return_all=False,
                                       random_seed=random_seed)
@@ -89,11 +99,15 @@ def seeds(phantom):
     return s
 
 
-@pytest.fixture(scope="module")
-def tractd_act(tractd, phantom, seeds, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("act")
-    _, trk, stats = run_job(tractd, _act_job(phantom, seeds), workdir, name="act")
-    return workdir, trk.read_bytes(), json.loads(stats.read_text()), load_trk(trk)
+@pytest.fixture(scope="module", params=["act", "cmc"])
+def tractd_act(request, tractd, phantom, seeds, tmp_path_factory):
+    """tractd's run with return_all false: (workdir, TRK bytes, statistics,
+    TRK, criterion)."""
+    workdir = tmp_path_factory.mktemp(request.param)
+    _, trk, stats = run_job(tractd, _act_job(phantom, seeds, criterion=request.param), workdir,
+                            name=request.param)
+    return (workdir, trk.read_bytes(), json.loads(stats.read_text()), load_trk(trk),
+            request.param)
 
 
 def _one_step_further(lines):
@@ -115,10 +129,11 @@ def test_act_parity_with_dipy(phantom, seeds, tractd_act):
     def figures(lines):
         return summarize(_one_step_further(lines), N_SEEDS, **common)
 
-    res = {"dipy": figures(_dipy_act(phantom, seeds, DIPY_RANDOM_SEED)),
+    criterion = tractd_act[4]
+    res = {"dipy": figures(_dipy_act(phantom, seeds, DIPY_RANDOM_SEED, criterion)),
            "tractd": figures(tractd_act[3].streamlines),
-           "dipy_alt": figures(_dipy_act(phantom, seeds, DIPY_RANDOM_SEED_ALT))}
-    print(f"\n== ACT, return_all false, {N_SEEDS} seeds")
+           "dipy_alt": figures(_dipy_act(phantom, seeds, DIPY_RANDOM_SEED_ALT, criterion))}
+    print(f"\n== {criterion}, return_all false, {N_SEEDS} seeds")
     print(format_table(res, ["streamlines", "per_seed", "mean_len_pts", "valid_fraction"]))
     print("tractd stop reasons:", tractd_act[2]["stop_reasons"])
     assert_parity(res, "per_seed", TOL_PER_SEED_REL, relative=True)
@@ -135,20 +150,19 @@ def test_act_stop_reasons(tractd_act):
 @pytest.mark.parametrize("flag,value", [("--max-chunk-seeds", "7"),
                                         ("--readback-bytes", "65536")])
 def test_act_chunking_does_not_change_output(tractd, phantom, seeds, tractd_act, flag, value):
-    workdir, reference, stats, _ = tractd_act
-    _, trk, s = run_job(tractd, _act_job(phantom, seeds), workdir, name=f"act{flag}",
-                        extra_args=[flag, value])
-    assert trk.read_bytes() == reference, f"{flag} {value} changed the ACT output"
+    workdir, reference, stats, _, criterion = tractd_act
+    _, trk, s = run_job(tractd, _act_job(phantom, seeds, criterion=criterion), workdir,
+                        name=f"{criterion}{flag}", extra_args=[flag, value])
+    assert trk.read_bytes() == reference, f"{flag} {value} changed the {criterion} output"
     assert json.loads(s.read_text())["stop_reasons"] == stats["stop_reasons"]
 
 
 def test_return_all_false_keeps_the_valid_lines(tractd, phantom, seeds, tractd_act):
     """return_all true writes every line; false only those whose both ends are
     valid, which are the same points (the walks do not depend on the filter)."""
-    workdir, _, stats, kept = tractd_act
-    job = _act_job(phantom, seeds, return_all=True)
-    job["output"] = {"save_seed_index": True}
-    _, trk, s = run_job(tractd, job, workdir, name="act_all")
+    workdir, _, stats, kept, criterion = tractd_act
+    job = _act_job(phantom, seeds, return_all=True, criterion=criterion)
+    _, trk, s = run_job(tractd, job, workdir, name=f"{criterion}_all")
     every = load_trk(trk)
     assert json.loads(s.read_text())["stop_reasons"] == stats["stop_reasons"]
     assert len(every.streamlines) > len(kept.streamlines) > 0

@@ -1530,6 +1530,9 @@ static void test_input_file_table(void **state)
 		"{\"inputs\": {\"odf\": \"odf\", \"stop_map\": \"stop_map\"}, " ROI_SEEDS
 		", \"stopping\": {\"criterion\": \"act\", \"include\": \"include\", "
 		"\"exclude\": \"exclude\"}}",
+		"{\"inputs\": {\"odf\": \"odf\", \"stop_map\": \"stop_map\"}, " ROI_SEEDS
+		", \"stopping\": {\"criterion\": \"cmc\", \"wm\": \"wm\", \"gm\": \"gm\", "
+		"\"csf\": \"csf\"}}",
 	};
 	bool seen[JOBSPEC_INPUT_FILES] = { false };
 
@@ -1702,7 +1705,21 @@ static void test_stopping(void **state)
 		     "is only for stopping.criterion \"act\"");
 	expect_error(STOPPING_JOB("\"criterion\": \"threshold\", \"exclude\": \"csf.nii\""),
 		     "stopping.exclude", "is only for stopping.criterion \"act\"");
-	expect_error(STOPPING_JOB("\"wm\": \"wm.nii\""), "stopping.wm", "");
+	expect_error(STOPPING_JOB("\"wm\": \"wm.nii\""), "stopping.wm",
+		     "is only for stopping.criterion \"cmc\"");
+	expect_error(STOPPING_JOB("\"criterion\": \"cmc\", \"wm\": \"wm.nii\", "
+				  "\"csf\": \"csf.nii\""),
+		     "stopping.gm", "is required with stopping.criterion \"cmc\"");
+	expect_error(STOPPING_JOB("\"criterion\": \"cmc\", \"wm\": \"wm.nii\", \"gm\": \"gm.nii\", "
+				  "\"csf\": \"csf.nii\", \"include\": \"gm.nii\""),
+		     "stopping.include", "is only for stopping.criterion \"act\"");
+	expect_ok(STOPPING_JOB("\"criterion\": \"cmc\", \"wm\": \"wm.nii\", \"gm\": \"gm.nii\", "
+			       "\"csf\": \"csf.nii\""), NULL, &js);
+	assert_int_equal(js.stopping, JOBSPEC_STOP_CMC);
+	assert_string_equal(js.stop_wm_path, "wm.nii");
+	assert_string_equal(js.stop_gm_path, "gm.nii");
+	assert_string_equal(js.stop_csf_path, "csf.nii");
+	jobspec_free(&js);
 	expect_error(TRACKING_JOB("\"return_all\": 0"), "tracking.return_all", "a boolean");
 }
 
