@@ -824,7 +824,8 @@ static void enable_progress(struct cli *cli)
 /* Why the streamlines stopped, as tckgen's "Termination reason
  * probabilities", on one line: "stop reasons of 32 streamline ends: ...,
  * left the image 32 (100.0%), ...; 0 seed(s) without an initial direction".
- * Unknown reasons, a kernel fault, only when there were some. */
+ * Unknown reasons, a kernel fault, and the anatomical ones (stopping act and
+ * cmc) only when there were some. */
 static void log_stop_reasons(const struct engine_stats *s)
 {
 	char line[512];
@@ -833,7 +834,9 @@ static void log_stop_reasons(const struct engine_stats *s)
 
 	for (int k = 0; k < ENGINE_STOP_REASONS && o < sizeof(line); k++) {
 		uint64_t n = s->stop_reasons[k];
-		if (k == ENGINE_STOP_UNKNOWN && n == 0)
+		bool only_when_some = k == ENGINE_STOP_UNKNOWN || k == ENGINE_STOP_INCLUDE ||
+				      k == ENGINE_STOP_EXCLUDE;
+		if (only_when_some && n == 0)
 			continue;
 		o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%s %llu (%.1f%%)", o ? ", " : "",
 				      engine_stop_words((enum engine_stop)k), (unsigned long long)n,
