@@ -161,7 +161,8 @@ static const char phantom_usage[] =
 "Usage: tractd phantom OUTDIR [OPTIONS]\n"
 "\n"
 "Writes the built-in synthetic phantom (ODF, FA, seed ROI; DWI as dwi.nii.gz,\n"
-"dwi.bval, dwi.bvec and mask.nii.gz) and jobs for it into OUTDIR.\n"
+"dwi.bval, dwi.bvec and mask.nii.gz; tissue maps for stopping act and cmc as\n"
+"include, exclude, wm, gm and csf .nii.gz) and jobs for it into OUTDIR.\n"
 "\n";
 
 static const char phantom_text[] =
