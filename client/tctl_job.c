@@ -5,7 +5,8 @@
  * "inputs" but the options that name no file (sh_basis, sh_frame,
  * bvecs_convention), so that file inputs added to the schema later need no
  * change here, and
- * "seeds.roi" -- are paths relative to the job file's directory; each is
+ * "seeds.roi" and every string member of "stopping" but criterion (its
+ * maps) -- are paths relative to the job file's directory; each is
  * hashed (SHA-256, streamed: volumes can be gigabytes), uploaded only when
  * the daemon does not have that content yet, and replaced by its volume id.
  * Values that already are volume ids are left alone. output.path is taken
@@ -408,6 +409,15 @@ int job_file_upload_inputs(struct job_file *job, struct http_client *c)
 		if (code != TCTL_EXIT_OK)
 			return code;
 	}
-	return replace_path_by_id(job, c, json_object_get(json_object_get(job->doc, "seeds"), "roi"),
+	code = replace_path_by_id(job, c, json_object_get(json_object_get(job->doc, "seeds"), "roi"),
 				  "seeds.roi");
+	json_object_foreach(json_object_get(job->doc, "stopping"), key, value) {
+		if (code != TCTL_EXIT_OK)
+			break;
+		if (strcmp(key, "criterion") == 0)
+			continue;
+		snprintf(field, sizeof(field), "stopping.%s", key);
+		code = replace_path_by_id(job, c, value, field);
+	}
+	return code;
 }

@@ -161,7 +161,8 @@ static const char phantom_usage[] =
 "Usage: tractd phantom OUTDIR [OPTIONS]\n"
 "\n"
 "Writes the built-in synthetic phantom (ODF, FA, seed ROI; DWI as dwi.nii.gz,\n"
-"dwi.bval, dwi.bvec and mask.nii.gz) and jobs for it into OUTDIR.\n"
+"dwi.bval, dwi.bvec and mask.nii.gz; tissue maps for stopping act and cmc as\n"
+"include, exclude, wm, gm and csf .nii.gz) and jobs for it into OUTDIR.\n"
 "\n";
 
 static const char phantom_text[] =
@@ -824,7 +825,8 @@ static void enable_progress(struct cli *cli)
 /* Why the streamlines stopped, as tckgen's "Termination reason
  * probabilities", on one line: "stop reasons of 32 streamline ends: ...,
  * left the image 32 (100.0%), ...; 0 seed(s) without an initial direction".
- * Unknown reasons, a kernel fault, only when there were some. */
+ * Unknown reasons, a kernel fault, and the anatomical ones (stopping act and
+ * cmc) only when there were some. */
 static void log_stop_reasons(const struct engine_stats *s)
 {
 	char line[512];
@@ -833,7 +835,9 @@ static void log_stop_reasons(const struct engine_stats *s)
 
 	for (int k = 0; k < ENGINE_STOP_REASONS && o < sizeof(line); k++) {
 		uint64_t n = s->stop_reasons[k];
-		if (k == ENGINE_STOP_UNKNOWN && n == 0)
+		bool only_when_some = k == ENGINE_STOP_UNKNOWN || k == ENGINE_STOP_INCLUDE ||
+				      k == ENGINE_STOP_EXCLUDE;
+		if (only_when_some && n == 0)
 			continue;
 		o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%s %llu (%.1f%%)", o ? ", " : "",
 				      engine_stop_words((enum engine_stop)k), (unsigned long long)n,

@@ -3,7 +3,8 @@
 // subgroup, both halves. From the seed, each half asks the getter for a
 // direction, steps step_size voxels, and stops when the getter fails, when
 // the new point is outside the image or where the stop map <= fa_threshold
-// (that point is not kept), or after max_steps steps. The backward half
+// (or where stopping act or cmc ends it in the include or exclude map; that
+// point is not kept, as DIPY), or after max_steps steps. The backward half
 // (along -first) is stored below the seed's slot and the forward half above
 // it, so the streamline is contiguous without reversing.
 //
@@ -36,11 +37,14 @@
 // them; the .def's last, unknown, is the host's): the stop map at the new
 // point <= fa_threshold; the new point, or the point the getter found
 // nothing at, outside the image; the getter found no direction (for prob
-// and boot within max_angle); max_steps taken.
+// and boot within max_angle); max_steps taken; stopping act and cmc: the
+// new point ends in the include map (a valid end) or the exclude map.
 const uint STOP_MAP = 0u;
 const uint STOP_OUTSIDE = 1u;
 const uint STOP_NO_DIRECTION = 2u;
 const uint STOP_MAX_STEPS = 3u;
+const uint STOP_INCLUDE = 4u;
+const uint STOP_EXCLUDE = 5u;
 const uint STILL_TRACKING = 0xffu;
 
 bool in_image(vec3 p)
@@ -71,9 +75,63 @@ struct Walk {
 	uint back_reason; // why the backward half stopped (STOP_*), once it has
 };
 
+// STOPPING (engine.c): the criterion, as enum jobspec_stopping.
+#define STOPPING_ACT 1
+#define STOPPING_CMC 2
+
+#if STOPPING != 0
+// The include (channel 0) and exclude (channel 1) maps that the stop map's
+// binding holds for act and cmc, interpolated at p; false outside the image.
+bool tissue_at(vec3 p, out vec2 v)
+{
+	Corners c;
+	v = vec2(0.0);
+	if (!corners_at(p, pc.dim, c))
+		return false;
+	for (int q = 0; q < 8; q++) {
+		PageSpot s = PAGE_SPOT(fa, c.voxel[q]);
+		v += c.weight[q] * vec2(page_f32(s, 0), page_f32(s, 1));
+	}
+	return true;
+}
+#endif
+
+#if STOPPING == STOPPING_ACT
+// DIPY ActStoppingCriterion: ENDPOINT where include > 0.5, else INVALIDPOINT
+// where exclude > 0.5, TRACKPOINT otherwise.
+uint stop_reason_at(vec3 p, uvec4 counter)
+{
+	vec2 v;
+	if (!tissue_at(p, v))
+		return STOP_OUTSIDE;
+	return v.x > 0.5 ? STOP_INCLUDE : v.y > 0.5 ? STOP_EXCLUDE : STILL_TRACKING;
+}
+#elif STOPPING == STOPPING_CMC
+// DIPY CmcStoppingCriterion: go on with probability (1 - include - exclude,
+// clamped at 0, over its sum with them) ^ (step_size / mean voxel size),
+// which is the step in voxels; else end in include with probability include
+// / (include + exclude), in exclude otherwise. Its two uniforms come from the
+// step's own Philox block (counter: step, seed, direction and half), so a
+// resumed or re-chunked walk draws them again alike.
+uint stop_reason_at(vec3 p, uvec4 counter)
+{
+	vec2 v;
+	if (!tissue_at(p, v))
+		return STOP_OUTSIDE;
+	float tissue = v.x + v.y;
+	if (tissue <= 0.0)
+		return STILL_TRACKING;
+	float rest = max(0.0, 1.0 - tissue);
+	counter.w = PHILOX_STREAM_CMC;
+	uvec4 u = philox4x32_10(counter, pc.philox_key);
+	if (philox_uniform(u.x) < pow(rest / (rest + tissue), pc.step_size))
+		return STILL_TRACKING;
+	return philox_uniform(u.y) < v.x / tissue ? STOP_INCLUDE : STOP_EXCLUDE;
+}
+#else
 // DIPY ThresholdStoppingCriterion: TRACKPOINT only inside and above
 // threshold; otherwise why not.
-uint stop_reason_at(vec3 p)
+uint stop_reason_at(vec3 p, uvec4 counter)
 {
 	Corners c;
 	if (!corners_at(p, pc.dim, c))
@@ -83,6 +141,7 @@ uint stop_reason_at(vec3 p)
 		v += c.weight[q] * page_f32(PAGE_SPOT(fa, c.voxel[q]), 0);
 	return v > pc.fa_threshold ? STILL_TRACKING : STOP_MAP;
 }
+#endif
 
 #if LOOP_LIMITED
 // llvmpipe (lavapipe) counts the loop iterations of an invocation, every
@@ -154,7 +213,7 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 		// nothing there) stopped because the image ended.
 		uint stop = !found ? (in_image(w.p + getter_reach() * w.dir) ? STOP_NO_DIRECTION :
 									    STOP_OUTSIDE) :
-				     stop_reason_at(p);
+				     stop_reason_at(p, counter);
 #if LOOP_LIMITED
 		if (loop_limit_reached()) {
 			getter_rewind();

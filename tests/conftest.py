@@ -32,7 +32,8 @@ from scipy.stats import ks_2samp
 RUN_TIMEOUT_S = 300
 
 PHANTOM_ODF_FILES = ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz", "labels.nii.gz",
-                     "bundles.json", "job.json", "job_ptt.json")
+                     "include.nii.gz", "exclude.nii.gz", "wm.nii.gz", "gm.nii.gz",
+                     "csf.nii.gz", "bundles.json", "job.json", "job_ptt.json", "job_act.json")
 # Written too unless `tractd phantom --no-dwi`.
 PHANTOM_DWI_FILES = ("dwi.nii.gz", "dwi.bval", "dwi.bvec", "mask.nii.gz", "job_dwi.json",
                      "job_boot.json")

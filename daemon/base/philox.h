@@ -21,6 +21,8 @@ enum philox_stream {
 	PHILOX_STREAM_PHANTOM_NOISE = 4, /* phantom DWI noise (host only): one block per sample */
 	PHILOX_STREAM_BOOT = 5,         /* boot getter: c3 = 5 | attempt << 8 | block << 16, one
 					 * word per residual drawn (c0 = 0 at the seed) */
+	PHILOX_STREAM_CMC = 7,          /* stopping cmc: one block per step (c0 step, c1 seed,
+					 * c2 2 * direction + half) */
 	PHILOX_STREAM_PTT = 6,          /* ptt getter: c3 = 6 | candidate << 8 | phase << 24,
 					 * one block per candidate curve (c0 = step, 0 at the seed) */
 };

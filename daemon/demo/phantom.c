@@ -190,7 +190,7 @@ struct dwi_series {
 
 /* dwi and mask stay unallocated (data NULL) when the DWI is not written. */
 struct phantom_volumes {
-	struct volume odf, fa, roi, labels, dwi, mask;
+	struct volume odf, fa, roi, labels, include, exclude, wm, dwi, mask;
 };
 
 void phantom_default_params(struct phantom_params *p)
@@ -612,6 +612,12 @@ static void fill_voxel(const struct layout *l, const struct sphere *s,
 
 	out->labels.data[index] = (float)end_zone_label(l, tile, q);
 	collect_fibres(l, q, &f);
+	/* The tissues: grey matter at the bundles' ends (ACT's include map),
+	 * the rest outside the bundles CSF (its exclude map), white matter
+	 * the bundles between. */
+	out->include.data[index] = out->labels.data[index] > 0.0f ? 1.0f : 0.0f;
+	out->exclude.data[index] = f.count == 0 && out->labels.data[index] == 0.0f ? 1.0f : 0.0f;
+	out->wm.data[index] = 1.0f - out->include.data[index] - out->exclude.data[index];
 	if (out->dwi.data) {
 		write_dwi(&f, dwi, index, out->dwi.data + index * (size_t)out->dwi.dim[3]);
 		out->mask.data[index] = inside_border(&out->mask, voxel) ? 1.0f : 0.0f;
@@ -640,6 +646,9 @@ static void free_volumes(struct phantom_volumes *v)
 	volume_free(&v->fa);
 	volume_free(&v->roi);
 	volume_free(&v->labels);
+	volume_free(&v->include);
+	volume_free(&v->exclude);
+	volume_free(&v->wm);
 	volume_free(&v->dwi);
 	volume_free(&v->mask);
 }
@@ -676,6 +685,12 @@ static int alloc_volumes(const struct phantom_params *p, int nv, const struct dw
 		rc = alloc_volume(&v->roi, p->dim, 1, p->voxel_mm, err);
 	if (!rc)
 		rc = alloc_volume(&v->labels, p->dim, 1, p->voxel_mm, err);
+	if (!rc)
+		rc = alloc_volume(&v->include, p->dim, 1, p->voxel_mm, err);
+	if (!rc)
+		rc = alloc_volume(&v->exclude, p->dim, 1, p->voxel_mm, err);
+	if (!rc)
+		rc = alloc_volume(&v->wm, p->dim, 1, p->voxel_mm, err);
 	if (!rc && p->write_dwi)
 		rc = alloc_volume(&v->dwi, p->dim, dwi->gradients.count, p->voxel_mm, err);
 	if (!rc && p->write_dwi)
@@ -770,7 +785,8 @@ static int make_directories(const char *path, struct errbuf *err)
 
 /* File names (relative to outdir) as they appear in job.json. */
 struct phantom_names {
-	char odf[32], fa[32], roi[32], labels[32], dwi[32], mask[32];
+	char odf[32], fa[32], roi[32], labels[32], include[32], exclude[32], wm[32], gm[32],
+		csf[32], dwi[32], mask[32];
 };
 
 static void make_names(int compress, struct phantom_names *n)
@@ -781,6 +797,11 @@ static void make_names(int compress, struct phantom_names *n)
 	snprintf(n->fa, sizeof(n->fa), "fa%s", ext);
 	snprintf(n->roi, sizeof(n->roi), "seed_roi%s", ext);
 	snprintf(n->labels, sizeof(n->labels), "labels%s", ext);
+	snprintf(n->include, sizeof(n->include), "include%s", ext);
+	snprintf(n->exclude, sizeof(n->exclude), "exclude%s", ext);
+	snprintf(n->wm, sizeof(n->wm), "wm%s", ext);
+	snprintf(n->gm, sizeof(n->gm), "gm%s", ext);
+	snprintf(n->csf, sizeof(n->csf), "csf%s", ext);
 	snprintf(n->dwi, sizeof(n->dwi), "dwi%s", ext);
 	snprintf(n->mask, sizeof(n->mask), "mask%s", ext);
 }
@@ -824,6 +845,17 @@ static int save_volumes(const char *outdir, const struct phantom_names *n,
 		rc = save_volume(outdir, n->roi, &v->roi, err);
 	if (!rc)
 		rc = save_volume(outdir, n->labels, &v->labels, err);
+	if (!rc)
+		rc = save_volume(outdir, n->include, &v->include, err);
+	if (!rc)
+		rc = save_volume(outdir, n->exclude, &v->exclude, err);
+	/* The partial volumes of the same tissues, for stopping cmc. */
+	if (!rc)
+		rc = save_volume(outdir, n->wm, &v->wm, err);
+	if (!rc)
+		rc = save_volume(outdir, n->gm, &v->include, err);
+	if (!rc)
+		rc = save_volume(outdir, n->csf, &v->exclude, err);
 	if (!rc && v->dwi.data)
 		rc = save_volume(outdir, n->dwi, &v->dwi, err);
 	if (!rc && v->mask.data)
@@ -947,6 +979,25 @@ static int write_job(const char *outdir, const struct phantom_params *p,
 	json_t *inputs = json_pack("{s:s, s:s}", "odf", n->odf, "stop_map", n->fa);
 
 	return save_job(outdir, "job.json", tracking_job(inputs, p, n, "tracks.trk"), err);
+}
+
+/* job.json's tracking stopped by ACT on include and exclude, keeping only
+ * the streamlines whose both ends are valid (DIPY's return_all=False). */
+static int write_act_job(const char *outdir, const struct phantom_params *p,
+			 const struct phantom_names *n, struct errbuf *err)
+{
+	json_t *inputs = json_pack("{s:s, s:s}", "odf", n->odf, "stop_map", n->fa);
+	json_t *job = tracking_job(inputs, p, n, "tracks_act.trk");
+
+	if (job && (json_object_set_new(job, "stopping",
+					json_pack("{s:s, s:s, s:s}", "criterion", "act", "include",
+						  n->include, "exclude", n->exclude)) != 0 ||
+		    json_object_set_new(json_object_get(job, "tracking"), "return_all",
+					json_false()) != 0)) {
+		json_decref(job);
+		job = NULL;
+	}
+	return save_job(outdir, "job_act.json", job, err);
 }
 
 /* The same tracking from the raw DWI: the daemon fits DTI for the FA stop map
@@ -1091,6 +1142,8 @@ int phantom_generate(const struct phantom_params *p, const char *outdir, struct 
 		rc = write_job(outdir, p, &names, err);
 	if (!rc)
 		rc = write_ptt_job(outdir, p, &names, err);
+	if (!rc)
+		rc = write_act_job(outdir, p, &names, err);
 	if (!rc && p->write_dwi)
 		rc = write_gradients(outdir, &dwi.gradients, err);
 	if (!rc && p->write_dwi)

@@ -12,9 +12,15 @@
  *   fa.nii.gz        FA of the matching multi-tensor model (0 outside bundles)
  *   seed_roi.nii.gz  1 inside any bundle (uint8)
  *   labels.nii.gz    end zones: bundle b's two ends are labels 2b+1 and 2b+2
+ *   include.nii.gz   ACT include map: 1 in the end zones (grey matter there)
+ *   exclude.nii.gz   ACT exclude map: 1 outside the bundles and end zones
+ *   wm.nii.gz, gm.nii.gz, csf.nii.gz  partial volumes for CMC: gm is
+ *                    include's, csf exclude's, wm 1 where neither is
  *   bundles.json     bundle names, labels and geometry (ground truth)
  *   job.json         a ready prob tracking job on the files above
  *   job_ptt.json     the same with the PTT getter at max_angle 20
+ *   job_act.json     job.json stopped by ACT on include and exclude, with
+ *                    return_all false (only streamlines valid at both ends)
  * and, unless write_dwi is 0, the raw data the ODF and FA stand for:
  *   dwi.nii.gz       4D DWI series (float32) of the same multi-tensor model:
  *                    equal-fraction tensors (1.7, 0.3, 0.3)e-3 mm^2/s along the

@@ -385,6 +385,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 	define(&d, "MAX_PEAKS", plan->max_peaks);
 	define(&d, "SYMMETRIC", inputs_symmetric(in));
 	define(&d, "LOOP_LIMITED", gpu_get_limits(src->gpu)->loop_limited);
+	define(&d, "STOPPING", job->stopping);
 	r = get_pipeline(src, "compact.comp", &d, COMPACT_BINDINGS, &g->compact, err);
 	if (r < 0 || !inputs_boot(in)) {
 		define(&d, "ODF_STORAGE", odf_storage_code(resident_odf_storage(res)));
@@ -700,10 +701,28 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 	return r;
 }
 
+/* Whether an end stopped where DIPY's LocalTracking calls it valid
+ * (ENDPOINT or OUTSIDEIMAGE): the stop map (the threshold criterion's
+ * ENDPOINT), the image's edge or the include map; no direction, max_steps
+ * and the exclude map are not. */
+static bool end_valid(uint32_t code)
+{
+	return code == ENGINE_STOP_MAP || code == ENGINE_STOP_OUTSIDE ||
+	       code == ENGINE_STOP_INCLUDE;
+}
+
+/* Whether a line's two ends are valid (tracking.return_all false keeps
+ * only those). */
+static bool line_valid(uint32_t stops)
+{
+	return end_valid(stops & 0xffu) && end_valid(stops >> 8);
+}
+
 /* Ends the piece of the batch's lines that starts at line first: as many
  * lines as the read-back buffer holds the kept points of. Each streamline to
- * keep (>= 2 points, length within the job's limits) gets its place there;
- * the others are DROP_LINE and never read back. Returns the piece's end. */
+ * keep (>= 2 points, length within the job's limits, both ends valid unless
+ * return_all) gets its place there; the others are DROP_LINE and never read
+ * back. Returns the piece's end. */
 static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lines)
 {
 	struct job_host *h = &run->h;
@@ -715,7 +734,8 @@ static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lin
 
 		memcpy(&length_mm, &h->ranges[RANGE_WORDS * i + RANGE_LENGTH], sizeof(length_mm));
 		if (count < 2 || length_mm < run->job->min_length ||
-		    length_mm > run->job->max_length) {
+		    length_mm > run->job->max_length ||
+		    (!run->job->return_all && !line_valid(h->ranges[RANGE_WORDS * i + RANGE_STOPS]))) {
 			h->dest[i] = DROP_LINE;
 			continue;
 		}

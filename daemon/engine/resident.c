@@ -48,12 +48,20 @@ uint64_t resident_budget(const struct gpu_limits *lim, uint64_t requested)
 	return requested ? requested : lim->device_local_bytes / 2;
 }
 
-/* What every job binds besides its ODF or DWI: the stop map and the sphere. */
+/* What the kernels stop on: the stop map, or stopping act's include and
+ * exclude maps in its place (the threshold is then not applied). */
+static const struct volume *stop_volume(const struct inputs *in)
+{
+	return inputs_tissue(in) ? inputs_tissue(in) : inputs_stop(in);
+}
+
+/* What every job binds besides its ODF or DWI: the stop volume and the sphere. */
 static uint64_t common_bytes(const struct inputs *in)
 {
 	uint64_t nv = (uint64_t)inputs_sphere(in)->nv;
 
-	return 4ull * volume_voxels(inputs_grid(in)) + 12ull * nv + 4ull * (nv + 1) +
+	return 4ull * (uint64_t)stop_volume(in)->dim[3] * volume_voxels(inputs_grid(in)) +
+	       12ull * nv + 4ull * (nv + 1) +
 	       8ull * (uint64_t)inputs_sphere(in)->n_edges;
 }
 
@@ -281,11 +289,12 @@ static int upload_common(struct gpu_ctx *gpu, const struct inputs *in,
 {
 	const struct sphere *s = inputs_sphere(in);
 	struct paged_layout layout;
-	int r = paged_plan(volume_voxels(inputs_stop(in)), 1, PAGED_FLOAT32,
+	const struct volume *stop = stop_volume(in);
+	int r = paged_plan(volume_voxels(stop), (uint32_t)stop->dim[3], PAGED_FLOAT32,
 			   gpu_get_limits(gpu)->max_alloc_bytes, &layout, err);
 
 	if (r == 0)
-		r = paged_upload(gpu, &layout, inputs_stop(in)->data, &res->stop, err);
+		r = paged_upload(gpu, &layout, stop->data, &res->stop, err);
 	if (r == 0)
 		r = gpu_upload_new(gpu, s->vertices, 12ull * (uint64_t)s->nv, &res->vertices, err);
 	if (r == 0)

@@ -66,7 +66,8 @@ struct resident_bindings {
 	struct gpu_buffer *odf_basis; /* SH storage: the sampling matrix */
 	struct gpu_buffer *dwi;       /* boot: the DWI's page table */
 	struct gpu_buffer *matrices;  /* boot: boot.glsl's layout */
-	struct gpu_buffer *stop;      /* the stop map's page table */
+	struct gpu_buffer *stop;      /* the stop map's page table; stopping act: its include
+				       * and exclude maps, 2 channels */
 	struct gpu_buffer *vertices, *nbr_offset, *nbr;   /* the sphere */
 };
 struct resident_bindings resident_bindings(const struct resident *res);

@@ -48,6 +48,7 @@ struct inputs {
 	enum boot_model boot_model;
 	bool boot_getter;
 	struct volume stop;
+	struct volume tissue;     /* stopping act, cmc: include, exclude (2 channels) */
 	struct sphere sphere;
 	bool symmetric;       /* compare directions by |cos| */
 	const char *grid_field;   /* the input that sets the grid, for messages */
@@ -97,6 +98,13 @@ static const struct {
 	{ "inputs.dwi", offsetof(struct jobspec, dwi_path), JOBSPEC_SLOT_DWI },
 	{ "inputs.mask", offsetof(struct jobspec, mask_path), JOBSPEC_SLOT_MASK },
 	{ "inputs.stop_map", offsetof(struct jobspec, stop_map_path), JOBSPEC_SLOT_STOP_MAP },
+	{ "stopping.include", offsetof(struct jobspec, stop_include_path),
+	  JOBSPEC_SLOT_STOP_INCLUDE },
+	{ "stopping.exclude", offsetof(struct jobspec, stop_exclude_path),
+	  JOBSPEC_SLOT_STOP_EXCLUDE },
+	{ "stopping.wm", offsetof(struct jobspec, stop_wm_path), JOBSPEC_SLOT_STOP_WM },
+	{ "stopping.gm", offsetof(struct jobspec, stop_gm_path), JOBSPEC_SLOT_STOP_GM },
+	{ "stopping.csf", offsetof(struct jobspec, stop_csf_path), JOBSPEC_SLOT_STOP_CSF },
 	{ "seeds.roi", offsetof(struct jobspec, seed_roi_path), JOBSPEC_SLOT_SEED_ROI },
 };
 
@@ -556,6 +564,83 @@ static int load_stop_map(const struct jobspec *job, struct inputs *in, struct er
 	return r;
 }
 
+/* One anatomical map, 3D on the grid, into *map. */
+static int load_tissue_map(const struct jobspec *job, enum jobspec_file_slot slot,
+			   const char *path, const char *field, const struct inputs *in,
+			   struct volume *map, struct errbuf *err)
+{
+	int r = load_volume(job, slot, path, field, map, NULL, err);
+
+	if (r == 0)
+		r = require_3d_on_grid(map, grid_of(in), in->grid_field, field, path, err);
+	return r;
+}
+
+/* stopping act: its include and exclude maps as given. */
+static int load_act_maps(const struct jobspec *job, const struct inputs *in,
+			 struct volume maps[3], struct errbuf *err)
+{
+	int r = load_tissue_map(job, JOBSPEC_SLOT_STOP_INCLUDE, job->stop_include_path,
+				"stopping.include", in, &maps[0], err);
+
+	if (r == 0)
+		r = load_tissue_map(job, JOBSPEC_SLOT_STOP_EXCLUDE, job->stop_exclude_path,
+				    "stopping.exclude", in, &maps[1], err);
+	return r;
+}
+
+/* stopping cmc: include and exclude from the partial volumes as DIPY's
+ * AnatomicalStoppingCriterion.from_pve: include = gm, and 1 where wm + gm +
+ * csf is 0 (the image's background); exclude = csf. */
+static int load_cmc_maps(const struct jobspec *job, const struct inputs *in,
+			 struct volume maps[3], struct errbuf *err)
+{
+	int r = load_tissue_map(job, JOBSPEC_SLOT_STOP_GM, job->stop_gm_path, "stopping.gm", in,
+				&maps[0], err);
+
+	if (r == 0)
+		r = load_tissue_map(job, JOBSPEC_SLOT_STOP_CSF, job->stop_csf_path, "stopping.csf",
+				    in, &maps[1], err);
+	if (r == 0)
+		r = load_tissue_map(job, JOBSPEC_SLOT_STOP_WM, job->stop_wm_path, "stopping.wm", in,
+				    &maps[2], err);
+	if (r == 0) {
+		size_t n = volume_voxels(&maps[0]);
+
+		for (size_t v = 0; v < n; v++)
+			if (maps[2].data[v] + maps[0].data[v] + maps[1].data[v] == 0.0f)
+				maps[0].data[v] = 1.0f;
+	}
+	return r;
+}
+
+/* stopping act and cmc: include and exclude interleaved per voxel, so that
+ * the kernels find both of a corner's values in one place. */
+static int load_tissue(const struct jobspec *job, struct inputs *in, struct errbuf *err)
+{
+	struct volume maps[3];
+	int r;
+
+	if (job->stopping == JOBSPEC_STOP_THRESHOLD)
+		return 0;
+	memset(maps, 0, sizeof(maps));
+	r = job->stopping == JOBSPEC_STOP_ACT ? load_act_maps(job, in, maps, err) :
+						load_cmc_maps(job, in, maps, err);
+	if (r == 0 && volume_alloc_on_grid(&in->tissue, grid_of(in), 2) < 0)
+		r = errbuf_set(err, -ENOMEM, "", "out of memory");
+	if (r == 0) {
+		size_t n = volume_voxels(&maps[0]);
+
+		for (size_t v = 0; v < n; v++) {
+			in->tissue.data[2 * v] = maps[0].data[v];
+			in->tissue.data[2 * v + 1] = maps[1].data[v];
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		volume_free(&maps[i]);
+	return r;
+}
+
 static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 		       struct inputs *in, struct errbuf *err)
 {
@@ -583,6 +668,8 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 	}
 	if (r == 0)
 		r = load_stop_map(job, in, err);
+	if (r == 0)
+		r = load_tissue(job, in, err);
 	if (in->boot_getter)
 		fit_result_free(&in->fit);   /* its FA is now the stop map */
 	if (r < 0 || in->boot_getter)
@@ -606,7 +693,7 @@ uint64_t inputs_host_bytes(const struct inputs *in)
 			   (uint64_t)b->nv * (uint64_t)b->n_coef;
 
 	return volume_bytes(&in->odf) + volume_bytes(&in->sh) + volume_bytes(&in->dwi) +
-	       volume_bytes(&in->stop) + volume_bytes(&in->fit.fa) + volume_bytes(&in->fit.md) +
+	       volume_bytes(&in->stop) + volume_bytes(&in->tissue) + volume_bytes(&in->fit.fa) + volume_bytes(&in->fit.md) +
 	       volume_bytes(&in->fit.sh) + (b->hat_u ? doubles * sizeof(double) : 0);
 }
 
@@ -619,6 +706,7 @@ void inputs_free(struct inputs *in)
 	volume_free(&in->dwi);
 	boot_matrices_free(&in->boot);
 	volume_free(&in->stop);
+	volume_free(&in->tissue);
 	sphere_free(&in->sphere);
 	fit_result_free(&in->fit);
 	free(in);
@@ -717,6 +805,11 @@ bool inputs_symmetric(const struct inputs *in)
 const struct volume *inputs_stop(const struct inputs *in)
 {
 	return &in->stop;
+}
+
+const struct volume *inputs_tissue(const struct inputs *in)
+{
+	return in->tissue.data ? &in->tissue : NULL;
 }
 
 const struct volume *inputs_sh(const struct inputs *in)

@@ -90,6 +90,10 @@ const struct sphere *inputs_sphere(const struct inputs *in);
 bool inputs_symmetric(const struct inputs *in);
 /* The stop map, on the grid. */
 const struct volume *inputs_stop(const struct inputs *in);
+/* stopping act's or cmc's maps on the grid (cmc's from its partial volumes
+ * as DIPY's from_pve), include and exclude interleaved (2 channels); NULL
+ * for the threshold criterion. */
+const struct volume *inputs_tissue(const struct inputs *in);
 
 /* The SH coefficients behind a prob job's ODF, or NULL for an ODF input. */
 const struct volume *inputs_sh(const struct inputs *in);

@@ -131,6 +131,8 @@ static const char *const sh_frames[] = { "voxel", "world", NULL };
 /* In enum jobspec_bvecs_convention order. */
 static const char *const bvecs_conventions[] = { "voxel", "fsl", NULL };
 /* In enum jobspec_model_name order. */
+static const char *const stopping_criteria[] = { "threshold", "act", "cmc", NULL };
+
 static const char *const models[] = { "csd", "opdt", "csa", NULL };
 
 /* K_CHOICE writes the index as an int: the enums it fills are int-sized. */
@@ -537,6 +539,11 @@ const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES] = {
 	INPUT_FILE("bvecs", bvecs_path),
 	INPUT_FILE("mask", mask_path),
 	INPUT_FILE("stop_map", stop_map_path),
+	{ "stopping.include", offsetof(struct jobspec, stop_include_path) },
+	{ "stopping.exclude", offsetof(struct jobspec, stop_exclude_path) },
+	{ "stopping.wm", offsetof(struct jobspec, stop_wm_path) },
+	{ "stopping.gm", offsetof(struct jobspec, stop_gm_path) },
+	{ "stopping.csf", offsetof(struct jobspec, stop_csf_path) },
 };
 
 /* "K/N" (shard.h); null is the whole job. */
@@ -586,6 +593,17 @@ static const struct member tracking_members[] = {
 	REAL("probe_radius", probe_radius, 0.0, 0, CLOSED, 5, CLOSED, "voxels"),
 	INTEGER("rejection_samples", rejection_samples, K_INT, 10, 1, 1000, NULL),
 	INTEGER("rejection_tries", rejection_tries, K_INT, 100, 1, 10000, NULL),
+	{ .key = "return_all", .kind = K_BOOL, .offset = offsetof(struct jobspec, return_all),
+	  .def = 1 },
+};
+
+static const struct member stopping_members[] = {
+	CHOICE("criterion", stopping, stopping_criteria),
+	PATH("include", stop_include_path),
+	PATH("exclude", stop_exclude_path),
+	PATH("wm", stop_wm_path),
+	PATH("gm", stop_gm_path),
+	PATH("csf", stop_csf_path),
 };
 
 static const struct member compress_members[] = {
@@ -628,6 +646,7 @@ static const struct member root_members[] = {
 	CHOICE("direction_getter", direction_getter, direction_getters),
 	OBJECT("seeds", seeds_members),
 	OBJECT("tracking", tracking_members),
+	OBJECT("stopping", stopping_members),
 	OBJECT("output", output_members),
 };
 
@@ -977,6 +996,39 @@ static int check_step(json_t *tracking, struct errbuf *err)
 			  "in mm (step_mm)");
 }
 
+/* The maps of stopping: which criterion reads each (every one is required
+ * there and refused elsewhere). */
+static const struct {
+	const char *field;
+	size_t offset;
+	enum jobspec_stopping criterion;
+	const char *criterion_name;
+} stopping_maps[] = {
+	{ "stopping.include", offsetof(struct jobspec, stop_include_path), JOBSPEC_STOP_ACT, "act" },
+	{ "stopping.exclude", offsetof(struct jobspec, stop_exclude_path), JOBSPEC_STOP_ACT, "act" },
+	{ "stopping.wm", offsetof(struct jobspec, stop_wm_path), JOBSPEC_STOP_CMC, "cmc" },
+	{ "stopping.gm", offsetof(struct jobspec, stop_gm_path), JOBSPEC_STOP_CMC, "cmc" },
+	{ "stopping.csf", offsetof(struct jobspec, stop_csf_path), JOBSPEC_STOP_CMC, "cmc" },
+};
+
+static int check_stopping(const struct jobspec *js, struct errbuf *err)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(stopping_maps); i++) {
+		const char *path = *(char *const *)((const char *)js + stopping_maps[i].offset);
+		bool wanted = js->stopping == stopping_maps[i].criterion;
+
+		if (wanted && !path)
+			return errbuf_set(err, -EINVAL, stopping_maps[i].field,
+					  "is required with stopping.criterion \"%s\"",
+					  stopping_maps[i].criterion_name);
+		if (!wanted && path)
+			return errbuf_set(err, -EINVAL, stopping_maps[i].field,
+					  "is only for stopping.criterion \"%s\"",
+					  stopping_maps[i].criterion_name);
+	}
+	return 0;
+}
+
 static int check_lengths(const struct jobspec *js, struct errbuf *err)
 {
 	char lo[32], hi[32];
@@ -1030,6 +1082,8 @@ static void fill_defaults(struct jobspec *js, const struct member *members, size
 			*(int *)slot = (int)m->def;
 		else if (m->kind == K_U64)
 			*(uint64_t *)slot = (uint64_t)m->def;
+		else if (m->kind == K_BOOL)
+			*(bool *)slot = m->def != 0;
 		if (m->sub)
 			fill_defaults(js, m->sub, m->n_sub);
 	}
@@ -1053,6 +1107,8 @@ static int validate(json_t *root, struct ctx *c)
 		rc = check_seeds(json_object_get(root, "seeds"), c->js, c->err);
 	if (!rc)
 		rc = check_step(json_object_get(root, "tracking"), c->err);
+	if (!rc)
+		rc = check_stopping(c->js, c->err);
 	if (!rc)
 		rc = check_lengths(c->js, c->err);
 	if (!rc)
@@ -1128,6 +1184,22 @@ static int load_document(const char *json, size_t len, json_t **root, struct err
 	return 0;
 }
 
+/* Deletes the file name at field ("inputs.dwi", "stopping.include") from
+ * the document, where it is given. */
+static void forget_file_name(json_t *root, const char *field)
+{
+	const char *dot = strchr(field, '.');
+	char object[32];
+
+	if (!dot || (size_t)(dot - field) >= sizeof(object))
+		return;
+	memcpy(object, field, (size_t)(dot - field));
+	object[dot - field] = '\0';
+	json_t *parent = json_object_get(root, object);
+	if (json_is_object(parent))
+		json_object_del(parent, dot + 1);
+}
+
 /* FNV-1a 64 of the document, its keys sorted, without seeds.shard,
  * output.path, output.format (the CLI sets it from -o's extension; merge
  * checks the parts' formats itself) and the names of the input files (a
@@ -1136,7 +1208,7 @@ static int load_document(const char *json, size_t len, json_t **root, struct err
  * parameters does not (to tell parts apart, not a secret). */
 static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 {
-	json_t *copy = json_deep_copy(root), *seeds, *output, *inputs;
+	json_t *copy = json_deep_copy(root), *seeds, *output;
 	char *text;
 	uint64_t h = 0xcbf29ce484222325ull;
 
@@ -1144,7 +1216,6 @@ static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 		return oom(err);
 	seeds = json_object_get(copy, "seeds");
 	output = json_object_get(copy, "output");
-	inputs = json_object_get(copy, "inputs");
 	if (json_is_object(seeds)) {
 		json_object_del(seeds, "shard");
 		json_object_del(seeds, "roi");
@@ -1155,8 +1226,8 @@ static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 		if (json_object_size(output) == 0)   /* -o's extension made it */
 			json_object_del(copy, "output");
 	}
-	for (size_t i = 0; json_is_object(inputs) && i < JOBSPEC_INPUT_FILES; i++)
-		json_object_del(inputs, jobspec_input_files[i].field + strlen("inputs."));
+	for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++)
+		forget_file_name(copy, jobspec_input_files[i].field);
 	text = json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT);
 	json_decref(copy);
 	if (!text)
@@ -1340,6 +1411,11 @@ void jobspec_free(struct jobspec *js)
 	free(js->bvecs_path);
 	free(js->mask_path);
 	free(js->stop_map_path);
+	free(js->stop_include_path);
+	free(js->stop_exclude_path);
+	free(js->stop_wm_path);
+	free(js->stop_gm_path);
+	free(js->stop_csf_path);
 	free(js->seed_roi_path);
 	free(js->seed_points);
 	free(js->sphere_name);

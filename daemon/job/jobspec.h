@@ -33,7 +33,11 @@
  *                "min_length": 0, "max_length": null, "max_attempts": 5 (boot only),
  *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob; ptt: not sh),
  *                "probe_length": 2, "probe_quality": 9, "probe_count": 1, "probe_radius": 0,
- *                "rejection_samples": 10, "rejection_tries": 100 (ptt only)},
+ *                "rejection_samples": 10, "rejection_tries": 100 (ptt only),
+ *                "return_all": true},
+ *   "stopping": {"criterion": "threshold"} (default: stop_map and fa_threshold)
+ *            or {"criterion": "act", "include": PATH, "exclude": PATH}
+ *            or {"criterion": "cmc", "wm": PATH, "gm": PATH, "csf": PATH},
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
  *                "save_seed_index": false, "save_direction_getter": false,
  *                "positions": "float32" | "float16" (trx only),
@@ -98,6 +102,13 @@ enum jobspec_model_name {
 	JOBSPEC_MODEL_CSA,
 };
 
+/* Why a streamline stops (stopping.criterion). */
+enum jobspec_stopping {
+	JOBSPEC_STOP_THRESHOLD,   /* stop map <= fa_threshold (DIPY ThresholdStoppingCriterion) */
+	JOBSPEC_STOP_ACT,         /* include/exclude maps (DIPY ActStoppingCriterion) */
+	JOBSPEC_STOP_CMC,         /* wm/gm/csf partial volumes (DIPY CmcStoppingCriterion) */
+};
+
 /* How the GPU holds what prob samples (tracking.odf_storage). */
 enum jobspec_odf_storage {
 	JOBSPEC_ODF_AUTO,         /* the first of float32, float16, sh that fits the budget */
@@ -133,6 +144,11 @@ enum jobspec_file_slot {
 	JOBSPEC_SLOT_BVECS,
 	JOBSPEC_SLOT_MASK,
 	JOBSPEC_SLOT_STOP_MAP,
+	JOBSPEC_SLOT_STOP_INCLUDE,
+	JOBSPEC_SLOT_STOP_EXCLUDE,
+	JOBSPEC_SLOT_STOP_WM,
+	JOBSPEC_SLOT_STOP_GM,
+	JOBSPEC_SLOT_STOP_CSF,
 	JOBSPEC_SLOT_SEED_ROI,
 	JOBSPEC_SLOTS
 };
@@ -218,6 +234,14 @@ struct jobspec {
 	int rejection_samples;          /* ptt: candidates estimating the support's maximum,
 					 * [1, 1000], default 10 */
 	int rejection_tries;            /* ptt: candidates tried per step, [1, 10000], default 100 */
+	bool return_all;                /* tracking.return_all, default true; false keeps
+					 * only streamlines whose both ends are valid */
+	enum jobspec_stopping stopping; /* stopping.criterion, default threshold */
+	char *stop_include_path;        /* stopping.include (act): > 0.5 ends validly */
+	char *stop_exclude_path;        /* stopping.exclude (act): > 0.5 ends invalidly */
+	char *stop_wm_path;             /* stopping.wm, gm, csf (cmc): partial volume maps */
+	char *stop_gm_path;
+	char *stop_csf_path;
 
 	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)

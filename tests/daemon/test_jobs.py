@@ -306,3 +306,27 @@ def test_bad_device_list_stops_start(tractd, tmp_path):
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 3, proc.stderr
     assert "device" in proc.stderr and "indices or UUIDs" in proc.stderr, proc.stderr
+
+
+def test_act_job_on_uploaded_maps_matches_cli(daemon, volumes, phantom, references):
+    """stopping act with return_all false over HTTP, its include and exclude
+    maps uploaded (volume ids, opened at submission like every input): the
+    tractogram and stop reasons are those of `tractd run` on the local files."""
+    maps = {}
+    for name in ("include", "exclude"):
+        r = daemon.api.upload(phantom.path(f"{name}.nii.gz"))
+        assert r.status in (200, 201), str(r)
+        maps[name] = r.json()["id"]
+    act = dict(PARITY, tracking={"return_all": False})
+    local = local_job(phantom, **act)
+    local["stopping"] = {"criterion": "act", "include": str(phantom.path("include.nii.gz")),
+                         "exclude": str(phantom.path("exclude.nii.gz"))}
+    remote = server_job(phantom, volumes, **act)
+    remote["stopping"] = {"criterion": "act", **maps}
+    job_id = submit(daemon.unix, remote)
+    doc = wait_job(daemon.unix, job_id)
+    assert doc["status"] == "done", doc
+    assert_same_trk(fetch_tractogram(daemon.unix, job_id), references.trk(local))
+    reasons = doc["result"]["stop_reasons"]
+    assert reasons == references.stats(local)["stop_reasons"], doc["result"]
+    assert reasons["include"] > 0 and reasons["exclude"] > 0, reasons

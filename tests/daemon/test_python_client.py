@@ -708,3 +708,16 @@ def test_nipype_track_node_in_a_workflow(pyclient_nipype, daemon, job_file, refe
                  "direction_getter", "step_size", "max_angle", "output_format", "address", "token"):
         assert name in doc["inputs"], (name, doc["inputs"])
     assert doc["outputs"] == ["job_id", "out_file", "streamlines"], doc
+
+
+def test_stopping_maps_are_uploaded_fields(pyclient):
+    """The maps of "stopping" are volumes the client uploads, as tractctl does;
+    its criterion is not."""
+    doc = {"inputs": {"odf": "odf.nii", "stop_map": "fa.nii"}, "seeds": {"roi": "roi.nii"},
+           "stopping": {"criterion": "cmc", "wm": "wm.nii", "gm": "gm.nii", "csf": "csf.nii"}}
+    code = ("import json, sys; from tractd import _inputs; "
+            "print(json.dumps([f for f, _, _ in _inputs.input_fields(json.loads(sys.argv[1]))]))")
+    out = subprocess.run([str(pyclient), "-c", code, json.dumps(doc)], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert json.loads(out) == ["inputs.odf", "inputs.stop_map", "seeds.roi", "stopping.wm",
+                               "stopping.gm", "stopping.csf"]

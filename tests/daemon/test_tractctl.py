@@ -137,7 +137,7 @@ def test_commands(ctl, tractctl, daemon, phantom, references, tmp_path):
     text = _ok(ctl("status", job_id)).stdout
     assert job_id in text and "done" in text, text
     assert re.search(r"^stopped +stop_map \d+, outside \d+, no_direction \d+, max_steps \d+, "
-                     r"unknown 0 \(streamline ends\); \d+ seeds without direction$", text,
+                     r"include \d+, exclude \d+, unknown 0 \(streamline ends\); \d+ seeds without direction$", text,
                      re.M), text
     status = json.loads(_ok(ctl("--json", "status", job_id)).stdout)
     api = daemon.api.get_json(f"/v1/jobs/{job_id}")
@@ -568,3 +568,17 @@ def test_track_help_has_tractd_tracks_options(ctl, tractd):
     assert ours.startswith("Usage: tractctl track JOB.json"), ours[:100]
     missing = [line for line in lines if line not in ours.splitlines()]
     assert not missing, missing
+
+
+def test_track_act_uploads_the_maps(ctl, daemon, phantom, references, tmp_path):
+    """stopping's maps given as local paths are uploaded like the inputs
+    (the daemon would refuse them as server-side paths): `tractctl track`
+    of an act job writes the bytes of `tractd run`."""
+    local = local_job(phantom, **SMALL, tracking={"return_all": False})
+    local["stopping"] = {"criterion": "act", "include": str(phantom.path("include.nii.gz")),
+                         "exclude": str(phantom.path("exclude.nii.gz"))}
+    out = tmp_path / "act.trk"
+    doc = json.loads(_ok(ctl("track", _job_file(tmp_path, "act", local), "-o", out,
+                             "--json")).stdout)
+    assert_same_trk(out.read_bytes(), references.trk(local), "tractctl track with stopping act")
+    assert doc["result"]["stop_reasons"] == references.stats(local)["stop_reasons"], doc

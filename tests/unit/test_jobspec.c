@@ -1527,6 +1527,12 @@ static void test_input_file_table(void **state)
 		"\"stop_map\": \"stop_map\"}, " ROI_SEEDS "}",
 		"{\"inputs\": {\"dwi\": \"dwi\", \"bvals\": \"bvals\", \"bvecs\": \"bvecs\", "
 		"\"mask\": \"mask\", \"stop_map\": \"stop_map\"}, " ROI_SEEDS "}",
+		"{\"inputs\": {\"odf\": \"odf\", \"stop_map\": \"stop_map\"}, " ROI_SEEDS
+		", \"stopping\": {\"criterion\": \"act\", \"include\": \"include\", "
+		"\"exclude\": \"exclude\"}}",
+		"{\"inputs\": {\"odf\": \"odf\", \"stop_map\": \"stop_map\"}, " ROI_SEEDS
+		", \"stopping\": {\"criterion\": \"cmc\", \"wm\": \"wm\", \"gm\": \"gm\", "
+		"\"csf\": \"csf\"}}",
 	};
 	bool seen[JOBSPEC_INPUT_FILES] = { false };
 
@@ -1539,9 +1545,10 @@ static void test_input_file_table(void **state)
 			fail_msg("%s: field \"%s\": %s", docs[d], err.field, err.message);
 		for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++) {
 			const char *path = jobspec_input_path(&js, &jobspec_input_files[i]);
-			const char *key = jobspec_input_files[i].field + strlen("inputs.");
+			const char *field = jobspec_input_files[i].field;
+			const char *key = strchr(field, '.') + 1;
 
-			assert_int_equal(strncmp(jobspec_input_files[i].field, "inputs.", 7), 0);
+			assert_true(!strncmp(field, "inputs.", 7) || !strncmp(field, "stopping.", 9));
 			if (!path)
 				continue;
 			assert_string_equal(path, key);
@@ -1660,6 +1667,81 @@ static void test_examples_invalid(void **state)
 	globfree(&g);
 }
 
+/* ---- stopping and return_all ---- */
+
+#define STOPPING_JOB(members) ROI_JOB(", \"stopping\": {" members "}")
+
+static void test_stopping(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(ROI_JOB(""), NULL, &js);
+	assert_int_equal(js.stopping, JOBSPEC_STOP_THRESHOLD);
+	assert_true(js.return_all);
+	assert_null(js.stop_include_path);
+	assert_null(js.stop_exclude_path);
+	jobspec_free(&js);
+
+	expect_ok(STOPPING_JOB("\"criterion\": \"threshold\""), NULL, &js);
+	assert_int_equal(js.stopping, JOBSPEC_STOP_THRESHOLD);
+	jobspec_free(&js);
+
+	expect_ok(ROI_JOB(", \"stopping\": {\"criterion\": \"act\", \"include\": \"gm.nii\", "
+			  "\"exclude\": \"csf.nii\"}, \"tracking\": {\"return_all\": false}"),
+		  "/data", &js);
+	assert_int_equal(js.stopping, JOBSPEC_STOP_ACT);
+	assert_string_equal(js.stop_include_path, "/data/gm.nii");
+	assert_string_equal(js.stop_exclude_path, "/data/csf.nii");
+	assert_false(js.return_all);
+	jobspec_free(&js);
+
+	expect_error(STOPPING_JOB("\"criterion\": \"cmc2\""), "stopping.criterion", "");
+	expect_error(STOPPING_JOB("\"criterion\": \"act\", \"exclude\": \"csf.nii\""),
+		     "stopping.include", "is required with stopping.criterion \"act\"");
+	expect_error(STOPPING_JOB("\"criterion\": \"act\", \"include\": \"gm.nii\""),
+		     "stopping.exclude", "is required with stopping.criterion \"act\"");
+	expect_error(STOPPING_JOB("\"include\": \"gm.nii\""), "stopping.include",
+		     "is only for stopping.criterion \"act\"");
+	expect_error(STOPPING_JOB("\"criterion\": \"threshold\", \"exclude\": \"csf.nii\""),
+		     "stopping.exclude", "is only for stopping.criterion \"act\"");
+	expect_error(STOPPING_JOB("\"wm\": \"wm.nii\""), "stopping.wm",
+		     "is only for stopping.criterion \"cmc\"");
+	expect_error(STOPPING_JOB("\"criterion\": \"cmc\", \"wm\": \"wm.nii\", "
+				  "\"csf\": \"csf.nii\""),
+		     "stopping.gm", "is required with stopping.criterion \"cmc\"");
+	expect_error(STOPPING_JOB("\"criterion\": \"cmc\", \"wm\": \"wm.nii\", \"gm\": \"gm.nii\", "
+				  "\"csf\": \"csf.nii\", \"include\": \"gm.nii\""),
+		     "stopping.include", "is only for stopping.criterion \"act\"");
+	expect_ok(STOPPING_JOB("\"criterion\": \"cmc\", \"wm\": \"wm.nii\", \"gm\": \"gm.nii\", "
+			       "\"csf\": \"csf.nii\""), NULL, &js);
+	assert_int_equal(js.stopping, JOBSPEC_STOP_CMC);
+	assert_string_equal(js.stop_wm_path, "wm.nii");
+	assert_string_equal(js.stop_gm_path, "gm.nii");
+	assert_string_equal(js.stop_csf_path, "csf.nii");
+	jobspec_free(&js);
+	expect_error(TRACKING_JOB("\"return_all\": 0"), "tracking.return_all", "a boolean");
+}
+
+/* The shards of one job share its fingerprint whatever its files are called
+ * (a path to the CLI, a volume id to the daemon): the maps' names too. */
+static void test_stopping_fingerprint(void **state)
+{
+	struct jobspec a, b;
+
+	(void)state;
+	expect_ok(STOPPING_JOB("\"criterion\": \"act\", \"include\": \"gm.nii\", "
+			       "\"exclude\": \"csf.nii\""), NULL, &a);
+	expect_ok(STOPPING_JOB("\"criterion\": \"act\", \"include\": \"vol-1\", "
+			       "\"exclude\": \"vol-2\""), NULL, &b);
+	assert_true(a.fingerprint == b.fingerprint);
+	jobspec_free(&b);
+	expect_ok(ROI_JOB(""), NULL, &b);
+	assert_true(a.fingerprint != b.fingerprint);
+	jobspec_free(&a);
+	jobspec_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1697,6 +1779,8 @@ int main(void)
 		cmocka_unit_test(test_select),
 		cmocka_unit_test(test_shard),
 		cmocka_unit_test(test_step_mm),
+		cmocka_unit_test(test_stopping),
+		cmocka_unit_test(test_stopping_fingerprint),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
 	};
