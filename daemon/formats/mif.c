@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zlib.h>
@@ -72,27 +71,17 @@ struct mif_file {
 
 static int file_open(int fd, struct mif_file *f)
 {
-	unsigned char magic[2];
-	struct stat st;
-	ssize_t n;
+	bool gz;
+	int r;
 
 	*f = (struct mif_file){ .fd = fd };
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	if (!S_ISREG(st.st_mode))
-		return -EINVAL;
-	do
-		n = pread(fd, magic, sizeof(magic), 0);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -errno;
-	f->bytes = st.st_size;
-	if (n == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+	r = volume_describe_fd(fd, &f->bytes, &gz);
+	if (r == 0 && gz) {
 		f->gz = volume_gz_reopen(fd);
 		if (!f->gz)
 			return -EIO;
 	}
-	return 0;
+	return r;
 }
 
 static void file_close(struct mif_file *f)

@@ -838,8 +838,7 @@ static int load_image(const char *path, const char *field, const nifti_image *ni
 	return rc;
 }
 
-/* What f is: its size, and whether it starts with the gzip magic. */
-static int describe_file(int fd, struct image_file *f)
+int volume_describe_fd(int fd, int64_t *bytes, bool *gz)
 {
 	unsigned char magic[2];
 	struct stat st;
@@ -854,13 +853,18 @@ static int describe_file(int fd, struct image_file *f)
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -errno;
-	*f = (struct image_file){ .fd = fd, .bytes = st.st_size,
-				  .gz = n == 2 && magic[0] == 0x1f && magic[1] == 0x8b };
+	*bytes = st.st_size;
+	*gz = n == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
 	return 0;
 }
 
-/* Reads and interprets the header of the open file fd (see parse_header);
- * *f describes the file for reading its data. */
+/* What f is: its size, and whether it is gzip-compressed. */
+static int describe_file(int fd, struct image_file *f)
+{
+	*f = (struct image_file){ .fd = fd };
+	return volume_describe_fd(fd, &f->bytes, &f->gz);
+}
+
 static int read_header_fd(int fd, const char *path, const char *field, struct image_file *f,
 			  struct raw_header *raw, int64_t dim[4], nifti_image **nim,
 			  struct errbuf *err)

@@ -14,6 +14,7 @@
 #ifndef TRACTD_VOLUME_H
 #define TRACTD_VOLUME_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +54,11 @@ int volume_open(const char *path, const char *field, int *fd, struct errbuf *err
  * start (gzclose closes both; image_fd stays open), or NULL: how .nii.gz
  * and .mif.gz are inflated. */
 gzFile volume_gz_reopen(int image_fd);
+
+/* The open image file fd's size, and whether it starts with the gzip magic
+ * (by its content, not its name); -EINVAL when it is not a regular file,
+ * else 0 or -errno. How .nii(.gz) and .mif(.gz) files are told apart. */
+int volume_describe_fd(int fd, int64_t *bytes, bool *gz);
 
 /* Host memory that loading an image of shape dim whose values are stored in
  * stored_size bytes takes at most: each value as stored (read or inflated)

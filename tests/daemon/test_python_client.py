@@ -35,11 +35,11 @@ FLOW = Path(__file__).resolve().parent / "python_client" / "gpu_streamlines_flow
 SCRIPT_TIMEOUT_S = 300
 
 
-@pytest.fixture(scope="session")
-def pyclient(tmp_path_factory):
-    """The Python of a fresh venv with the package installed from a copy of
-    client/python, offline and without build isolation."""
-    base = tmp_path_factory.mktemp("pyclient")
+def install_in_fresh_venv(base, requirement, site_dirs, pth_name):
+    """The Python of a fresh venv (system site packages) in base, in which
+    site_dirs are importable through pth_name and `pip install requirement`
+    (a path in the copy of client/python made under base, given as
+    requirement.format(source)) ran offline and without build isolation."""
     source = base / "src"
     shutil.copytree(REPO / "client" / "python", source,
                     ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
@@ -47,15 +47,25 @@ def pyclient(tmp_path_factory):
     subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, capture_output=True, timeout=120)
     python = venv / "bin" / "python"
-    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           "--no-build-isolation", "--no-index", str(source)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"pip install client/python failed:\n{proc.stdout}\n{proc.stderr}"
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True).stdout.strip()
-    extras = [p for p in site.getsitepackages() if p.startswith(sys.prefix)]
-    Path(purelib, "test-runner-extras.pth").write_text("".join(p + "\n" for p in extras))
+    Path(purelib, pth_name).write_text("".join(d + "\n" for d in site_dirs))
+    target = requirement.format(source)
+    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                           "--no-build-isolation", "--no-index", target],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"pip install {target} failed:\n{proc.stdout}\n{proc.stderr}"
     return python
+
+
+@pytest.fixture(scope="session")
+def pyclient(tmp_path_factory):
+    """The Python of a fresh venv with the package installed from a copy of
+    client/python, offline and without build isolation; the test runner's
+    own packages (trx, tqdm) importable beside it."""
+    extras = [p for p in site.getsitepackages() if p.startswith(sys.prefix)]
+    return install_in_fresh_venv(tmp_path_factory.mktemp("pyclient"), "{}", extras,
+                                 "test-runner-extras.pth")
 
 
 def run_py(python, code, env=None, args=(), cwd=None):
@@ -651,22 +661,8 @@ def pyclient_nipype(tmp_path_factory):
     nipype_site = subprocess.run([NIPYPE_PYTHON, "-c", "import sysconfig; "
                                   "print(sysconfig.get_path('purelib'))"],
                                  check=True, capture_output=True, text=True).stdout.strip()
-    base = tmp_path_factory.mktemp("pyclient-nipype")
-    source = base / "src"
-    shutil.copytree(REPO / "client" / "python", source,
-                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    venv = base / "venv"
-    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True, capture_output=True, timeout=120)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    Path(purelib, "nipype-venv.pth").write_text(nipype_site + "\n")
-    proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                           "--no-build-isolation", "--no-index", f"{source}[nipype]"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"pip install client/python[nipype] failed:\n{proc.stdout}\n{proc.stderr}"
-    return python
+    return install_in_fresh_venv(tmp_path_factory.mktemp("pyclient-nipype"), "{}[nipype]",
+                                 [nipype_site], "nipype-venv.pth")
 
 
 NIPYPE_WORKFLOW = """
