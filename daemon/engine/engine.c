@@ -1452,6 +1452,7 @@ static void free_slots(struct job_run *run)
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu), t0;
+	uint64_t bytes_before = gpu_buffer_bytes(run->gpu);
 	struct pipeline_source src = { run->gpu, run->sh->opts, false };
 	int r = get_pipelines(&src, run->job, &run->plan, run->in, &run->g, err);
 
@@ -1467,6 +1468,7 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 		r = alloc_host(&run->plan, &run->h, err);
 	if (r == 0)
 		r = alloc_compress(&run->plan, run->job, inputs_grid(run->in)->affine, &run->h, err);
+	run->stats.gpu_work_bytes = gpu_buffer_bytes(run->gpu) - bytes_before;
 	if (r == 0)
 		log_debug("work buffers allocated in %.3f s", timing_now() - t0);
 	return r;
@@ -1614,6 +1616,8 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 	total->kernel_seconds += dev->kernel_seconds;
 	total->submits += dev->submits;
 	total->compile_seconds += dev->compile_seconds;
+	if (dev->gpu_work_bytes > total->gpu_work_bytes)
+		total->gpu_work_bytes = dev->gpu_work_bytes;
 }
 
 const char *engine_stop_key(enum engine_stop reason)
@@ -1656,7 +1660,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	struct engine_stats local_stats;
 	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts };
 	struct job_run *runs;
-	double t_finish;
+	double t_prepare, t_finish;
 	int r;
 
 	if (!stats)
@@ -1676,6 +1680,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	pthread_mutex_init(&sh.lock, NULL);
 	pthread_mutex_init(&sh.progress_lock, NULL);
 	pthread_cond_init(&sh.changed, NULL);
+	t_prepare = timing_now();
 	r = check_seed_index(job, seeds, err);
 	if (r == 0)
 		r = check_step(job, in, err);
@@ -1684,6 +1689,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	if (r == 0)
 		r = open_output(&sh, out, err);
 	sh.t0 = timing_now();
+	stats->prepare_seconds = sh.t0 - t_prepare;
 	if (r == 0)
 		r = track_on_devices(&sh, runs, n_devs, err);
 	stats->seeds = sh.next_to_write - sh.first;

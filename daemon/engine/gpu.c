@@ -962,6 +962,11 @@ uint64_t gpu_peak_buffer_bytes(const struct gpu_ctx *ctx)
 	return ctx->peak_buffer_bytes;
 }
 
+uint64_t gpu_buffer_bytes(const struct gpu_ctx *ctx)
+{
+	return ctx->buffer_bytes;
+}
+
 void *gpu_buffer_host(const struct gpu_buffer *buf)
 {
 	return buf->host;

@@ -159,6 +159,9 @@ int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
 /* The most bytes the context's buffers held at once so far (for statistics). */
 uint64_t gpu_peak_buffer_bytes(const struct gpu_ctx *ctx);
 
+/* The bytes the context's buffers hold now (for a run's own share). */
+uint64_t gpu_buffer_bytes(const struct gpu_ctx *ctx);
+
 /* Whether a submit failed for good: the context and every buffer and
  * pipeline on it are useless; close it and open another. Test hook: the
  * environment variable TRACTD_FAULT_DEVICE_LOST_AFTER=N makes the first
