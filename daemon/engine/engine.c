@@ -463,8 +463,9 @@ static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
 				     g->ranges, g->dest, g->resume, g->lut };
 
+	/* Kept for the next run of the same shape (a warm daemon's next job). */
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-		gpu_buffer_free(gpu, all[i]);
+		gpu_buffer_recycle(gpu, all[i]);
 	paged_free(gpu, &g->odf_scale);
 	memset(g, 0, sizeof(*g));
 }
@@ -1440,7 +1441,7 @@ static int alloc_slots(struct job_run *run, struct errbuf *err)
 static void free_slots(struct job_run *run)
 {
 	for (unsigned k = 0; k < WRITE_SLOTS; k++) {
-		gpu_buffer_free(run->gpu, run->slots[k].readback);
+		gpu_buffer_recycle(run->gpu, run->slots[k].readback);
 		free(run->slots[k].ranges);
 		free(run->slots[k].dest);
 		free(run->slots[k].seed_index);
@@ -1452,7 +1453,7 @@ static void free_slots(struct job_run *run)
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu), t0;
-	uint64_t bytes_before = gpu_buffer_bytes(run->gpu);
+	uint64_t bytes_before = gpu_buffer_bytes(run->gpu), reused_before = gpu_reused_bytes(run->gpu);
 	struct pipeline_source src = { run->gpu, run->sh->opts, false };
 	int r = get_pipelines(&src, run->job, &run->plan, run->in, &run->g, err);
 
@@ -1470,7 +1471,10 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 		r = alloc_compress(&run->plan, run->job, inputs_grid(run->in)->affine, &run->h, err);
 	run->stats.gpu_work_bytes = gpu_buffer_bytes(run->gpu) - bytes_before;
 	if (r == 0)
-		log_debug("work buffers allocated in %.3f s", timing_now() - t0);
+		log_debug("work buffers allocated in %.3f s: %llu bytes, %llu of them reused from "
+			  "the last run", timing_now() - t0,
+			  (unsigned long long)run->stats.gpu_work_bytes,
+			  (unsigned long long)(gpu_reused_bytes(run->gpu) - reused_before));
 	return r;
 }
 

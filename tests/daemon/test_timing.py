@@ -67,3 +67,21 @@ def test_cached_input_not_reread(daemon_factory, phantom):
     second = _bytes_read(d.pid) - before
     assert second < odf_bytes // 4, (second, odf_bytes)
     assert doc["seconds"]["load"] == 0.0 and doc["seconds"]["upload"] == 0.0, doc["seconds"]
+
+
+def test_work_buffers_reused(daemon_factory, phantom):
+    """A warm daemon's second job of the same shape allocates no GPU buffer:
+    the engine's work buffers of the first come back (gpu_buffer_recycle),
+    and the tractogram is the same bytes as the first's (same seeds)."""
+    d = daemon_factory()
+    ids = upload_phantom(d.api, phantom)
+    job = server_job(phantom, ids, count=100, rng_seed=5)
+    first, first_trk = run_to_completion(d.api, job)
+    second, second_trk = run_to_completion(d.api, job)
+    assert second_trk == first_trk
+    work = second["memory"]["gpu_work_bytes"]
+    assert work == first["memory"]["gpu_work_bytes"] > 0, (first["memory"], second["memory"])
+    lines = [l for l in d.log(tail=10000).splitlines() if "work buffers allocated" in l]
+    assert len(lines) == 2, lines
+    assert "0 of them reused" in lines[0], lines
+    assert f"{work} bytes, {work} of them reused" in lines[1], lines
