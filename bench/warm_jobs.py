@@ -97,7 +97,7 @@ def main():
     argv = [args.tractd, "serve", "--listen-unix", sock, "--state-dir", state + "/state",
             "--set", "log_level=warning"]
     if args.device:
-        argv += ["--set", f"devices={args.device}"]
+        argv += ["--set", f"device={args.device}"]
     daemon = subprocess.Popen(argv)
     try:
         for _ in range(300):
@@ -122,14 +122,15 @@ def main():
             wall, doc = run_job(sock, job)
             walls.append(wall)
             docs.append(doc)
+        device = json.loads(request(sock, "GET", "/v1/device")[1])["device"]["name"]
     finally:
         daemon.terminate()
         daemon.wait()
         shutil.rmtree(state, ignore_errors=True)
     timings = [d["timing"] for d in docs]
     tracking = [t["tracked"] - t["tracking"] for t in timings]
-    print(f"warm daemon, {args.seeds} seeds, {args.runs} jobs (?wait=stream), "
-          f"device {docs[0].get('device', '')}milliseconds:")
+    print(f"warm daemon, {args.seeds} seeds, {args.runs} jobs (?wait=stream) on {device}, "
+          f"milliseconds:")
     print(f"  {'':<28} {'median':>9} {'p90':>9}")
     line("client wall time", walls)
     line("tracking (engine)", tracking)

@@ -262,6 +262,11 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	plan->chunk_seeds = min_u64(plan->chunk_seeds, MAX_CHUNK_SEEDS);
 	if (opts->max_chunk_seeds)
 		plan->chunk_seeds = min_u64(plan->chunk_seeds, opts->max_chunk_seeds);
+	/* No more lines than the job's seeds can start: a small job's batch
+	 * (and its point and read-back buffers) is sized by its seeds, not by
+	 * the device (4 GiB of points on a large GPU for 1,000 seeds); one
+	 * batch holds them all either way, so the output is the same. */
+	plan->batch_lines = min_u64(plan->batch_lines, seeds_count(seeds) * plan->max_peaks);
 	/* Line ids and slot offsets are 32-bit in the kernels. */
 	plan->batch_lines = min_u64(plan->batch_lines, UINT32_MAX / plan->slot_points / 3);
 	if (plan->batch_lines == 0 || plan->chunk_seeds == 0)
