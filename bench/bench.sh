@@ -6,7 +6,9 @@
 # Usage: bench/bench.sh [TRACTD]; BENCH_CASES="small medium stanford" selects cases,
 # BENCH_DIR (default build/bench) holds the phantoms, TRACTD_DEVICE picks a device,
 # BENCH_FORMAT_CASE (default small) the case whose output formats are compared and
-# BENCH_DAEMON_CASE (default small) the one run twice through the daemon.
+# BENCH_DAEMON_CASE (default small) the one run twice through the daemon;
+# BENCH_WARM_CASE (default small), BENCH_WARM_SEEDS (1000) and BENCH_WARM_RUNS
+# (20; 0 skips) the warm small jobs' latency (bench/warm_jobs.py).
 # Fitting: BENCH_FIT_CASE (default stanford: Stanford HARDI's 81x106x76 grid and
 # 160 volumes; small: the default phantom; none: skip) is fitted once by
 # `tractd fit` on the CPU (BENCH_FIT_THREADS: --threads, default all CPUs), and
@@ -151,6 +153,23 @@ if [ -f "$ph/job.json" ] && command -v curl >/dev/null; then
 	kill $pid
 	wait $pid 2>/dev/null || true
 	trap - EXIT
+fi
+
+# Warm small jobs (issue 24's goal: a warm daemon's overhead <= 20 ms):
+# BENCH_WARM_RUNS (default 20; 0 skips) jobs of BENCH_WARM_SEEDS seeds
+# (default 1000) on the BENCH_WARM_CASE phantom (default small), each through
+# ?wait=stream after a warm-up job, with the median and p90 of the client's
+# wall time, the tracking, the overhead and each step of the job's `timing`
+# (bench/warm_jobs.py; BENCH_PYTHON runs it, the standard library suffices).
+warm_runs=${BENCH_WARM_RUNS:-20}
+ph="$dir/${BENCH_WARM_CASE:-small}"
+if [ "$warm_runs" != 0 ] && [ -f "$ph/job.json" ]; then
+	echo
+	# shellcheck disable=SC2086
+	"${BENCH_PYTHON:-/usr/bin/python3}" "$(dirname "$0")/warm_jobs.py" "$tractd" "$ph" \
+		--seeds "${BENCH_WARM_SEEDS:-1000}" --runs "$warm_runs" \
+		${TRACTD_DEVICE:+--device "$TRACTD_DEVICE"} ||
+		echo "warm small jobs: failed (see above)"
 fi
 
 # Fitting raw DWI (DTI, response, CSD, ODF sampling) on the CPU, stage by stage

@@ -34,6 +34,7 @@
 #include "base/log.h"
 #include "demo/phantom.h"
 #include "engine/resident.h"
+#include "run/device_open.h"
 #include "run/merge_job.h"
 #include "run/runner.h"
 #include "models/shbasis.h"
@@ -875,6 +876,7 @@ struct cli_job {
 	struct engine_device devices[GPU_MAX_DEVICES];
 	struct resident *residents[GPU_MAX_DEVICES];   /* devices[i].resident */
 	size_t n_devices;         /* opened */
+	struct device_open opening;   /* the devices, opened while the inputs load */
 	double load_started;
 	const char *path;         /* of the tractogram: -o, or the job's output.path */
 	struct output_file out;
@@ -882,6 +884,7 @@ struct cli_job {
 
 static void cli_job_free(struct cli_job *j)
 {
+	device_open_cancel(&j->opening);
 	for (size_t i = 0; i < j->n_devices; i++) {
 		resident_free(j->devices[i].gpu, j->residents[i]);
 		gpu_close(j->devices[i].gpu);
@@ -890,17 +893,18 @@ static void cli_job_free(struct cli_job *j)
 	jobspec_free(&j->spec);
 }
 
-/* Opens the devices of --device (or the best one) and uploads the inputs to
- * all of them at once. */
+/* Takes the devices of --device (or the best one), opened while the inputs
+ * loaded, and uploads the inputs to all of them at once. */
 static int open_devices(struct cli *cli, struct cli_job *j, struct errbuf *err)
 {
 	struct resident_upload up = { .odf_storage = j->spec.odf_storage,
 				      .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
 	struct gpu_ctx *gpus[GPU_MAX_DEVICES];
-	double t0 = timing_now();
-	int r = gpu_open_devices(&cli->gpu, cli->devices, cli->n_devices, gpus, &j->n_devices, err);
+	double t0 = timing_now(), took;
+	int r = device_open_finish(&j->opening, gpus, &j->n_devices, &took, err);
 
-	log_debug("%zu device(s) opened in %.3f s", j->n_devices, timing_now() - t0);
+	log_debug("%zu device(s) opened in %.3f s while the inputs loaded (waited %.3f s for "
+		  "them)", j->n_devices, took, timing_now() - t0);
 
 	for (size_t i = 0; i < j->n_devices; i++)
 		j->devices[i].gpu = gpus[i];
@@ -936,8 +940,9 @@ static void log_gradients(const struct inputs *in)
 		log_info("%s", what);
 }
 
-/* The runner's source, reading fresh: inputs first, so bad data fails
- * before a device is opened. */
+/* The runner's source, reading fresh, while another thread opens the
+ * devices: bad data still fails first (the devices' errors wait for the
+ * upload). */
 static int load_inputs(void *userdata, const struct jobspec *spec, struct inputs **inputs,
 		       struct engine_stats *timing, struct errbuf *err)
 {
@@ -945,6 +950,8 @@ static int load_inputs(void *userdata, const struct jobspec *spec, struct inputs
 	int r;
 
 	j->load_started = timing_now();
+	j->cli->gpu.pipeline_cache_path = j->cli->pipeline_cache;
+	device_open_start(&j->opening, &j->cli->gpu, j->cli->devices, j->cli->n_devices);
 	r = inputs_load(spec, &j->cli->fit, &j->inputs, err);
 	if (r == 0) {
 		log_gradients(j->inputs);
@@ -968,7 +975,6 @@ static int upload_inputs(void *userdata, const struct jobspec *spec, const struc
 	(void)spec;
 	(void)inputs;
 	timing->load_seconds = t0 - j->load_started;
-	j->cli->gpu.pipeline_cache_path = j->cli->pipeline_cache;
 	r = open_devices(j->cli, j, err);
 	timing->upload_seconds = timing_now() - t0;
 	for (size_t i = 0; r == 0 && i < j->n_devices; i++)

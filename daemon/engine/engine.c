@@ -262,6 +262,11 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	plan->chunk_seeds = min_u64(plan->chunk_seeds, MAX_CHUNK_SEEDS);
 	if (opts->max_chunk_seeds)
 		plan->chunk_seeds = min_u64(plan->chunk_seeds, opts->max_chunk_seeds);
+	/* No more lines than the job's seeds can start: a small job's batch
+	 * (and its point and read-back buffers) is sized by its seeds, not by
+	 * the device (4 GiB of points on a large GPU for 1,000 seeds); one
+	 * batch holds them all either way, so the output is the same. */
+	plan->batch_lines = min_u64(plan->batch_lines, seeds_count(seeds) * plan->max_peaks);
 	/* Line ids and slot offsets are 32-bit in the kernels. */
 	plan->batch_lines = min_u64(plan->batch_lines, UINT32_MAX / plan->slot_points / 3);
 	if (plan->batch_lines == 0 || plan->chunk_seeds == 0)
@@ -463,8 +468,9 @@ static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
 				     g->ranges, g->dest, g->resume, g->lut };
 
+	/* Kept for the next run of the same shape (a warm daemon's next job). */
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-		gpu_buffer_free(gpu, all[i]);
+		gpu_buffer_recycle(gpu, all[i]);
 	paged_free(gpu, &g->odf_scale);
 	memset(g, 0, sizeof(*g));
 }
@@ -1440,7 +1446,7 @@ static int alloc_slots(struct job_run *run, struct errbuf *err)
 static void free_slots(struct job_run *run)
 {
 	for (unsigned k = 0; k < WRITE_SLOTS; k++) {
-		gpu_buffer_free(run->gpu, run->slots[k].readback);
+		gpu_buffer_recycle(run->gpu, run->slots[k].readback);
 		free(run->slots[k].ranges);
 		free(run->slots[k].dest);
 		free(run->slots[k].seed_index);
@@ -1452,6 +1458,7 @@ static void free_slots(struct job_run *run)
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu), t0;
+	uint64_t bytes_before = gpu_buffer_bytes(run->gpu), reused_before = gpu_reused_bytes(run->gpu);
 	struct pipeline_source src = { run->gpu, run->sh->opts, false };
 	int r = get_pipelines(&src, run->job, &run->plan, run->in, &run->g, err);
 
@@ -1467,8 +1474,12 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 		r = alloc_host(&run->plan, &run->h, err);
 	if (r == 0)
 		r = alloc_compress(&run->plan, run->job, inputs_grid(run->in)->affine, &run->h, err);
+	run->stats.gpu_work_bytes = gpu_buffer_bytes(run->gpu) - bytes_before;
 	if (r == 0)
-		log_debug("work buffers allocated in %.3f s", timing_now() - t0);
+		log_debug("work buffers allocated in %.3f s: %llu bytes, %llu of them reused from "
+			  "the last run", timing_now() - t0,
+			  (unsigned long long)run->stats.gpu_work_bytes,
+			  (unsigned long long)(gpu_reused_bytes(run->gpu) - reused_before));
 	return r;
 }
 
@@ -1614,6 +1625,8 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 	total->kernel_seconds += dev->kernel_seconds;
 	total->submits += dev->submits;
 	total->compile_seconds += dev->compile_seconds;
+	if (dev->gpu_work_bytes > total->gpu_work_bytes)
+		total->gpu_work_bytes = dev->gpu_work_bytes;
 }
 
 const char *engine_stop_key(enum engine_stop reason)
@@ -1656,7 +1669,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	struct engine_stats local_stats;
 	struct run_shared sh = { .job = job, .in = in, .seeds = seeds, .opts = opts };
 	struct job_run *runs;
-	double t_finish;
+	double t_prepare, t_finish;
 	int r;
 
 	if (!stats)
@@ -1676,6 +1689,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	pthread_mutex_init(&sh.lock, NULL);
 	pthread_mutex_init(&sh.progress_lock, NULL);
 	pthread_cond_init(&sh.changed, NULL);
+	t_prepare = timing_now();
 	r = check_seed_index(job, seeds, err);
 	if (r == 0)
 		r = check_step(job, in, err);
@@ -1684,6 +1698,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 	if (r == 0)
 		r = open_output(&sh, out, err);
 	sh.t0 = timing_now();
+	stats->prepare_seconds = sh.t0 - t_prepare;
 	if (r == 0)
 		r = track_on_devices(&sh, runs, n_devs, err);
 	stats->seeds = sh.next_to_write - sh.first;

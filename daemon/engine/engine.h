@@ -120,8 +120,13 @@ struct engine_stats {
 				     * (the encoders of the next ones run
 				     * meanwhile), flushing, and finishing the file
 				     * (TRX: building its archive) */
+	double prepare_seconds;     /* before tracking: the pipelines fetched (compiling
+				     * included), work buffers allocated, output opened */
 	const char *odf_storage;    /* resident_storage() of the inputs used */
 	uint64_t gpu_input_bytes;   /* resident_bytes() of them */
+	uint64_t gpu_work_bytes;    /* the run's own buffers on a device (the most of
+				     * any device): with gpu_input_bytes, what the
+				     * job takes of the GPU's memory */
 	/* The reference grid the tractogram was written on (dims, voxel-to-RAS+
 	 * mm; zero until the writer starts). Kept because a TCK file does not
 	 * carry it and the API converts finished results between formats. */

@@ -39,6 +39,7 @@ struct gpu_buffer {
 	void *host;            /* persistent mapping, or NULL */
 	bool coherent;
 	uint64_t size;
+	enum gpu_memory kind;
 	struct gpu_buffer *next;
 };
 
@@ -83,6 +84,8 @@ struct gpu_ctx {
 	struct upload_slot slots[UPLOAD_SLOTS];   /* created at the first transfer */
 	struct gpu_buffer *buffers;
 	uint64_t buffer_bytes, peak_buffer_bytes;   /* held by buffers, and at most */
+	struct gpu_buffer *spares;   /* recycled, for a buffer_new of their size and kind */
+	uint64_t spare_bytes, reused_bytes;          /* held by spares; served from them */
 	struct gpu_pipeline *pipelines;
 	shaderc_compiler_t compiler;
 	double compile_seconds;
@@ -755,6 +758,18 @@ static void destroy_buffer(VkDevice dev, struct gpu_buffer *b)
 	free(b);
 }
 
+/* The spares go back to the driver: at the end, and when an allocation
+ * failed for want of memory they may hold. */
+static void drop_spares(struct gpu_ctx *ctx)
+{
+	while (ctx->spares) {
+		struct gpu_buffer *next = ctx->spares->next;
+		destroy_buffer(ctx->device, ctx->spares);
+		ctx->spares = next;
+	}
+	ctx->spare_bytes = 0;
+}
+
 void gpu_close(struct gpu_ctx *ctx)
 {
 	if (!ctx)
@@ -772,6 +787,7 @@ void gpu_close(struct gpu_ctx *ctx)
 			destroy_buffer(ctx->device, ctx->buffers);
 			ctx->buffers = next;
 		}
+		drop_spares(ctx);
 		if (ctx->pipeline_cache)
 			vkDestroyPipelineCache(ctx->device, ctx->pipeline_cache, NULL);
 		if (ctx->descriptor_pool)
@@ -875,8 +891,43 @@ static int memory_type_for(const struct gpu_ctx *ctx, uint32_t allowed, enum gpu
 	return find_memory_type(ctx, allowed, readback_pref, 2);
 }
 
-int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
-		   struct gpu_buffer **ret, struct errbuf *err)
+static void track_buffer(struct gpu_ctx *ctx, struct gpu_buffer *b)
+{
+	b->next = ctx->buffers;
+	ctx->buffers = b;
+	ctx->buffer_bytes += b->size;
+	if (ctx->buffer_bytes > ctx->peak_buffer_bytes)
+		ctx->peak_buffer_bytes = ctx->buffer_bytes;
+}
+
+static void untrack_buffer(struct gpu_ctx *ctx, struct gpu_buffer *buf)
+{
+	for (struct gpu_buffer **p = &ctx->buffers; *p; p = &(*p)->next) {
+		if (*p == buf) {
+			*p = buf->next;
+			break;
+		}
+	}
+	ctx->buffer_bytes -= buf->size;
+}
+
+/* A spare of exactly size bytes and kind memory, taken off the spares; or NULL. */
+static struct gpu_buffer *take_spare(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory)
+{
+	for (struct gpu_buffer **p = &ctx->spares; *p; p = &(*p)->next) {
+		struct gpu_buffer *b = *p;
+		if (b->size == size && b->kind == memory) {
+			*p = b->next;
+			ctx->spare_bytes -= size;
+			ctx->reused_bytes += size;
+			return b;
+		}
+	}
+	return NULL;
+}
+
+static int allocate_buffer(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
+			   struct gpu_buffer **ret, struct errbuf *err)
 {
 	VkBufferCreateInfo info = {
 		.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
@@ -905,6 +956,7 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 	if (!b)
 		return device_err(err, -ENOMEM, "out of memory");
 	b->size = size;
+	b->kind = memory;
 	vr = vkCreateBuffer(ctx->device, &info, NULL, &b->buffer);
 	if (vr != VK_SUCCESS)
 		goto vk_fail;
@@ -930,11 +982,6 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 			goto vk_fail;
 		b->coherent = flags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
 	}
-	b->next = ctx->buffers;
-	ctx->buffers = b;
-	ctx->buffer_bytes += size;
-	if (ctx->buffer_bytes > ctx->peak_buffer_bytes)
-		ctx->peak_buffer_bytes = ctx->buffer_bytes;
 	*ret = b;
 	return 0;
 vk_fail:
@@ -943,23 +990,61 @@ vk_fail:
 			  (unsigned long long)size, vk_result_name(vr));
 }
 
+int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
+		   struct gpu_buffer **ret, struct errbuf *err)
+{
+	struct gpu_buffer *b = take_spare(ctx, size, memory);
+	int r = 0;
+
+	if (!b) {
+		r = allocate_buffer(ctx, size, memory, &b, err);
+		if (r < 0 && ctx->spares) {
+			drop_spares(ctx);
+			r = allocate_buffer(ctx, size, memory, &b, err);
+		}
+	}
+	if (r == 0) {
+		track_buffer(ctx, b);
+		*ret = b;
+	}
+	return r;
+}
+
 void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 {
 	if (!buf)
 		return;
-	for (struct gpu_buffer **p = &ctx->buffers; *p; p = &(*p)->next) {
-		if (*p == buf) {
-			*p = buf->next;
-			break;
-		}
-	}
-	ctx->buffer_bytes -= buf->size;
+	untrack_buffer(ctx, buf);
 	destroy_buffer(ctx->device, buf);
+}
+
+void gpu_buffer_recycle(struct gpu_ctx *ctx, struct gpu_buffer *buf)
+{
+	if (!buf)
+		return;
+	untrack_buffer(ctx, buf);
+	if (ctx->spare_bytes + buf->size > GPU_SPARE_BYTES) {
+		destroy_buffer(ctx->device, buf);
+		return;
+	}
+	buf->next = ctx->spares;
+	ctx->spares = buf;
+	ctx->spare_bytes += buf->size;
+}
+
+uint64_t gpu_reused_bytes(const struct gpu_ctx *ctx)
+{
+	return ctx->reused_bytes;
 }
 
 uint64_t gpu_peak_buffer_bytes(const struct gpu_ctx *ctx)
 {
 	return ctx->peak_buffer_bytes;
+}
+
+uint64_t gpu_buffer_bytes(const struct gpu_ctx *ctx)
+{
+	return ctx->buffer_bytes;
 }
 
 void *gpu_buffer_host(const struct gpu_buffer *buf)

@@ -104,6 +104,22 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 		   struct gpu_buffer **ret, struct errbuf *err);
 /* Destroys the buffer now (the caller guarantees no pending work uses it). Accepts NULL. */
 void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf);
+
+/* Spares kept at most: a small job's work buffers (a 1,000-seed job's are
+ * ~400 MiB, most of it read-back memory), not a large one's. */
+#define GPU_SPARE_BYTES (1ull << 30)
+
+/* Like gpu_buffer_free, but keeps the buffer (up to GPU_SPARE_BYTES of
+ * them) for a later gpu_buffer_new of the same size and memory kind, which
+ * gets it as it is (contents undefined, as a new one's): a warm daemon's
+ * next job of the same shape allocates nothing, where each allocation of
+ * pinned read-back memory costs milliseconds on a discrete GPU. The spares
+ * go when the context closes, or when an allocation fails for want of
+ * memory. Accepts NULL. */
+void gpu_buffer_recycle(struct gpu_ctx *ctx, struct gpu_buffer *buf);
+
+/* Bytes gpu_buffer_new served from spares so far (for a run's log). */
+uint64_t gpu_reused_bytes(const struct gpu_ctx *ctx);
 /* Host pointer for mapped buffers (READBACK always; DEVICE when host-visible), else NULL. */
 void *gpu_buffer_host(const struct gpu_buffer *buf);
 /* The buffer's device address, for shaders that reach it through a buffer
@@ -158,6 +174,9 @@ int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
 
 /* The most bytes the context's buffers held at once so far (for statistics). */
 uint64_t gpu_peak_buffer_bytes(const struct gpu_ctx *ctx);
+
+/* The bytes the context's buffers hold now (for a run's own share). */
+uint64_t gpu_buffer_bytes(const struct gpu_ctx *ctx);
 
 /* Whether a submit failed for good: the context and every buffer and
  * pipeline on it are useless; close it and open another. Test hook: the

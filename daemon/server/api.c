@@ -31,6 +31,7 @@
 
 #include "base/infile.h"
 #include "base/log.h"
+#include "base/timing.h"
 #include "server/admission.h"
 #include "server/api_error.h"
 #include "server/redact.h"
@@ -114,6 +115,7 @@ struct request {
 	bool upload_quota_binds;       /* the quota left is below max_upload_bytes */
 	int upload_error;
 	struct errbuf upload_err;
+	double arrived;           /* timing_now() when its headers were in */
 };
 
 /* ---- answers -------------------------------------------------------------- */
@@ -470,6 +472,35 @@ static json_t *result_json(const struct job_info *info)
 	return result;
 }
 
+/* The job's events so far, in seconds since it was submitted; null for a
+ * job of an earlier run of the daemon (its clock is gone). */
+static json_t *timing_json(const struct job_timing *t)
+{
+	double t0 = t->at[JOB_EVENT_SUBMITTED];
+	json_t *doc;
+
+	if (t0 == 0.0)
+		return json_null();
+	doc = json_object();
+	for (int e = 0; doc && e < JOB_EVENTS; e++)
+		if (json_object_set_new(doc, job_event_name((enum job_event)e),
+					t->at[e] ? json_real(t->at[e] - t0) : json_null()) < 0) {
+			json_decref(doc);
+			doc = NULL;
+		}
+	return doc;
+}
+
+/* A done job's memory: its inputs and work buffers on the GPU, and the
+ * daemon's peak resident memory while it ran (0: unknown). */
+static json_t *memory_json(const struct job_info *info)
+{
+	return json_pack("{s:I, s:I, s:I}", "gpu_input_bytes",
+			 (json_int_t)info->stats.gpu_input_bytes, "gpu_work_bytes",
+			 (json_int_t)info->stats.gpu_work_bytes, "host_peak_bytes",
+			 (json_int_t)info->host_peak_bytes);
+}
+
 static json_t *job_to_json(struct api *api, const struct job_info *info)
 {
 	json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I}}", "id",
@@ -494,10 +525,13 @@ static json_t *job_to_json(struct api *api, const struct job_info *info)
 				    s->compile_seconds, "track", s->track_seconds, "kernels",
 				    s->kernel_seconds, "encode", s->encode_seconds, "write",
 				    s->write_seconds));
+		json_object_set_new(doc, "memory", memory_json(info));
 	} else {
 		json_object_set_new(doc, "result", json_null());
 		json_object_set_new(doc, "seconds", json_null());
+		json_object_set_new(doc, "memory", json_null());
 	}
+	json_object_set_new(doc, "timing", timing_json(&info->timing));
 	if (info->state == JOB_FAILED) {
 		char message[JOB_MESSAGE_LEN];
 		job_error_message(api, info, message, sizeof(message));
@@ -775,6 +809,7 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 				  struct request *req)
 {
 	const char *wait = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "wait");
+	struct job_timing arrival = { .at[JOB_EVENT_SUBMITTED] = req->arrived };
 	struct jobspec spec = { 0 };
 	struct errbuf err = { 0 };
 	struct route_query q;
@@ -803,7 +838,8 @@ static enum MHD_Result submit_job(struct api *api, struct MHD_Connection *conn,
 		jobspec_free(&spec);
 		return answer_error(api, conn, e, err.field, "%s", err.message);
 	}
-	r = jobs_submit(api->cfg.jobs, &spec, req->body, req->who.name, &info, &err);
+	arrival.at[JOB_EVENT_VALIDATED] = timing_now();
+	r = jobs_submit(api->cfg.jobs, &spec, req->body, req->who.name, &arrival, &info, &err);
 	if (r == -ENOSPC)
 		return answer_error(api, conn, ERR_INSUFFICIENT_STORAGE, "", "the spool is full: "
 				    "%s", err.message);
@@ -1185,6 +1221,7 @@ static struct request *new_request(struct api *api, enum route route, const char
 
 	if (!req)
 		return NULL;
+	req->arrived = timing_now();
 	req->who = *who;
 	if (route == ROUTE_VOLUMES && strcmp(method, "POST") == 0) {
 		start_upload(api, req);

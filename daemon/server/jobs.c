@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/timing.h"
 #include "server/spool.h"
 
 /* The tractogram writers report any failed write as -EIO (stdio loses the
@@ -485,7 +486,7 @@ static int add_job(struct jobs *jobs, struct job *job)
 }
 
 int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, const char *owner,
-		struct job_info *ret, struct errbuf *err)
+		const struct job_timing *arrival, struct job_info *ret, struct errbuf *err)
 {
 	struct job *job = calloc(1, sizeof(*job));
 	int r;
@@ -504,6 +505,8 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, 
 	job->info.format = job->spec.output_format;
 	job->info.state = JOB_QUEUED;
 	job->info.created = time(NULL);
+	if (arrival)
+		job->info.timing = *arrival;
 	snprintf(job->info.owner, sizeof(job->info.owner), "%s", owner);
 	r = new_job_id(job->info.id);
 	pthread_mutex_lock(&jobs->lock);
@@ -524,7 +527,8 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, 
 			       "more than %llu bytes (max_queued_bytes_per_user)", job->info.owner,
 			       (unsigned long long)jobs->cfg.max_queued_bytes_per_user);
 	/* Recorded before it is listed: a job the client was told about is
-	 * never lost by a crash. A full disk refuses the job rather than run
+	 * never lost by a crash of the process (a power cut may lose it: see
+	 * spool_record_write). A full disk refuses the job rather than run
 	 * one whose result could not be kept. */
 	else
 		r = spool_record_write(jobs->spool_dir, &job->info, job->spec_json, err);
@@ -534,6 +538,7 @@ int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, 
 	}
 	if (r == 0) {
 		count_record(jobs, job);
+		job->info.timing.at[JOB_EVENT_QUEUED] = timing_now();
 		*ret = job->info;
 		log_info("job=%s queued owner=%s", job->info.id, job->info.owner);
 		pthread_cond_signal(&jobs->work);
@@ -716,6 +721,7 @@ bool jobs_next(struct jobs *jobs, struct jobs_running *ret)
 	job->in_worker = true;
 	/* So that a restart after a crash knows the job had begun. */
 	save_record(jobs, job);
+	job->info.timing.at[JOB_EVENT_STARTED] = timing_now();
 	pthread_cond_broadcast(&jobs->progress);
 	pthread_mutex_unlock(&jobs->lock);
 	*ret = (struct jobs_running){ job, job->info.id, job->info.owner, &job->spec };
@@ -763,10 +769,26 @@ bool jobs_publish_progress(struct jobs *jobs, struct job *job, uint64_t done, ui
 	if (result_bytes > 0 && !job->deleted) {
 		jobs->status.spool_bytes += (uint64_t)result_bytes - job->info.bytes;
 		job->info.bytes = (uint64_t)result_bytes;
+		if (!job->info.timing.at[JOB_EVENT_FIRST_OUTPUT])
+			job->info.timing.at[JOB_EVENT_FIRST_OUTPUT] = timing_now();
 	}
 	go_on = progress_published(jobs, job);
 	pthread_mutex_unlock(&jobs->lock);
 	return go_on;
+}
+
+void jobs_mark(struct jobs *jobs, struct job *job, enum job_event event, double at)
+{
+	pthread_mutex_lock(&jobs->lock);
+	job->info.timing.at[event] = at;
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+void jobs_set_host_peak(struct jobs *jobs, struct job *job, uint64_t bytes)
+{
+	pthread_mutex_lock(&jobs->lock);
+	job->info.host_peak_bytes = bytes;
+	pthread_mutex_unlock(&jobs->lock);
 }
 
 void jobs_finish(struct jobs *jobs, struct job *job, int r, const struct engine_stats *stats,
@@ -824,6 +846,7 @@ void jobs_finish(struct jobs *jobs, struct job *job, int r, const struct engine_
 	save_record(jobs, job);
 	save_stale_records(jobs);
 	expire_results(jobs);
+	job->info.timing.at[JOB_EVENT_DONE] = timing_now();
 	pthread_cond_broadcast(&jobs->progress);
 	/* A copy for the log: once unlocked, a client may delete the job. */
 	ended = job->info;

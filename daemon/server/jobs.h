@@ -88,11 +88,13 @@ void jobs_free(struct jobs *jobs);
 
 /* Queues spec (taken over: freed by jobs, also on failure) for owner and
  * fills *ret. spec_json (copied; may be NULL) is the job document as
- * submitted, kept in the job's record. -EAGAIN when max_queued_jobs are
+ * submitted, kept in the job's record. arrival (may be NULL) holds the
+ * events before the registry (submitted, validated), which the job's
+ * timing starts with; queued is set here. -EAGAIN when max_queued_jobs are
  * waiting, or max_queued_jobs_per_user of owner's; -ESHUTDOWN when stopping;
  * -ENOSPC when the record cannot be written for want of space. */
 int jobs_submit(struct jobs *jobs, struct jobspec *spec, const char *spec_json, const char *owner,
-		struct job_info *ret, struct errbuf *err);
+		const struct job_timing *arrival, struct job_info *ret, struct errbuf *err);
 
 /* -ENOENT for an unknown id. */
 int jobs_get(struct jobs *jobs, const char *id, struct job_info *ret);
@@ -146,6 +148,14 @@ bool jobs_publish_stage(struct jobs *jobs, struct job *job, const char *stage, d
 bool jobs_publish_progress(struct jobs *jobs, struct job *job, uint64_t done, uint64_t total,
 			   uint64_t streamlines, long result_bytes);
 void jobs_publish_seeds(struct jobs *jobs, struct job *job, uint64_t seeds_total);
+
+/* The worker's events of the job's timing (job_info.h), at timing_now()
+ * time at; started, first_output and done the registry sets itself. */
+void jobs_mark(struct jobs *jobs, struct job *job, enum job_event event, double at);
+
+/* The daemon's peak resident memory while the job ran, told before
+ * jobs_finish. */
+void jobs_set_host_peak(struct jobs *jobs, struct job *job, uint64_t bytes);
 
 /* The job ended with r (0, -ECANCELED or an error in err) and stats: its
  * state, counters, record and log line; the worker lets go of it. */

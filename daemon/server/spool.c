@@ -183,6 +183,7 @@ int spool_record_write(const char *dir, const struct job_info *info, const char 
 	char tmp[1200], path[1200];
 	size_t len = 0;
 	char *text = record_text(info, spec_json, &len);
+	bool durable = job_state_ended(info->state);   /* see spool.h */
 	int fd = -1, r = 0;
 
 	if (!text)
@@ -196,7 +197,7 @@ int spool_record_write(const char *dir, const struct job_info *info, const char 
 		return errbuf_set(err, r, "", "cannot create a record in %s: %s", dir, strerror(-r));
 	}
 	r = fdio_write_all(fd, text, len);
-	if (r == 0 && fsync(fd) < 0)
+	if (r == 0 && durable && fsync(fd) < 0)
 		r = -errno;
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
@@ -211,7 +212,7 @@ int spool_record_write(const char *dir, const struct job_info *info, const char 
 		return errbuf_set(err, r, "", "cannot write the record of job %s: %s", info->id,
 				  strerror(-r));
 	}
-	r = sync_dir(dir);
+	r = durable ? sync_dir(dir) : 0;
 	if (r < 0)
 		return errbuf_set(err, r, "", "cannot sync %s: %s", dir, strerror(-r));
 	return 0;

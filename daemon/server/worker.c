@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/peak_rss.h"
+#include "base/timing.h"
 #include "job/inputs.h"
 #include "models/fit.h"
 #include "run/runner.h"
@@ -112,7 +114,13 @@ struct run_ctx {
 	FILE *out;
 	struct fit_options fit;
 	struct volume_cache_use volumes;
+	double output_opened;       /* timing_now() when the engine got the spool file */
 };
+
+static void mark(const struct run_ctx *ctx, enum job_event event, double at)
+{
+	jobs_mark(ctx->worker->jobs, ctx->job->job, event, at);
+}
 
 /* The spool file's size counts only once the engine has flushed it: the
  * result's readers stream up to it. */
@@ -172,6 +180,8 @@ static int load_volumes(void *userdata, const struct jobspec *spec, struct input
 	f = r == 0 ? inputs_fit(*inputs) : NULL;
 	if (f && fit_describe(f, what, sizeof(what)))
 		log_info("job=%s %s", ctx->job->id, what);
+	if (r == 0)
+		mark(ctx, JOB_EVENT_LOADED, timing_now());
 	return r;
 }
 
@@ -202,6 +212,8 @@ static int open_spool_file(void *userdata, const struct jobspec *spec, FILE **tr
 	(void)err;
 	*tracks = ctx->out;
 	*seeds = NULL;
+	ctx->output_opened = timing_now();
+	mark(ctx, JOB_EVENT_OUTPUT_OPENED, ctx->output_opened);
 	return 0;
 }
 
@@ -231,6 +243,11 @@ static int track_job(struct worker *w, const struct jobs_running *job, FILE *out
 
 	on_stage(&ctx, "load", 0.0);
 	r = runner_run(&run, stats, err);
+	if (r == 0) {
+		/* The engine's start of tracking, from what its preparation took. */
+		mark(&ctx, JOB_EVENT_TRACKING, ctx.output_opened + stats->prepare_seconds);
+		mark(&ctx, JOB_EVENT_TRACKED, timing_now());
+	}
 	volume_cache_release(w->cache, &ctx.volumes);
 	return r;
 }
@@ -255,9 +272,19 @@ static int run_job(struct worker *w, const struct jobs_running *job, struct engi
 	if (r == 0 && (fflush(out) != 0 || fsync(fileno(out)) != 0))
 		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output", "cannot write %s: %s",
 				    path, strerror(errno));
+	if (r == 0)
+		jobs_mark(w->jobs, job->job, JOB_EVENT_SYNCED, timing_now());
 	if (fclose(out) != 0 && r == 0)
 		r = errbuf_set_kind(err, ERR_KIND_OUTPUT, -EIO, "output", "cannot write %s", path);
 	return jobs_check_spool_full(w->jobs, r, 0, err);
+}
+
+/* The daemon's peak resident memory since the job started; 0 unknown. */
+static uint64_t host_peak(void)
+{
+	uint64_t bytes;
+
+	return peak_rss_read(&bytes) == 0 ? bytes : 0;
 }
 
 static void *worker_main(void *arg)
@@ -271,6 +298,8 @@ static void *worker_main(void *arg)
 		int r;
 
 		log_info("job=%s started owner=%s", job.id, job.owner);
+		/* Best effort: an old kernel keeps the daemon's lifetime peak. */
+		(void)peak_rss_reset();
 		reopen_gpu_if_lost(w);
 		if (w->n_gpus)
 			r = run_job(w, &job, &stats, &err);
@@ -278,6 +307,7 @@ static void *worker_main(void *arg)
 			r = errbuf_set_kind(&err, ERR_KIND_DEVICE, -ENODEV, "device",
 					    "the GPU is unavailable (it was lost and could not be "
 					    "opened again)");
+		jobs_set_host_peak(w->jobs, job.job, host_peak());
 		jobs_finish(w->jobs, job.job, r, &stats, &err);
 		reopen_gpu_if_lost(w);
 	}

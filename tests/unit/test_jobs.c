@@ -57,7 +57,7 @@ static void submit(struct jobs *jobs, const char *owner, struct job_info *info)
 	struct jobspec spec = { 0 };
 	struct errbuf err = { 0 };
 
-	assert_int_equal(jobs_submit(jobs, &spec, "{}", owner, info, &err), 0);
+	assert_int_equal(jobs_submit(jobs, &spec, "{}", owner, NULL, info, &err), 0);
 	assert_int_equal(info->state, JOB_QUEUED);
 }
 

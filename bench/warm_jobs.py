@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Warm small-job latency of a daemon (issue 24): starts `tractd serve` on a
+Unix socket, uploads a phantom's odf, fa and seed ROI, runs one job to warm
+the volume cache and the pipelines, then RUNS times the same job with SEEDS
+seeds (new rng_seed each time), each submitted with ?wait=stream and read to
+the end, as a waiting client sees it. Prints the median and p90 of the
+client's wall time, of the tracking (the job's `timing`: tracking ->
+tracked), of the overhead (wall less tracking) and of each step of the
+job's `timing` (proto/API.md), and the job's memory.
+
+Usage: python3 bench/warm_jobs.py TRACTD PHANTOM_DIR [--seeds 1000]
+       [--runs 20] [--device D]
+Standard library only; any python3 will do.
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+EVENTS = ["submitted", "validated", "queued", "started", "loaded", "output_opened",
+          "tracking", "first_output", "tracked", "synced", "done"]
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost", timeout=600)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self.path)
+
+
+def request(sock, method, url, body=None):
+    conn = UnixConnection(sock)
+    conn.request(method, url, body=body)
+    resp = conn.getresponse()
+    data = resp.read()
+    conn.close()
+    return resp, data
+
+
+def upload(sock, path):
+    with open(path, "rb") as f:
+        resp, data = request(sock, "POST", "/v1/volumes", f.read())
+    if resp.status not in (200, 201):
+        sys.exit(f"uploading {path}: {resp.status} {data[:200]!r}")
+    return json.loads(data)["id"]
+
+
+def volume(phantom, stem):
+    for suffix in (".nii", ".nii.gz"):
+        if os.path.exists(os.path.join(phantom, stem + suffix)):
+            return os.path.join(phantom, stem + suffix)
+    sys.exit(f"no {stem}.nii(.gz) in {phantom}")
+
+
+def run_job(sock, job):
+    """One ?wait=stream job: (client seconds, the job's status document)."""
+    t0 = time.monotonic()
+    resp, data = request(sock, "POST", "/v1/jobs?wait=stream", json.dumps(job))
+    wall = time.monotonic() - t0
+    job_id = resp.getheader("X-Tractd-Job")
+    if resp.status != 200 or not job_id:
+        sys.exit(f"job: {resp.status} {data[:300]!r}")
+    _, doc = request(sock, "GET", f"/v1/jobs/{job_id}")
+    return wall, json.loads(doc)
+
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def line(name, values):
+    ms = [v * 1e3 for v in values]
+    print(f"  {name:<28} {statistics.median(ms):9.2f} {pct(ms, 90):9.2f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("tractd")
+    ap.add_argument("phantom")
+    ap.add_argument("--seeds", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--device")
+    args = ap.parse_args()
+    state = tempfile.mkdtemp(prefix="tractd-warm-")
+    sock = os.path.join(state, "s")
+    argv = [args.tractd, "serve", "--listen-unix", sock, "--state-dir", state + "/state",
+            "--set", "log_level=warning"]
+    if args.device:
+        argv += ["--set", f"device={args.device}"]
+    daemon = subprocess.Popen(argv)
+    try:
+        for _ in range(300):
+            if os.path.exists(sock):
+                try:
+                    if request(sock, "GET", "/healthz")[0].status == 200:
+                        break
+                except OSError:
+                    pass
+            time.sleep(0.1)
+        with open(os.path.join(args.phantom, "job.json")) as f:
+            sphere = json.load(f)["tracking"]["sphere"]
+        job = {"inputs": {"odf": upload(sock, volume(args.phantom, "odf")),
+                          "stop_map": upload(sock, volume(args.phantom, "fa"))},
+               "seeds": {"roi": upload(sock, volume(args.phantom, "seed_roi")),
+                         "count": args.seeds, "rng_seed": 0},
+               "tracking": {"sphere": sphere}}
+        run_job(sock, job)   # loads, uploads and compiles: not counted
+        walls, docs = [], []
+        for i in range(args.runs):
+            job["seeds"]["rng_seed"] = i + 1
+            wall, doc = run_job(sock, job)
+            walls.append(wall)
+            docs.append(doc)
+        device = json.loads(request(sock, "GET", "/v1/device")[1])["device"]["name"]
+    finally:
+        daemon.terminate()
+        daemon.wait()
+        shutil.rmtree(state, ignore_errors=True)
+    timings = [d["timing"] for d in docs]
+    tracking = [t["tracked"] - t["tracking"] for t in timings]
+    print(f"warm daemon, {args.seeds} seeds, {args.runs} jobs (?wait=stream) on {device}, "
+          f"milliseconds:")
+    print(f"  {'':<28} {'median':>9} {'p90':>9}")
+    line("client wall time", walls)
+    line("tracking (engine)", tracking)
+    line("overhead (wall - tracking)", [w - t for w, t in zip(walls, tracking)])
+    for a, b in zip(EVENTS, EVENTS[1:]):
+        line(f"{a} -> {b}", [t[b] - t[a] for t in timings])
+    line("done -> client has it", [w - t["done"] for w, t in zip(walls, timings)])
+    m = docs[-1]["memory"]
+    print(f"  memory: inputs {m['gpu_input_bytes'] / 2**20:.1f} MiB and work buffers "
+          f"{m['gpu_work_bytes'] / 2**20:.1f} MiB on the GPU, daemon peak RSS "
+          f"{m['host_peak_bytes'] / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
