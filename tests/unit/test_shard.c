@@ -4,7 +4,7 @@
  * named), the split of S seeds into N contiguous ranges that cover them
  * end to end (also where K*S overflows 64 bits), a restricted seed
  * generator serving the whole job's seeds at their global indices, and the
- * shard record's text round trip (merge.h).
+ * shard record's text round trip (merge.h), other versions' told apart.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -144,17 +144,27 @@ static void test_shard_seeds(void **state)
 
 static void test_tag_round_trip(void **state)
 {
-	struct shard_tag t = { 2, 4, 500, 750, 1000, 0xbe293fd1562e6b08ull }, back;
+	struct shard_tag t = { 2, 4, 500, 750, 1000, 0xbe293fd1562e6b08ull, 0x0123456789abcdefull };
+	struct shard_tag widest = { 99998, 99999, UINT64_MAX - 1, UINT64_MAX - 1, UINT64_MAX,
+				    UINT64_MAX, UINT64_MAX }, back;
 	char text[SHARD_TAG_MAX];
 
 	(void)state;
 	shard_tag_format(&t, text);
-	assert_string_equal(text, "tractd-shard/1 2 4 500 750 1000 be293fd1562e6b08");
+	assert_string_equal(text, "tractd-shard/2 2 4 500 750 1000 be293fd1562e6b08 "
+			    "0123456789abcdef");
 	assert_int_equal(shard_tag_parse(text, &back), 0);
 	assert_memory_equal(&t, &back, sizeof(t));
-	assert_int_equal(shard_tag_parse("tractd-shard/1 4 4 0 1 1 00", &back), -EINVAL);
-	assert_int_equal(shard_tag_parse("tractd-shard/1 0 1 0 2 1 00", &back), -EINVAL);
+	/* The widest record still fits (and so parses back whole). */
+	shard_tag_format(&widest, text);
+	assert_int_equal(shard_tag_parse(text, &back), 0);
+	assert_memory_equal(&widest, &back, sizeof(widest));
+	assert_int_equal(shard_tag_parse("tractd-shard/2 4 4 0 1 1 00 00", &back), -EINVAL);
+	assert_int_equal(shard_tag_parse("tractd-shard/2 0 1 0 2 1 00 00", &back), -EINVAL);
+	/* No input digest: not a record of this version. */
 	assert_int_equal(shard_tag_parse("tractd-shard/2 0 1 0 1 1 00", &back), -EINVAL);
+	assert_int_equal(shard_tag_parse("tractd-shard/1 0 1 0 1 1 00", &back), -EPROTO);
+	assert_int_equal(shard_tag_parse("tractd-shard/3 0 1 0 1 1 00 00 00", &back), -EPROTO);
 	assert_int_equal(shard_tag_parse("", &back), -EINVAL);
 }
 
