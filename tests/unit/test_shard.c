@@ -4,7 +4,8 @@
  * named), the split of S seeds into N contiguous ranges that cover them
  * end to end (also where K*S overflows 64 bits), a restricted seed
  * generator serving the whole job's seeds at their global indices, and the
- * shard record's text round trip (merge.h), other versions' told apart.
+ * shard record's text round trip (merge.h), other versions' told apart,
+ * and max_seeds_per_job counting a shard's seeds.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -168,6 +169,23 @@ static void test_tag_round_trip(void **state)
 	assert_int_equal(shard_tag_parse("", &back), -EINVAL);
 }
 
+static void test_seed_limit(void **state)
+{
+	struct shard s = { .index = 99, .count = 100 };
+	struct errbuf err = { 0 };
+
+	(void)state;
+	/* 10^8 seeds in 100 shards under a limit of 10^7 per job. */
+	assert_int_equal(shard_check_seed_limit(&s, 100000000, 10000000, "seeds.count", &err), 0);
+	assert_int_equal(shard_check_seed_limit(&s, 100000000, 0, "seeds.count", &err), 0);
+	assert_int_equal(shard_check_seed_limit(&s, 100000000, 1000000, "seeds.count", &err), 0);
+	assert_int_equal(shard_check_seed_limit(&s, 100000100, 1000000, "seeds.count", &err),
+			 -E2BIG);
+	assert_string_equal(err.field, "seeds.count");
+	assert_int_equal(errbuf_kind(&err, -E2BIG), ERR_KIND_LIMIT);
+	assert_non_null(strstr(err.message, "shard 99/100 tracks 1000001 of the job's 100000100"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -176,6 +194,7 @@ int main(void)
 		cmocka_unit_test(test_range_split),
 		cmocka_unit_test(test_shard_seeds),
 		cmocka_unit_test(test_tag_round_trip),
+		cmocka_unit_test(test_seed_limit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
