@@ -8,27 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fdio.h"
 #include "base/fnv.h"
 #include "base/infile.h"
-
-/* count bytes at offset, through short reads and interrupted calls. */
-static int read_at(int fd, unsigned char *buf, size_t count, off_t offset)
-{
-	while (count) {
-		ssize_t n = pread(fd, buf, count, offset);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;    /* shorter than fstat said: changed while read */
-		buf += n;
-		count -= (size_t)n;
-		offset += n;
-	}
-	return 0;
-}
 
 /* Sample i of a file of size bytes: a small file in consecutive pieces,
  * a larger one in blocks spread from its first byte to its last. */
@@ -60,7 +42,7 @@ static int digest_fd(int fd, uint64_t slot, uint64_t *h)
 		int r;
 
 		sample_range(i, size, &at, &len);
-		r = read_at(fd, block, (size_t)len, (off_t)at);
+		r = fdio_pread_all(fd, block, (size_t)len, (off_t)at);
 		if (r)
 			return r;
 		*h = fnv1a64(*h, block, (size_t)len);
