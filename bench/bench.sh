@@ -19,6 +19,7 @@
 # (default 100000) track the fit phantom's DWI with the bootstrap getter.
 # PTT: BENCH_PTT_CASE (default small; medium, stanford; none) and BENCH_PTT_SEEDS
 # (default 10000) track the case's ODF with ptt and prob, max_angle 20.
+# Cluster: bench/cluster.sh, last (shards and a pilot cohort; its own settings).
 set -eu
 tractd=${1:-build/tractd}
 dir=${BENCH_DIR:-build/bench}
@@ -454,3 +455,10 @@ if [ "$encode_n" != 0 ]; then
 	echo
 	"$(dirname "$tractd")/bench-encode" "$encode_n" "$dir"
 fi
+
+# Cluster work on this host without Slurm (README "Slurm"): one job split in
+# shards run at once over the GPUs and merged, and a cohort through one pilot
+# daemon against a process per subject. bench/cluster.sh documents its
+# BENCH_SHARD_* and BENCH_COHORT_* settings (BENCH_SHARD_CASE=none and
+# BENCH_COHORT_SUBJECTS=0 skip them); it also runs alone.
+"$(dirname "$0")/cluster.sh" "$tractd"

@@ -24,6 +24,7 @@
 #include "formats/affine.h"
 #include "models/boot.h"
 #include "formats/compress.h"
+#include "job/input_digest.h"
 #include "job/inputs.h"
 #include "engine/kernel_params.h"
 #include "base/log.h"
@@ -1552,6 +1553,10 @@ static int open_output(struct run_shared *sh, FILE *out, struct errbuf *err)
 		struct shard_tag tag = { .index = job->shard.index, .count = job->shard.count,
 					 .first = sh->first, .end = sh->total,
 					 .total = seeds_count(sh->seeds), .job = job->fingerprint };
+
+		r = input_digest(job, &tag.inputs, err);
+		if (r)
+			return r;
 		shard_tag_format(&tag, sh->shard_tag);
 		oo.shard_tag = sh->shard_tag;
 	}

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <vulkan/vulkan.h>
 
+#include "base/fnv.h"
 #include "base/log.h"
 #include "base/parallel.h"
 #include "engine/shaders.h"
@@ -1440,27 +1441,20 @@ static int compile_glsl(struct gpu_ctx *ctx, const struct shader_source *src,
  * or a changed option misses. */
 #define SPIRV_CACHE_TAG "tractd-spirv-1 vulkan1.2 performance"
 
-static uint64_t fnv1a(uint64_t h, const char *bytes, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ (unsigned char)bytes[i]) * 0x100000001b3ull;
-	return h;
-}
-
 /* Where the SPIR-V of key is cached; false without a pipeline cache. */
 static bool spirv_cache_path(const struct gpu_ctx *ctx, const char *key, char *path, size_t len)
 {
 	const char *dir_end = ctx->pipeline_cache_path ? strrchr(ctx->pipeline_cache_path, '/') : NULL;
-	uint64_t h = fnv1a(0xcbf29ce484222325ull, SPIRV_CACHE_TAG, sizeof(SPIRV_CACHE_TAG));
+	uint64_t h = fnv1a64(FNV1A64_INIT, SPIRV_CACHE_TAG, sizeof(SPIRV_CACHE_TAG));
 	int n;
 
 	if (!ctx->pipeline_cache_path)
 		return false;
 	for (const struct shader_source *src = shader_sources; src->name; src++) {
-		h = fnv1a(h, src->name, strlen(src->name) + 1);
-		h = fnv1a(h, src->text, strlen(src->text) + 1);
+		h = fnv1a64(h, src->name, strlen(src->name) + 1);
+		h = fnv1a64(h, src->text, strlen(src->text) + 1);
 	}
-	h = fnv1a(h, key, strlen(key) + 1);
+	h = fnv1a64(h, key, strlen(key) + 1);
 	if (dir_end)
 		n = snprintf(path, len, "%.*s/spirv/%016llx.spv",
 			     (int)(dir_end - ctx->pipeline_cache_path), ctx->pipeline_cache_path,

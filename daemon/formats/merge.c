@@ -17,7 +17,8 @@
 #include "formats/trk.h"
 #include "formats/trx.h"
 
-#define TAG_MAGIC "tractd-shard/1"
+#define TAG_MAGIC "tractd-shard/2"
+#define TAG_FAMILY "tractd-shard/"   /* any version */
 #define TCK_HEADER_MAX ((size_t)1 << 16)   /* tractd's TCK headers are far shorter */
 #define TCK_MARKER_BYTES 12
 #define COPY_BYTES ((size_t)1 << 16)
@@ -25,7 +26,8 @@
 void shard_tag_format(const struct shard_tag *t, char buf[SHARD_TAG_MAX])
 {
 	snprintf(buf, SHARD_TAG_MAX, TAG_MAGIC " %" PRIu32 " %" PRIu32 " %" PRIu64 " %" PRIu64
-		 " %" PRIu64 " %016" PRIx64, t->index, t->count, t->first, t->end, t->total, t->job);
+		 " %" PRIu64 " %016" PRIx64 " %016" PRIx64, t->index, t->count, t->first, t->end,
+		 t->total, t->job, t->inputs);
 }
 
 int shard_tag_parse(const char *text, struct shard_tag *ret)
@@ -33,9 +35,11 @@ int shard_tag_parse(const char *text, struct shard_tag *ret)
 	struct shard_tag t;
 	int used = 0;
 
+	if (strncmp(text, TAG_MAGIC " ", sizeof(TAG_MAGIC)) != 0)
+		return strncmp(text, TAG_FAMILY, strlen(TAG_FAMILY)) == 0 ? -EPROTO : -EINVAL;
 	if (sscanf(text, TAG_MAGIC " %" SCNu32 " %" SCNu32 " %" SCNu64 " %" SCNu64 " %" SCNu64
-		   " %16" SCNx64 "%n", &t.index, &t.count, &t.first, &t.end, &t.total, &t.job,
-		   &used) != 6 || text[used] != '\0')
+		   " %16" SCNx64 " %16" SCNx64 "%n", &t.index, &t.count, &t.first, &t.end, &t.total,
+		   &t.job, &t.inputs, &used) != 7 || text[used] != '\0')
 		return -EINVAL;
 	if (t.count == 0 || t.index >= t.count || t.first > t.end || t.end > t.total)
 		return -EINVAL;
@@ -61,6 +65,16 @@ static int not_a_part(const char *path, const char *why, struct errbuf *err)
 	return errbuf_set(err, -EINVAL, path, "%s", why);
 }
 
+/* r: shard_tag_parse's failure. */
+static int no_tag(const struct part *p, int r, struct errbuf *err)
+{
+	if (r == -EPROTO)
+		return not_a_part(p->path, "has the shard record of another tractd version ("
+				  TAG_MAGIC " expected): run its shard again with this tractd", err);
+	return not_a_part(p->path, "has no shard record: not written by a job with seeds.shard "
+			  "(tractd run --shard K/N)", err);
+}
+
 /* A TRK or TCK written to a pipe keeps 0 in its count: the sum would be
  * wrong, so such a part is refused rather than counted. */
 static int check_counted(const struct part *p, long empty_size, struct errbuf *err)
@@ -75,15 +89,16 @@ static int read_trk(FILE *f, struct part *p, struct errbuf *err)
 {
 	char tag[TRK_RESERVED_LEN + 1];
 	int32_t count;
+	int r;
 
 	if (fread(p->trk, 1, TRK_HEADER_SIZE, f) != TRK_HEADER_SIZE)
 		return not_a_part(p->path, "truncated TrackVis header", err);
 	memcpy(tag, p->trk + TRK_OFF_RESERVED, TRK_RESERVED_LEN);
 	tag[TRK_RESERVED_LEN] = '\0';
 	count = (int32_t)binio_get_u32(p->trk + TRK_OFF_N_COUNT);
-	if (shard_tag_parse(tag, &p->tag) || count < 0)
-		return not_a_part(p->path, "has no shard record: not written by a job with "
-				  "seeds.shard (tractd run --shard K/N)", err);
+	r = shard_tag_parse(tag, &p->tag);
+	if (r || count < 0)
+		return no_tag(p, r, err);
 	p->count = (uint64_t)count;
 	memset(p->trk + TRK_OFF_RESERVED, 0, TRK_RESERVED_LEN);
 	binio_put_i32(p->trk + TRK_OFF_N_COUNT, 0);
@@ -91,11 +106,13 @@ static int read_trk(FILE *f, struct part *p, struct errbuf *err)
 	return check_counted(p, TRK_HEADER_SIZE, err);
 }
 
-/* The record is the last property line (output.c writes it so). */
+/* The record is the last property line (output.c writes it so); 0, or
+ * shard_tag_parse's failure. */
 static int take_tck_tag(struct part *p)
 {
 	static const char key[] = "\n" TCK_SHARD_KEY ": ";
 	char *props = p->tck_properties, *line, *end;
+	int r;
 
 	line = strncmp(props, key + 1, sizeof(key) - 2) == 0 ? props : strstr(props, key);
 	if (!line)
@@ -106,10 +123,10 @@ static int take_tck_tag(struct part *p)
 	if (!end || end[1] != '\0')
 		return -EINVAL;
 	*end = '\0';
-	if (shard_tag_parse(line + sizeof(key) - 2, &p->tag))
-		return -EINVAL;
-	*line = '\0';
-	return 0;
+	r = shard_tag_parse(line + sizeof(key) - 2, &p->tag);
+	if (r == 0)
+		*line = '\0';
+	return r;
 }
 
 static int read_tck(FILE *f, struct part *p, struct errbuf *err)
@@ -128,9 +145,9 @@ static int read_tck(FILE *f, struct part *p, struct errbuf *err)
 		return errbuf_set(err, r, "", "out of memory");
 	if (r || p->data_offset > p->size - TCK_MARKER_BYTES)
 		return not_a_part(p->path, "is not a TCK file tractd wrote", err);
-	if (take_tck_tag(p))
-		return not_a_part(p->path, "has no shard record: not written by a job with "
-				  "seeds.shard (tractd run --shard K/N)", err);
+	r = take_tck_tag(p);
+	if (r)
+		return no_tag(p, r, err);
 	return check_counted(p, p->data_offset + TCK_MARKER_BYTES, err);
 }
 
@@ -140,9 +157,9 @@ static int read_trx(struct part *p, struct errbuf *err)
 
 	if (r)
 		return r;
-	if (!p->trx.tag[0] || shard_tag_parse(p->trx.tag, &p->tag))
-		return not_a_part(p->path, "has no shard record: not written by a job with "
-				  "seeds.shard (tractd run --shard K/N)", err);
+	r = p->trx.tag[0] ? shard_tag_parse(p->trx.tag, &p->tag) : -EINVAL;
+	if (r)
+		return no_tag(p, r, err);
 	p->count = p->trx.nb_streamlines;
 	p->trx.opts.shard_tag = NULL;
 	return 0;
@@ -223,6 +240,9 @@ static int check_same_job(const struct part *a, const struct part *b, struct err
 	if (b->tag.job != a->tag.job || b->tag.total != a->tag.total || !same_header(a, b))
 		return errbuf_set(err, -EINVAL, b->path, "is a shard of another job than %s",
 				  a->path);
+	if (b->tag.inputs != a->tag.inputs)
+		return errbuf_set(err, -EINVAL, b->path, "is a shard of the same job as %s, but on "
+				  "other input files (another subject's, or changed since)", a->path);
 	if (b->tag.count != a->tag.count)
 		return errbuf_set(err, -EINVAL, b->path, "is shard %u of %u, but %s is of %u",
 				  (unsigned)b->tag.index, (unsigned)b->tag.count, a->path,

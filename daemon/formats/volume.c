@@ -25,6 +25,7 @@
 #include <zlib.h>
 
 #include "formats/affine.h"
+#include "base/fdio.h"
 #include "base/infile.h"
 #include "base/parallel.h"
 
@@ -468,24 +469,6 @@ struct load_worker {
 	int error;                /* 0, -EIO (the file ended early) or a read's -errno */
 };
 
-/* Reads size bytes at offset; -EIO when the file ends first. */
-static int pread_all(int fd, unsigned char *dst, size_t size, int64_t offset)
-{
-	while (size > 0) {
-		ssize_t n = pread(fd, dst, size, (off_t)offset);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		dst += n;
-		size -= (size_t)n;
-		offset += n;
-	}
-	return 0;
-}
-
 static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *piece)
 {
 	const struct load_job *job = w->job;
@@ -497,7 +480,7 @@ static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *p
 	for (size_t b = 0; b < nb; b++) {
 		int64_t at = job->data_offset + (int64_t)(((t0 + b) * nvox) * job->cv->size +
 							   z * job->plane_bytes);
-		int r = pread_all(job->fd, w->buf + b * job->plane_bytes, job->plane_bytes, at);
+		int r = fdio_pread_all(job->fd, w->buf + b * job->plane_bytes, job->plane_bytes, (off_t)at);
 		if (r < 0)
 			return r;
 	}

@@ -25,6 +25,7 @@
 
 #include <jansson.h>
 
+#include "base/fnv.h"
 #include "formats/compress.h"
 #include "models/sphere.h"
 
@@ -1210,7 +1211,6 @@ static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 {
 	json_t *copy = json_deep_copy(root), *seeds, *output;
 	char *text;
-	uint64_t h = 0xcbf29ce484222325ull;
 
 	if (!copy)
 		return oom(err);
@@ -1232,10 +1232,8 @@ static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 	json_decref(copy);
 	if (!text)
 		return oom(err);
-	for (const unsigned char *p = (const unsigned char *)text; *p; p++)
-		h = (h ^ *p) * 0x100000001b3ull;
+	*ret = fnv1a64(FNV1A64_INIT, text, strlen(text));
 	free(text);
-	*ret = h;
 	return 0;
 }
 

@@ -67,3 +67,19 @@ int shard_seeds(const struct shard *s, struct seeds *seeds, struct errbuf *err)
 	seeds_restrict(seeds, first, end);
 	return 0;
 }
+
+int shard_check_seed_limit(const struct shard *s, uint64_t total, uint64_t limit,
+			   const char *field, struct errbuf *err)
+{
+	uint64_t first, end;
+
+	shard_range(s, total, &first, &end);
+	if (!limit || end - first <= limit)
+		return 0;
+	return errbuf_set_kind(err, ERR_KIND_LIMIT, -E2BIG, field, "shard %u/%u tracks %llu of "
+			       "the job's %llu seeds, over the limit of %llu seeds per job "
+			       "(max_seeds_per_job, which counts a shard's seeds): split the job "
+			       "in more shards", (unsigned)s->index, (unsigned)s->count,
+			       (unsigned long long)(end - first), (unsigned long long)total,
+			       (unsigned long long)limit);
+}

@@ -10,12 +10,18 @@
 #include "job/seeds.h"
 #include "job/shard.h"
 
-/* seeds.per_voxel multiplies by the ROI's voxels, known only once the
- * seeds are read. The count seeds.select defaults to (tckgen's 1000 per
- * streamline) is a bound: the limit lowers it instead. */
+/* max_seeds_per_job bounds the seeds this run tracks: a shard's own
+ * (shard.h). seeds.per_voxel multiplies by the ROI's voxels, known only
+ * once the seeds are read. The count seeds.select defaults to (tckgen's
+ * 1000 per streamline) is a bound: the limit lowers it instead. */
 static int check_seed_count(const struct runner_job *job, struct seeds *seeds,
 			    struct errbuf *err)
 {
+	const struct shard *shard = &job->spec->shard;
+
+	if (shard->count)
+		return shard_check_seed_limit(shard, seeds_count(seeds), job->max_seeds,
+					      "seeds.count", err);
 	if (!job->max_seeds || seeds_count(seeds) <= job->max_seeds)
 		return 0;
 	if (job->spec->seed_count_from_select) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "job/inputs.h"
+#include "job/shard.h"
 
 static char **slot_path(struct jobspec *spec, enum jobspec_file_slot slot)
 {
@@ -125,20 +126,27 @@ static enum api_error open_inputs(const struct admission_config *cfg, struct job
 }
 
 /* max_seeds_per_job, as far as the document tells: seeds.count, or the
- * explicit points. Per-voxel seeding multiplies by the ROI's voxels, which
- * only the worker knows (the runner checks the total again). The count
- * seeds.select defaults to is a bound the runner lowers to the limit. */
+ * explicit points; a shard's part of them (shard.h). Per-voxel seeding
+ * multiplies by the ROI's voxels, which only the worker knows (the runner
+ * checks the seeds tracked again). The count seeds.select defaults to is a
+ * bound the runner lowers to the limit. */
 static enum api_error check_seed_limit(const struct admission_config *cfg,
 				       const struct jobspec *spec, struct errbuf *err)
 {
 	uint64_t limit = cfg->max_seeds_per_job;
 	bool points = spec->seed_kind == JOBSPEC_SEEDS_POINTS;
 	uint64_t n = points ? spec->n_seed_points : spec->seed_count;
+	const char *field = points ? "seeds.points" : "seeds.count";
 
+	if (spec->shard.count && spec->seed_per_voxel)
+		return API_OK;      /* its part of count x voxels: the runner's to check */
+	if (spec->shard.count)
+		return shard_check_seed_limit(&spec->shard, n, limit, field, err)
+			? ERR_LIMIT_EXCEEDED : API_OK;
 	if (!limit || n <= limit || spec->seed_count_from_select)
 		return API_OK;
-	errbuf_set(err, -E2BIG, points ? "seeds.points" : "seeds.count", "%llu %s over the limit "
-		   "of %llu seeds per job (max_seeds_per_job)", (unsigned long long)n,
+	errbuf_set(err, -E2BIG, field, "%llu %s over the limit of %llu seeds per job "
+		   "(max_seeds_per_job)", (unsigned long long)n,
 		   points ? "seed points are" : (spec->seed_per_voxel ? "seeds per voxel are"
 								       : "seeds are"),
 		   (unsigned long long)limit);

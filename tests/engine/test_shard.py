@@ -2,10 +2,13 @@
 a job split in 1, 2, 3 or 4 shards, tracked shard by shard and merged in
 any order, is byte-identical to the whole job's output, in TRK, TCK (with
 its seeds file) and TRX, for ROI seeds, per-voxel seeds and explicit seed
-points; parts that are not one job's whole set are refused by name."""
+points; parts that are not one job's whole set, or that read other input
+files, are refused by name."""
 
+import gzip
 import json
 import random
+import shutil
 import subprocess
 
 import pytest
@@ -220,3 +223,38 @@ def test_part_without_count_refused(tractd, small_phantom, parts, tmp_path):
     proc = merge(tractd, tmp_path / "m.trk", part, parts[1], parts[2])
     assert proc.returncode == 3 and "no streamline count" in proc.stderr
     assert str(part) in proc.stderr
+
+
+def subject_copy(phantom_dir, dest, change_stop_map):
+    """The phantom's ODF job inputs under another directory: the same bytes,
+    or (change_stop_map) a stop map one corner voxel apart, as another
+    subject's (or a re-made map) with the same grid would be."""
+    dest.mkdir()
+    for name in ("job.json", "odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz"):
+        shutil.copy(phantom_dir / name, dest / name)
+    if change_stop_map:
+        image = bytearray(gzip.decompress((dest / "fa.nii.gz").read_bytes()))
+        image[-4:] = bytes([0, 0, 0, 0x3f])     # the last voxel's float32: 0.5
+        (dest / "fa.nii.gz").write_bytes(gzip.compress(bytes(image)))
+    return dest
+
+
+def test_merge_refuses_parts_of_other_inputs(tractd, small_phantom, tmp_path):
+    """The same job document on other input files (the fingerprint leaves
+    the files' names out) is another job: merge refuses the mix, naming
+    the part; the same bytes under another name merge as one job."""
+    second = {}
+    for tag, changed in (("same", False), ("other", True)):
+        job = job_for(subject_copy(small_phantom, tmp_path / tag, changed), "trk")
+        second[tag] = tmp_path / f"{tag}1.trk"
+        run(tractd, write_job(tmp_path / f"{tag}.json", job), second[tag], "--shard", "1/2")
+    job_path = write_job(tmp_path / "job.json", job_for(small_phantom, "trk"))
+    first, whole = tmp_path / "p0.trk", tmp_path / "whole.trk"
+    run(tractd, job_path, first, "--shard", "0/2")
+    run(tractd, job_path, whole)
+    out = tmp_path / "m.trk"
+    proc = merge(tractd, out, first, second["other"])
+    assert proc.returncode == 3 and "other input files" in proc.stderr, proc.stderr
+    assert str(second["other"]) in proc.stderr and not out.exists()
+    merge(tractd, out, first, second["same"]).check_returncode()
+    assert_same_bytes(whole, out)

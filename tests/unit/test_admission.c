@@ -124,6 +124,18 @@ static void test_seed_limit(void **state)
 			       "\"/b.nii\"}, \"seeds\": {\"roi\": \"/r.nii\", \"count\": 1001, "
 			       "\"select\": 5}}", &err), ERR_LIMIT_EXCEEDED);
 	assert_string_equal(err.field, "seeds.count");
+	/* A shard's seeds count, not its job's: 4000 in 4 shards get past the
+	 * limit, in 3 shards (1334 in shard 0) do not. */
+	assert_int_not_equal(admit(f, &f->alice, "{\"inputs\": {\"odf\": \"/a.nii\", "
+				   "\"stop_map\": \"/b.nii\"}, \"seeds\": {\"roi\": \"/r.nii\", "
+				   "\"count\": 4000, \"shard\": \"3/4\"}}", &err), ERR_LIMIT_EXCEEDED);
+	assert_string_not_equal(err.field, "seeds.count");
+	assert_int_equal(admit(f, &f->alice, "{\"inputs\": {\"odf\": \"/a.nii\", \"stop_map\": "
+			       "\"/b.nii\"}, \"seeds\": {\"roi\": \"/r.nii\", \"count\": 4000, "
+			       "\"shard\": \"0/3\"}}", &err), ERR_LIMIT_EXCEEDED);
+	assert_string_equal(err.field, "seeds.count");
+	assert_non_null(strstr(err.message, "shard 0/3 tracks 1333 of the job's 4000 seeds"));
+	assert_non_null(strstr(err.message, "max_seeds_per_job"));
 }
 
 /* A volume id is alice's, not bob's: bob is told it does not exist, as an

@@ -4,7 +4,8 @@
  * named), the split of S seeds into N contiguous ranges that cover them
  * end to end (also where K*S overflows 64 bits), a restricted seed
  * generator serving the whole job's seeds at their global indices, and the
- * shard record's text round trip (merge.h).
+ * shard record's text round trip (merge.h), other versions' told apart,
+ * and max_seeds_per_job counting a shard's seeds.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -144,18 +145,45 @@ static void test_shard_seeds(void **state)
 
 static void test_tag_round_trip(void **state)
 {
-	struct shard_tag t = { 2, 4, 500, 750, 1000, 0xbe293fd1562e6b08ull }, back;
+	struct shard_tag t = { 2, 4, 500, 750, 1000, 0xbe293fd1562e6b08ull, 0x0123456789abcdefull };
+	struct shard_tag widest = { 99998, 99999, UINT64_MAX - 1, UINT64_MAX - 1, UINT64_MAX,
+				    UINT64_MAX, UINT64_MAX }, back;
 	char text[SHARD_TAG_MAX];
 
 	(void)state;
 	shard_tag_format(&t, text);
-	assert_string_equal(text, "tractd-shard/1 2 4 500 750 1000 be293fd1562e6b08");
+	assert_string_equal(text, "tractd-shard/2 2 4 500 750 1000 be293fd1562e6b08 "
+			    "0123456789abcdef");
 	assert_int_equal(shard_tag_parse(text, &back), 0);
 	assert_memory_equal(&t, &back, sizeof(t));
-	assert_int_equal(shard_tag_parse("tractd-shard/1 4 4 0 1 1 00", &back), -EINVAL);
-	assert_int_equal(shard_tag_parse("tractd-shard/1 0 1 0 2 1 00", &back), -EINVAL);
+	/* The widest record still fits (and so parses back whole). */
+	shard_tag_format(&widest, text);
+	assert_int_equal(shard_tag_parse(text, &back), 0);
+	assert_memory_equal(&widest, &back, sizeof(widest));
+	assert_int_equal(shard_tag_parse("tractd-shard/2 4 4 0 1 1 00 00", &back), -EINVAL);
+	assert_int_equal(shard_tag_parse("tractd-shard/2 0 1 0 2 1 00 00", &back), -EINVAL);
+	/* No input digest: not a record of this version. */
 	assert_int_equal(shard_tag_parse("tractd-shard/2 0 1 0 1 1 00", &back), -EINVAL);
+	assert_int_equal(shard_tag_parse("tractd-shard/1 0 1 0 1 1 00", &back), -EPROTO);
+	assert_int_equal(shard_tag_parse("tractd-shard/3 0 1 0 1 1 00 00 00", &back), -EPROTO);
 	assert_int_equal(shard_tag_parse("", &back), -EINVAL);
+}
+
+static void test_seed_limit(void **state)
+{
+	struct shard s = { .index = 99, .count = 100 };
+	struct errbuf err = { 0 };
+
+	(void)state;
+	/* 10^8 seeds in 100 shards under a limit of 10^7 per job. */
+	assert_int_equal(shard_check_seed_limit(&s, 100000000, 10000000, "seeds.count", &err), 0);
+	assert_int_equal(shard_check_seed_limit(&s, 100000000, 0, "seeds.count", &err), 0);
+	assert_int_equal(shard_check_seed_limit(&s, 100000000, 1000000, "seeds.count", &err), 0);
+	assert_int_equal(shard_check_seed_limit(&s, 100000100, 1000000, "seeds.count", &err),
+			 -E2BIG);
+	assert_string_equal(err.field, "seeds.count");
+	assert_int_equal(errbuf_kind(&err, -E2BIG), ERR_KIND_LIMIT);
+	assert_non_null(strstr(err.message, "shard 99/100 tracks 1000001 of the job's 100000100"));
 }
 
 int main(void)
@@ -166,6 +194,7 @@ int main(void)
 		cmocka_unit_test(test_range_split),
 		cmocka_unit_test(test_shard_seeds),
 		cmocka_unit_test(test_tag_round_trip),
+		cmocka_unit_test(test_seed_limit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
