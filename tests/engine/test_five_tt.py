@@ -6,7 +6,9 @@ rest CSF: the same tissues as include.nii.gz and exclude.nii.gz),
 job_act_5tt.json and job_interface.json.
 
 - the 5TT maps to the include/exclude maps exactly: job_act_5tt.json writes
-  job_act.json's bytes, from a NIfTI or a .mif 5TT;
+  job_act.json's bytes, from a NIfTI or a .mif 5TT, and a 5TT with
+  sub-cortical GM, pathological tissue and background those of the maps the
+  README's formula gives;
 - a 5TT that is not one (4 volumes, a value outside [0, 1], another grid)
   is refused (exit 3) naming the field;
 - every interface seed lies on a face between a WM voxel (wm > 0.5) and a GM
@@ -61,6 +63,31 @@ def test_5tt_gives_the_include_exclude_output(tractd, small, act_5tt):
     _, maps = _run(tractd, small, _job(small, "job_act"), "act_maps")
     assert act_5tt == maps.read_bytes()
     assert len(load_trk(small / "act_5tt.trk").streamlines) > 0
+
+
+def test_5tt_maps_as_documented(tractd, small):
+    """A 5TT with sub-cortical GM, pathological tissue and background gives
+    the output of the include/exclude maps the README states: include =
+    cortical + sub-cortical GM, 1 where the five sum below 0.5; exclude = CSF."""
+    img = nib.load(str(small / "5tt.nii.gz"))
+    tt = np.asarray(img.dataobj, np.float32).copy()
+    half = tt.shape[0] // 2
+    tt[:half, ..., 1], tt[:half, ..., 0] = tt[:half, ..., 0], 0     # cortical -> sub-cortical
+    tt[:, :6, ..., 4] = 0.25 * tt[:, :6, ..., 3]                    # some CSF pathological
+    tt[:, :6, ..., 3] *= 0.75
+    tt[..., :2, :] *= 0.2                                           # background
+    nib.save(nib.Nifti1Image(tt, img.affine), str(small / "5tt_varied.nii"))
+    c = [tt[..., k] for k in range(5)]
+    total = (((c[0] + c[1]) + c[2]) + c[3]) + c[4]
+    include = np.where(total < np.float32(0.5), np.float32(1), c[0] + c[1])
+    for name, data in (("inc_varied.nii", include), ("exc_varied.nii", c[3])):
+        nib.save(nib.Nifti1Image(data.astype(np.float32), img.affine), str(small / name))
+    job = _job(small, "job_act_5tt")
+    job["stopping"]["five_tt"] = "5tt_varied.nii"
+    from_5tt = _run(tractd, small, job, "act_5tt_varied")[1].read_bytes()
+    job["stopping"] = {"criterion": "act", "include": "inc_varied.nii",
+                       "exclude": "exc_varied.nii"}
+    assert _run(tractd, small, job, "act_maps_varied")[1].read_bytes() == from_5tt
 
 
 def test_5tt_mif_loads(tractd, small, act_5tt):
