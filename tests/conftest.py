@@ -33,7 +33,8 @@ RUN_TIMEOUT_S = 300
 
 PHANTOM_ODF_FILES = ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz", "labels.nii.gz",
                      "include.nii.gz", "exclude.nii.gz", "wm.nii.gz", "gm.nii.gz",
-                     "csf.nii.gz", "bundles.json", "job.json", "job_ptt.json", "job_act.json")
+                     "csf.nii.gz", "5tt.nii.gz", "bundles.json", "job.json", "job_ptt.json",
+                     "job_act.json", "job_act_5tt.json", "job_interface.json")
 # Written too unless `tractd phantom --no-dwi`.
 PHANTOM_DWI_FILES = ("dwi.nii.gz", "dwi.bval", "dwi.bvec", "mask.nii.gz", "job_dwi.json",
                      "job_boot.json")
