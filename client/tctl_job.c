@@ -5,8 +5,8 @@
  * "inputs" but the options that name no file (sh_basis, sh_frame,
  * bvecs_convention), so that file inputs added to the schema later need no
  * change here, and
- * "seeds.roi" and every string member of "stopping" but criterion (its
- * maps) -- are paths relative to the job file's directory; each is
+ * "seeds.roi", every string member of "seeds.interface" (its tissue maps) and
+ * of "stopping" but criterion (its maps) -- are paths relative to the job file's directory; each is
  * hashed (SHA-256, streamed: volumes can be gigabytes), uploaded only when
  * the daemon does not have that content yet, and replaced by its volume id.
  * Values that already are volume ids are left alone. output.path is taken
@@ -394,6 +394,27 @@ static bool names_a_file(const char *input_key)
 	       strcmp(input_key, "bvecs_convention") != 0;
 }
 
+/* Every string member of obj (at field) but criterion, a choice: the maps
+ * of "stopping", the tissue maps of "seeds.interface". */
+static int replace_members_by_id(struct job_file *job, struct http_client *c, json_t *obj,
+				 const char *field)
+{
+	json_t *value;
+	const char *key;
+	char member[256];
+	int code = TCTL_EXIT_OK;
+
+	json_object_foreach(obj, key, value) {
+		if (code != TCTL_EXIT_OK)
+			break;
+		if (strcmp(key, "criterion") == 0)
+			continue;
+		snprintf(member, sizeof(member), "%s.%s", field, key);
+		code = replace_path_by_id(job, c, value, member);
+	}
+	return code;
+}
+
 int job_file_upload_inputs(struct job_file *job, struct http_client *c)
 {
 	json_t *inputs = json_object_get(job->doc, "inputs"), *value;
@@ -411,13 +432,12 @@ int job_file_upload_inputs(struct job_file *job, struct http_client *c)
 	}
 	code = replace_path_by_id(job, c, json_object_get(json_object_get(job->doc, "seeds"), "roi"),
 				  "seeds.roi");
-	json_object_foreach(json_object_get(job->doc, "stopping"), key, value) {
-		if (code != TCTL_EXIT_OK)
-			break;
-		if (strcmp(key, "criterion") == 0)
-			continue;
-		snprintf(field, sizeof(field), "stopping.%s", key);
-		code = replace_path_by_id(job, c, value, field);
-	}
+	if (code == TCTL_EXIT_OK)
+		code = replace_members_by_id(job, c, json_object_get(json_object_get(job->doc,
+									     "seeds"), "interface"),
+					     "seeds.interface");
+	if (code == TCTL_EXIT_OK)
+		code = replace_members_by_id(job, c, json_object_get(job->doc, "stopping"),
+					     "stopping");
 	return code;
 }

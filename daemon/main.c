@@ -164,7 +164,9 @@ static const char phantom_usage[] =
 "\n"
 "Writes the built-in synthetic phantom (ODF, FA, seed ROI; DWI as dwi.nii.gz,\n"
 "dwi.bval, dwi.bvec and mask.nii.gz; tissue maps for stopping act and cmc as\n"
-"include, exclude, wm, gm and csf .nii.gz) and jobs for it into OUTDIR.\n"
+"include, exclude, wm, gm and csf .nii.gz, and as MRtrix3's 5TT image 5tt.nii.gz)\n"
+"and jobs for it into OUTDIR (job_act_5tt.json: ACT on the 5TT; job_interface.json:\n"
+"seeds on its white/grey-matter interface).\n"
 "\n";
 
 static const char phantom_text[] =

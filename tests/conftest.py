@@ -33,7 +33,8 @@ RUN_TIMEOUT_S = 300
 
 PHANTOM_ODF_FILES = ("odf.nii.gz", "fa.nii.gz", "seed_roi.nii.gz", "labels.nii.gz",
                      "include.nii.gz", "exclude.nii.gz", "wm.nii.gz", "gm.nii.gz",
-                     "csf.nii.gz", "bundles.json", "job.json", "job_ptt.json", "job_act.json")
+                     "csf.nii.gz", "5tt.nii.gz", "bundles.json", "job.json", "job_ptt.json",
+                     "job_act.json", "job_act_5tt.json", "job_interface.json")
 # Written too unless `tractd phantom --no-dwi`.
 PHANTOM_DWI_FILES = ("dwi.nii.gz", "dwi.bval", "dwi.bvec", "mask.nii.gz", "job_dwi.json",
                      "job_boot.json")
@@ -326,6 +327,19 @@ def connection_stats(streamlines, labels, bundles):
     n = len(streamlines)
     return {"n": n, "valid": valid, "valid_fraction": valid / n if n else 0.0,
             "per_bundle": per_bundle}
+
+
+def one_step_further(lines):
+    """Each line with both ends one step further along its end segments: the
+    point where it stopped, in the include map, which neither tractd nor DIPY
+    keeps; so that an end zone reached counts as connected."""
+    out = []
+    for x in lines:
+        x = np.asarray(x, np.float64)
+        if len(x) >= 2:
+            x = np.vstack([2 * x[0] - x[1], x, 2 * x[-1] - x[-2]])
+        out.append(x)
+    return out
 
 
 # Whole streamlines on the phantom: every bundle at least this long (the straight

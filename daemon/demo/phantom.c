@@ -36,6 +36,10 @@
 #define HIGH_LAYER_Z 17.5
 static const double design_box[3] = { 48.0, 48.0, 24.0 };
 
+/* The volumes of a 5TT image (MRtrix3's order: cortical GM, sub-cortical GM,
+ * WM, CSF, pathological tissue). */
+#define PHANTOM_TISSUES 5
+
 /* A tile is never shrunk below this fraction of the design box unless the
  * whole grid is smaller: keeps tube radii >= 2.8 voxels when tiling. */
 #define MIN_TILE_SCALE 0.8
@@ -190,7 +194,7 @@ struct dwi_series {
 
 /* dwi and mask stay unallocated (data NULL) when the DWI is not written. */
 struct phantom_volumes {
-	struct volume odf, fa, roi, labels, include, exclude, wm, dwi, mask;
+	struct volume odf, fa, roi, labels, include, exclude, wm, five_tt, dwi, mask;
 };
 
 void phantom_default_params(struct phantom_params *p)
@@ -598,6 +602,18 @@ static bool inside_border(const struct volume *v, const int64_t voxel[3])
 	return true;
 }
 
+/* MRtrix3's 5TT of the same tissues: the end zones cortical grey matter,
+ * the bundles white matter, the rest CSF; no sub-cortical grey matter or
+ * pathological tissue. */
+static void write_five_tt(struct phantom_volumes *out, size_t index)
+{
+	float *tt = out->five_tt.data + index * PHANTOM_TISSUES;
+
+	tt[0] = out->include.data[index];   /* cortical GM */
+	tt[2] = out->wm.data[index];
+	tt[3] = out->exclude.data[index];   /* CSF */
+}
+
 /* Voxels outside every bundle keep the zeros volume_alloc gave them in the
  * ODF, FA and ROI (their label may still be set: end zones reach past the
  * tube caps); the DWI has a signal everywhere. */
@@ -618,6 +634,7 @@ static void fill_voxel(const struct layout *l, const struct sphere *s,
 	out->include.data[index] = out->labels.data[index] > 0.0f ? 1.0f : 0.0f;
 	out->exclude.data[index] = f.count == 0 && out->labels.data[index] == 0.0f ? 1.0f : 0.0f;
 	out->wm.data[index] = 1.0f - out->include.data[index] - out->exclude.data[index];
+	write_five_tt(out, index);
 	if (out->dwi.data) {
 		write_dwi(&f, dwi, index, out->dwi.data + index * (size_t)out->dwi.dim[3]);
 		out->mask.data[index] = inside_border(&out->mask, voxel) ? 1.0f : 0.0f;
@@ -649,6 +666,7 @@ static void free_volumes(struct phantom_volumes *v)
 	volume_free(&v->include);
 	volume_free(&v->exclude);
 	volume_free(&v->wm);
+	volume_free(&v->five_tt);
 	volume_free(&v->dwi);
 	volume_free(&v->mask);
 }
@@ -691,6 +709,8 @@ static int alloc_volumes(const struct phantom_params *p, int nv, const struct dw
 		rc = alloc_volume(&v->exclude, p->dim, 1, p->voxel_mm, err);
 	if (!rc)
 		rc = alloc_volume(&v->wm, p->dim, 1, p->voxel_mm, err);
+	if (!rc)
+		rc = alloc_volume(&v->five_tt, p->dim, PHANTOM_TISSUES, p->voxel_mm, err);
 	if (!rc && p->write_dwi)
 		rc = alloc_volume(&v->dwi, p->dim, dwi->gradients.count, p->voxel_mm, err);
 	if (!rc && p->write_dwi)
@@ -786,7 +806,7 @@ static int make_directories(const char *path, struct errbuf *err)
 /* File names (relative to outdir) as they appear in job.json. */
 struct phantom_names {
 	char odf[32], fa[32], roi[32], labels[32], include[32], exclude[32], wm[32], gm[32],
-		csf[32], dwi[32], mask[32];
+		csf[32], five_tt[32], dwi[32], mask[32];
 };
 
 static void make_names(int compress, struct phantom_names *n)
@@ -802,6 +822,7 @@ static void make_names(int compress, struct phantom_names *n)
 	snprintf(n->wm, sizeof(n->wm), "wm%s", ext);
 	snprintf(n->gm, sizeof(n->gm), "gm%s", ext);
 	snprintf(n->csf, sizeof(n->csf), "csf%s", ext);
+	snprintf(n->five_tt, sizeof(n->five_tt), "5tt%s", ext);
 	snprintf(n->dwi, sizeof(n->dwi), "dwi%s", ext);
 	snprintf(n->mask, sizeof(n->mask), "mask%s", ext);
 }
@@ -856,6 +877,8 @@ static int save_volumes(const char *outdir, const struct phantom_names *n,
 		rc = save_volume(outdir, n->gm, &v->include, err);
 	if (!rc)
 		rc = save_volume(outdir, n->csf, &v->exclude, err);
+	if (!rc)
+		rc = save_volume(outdir, n->five_tt, &v->five_tt, err);
 	if (!rc && v->dwi.data)
 		rc = save_volume(outdir, n->dwi, &v->dwi, err);
 	if (!rc && v->mask.data)
@@ -998,6 +1021,40 @@ static int write_act_job(const char *outdir, const struct phantom_params *p,
 		job = NULL;
 	}
 	return save_job(outdir, "job_act.json", job, err);
+}
+
+/* job_act.json with the 5TT image in place of include and exclude (the
+ * same maps: tractd's output is the same), and seeded on its WM/GM
+ * interface (job_interface.json). */
+static int write_5tt_jobs(const char *outdir, const struct phantom_params *p,
+			  const struct phantom_names *n, struct errbuf *err)
+{
+	json_t *inputs = json_pack("{s:s, s:s}", "odf", n->odf, "stop_map", n->fa);
+	json_t *job = tracking_job(inputs, p, n, "tracks_act_5tt.trk"), *interface;
+	int rc;
+
+	if (job && (json_object_set_new(job, "stopping", json_pack("{s:s, s:s}", "criterion",
+								     "act", "five_tt", n->five_tt)) != 0 ||
+		    json_object_set_new(json_object_get(job, "tracking"), "return_all",
+					json_false()) != 0)) {
+		json_decref(job);
+		job = NULL;
+	}
+	interface = job ? json_deep_copy(job) : NULL;
+	rc = save_job(outdir, "job_act_5tt.json", job, err);
+	if (interface && (json_object_set_new(interface, "seeds",
+					      json_pack("{s:{s:s}, s:I, s:i}", "interface", "five_tt",
+							n->five_tt, "count", (json_int_t)p->seed_count,
+							"rng_seed", 0)) != 0 ||
+			  json_object_set_new(json_object_get(interface, "output"), "path",
+					      json_string("tracks_interface.trk")) != 0)) {
+		json_decref(interface);
+		interface = NULL;
+	}
+	if (!rc)
+		return save_job(outdir, "job_interface.json", interface, err);
+	json_decref(interface);
+	return rc;
 }
 
 /* The same tracking from the raw DWI: the daemon fits DTI for the FA stop map
@@ -1144,6 +1201,8 @@ int phantom_generate(const struct phantom_params *p, const char *outdir, struct 
 		rc = write_ptt_job(outdir, p, &names, err);
 	if (!rc)
 		rc = write_act_job(outdir, p, &names, err);
+	if (!rc)
+		rc = write_5tt_jobs(outdir, p, &names, err);
 	if (!rc && p->write_dwi)
 		rc = write_gradients(outdir, &dwi.gradients, err);
 	if (!rc && p->write_dwi)

@@ -105,7 +105,14 @@ static const struct {
 	{ "stopping.wm", offsetof(struct jobspec, stop_wm_path), JOBSPEC_SLOT_STOP_WM },
 	{ "stopping.gm", offsetof(struct jobspec, stop_gm_path), JOBSPEC_SLOT_STOP_GM },
 	{ "stopping.csf", offsetof(struct jobspec, stop_csf_path), JOBSPEC_SLOT_STOP_CSF },
+	{ "stopping.five_tt", offsetof(struct jobspec, stop_5tt_path), JOBSPEC_SLOT_STOP_5TT },
 	{ "seeds.roi", offsetof(struct jobspec, seed_roi_path), JOBSPEC_SLOT_SEED_ROI },
+	{ "seeds.interface.wm", offsetof(struct jobspec, seed_wm_path),
+	  JOBSPEC_SLOT_SEED_INTERFACE_WM },
+	{ "seeds.interface.gm", offsetof(struct jobspec, seed_gm_path),
+	  JOBSPEC_SLOT_SEED_INTERFACE_GM },
+	{ "seeds.interface.five_tt", offsetof(struct jobspec, seed_5tt_path),
+	  JOBSPEC_SLOT_SEED_INTERFACE_5TT },
 };
 
 /* An input's shape and stored value size, from the descriptor the job
@@ -202,6 +209,110 @@ static int require_3d_on_grid(const struct volume *v, const struct volume *ref,
 	return 0;
 }
 
+/* MRtrix3's 5TT image: its volumes in this order, values in [0, 1]. */
+enum five_tt_tissue { TT_CGM, TT_SGM, TT_WM, TT_CSF, TT_PATH, TT_TISSUES };
+
+/* Where MRtrix3 takes a point to be outside the brain (its Tissues::set:
+ * the five values sum to less than this). */
+#define TT_SUM_THRESHOLD 0.5f
+
+/* A 5TT image in slot, on grid: 4D with 5 volumes, every value in [0, 1]. */
+static int load_5tt(const struct jobspec *job, enum jobspec_file_slot slot, const char *path,
+		    const char *field, const struct volume *grid, const char *grid_field,
+		    struct volume *tt, struct errbuf *err)
+{
+	int r = load_volume(job, slot, path, field, tt, NULL, err);
+	size_t n;
+
+	if (r)
+		return r;
+	if (tt->dim[3] != TT_TISSUES)
+		return errbuf_set(err, -EINVAL, field, "%s must be a 5TT image (4D, 5 volumes: "
+				  "cortical GM, sub-cortical GM, WM, CSF, pathological tissue), "
+				  "got %lld volume%s", path, (long long)tt->dim[3],
+				  tt->dim[3] == 1 ? "" : "s");
+	if (!volume_same_grid(tt, grid))
+		return errbuf_set(err, -EINVAL, field, "%s is on a different grid (%lldx%lldx%lld "
+				  "or another affine) than %s (%lldx%lldx%lld)", path,
+				  (long long)tt->dim[0], (long long)tt->dim[1], (long long)tt->dim[2],
+				  grid_field, (long long)grid->dim[0], (long long)grid->dim[1],
+				  (long long)grid->dim[2]);
+	n = volume_voxels(tt) * TT_TISSUES;
+	for (size_t i = 0; i < n; i++)
+		if (!(tt->data[i] >= 0.0f && tt->data[i] <= 1.0f))
+			return errbuf_set(err, -EINVAL, field, "%s: tissue fractions must be in "
+					  "[0, 1], got %g in volume %zu of voxel %zu", path,
+					  (double)tt->data[i], i % TT_TISSUES, i / TT_TISSUES);
+	return 0;
+}
+
+/* The sum of the 5TT's tissues [first, first + n) at voxel v. */
+static float tt_sum(const struct volume *tt, size_t v, int first, int n)
+{
+	float sum = 0.0f;
+
+	for (int t = first; t < first + n; t++)
+		sum += tt->data[v * TT_TISSUES + (size_t)t];
+	return sum;
+}
+
+/* seeds.interface.five_tt: wm, and gm as cortical plus sub-cortical (as
+ * MRtrix3's 5tt2gmwmi takes them). */
+static int interface_from_5tt(const struct jobspec *job, const struct volume *grid,
+			      const char *grid_field, struct volume *wm, struct volume *gm,
+			      struct errbuf *err)
+{
+	struct volume tt = { 0 };
+	int r = load_5tt(job, JOBSPEC_SLOT_SEED_INTERFACE_5TT, job->seed_5tt_path,
+			 "seeds.interface.five_tt", grid, grid_field, &tt, err);
+
+	if (r == 0 && (volume_alloc_on_grid(wm, grid, 1) < 0 ||
+		       volume_alloc_on_grid(gm, grid, 1) < 0))
+		r = errbuf_set(err, -ENOMEM, "", "out of memory");
+	for (size_t v = 0; r == 0 && v < volume_voxels(grid); v++) {
+		wm->data[v] = tt_sum(&tt, v, TT_WM, 1);
+		gm->data[v] = tt_sum(&tt, v, TT_CGM, 2);
+	}
+	volume_free(&tt);
+	return r;
+}
+
+/* seeds.interface's partial volumes, given or from a 5TT image. */
+static int load_interface(const struct jobspec *job, const struct volume *grid,
+			  const char *grid_field, struct volume *wm, struct volume *gm,
+			  struct errbuf *err)
+{
+	int r;
+
+	if (job->seed_5tt_path)
+		return interface_from_5tt(job, grid, grid_field, wm, gm, err);
+	r = load_volume(job, JOBSPEC_SLOT_SEED_INTERFACE_WM, job->seed_wm_path,
+			"seeds.interface.wm", wm, NULL, err);
+	if (r == 0)
+		r = require_3d_on_grid(wm, grid, grid_field, "seeds.interface.wm",
+				       job->seed_wm_path, err);
+	if (r == 0)
+		r = load_volume(job, JOBSPEC_SLOT_SEED_INTERFACE_GM, job->seed_gm_path,
+				"seeds.interface.gm", gm, NULL, err);
+	if (r == 0)
+		r = require_3d_on_grid(gm, grid, grid_field, "seeds.interface.gm",
+				       job->seed_gm_path, err);
+	return r;
+}
+
+static int interface_seeds(const struct jobspec *job, const struct volume *grid,
+			   const char *grid_field, struct seeds **ret, struct errbuf *err)
+{
+	struct volume wm = { 0 }, gm = { 0 };
+	int r = load_interface(job, grid, grid_field, &wm, &gm, err);
+
+	if (r == 0)
+		r = seeds_from_interface(&wm, &gm, job->seed_count, job->rng_seed, ret, err);
+	volume_free(&wm);
+	volume_free(&gm);
+	return r;
+}
+
 static int load_seeds(const struct jobspec *job, const struct volume *odf, const char *grid_field,
 		      struct seeds **ret, struct errbuf *err)
 {
@@ -211,6 +322,8 @@ static int load_seeds(const struct jobspec *job, const struct volume *odf, const
 	if (job->seed_kind == JOBSPEC_SEEDS_POINTS)
 		return seeds_from_points(job->seed_points, job->n_seed_points, job->seed_points_ras,
 					 odf->affine, odf->dim, ret, err);
+	if (job->seed_kind == JOBSPEC_SEEDS_INTERFACE)
+		return interface_seeds(job, odf, grid_field, ret, err);
 	r = load_volume(job, JOBSPEC_SLOT_SEED_ROI, job->seed_roi_path, "seeds.roi", &roi, NULL,
 			err);
 	if (r == 0)
@@ -589,6 +702,30 @@ static int load_act_maps(const struct jobspec *job, const struct inputs *in,
 	return r;
 }
 
+/* stopping act with five_tt: include and exclude as MRtrix3's ACT ends a
+ * streamline (README, "MRtrix3's 5TT"): include = cortical + sub-cortical
+ * GM, and 1 where the tissues sum to less than 0.5 (MRtrix3: outside the
+ * image); exclude = CSF. */
+static int load_act_5tt(const struct jobspec *job, const struct inputs *in,
+			struct volume maps[3], struct errbuf *err)
+{
+	struct volume tt = { 0 };
+	int r = load_5tt(job, JOBSPEC_SLOT_STOP_5TT, job->stop_5tt_path, "stopping.five_tt",
+			 grid_of(in), in->grid_field, &tt, err);
+
+	if (r == 0 && (volume_alloc_on_grid(&maps[0], grid_of(in), 1) < 0 ||
+		       volume_alloc_on_grid(&maps[1], grid_of(in), 1) < 0))
+		r = errbuf_set(err, -ENOMEM, "", "out of memory");
+	for (size_t v = 0; r == 0 && v < volume_voxels(&tt); v++) {
+		bool outside = tt_sum(&tt, v, TT_CGM, TT_TISSUES) < TT_SUM_THRESHOLD;
+
+		maps[0].data[v] = outside ? 1.0f : tt_sum(&tt, v, TT_CGM, 2);
+		maps[1].data[v] = tt_sum(&tt, v, TT_CSF, 1);
+	}
+	volume_free(&tt);
+	return r;
+}
+
 /* stopping cmc: include and exclude from the partial volumes as DIPY's
  * AnatomicalStoppingCriterion.from_pve: include = gm, and 1 where wm + gm +
  * csf is 0 (the image's background); exclude = csf. */
@@ -624,8 +761,11 @@ static int load_tissue(const struct jobspec *job, struct inputs *in, struct errb
 	if (job->stopping == JOBSPEC_STOP_THRESHOLD)
 		return 0;
 	memset(maps, 0, sizeof(maps));
-	r = job->stopping == JOBSPEC_STOP_ACT ? load_act_maps(job, in, maps, err) :
-						load_cmc_maps(job, in, maps, err);
+	if (job->stop_5tt_path)
+		r = load_act_5tt(job, in, maps, err);
+	else
+		r = job->stopping == JOBSPEC_STOP_ACT ? load_act_maps(job, in, maps, err) :
+							load_cmc_maps(job, in, maps, err);
 	if (r == 0 && volume_alloc_on_grid(&in->tissue, grid_of(in), 2) < 0)
 		r = errbuf_set(err, -ENOMEM, "", "out of memory");
 	if (r == 0) {

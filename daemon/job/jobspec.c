@@ -545,6 +545,16 @@ const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES] = {
 	{ "stopping.wm", offsetof(struct jobspec, stop_wm_path) },
 	{ "stopping.gm", offsetof(struct jobspec, stop_gm_path) },
 	{ "stopping.csf", offsetof(struct jobspec, stop_csf_path) },
+	{ "stopping.five_tt", offsetof(struct jobspec, stop_5tt_path) },
+};
+
+/* The PATH rows of seeds_members and seed_interface_members, in enum
+ * jobspec_file_slot's order. */
+const struct jobspec_input_file jobspec_seed_files[JOBSPEC_SEED_FILES] = {
+	{ "seeds.roi", offsetof(struct jobspec, seed_roi_path) },
+	{ "seeds.interface.wm", offsetof(struct jobspec, seed_wm_path) },
+	{ "seeds.interface.gm", offsetof(struct jobspec, seed_gm_path) },
+	{ "seeds.interface.five_tt", offsetof(struct jobspec, seed_5tt_path) },
 };
 
 /* "K/N" (shard.h); null is the whole job. */
@@ -557,8 +567,16 @@ static int parse_seed_shard(json_t *v, const char *field, struct ctx *c)
 	return shard_parse(json_string_value(v), &c->js->shard, c->err);
 }
 
+/* seeds.interface: the partial volumes, or a 5TT image (check_seed_interface). */
+static const struct member seed_interface_members[] = {
+	PATH("wm", seed_wm_path),
+	PATH("gm", seed_gm_path),
+	PATH("five_tt", seed_5tt_path),
+};
+
 static const struct member seeds_members[] = {
 	PATH("roi", seed_roi_path),
+	OBJECT("interface", seed_interface_members),
 	INTEGER("count", seed_count, K_U64, 10000, 1, (double)JOBSPEC_MAX_SEEDS, NULL),
 	BOOL("per_voxel", seed_per_voxel),
 	INTEGER("rng_seed", rng_seed, K_U64, 0, 0, RNG_SEED_MAX, NULL),
@@ -605,6 +623,7 @@ static const struct member stopping_members[] = {
 	PATH("wm", stop_wm_path),
 	PATH("gm", stop_gm_path),
 	PATH("csf", stop_csf_path),
+	PATH("five_tt", stop_5tt_path),
 };
 
 static const struct member compress_members[] = {
@@ -672,6 +691,12 @@ static const struct kind_key *foreign_key(json_t *obj, const struct kind_key *ke
  * the tracker draws from it whichever way the seeds were given. */
 static const struct kind_key seed_kind_keys[] = {
 	{ "count", JOBSPEC_SEEDS_ROI },
+	{ "per_voxel", JOBSPEC_SEEDS_ROI },
+	{ "space", JOBSPEC_SEEDS_POINTS },
+};
+
+/* The same for seeds.interface, which takes count as seeds.roi does. */
+static const struct kind_key interface_seed_kind_keys[] = {
 	{ "per_voxel", JOBSPEC_SEEDS_ROI },
 	{ "space", JOBSPEC_SEEDS_POINTS },
 };
@@ -959,27 +984,64 @@ static int check_shard(const struct jobspec *js, struct errbuf *err)
 			  "one; shard the job without select", (unsigned long long)js->seed_select);
 }
 
-static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
+/* seeds.interface: wm and gm (partial volumes), or five_tt alone. */
+static int check_seed_interface(const struct jobspec *js, struct errbuf *err)
+{
+	bool wm = js->seed_wm_path != NULL, gm = js->seed_gm_path != NULL;
+
+	if (js->seed_5tt_path && (wm || gm))
+		return errbuf_set(err, -EINVAL, wm ? "seeds.interface.wm" : "seeds.interface.gm",
+				  "cannot be combined with seeds.interface.five_tt: give either "
+				  "\"wm\" and \"gm\" (partial volumes) or \"five_tt\"");
+	if (js->seed_5tt_path || (wm && gm))
+		return 0;
+	if (!wm && !gm)
+		return errbuf_set(err, -EINVAL, "seeds.interface", "needs \"wm\" and \"gm\" "
+				  "(partial volume maps) or \"five_tt\" (a 5TT image)");
+	return errbuf_set(err, -EINVAL, wm ? "seeds.interface.gm" : "seeds.interface.wm",
+			  "is required with seeds.interface.%s", wm ? "wm" : "gm");
+}
+
+/* The seed kind: exactly one of roi, points, interface. */
+static int seed_kind_of(json_t *seeds, struct jobspec *js, struct errbuf *err)
 {
 	bool roi = js->seed_roi_path != NULL, points = js->seed_points != NULL;
-	const struct kind_key *k;
-	char field[FIELD_MAX];
+	bool interface = json_object_get(seeds, "interface") != NULL;
 
 	if (roi && points)
 		return errbuf_set(err, -EINVAL, "seeds",
 				  "takes either \"roi\" or \"points\", not both");
-	if (!roi && !points)
-		return errbuf_set(err, -EINVAL, "seeds",
-				  "is required, with either \"roi\" or \"points\"");
-	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : JOBSPEC_SEEDS_POINTS;
+	if (interface && (roi || points))
+		return errbuf_set(err, -EINVAL, "seeds.interface", "cannot be combined with "
+				  "seeds.%s: give one kind of seeds", roi ? "roi" : "points");
+	if (!roi && !points && !interface)
+		return errbuf_set(err, -EINVAL, "seeds", "is required, with either \"roi\" or "
+				  "\"points\" (or \"interface\")");
+	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : points ? JOBSPEC_SEEDS_POINTS :
+			JOBSPEC_SEEDS_INTERFACE;
+	return interface ? check_seed_interface(js, err) : 0;
+}
+
+static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
+{
+	bool interface;
+	const struct kind_key *k;
+	char field[FIELD_MAX];
+
+	if (seed_kind_of(seeds, js, err))
+		return -EINVAL;
 	if (check_shard(js, err))
 		return -EINVAL;
-	js->seed_count_from_select = roi && js->seed_select && !js->seed_per_voxel &&
-				     !json_object_get(seeds, "count");
+	interface = js->seed_kind == JOBSPEC_SEEDS_INTERFACE;
+	js->seed_count_from_select = js->seed_kind != JOBSPEC_SEEDS_POINTS && js->seed_select &&
+				     !js->seed_per_voxel && !json_object_get(seeds, "count");
 	if (js->seed_count_from_select)
 		js->seed_count = js->seed_select > JOBSPEC_MAX_SEEDS / SELECT_SEEDS_PER_STREAMLINE ?
 				 JOBSPEC_MAX_SEEDS : js->seed_select * SELECT_SEEDS_PER_STREAMLINE;
-	k = foreign_key(seeds, seed_kind_keys, ARRAY_SIZE(seed_kind_keys), (int)js->seed_kind);
+	k = interface ? foreign_key(seeds, interface_seed_kind_keys,
+				    ARRAY_SIZE(interface_seed_kind_keys), (int)js->seed_kind) :
+			foreign_key(seeds, seed_kind_keys, ARRAY_SIZE(seed_kind_keys),
+				    (int)js->seed_kind);
 	if (!k)
 		return 0;
 	snprintf(field, sizeof(field), "seeds.%s", k->key);
@@ -1012,16 +1074,36 @@ static const struct {
 	{ "stopping.csf", offsetof(struct jobspec, stop_csf_path), JOBSPEC_STOP_CMC, "cmc" },
 };
 
+/* stopping.five_tt: act's include and exclude, from a 5TT image. */
+static int check_stopping_5tt(const struct jobspec *js, struct errbuf *err)
+{
+	if (!js->stop_5tt_path)
+		return 0;
+	if (js->stopping != JOBSPEC_STOP_ACT)
+		return errbuf_set(err, -EINVAL, "stopping.five_tt",
+				  "is only for stopping.criterion \"act\"");
+	if (js->stop_include_path || js->stop_exclude_path)
+		return errbuf_set(err, -EINVAL, js->stop_include_path ? "stopping.include" :
+				  "stopping.exclude", "cannot be combined with stopping.five_tt: "
+				  "the 5TT image gives both maps");
+	return 0;
+}
+
 static int check_stopping(const struct jobspec *js, struct errbuf *err)
 {
+	if (check_stopping_5tt(js, err))
+		return -EINVAL;
 	for (size_t i = 0; i < ARRAY_SIZE(stopping_maps); i++) {
 		const char *path = *(char *const *)((const char *)js + stopping_maps[i].offset);
 		bool wanted = js->stopping == stopping_maps[i].criterion;
+		bool from_5tt = stopping_maps[i].criterion == JOBSPEC_STOP_ACT && js->stop_5tt_path;
 
-		if (wanted && !path)
+		if (wanted && !path && !from_5tt)
 			return errbuf_set(err, -EINVAL, stopping_maps[i].field,
-					  "is required with stopping.criterion \"%s\"",
-					  stopping_maps[i].criterion_name);
+					  "is required with stopping.criterion \"%s\"%s",
+					  stopping_maps[i].criterion_name,
+					  stopping_maps[i].criterion == JOBSPEC_STOP_ACT ?
+					  " (or give stopping.five_tt)" : "");
 		if (!wanted && path)
 			return errbuf_set(err, -EINVAL, stopping_maps[i].field,
 					  "is only for stopping.criterion \"%s\"",
@@ -1219,6 +1301,7 @@ static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 	if (json_is_object(seeds)) {
 		json_object_del(seeds, "shard");
 		json_object_del(seeds, "roi");
+		json_object_del(seeds, "interface");   /* file names only */
 	}
 	if (json_is_object(output)) {
 		json_object_del(output, "path");
@@ -1414,7 +1497,11 @@ void jobspec_free(struct jobspec *js)
 	free(js->stop_wm_path);
 	free(js->stop_gm_path);
 	free(js->stop_csf_path);
+	free(js->stop_5tt_path);
 	free(js->seed_roi_path);
+	free(js->seed_wm_path);
+	free(js->seed_gm_path);
+	free(js->seed_5tt_path);
 	free(js->seed_points);
 	free(js->sphere_name);
 	free(js->sphere_vertices);

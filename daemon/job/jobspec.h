@@ -24,7 +24,9 @@
  *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0,
  *                "select": null, "shard": null | "K/N"}
  *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras", "select": null,
- *                "shard": null | "K/N"},
+ *                "shard": null | "K/N"}
+ *            or {"interface": {"wm": PATH, "gm": PATH} | {"five_tt": PATH}, "count": 10000,
+ *                "rng_seed": 0, "select": null, "shard": null | "K/N"},
  *   "tracking": {"sphere": "repulsion724" | {"vertices": [[x,y,z], ...]},
  *                "step_size": 0.5 | "step_mm": 1 (one of them), "max_angle": 60,
  *                "fa_threshold": 0.1,
@@ -37,6 +39,7 @@
  *                "return_all": true},
  *   "stopping": {"criterion": "threshold"} (default: stop_map and fa_threshold)
  *            or {"criterion": "act", "include": PATH, "exclude": PATH}
+ *            or {"criterion": "act", "five_tt": PATH}  (MRtrix3's 5TT image)
  *            or {"criterion": "cmc", "wm": PATH, "gm": PATH, "csf": PATH},
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
  *                "save_seed_index": false, "save_direction_getter": false,
@@ -64,6 +67,7 @@
 enum jobspec_seed_kind {
 	JOBSPEC_SEEDS_ROI,        /* random seeds in seeds.roi */
 	JOBSPEC_SEEDS_POINTS,     /* explicit seeds.points */
+	JOBSPEC_SEEDS_INTERFACE,  /* random seeds on the WM/GM interface (seeds.interface) */
 };
 
 enum jobspec_input_kind {
@@ -135,7 +139,8 @@ struct jobspec_model {
 	double min_signal;          /* opdt/csa signal floor, > 0, default 1 */
 };
 
-/* The files a job reads, by slot: jobspec_input_files' order, then seeds.roi. */
+/* The files a job reads, by slot: jobspec_input_files' order, then the
+ * seeds' (jobspec_seed_files). */
 enum jobspec_file_slot {
 	JOBSPEC_SLOT_ODF,
 	JOBSPEC_SLOT_SH,
@@ -149,7 +154,11 @@ enum jobspec_file_slot {
 	JOBSPEC_SLOT_STOP_WM,
 	JOBSPEC_SLOT_STOP_GM,
 	JOBSPEC_SLOT_STOP_CSF,
+	JOBSPEC_SLOT_STOP_5TT,
 	JOBSPEC_SLOT_SEED_ROI,
+	JOBSPEC_SLOT_SEED_INTERFACE_WM,
+	JOBSPEC_SLOT_SEED_INTERFACE_GM,
+	JOBSPEC_SLOT_SEED_INTERFACE_5TT,
 	JOBSPEC_SLOTS
 };
 
@@ -181,6 +190,9 @@ struct jobspec {
 
 	enum jobspec_seed_kind seed_kind;
 	char *seed_roi_path;        /* seeds.roi (ROI kind) */
+	char *seed_wm_path;         /* seeds.interface.wm, gm: partial volumes (INTERFACE */
+	char *seed_gm_path;         /* kind), or */
+	char *seed_5tt_path;        /* seeds.interface.five_tt: a 5TT image */
 	uint64_t seed_count;        /* seeds.count, default 10000, 1..JOBSPEC_MAX_SEEDS; with
 				     * select and neither count nor per_voxel: 1000 x select
 				     * (tckgen's default), at most JOBSPEC_MAX_SEEDS */
@@ -242,6 +254,8 @@ struct jobspec {
 	char *stop_wm_path;             /* stopping.wm, gm, csf (cmc): partial volume maps */
 	char *stop_gm_path;
 	char *stop_csf_path;
+	char *stop_5tt_path;            /* stopping.five_tt (act): MRtrix3's 5TT image, in
+					 * place of include and exclude (inputs.c maps it) */
 
 	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)
@@ -268,6 +282,18 @@ struct jobspec_input_file {
 };
 #define JOBSPEC_INPUT_FILES JOBSPEC_SLOT_SEED_ROI
 extern const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES];
+
+/* The files of seeds, slots JOBSPEC_SLOT_SEED_ROI.. in order: they name
+ * where to seed, not the inputs a cache shares. */
+#define JOBSPEC_SEED_FILES (JOBSPEC_SLOTS - JOBSPEC_INPUT_FILES)
+extern const struct jobspec_input_file jobspec_seed_files[JOBSPEC_SEED_FILES];
+
+/* The file row of any slot: an input's or a seed's. */
+static inline const struct jobspec_input_file *jobspec_file(enum jobspec_file_slot slot)
+{
+	return slot < JOBSPEC_INPUT_FILES ? &jobspec_input_files[slot] :
+					    &jobspec_seed_files[slot - JOBSPEC_INPUT_FILES];
+}
 
 /* The path of f in js (NULL when not given), and the slot holding it. */
 static inline const char *jobspec_input_path(const struct jobspec *js,

@@ -17,10 +17,12 @@ struct seeds {
 	 * unless a shard restricted them. */
 	uint64_t first, end;
 	/* From a mask (points == NULL): mask voxels as [x][y][z] indices in
-	 * seeding order; seed i sits in order[i % nvox]. */
+	 * seeding order, or with faces interface faces as 6 x voxel + face;
+	 * seed i sits in order[i % nvox]. */
 	uint64_t nvox;
 	uint64_t *order;
 	uint64_t ny, nz;
+	bool faces;
 	uint32_t key[2];
 	/* From points: 3*count voxel coordinates. */
 	float *points;
@@ -96,39 +98,109 @@ static int seed_total(uint64_t count, bool per_voxel, uint64_t nvox, uint64_t *t
 	return 0;
 }
 
+static uint64_t *alloc_order(uint64_t n)
+{
+	return n <= SIZE_MAX / sizeof(uint64_t) ? malloc((size_t)n * sizeof(uint64_t)) : NULL;
+}
+
+/* Seeds over the n elements listed in order (taken, also on failure), total
+ * of them, in an order shuffled once. */
+static int seeds_shuffled(uint64_t *order, uint64_t n, uint64_t total, const int64_t dim[3],
+			  bool faces, uint64_t rng_seed, struct seeds **ret)
+{
+	struct seeds *s = calloc(1, sizeof(*s));
+
+	if (!s) {
+		free(order);
+		return -ENOMEM;
+	}
+	s->order = order;
+	s->nvox = n;
+	s->faces = faces;
+	s->count = total;
+	s->end = total;
+	s->ny = (uint64_t)dim[1];
+	s->nz = (uint64_t)dim[2];
+	philox_key_from_seed(rng_seed, s->key);
+	shuffle(s->order, n, s->key);
+	*ret = s;
+	return 0;
+}
+
 int seeds_from_mask(const struct volume *mask, uint64_t count, bool per_voxel,
 		    uint64_t rng_seed, struct seeds **ret, struct errbuf *err)
 {
-	uint64_t nvox = mask_voxels(mask, NULL);
-	struct seeds *s;
+	uint64_t nvox = mask_voxels(mask, NULL), total = 0;
+	uint64_t *order;
 	int rc;
 
 	if (nvox == 0)
 		return errbuf_set(err, -EINVAL, "seeds.roi", "the mask has no voxel above 0");
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	rc = seed_total(count, per_voxel, nvox, &s->count, err);
+	rc = seed_total(count, per_voxel, nvox, &total, err);
 	if (rc)
-		goto fail;
-	s->order = nvox <= SIZE_MAX / sizeof(*s->order) ?
-		   malloc((size_t)nvox * sizeof(*s->order)) : NULL;
-	if (!s->order) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	s->nvox = nvox;
-	s->ny = (uint64_t)mask->dim[1];
-	s->nz = (uint64_t)mask->dim[2];
-	s->end = s->count;
-	philox_key_from_seed(rng_seed, s->key);
-	mask_voxels(mask, s->order);
-	shuffle(s->order, nvox, s->key);
-	*ret = s;
-	return 0;
-fail:
-	seeds_free(s);
-	return rc;
+		return rc;
+	order = alloc_order(nvox);
+	if (!order)
+		return -ENOMEM;
+	mask_voxels(mask, order);
+	return seeds_shuffled(order, nvox, total, mask->dim, false, rng_seed, ret);
+}
+
+/* The neighbour of voxel v across face f (0/1: -x/+x, 2/3: -y/+y, 4/5:
+ * -z/+z) into *n; false where that leaves the image. */
+static bool face_neighbour(const struct volume *v, const int64_t voxel[3], int f, int64_t n[3])
+{
+	int axis = f / 2;
+
+	memcpy(n, voxel, 3 * sizeof(*n));
+	n[axis] += f % 2 ? 1 : -1;
+	return n[axis] >= 0 && n[axis] < v->dim[axis];
+}
+
+/* The interface's faces (see seeds.h), counted (order == NULL) or listed
+ * as 6 x voxel index + face, in that order. */
+static uint64_t interface_faces(const struct volume *wm, const struct volume *gm,
+				uint64_t *order)
+{
+	uint64_t n = 0;
+	int64_t v[3], nb[3];
+
+	for (v[0] = 0; v[0] < wm->dim[0]; v[0]++)
+		for (v[1] = 0; v[1] < wm->dim[1]; v[1]++)
+			for (v[2] = 0; v[2] < wm->dim[2]; v[2]++) {
+				size_t idx = volume_index(wm, v[0], v[1], v[2]);
+
+				if (!(wm->data[idx] > SEEDS_TISSUE_MAJORITY))
+					continue;
+				for (int f = 0; f < 6; f++) {
+					if (!face_neighbour(wm, v, f, nb) ||
+					    !(gm->data[volume_index(gm, nb[0], nb[1], nb[2])] >
+					      SEEDS_TISSUE_MAJORITY))
+						continue;
+					if (order)
+						order[n] = 6 * (uint64_t)idx + (uint64_t)f;
+					n++;
+				}
+			}
+	return n;
+}
+
+int seeds_from_interface(const struct volume *wm, const struct volume *gm, uint64_t count,
+			 uint64_t rng_seed, struct seeds **ret, struct errbuf *err)
+{
+	uint64_t nfaces = interface_faces(wm, gm, NULL);
+	uint64_t *order;
+
+	if (nfaces == 0)
+		return errbuf_set(err, -EINVAL, "seeds.interface", "no voxel of white matter "
+				  "(wm > 0.5) shares a face with one of grey matter (gm > 0.5)");
+	if (count == 0)
+		return errbuf_set(err, -EINVAL, "seeds.count", "must be at least 1");
+	order = alloc_order(nfaces);
+	if (!order)
+		return -ENOMEM;
+	interface_faces(wm, gm, order);
+	return seeds_shuffled(order, nfaces, count, wm->dim, true, rng_seed, ret);
 }
 
 /* One point in voxel coordinates, or -EINVAL with the reason in err. */
@@ -225,7 +297,8 @@ uint64_t seeds_count(const struct seeds *s)
 }
 
 /* Seed i: the voxel at its place in the round, jittered by three uniforms
- * drawn for item i. */
+ * drawn for item i; an interface face's seed lies on the face, jittered
+ * along its two axes only. */
 static void fill_from_mask(const struct seeds *s, uint64_t first, uint64_t n, float *out)
 {
 	uint64_t place = first % s->nvox, yz = s->ny * s->nz;
@@ -233,15 +306,21 @@ static void fill_from_mask(const struct seeds *s, uint64_t first, uint64_t n, fl
 	for (uint64_t i = first; i < first + n; i++) {
 		const uint32_t counter[4] = {0, (uint32_t)i, (uint32_t)(i >> 32),
 					     PHILOX_STREAM_SEED_JITTER};
-		uint64_t idx = s->order[place];
+		uint64_t idx = s->faces ? s->order[place] / 6 : s->order[place];
+		int face = s->faces ? (int)(s->order[place] % 6) : -1;
 		/* NOLINTNEXTLINE(bugprone-integer-division): the voxel index to its i, j, k */
 		double voxel[3] = {(double)(idx / yz), (double)(idx % yz / s->nz),
 				   (double)(idx % s->nz)};
 		uint32_t u[4];
 
 		philox4x32_10(counter, s->key, u);
-		for (int k = 0; k < 3; k++)
-			*out++ = (float)(voxel[k] + philox_uniform_float(u[k]) - 0.5);
+		for (int k = 0; k < 3; k++) {
+			bool across = face >= 0 && k == face / 2;
+			double offset = across ? (face % 2 ? 0.5 : -0.5) :
+						 philox_uniform_float(u[k]) - 0.5;
+
+			*out++ = (float)(voxel[k] + offset);
+		}
 		if (++place == s->nvox)
 			place = 0;
 	}

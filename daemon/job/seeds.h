@@ -11,6 +11,10 @@
  *    truncated to count; per voxel it is count rounds. Randomness comes from
  *    Philox keyed by rng_seed (not numpy's generator, so positions differ from
  *    DIPY's while the distribution is the same);
+ *  - on the white/grey-matter interface, as the mask's rounds over its
+ *    faces: a face joins a voxel of white matter (wm > 0.5) and one of its
+ *    6 neighbours of grey matter (gm > 0.5); its seeds lie on the face
+ *    (half-way between the two centres along its axis), uniform across it;
  *  - from an explicit list of points in voxel or RAS+ mm coordinates.
  * Coordinates produced are voxel coordinates (centres at integers). Does not log.
  */
@@ -29,6 +33,15 @@ struct seeds;
  * Errors: empty mask (-EINVAL, field "seeds.roi"), overflow of count*nvox. */
 int seeds_from_mask(const struct volume *mask, uint64_t count, bool per_voxel,
 		    uint64_t rng_seed, struct seeds **ret, struct errbuf *err);
+
+/* Where a tissue's partial volume is the voxel's majority. */
+#define SEEDS_TISSUE_MAJORITY 0.5f
+
+/* wm, gm: 3D partial volumes on one grid. count seeds in total (rounds over
+ * the faces, as seeds_from_mask's over voxels). Errors: no face (-EINVAL,
+ * field "seeds.interface"), count 0. */
+int seeds_from_interface(const struct volume *wm, const struct volume *gm, uint64_t count,
+			 uint64_t rng_seed, struct seeds **ret, struct errbuf *err);
 
 /* pts: n points (xyz interleaved). ras_mm: pts are world coordinates mapped
  * through inverse(affine); else voxel coordinates. Points outside

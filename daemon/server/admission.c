@@ -13,14 +13,12 @@
 
 static char **slot_path(struct jobspec *spec, enum jobspec_file_slot slot)
 {
-	if (slot == JOBSPEC_SLOT_SEED_ROI)
-		return &spec->seed_roi_path;
-	return jobspec_input_slot(spec, &jobspec_input_files[slot]);
+	return jobspec_input_slot(spec, jobspec_file(slot));
 }
 
 static const char *slot_field(enum jobspec_file_slot slot)
 {
-	return slot == JOBSPEC_SLOT_SEED_ROI ? "seeds.roi" : jobspec_input_files[slot].field;
+	return jobspec_file(slot)->field;
 }
 
 /* A server-side path: opened now, as the user who submits the job, if it

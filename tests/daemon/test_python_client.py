@@ -717,3 +717,16 @@ def test_stopping_maps_are_uploaded_fields(pyclient):
                          capture_output=True, text=True, timeout=60).stdout
     assert json.loads(out) == ["inputs.odf", "inputs.stop_map", "seeds.roi", "stopping.wm",
                                "stopping.gm", "stopping.csf"]
+
+
+def test_interface_maps_are_uploaded_fields(pyclient):
+    """seeds.interface's tissue maps and stopping.five_tt are volumes too."""
+    doc = {"inputs": {"odf": "odf.nii", "stop_map": "fa.nii"},
+           "seeds": {"interface": {"wm": "wm.nii", "gm": "gm.nii"}, "count": 10},
+           "stopping": {"criterion": "act", "five_tt": "5tt.nii"}}
+    code = ("import json, sys; from tractd import _inputs; "
+            "print(json.dumps([f for f, _, _ in _inputs.input_fields(json.loads(sys.argv[1]))]))")
+    out = subprocess.run([str(pyclient), "-c", code, json.dumps(doc)], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert json.loads(out) == ["inputs.odf", "inputs.stop_map", "seeds.interface.wm",
+                               "seeds.interface.gm", "stopping.five_tt"]

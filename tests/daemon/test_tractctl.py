@@ -582,3 +582,15 @@ def test_track_act_uploads_the_maps(ctl, daemon, phantom, references, tmp_path):
                              "--json")).stdout)
     assert_same_trk(out.read_bytes(), references.trk(local), "tractctl track with stopping act")
     assert doc["result"]["stop_reasons"] == references.stats(local)["stop_reasons"], doc
+
+
+def test_track_5tt_interface_uploads_the_maps(ctl, daemon, phantom, references, tmp_path):
+    """stopping.five_tt and seeds.interface's 5TT given as local paths are
+    uploaded too: `tractctl track` writes the bytes of `tractd run`."""
+    five_tt = str(phantom.path("5tt.nii.gz"))
+    local = local_job(phantom, **SMALL, tracking={"return_all": False})
+    local["seeds"] = {"interface": {"five_tt": five_tt}, "count": SMALL["count"]}
+    local["stopping"] = {"criterion": "act", "five_tt": five_tt}
+    out = tmp_path / "interface.trk"
+    _ok(ctl("track", _job_file(tmp_path, "interface", local), "-o", out))
+    assert_same_trk(out.read_bytes(), references.trk(local), "tractctl track with 5TT")

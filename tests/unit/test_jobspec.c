@@ -1533,6 +1533,8 @@ static void test_input_file_table(void **state)
 		"{\"inputs\": {\"odf\": \"odf\", \"stop_map\": \"stop_map\"}, " ROI_SEEDS
 		", \"stopping\": {\"criterion\": \"cmc\", \"wm\": \"wm\", \"gm\": \"gm\", "
 		"\"csf\": \"csf\"}}",
+		"{\"inputs\": {\"odf\": \"odf\", \"stop_map\": \"stop_map\"}, " ROI_SEEDS
+		", \"stopping\": {\"criterion\": \"act\", \"five_tt\": \"five_tt\"}}",
 	};
 	bool seen[JOBSPEC_INPUT_FILES] = { false };
 
@@ -1742,6 +1744,82 @@ static void test_stopping_fingerprint(void **state)
 	jobspec_free(&b);
 }
 
+/* stopping.five_tt: act's maps from a 5TT image, alone. */
+static void test_stopping_5tt(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(STOPPING_JOB("\"criterion\": \"act\", \"five_tt\": \"5tt.mif\""), "/d", &js);
+	assert_int_equal(js.stopping, JOBSPEC_STOP_ACT);
+	assert_string_equal(js.stop_5tt_path, "/d/5tt.mif");
+	assert_null(js.stop_include_path);
+	jobspec_free(&js);
+	expect_error(STOPPING_JOB("\"five_tt\": \"5tt.mif\""), "stopping.five_tt",
+		     "is only for stopping.criterion \"act\"");
+	expect_error(STOPPING_JOB("\"criterion\": \"cmc\", \"wm\": \"w\", \"gm\": \"g\", "
+				  "\"csf\": \"c\", \"five_tt\": \"5tt.mif\""),
+		     "stopping.five_tt", "is only for stopping.criterion \"act\"");
+	expect_error(STOPPING_JOB("\"criterion\": \"act\", \"five_tt\": \"5tt.mif\", "
+				  "\"exclude\": \"csf.nii\""),
+		     "stopping.exclude", "cannot be combined with stopping.five_tt");
+	expect_error(STOPPING_JOB("\"criterion\": \"act\""), "stopping.include",
+		     "is required with stopping.criterion \"act\" (or give stopping.five_tt)");
+}
+
+#define INTERFACE_JOB(seeds) "{" INPUTS ", \"seeds\": {" seeds "}}"
+
+/* seeds.interface: wm and gm, or five_tt; count as seeds.roi's. */
+static void test_seeds_interface(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(INTERFACE_JOB("\"interface\": {\"wm\": \"wm.nii\", \"gm\": \"gm.nii\"}, "
+				"\"count\": 7, \"rng_seed\": 3"), "/d", &js);
+	assert_int_equal(js.seed_kind, JOBSPEC_SEEDS_INTERFACE);
+	assert_string_equal(js.seed_wm_path, "/d/wm.nii");
+	assert_string_equal(js.seed_gm_path, "/d/gm.nii");
+	assert_null(js.seed_5tt_path);
+	assert_int_equal(js.seed_count, 7);
+	jobspec_free(&js);
+	expect_ok(INTERFACE_JOB("\"interface\": {\"five_tt\": \"5tt.nii\"}, \"select\": 4"),
+		  NULL, &js);
+	assert_string_equal(js.seed_5tt_path, "5tt.nii");
+	assert_int_equal(js.seed_count, 4000);   /* select's default, as with roi */
+	assert_true(js.seed_count_from_select);
+	jobspec_free(&js);
+	expect_error(INTERFACE_JOB("\"interface\": {}"), "seeds.interface",
+		     "needs \"wm\" and \"gm\"");
+	expect_error(INTERFACE_JOB("\"interface\": {\"wm\": \"wm.nii\"}"), "seeds.interface.gm",
+		     "is required with seeds.interface.wm");
+	expect_error(INTERFACE_JOB("\"interface\": {\"gm\": \"gm.nii\", \"five_tt\": \"t\"}"),
+		     "seeds.interface.gm", "cannot be combined with seeds.interface.five_tt");
+	expect_error(INTERFACE_JOB("\"interface\": {\"csf\": \"c\"}"), "seeds.interface.csf",
+		     "unknown field");
+	expect_error(INTERFACE_JOB("\"interface\": {\"five_tt\": \"t\"}, \"roi\": \"r\""),
+		     "seeds.interface", "cannot be combined with seeds.roi");
+	expect_error(INTERFACE_JOB("\"interface\": {\"five_tt\": \"t\"}, \"per_voxel\": true"),
+		     "seeds.per_voxel", "is only allowed with seeds.roi");
+	expect_error(INTERFACE_JOB("\"interface\": {\"five_tt\": \"t\"}, \"space\": \"ras\""),
+		     "seeds.space", "is only allowed with seeds.points");
+	expect_error(INTERFACE_JOB("\"interface\": {\"five_tt\": \"t\"}, \"select\": 2, "
+				   "\"shard\": \"0/2\""), "seeds.shard", "cannot be combined");
+}
+
+/* The interface's file names are not the job's: shards fingerprint alike. */
+static void test_seeds_interface_fingerprint(void **state)
+{
+	struct jobspec a, b;
+
+	(void)state;
+	expect_ok(INTERFACE_JOB("\"interface\": {\"five_tt\": \"5tt.nii\"}"), NULL, &a);
+	expect_ok(INTERFACE_JOB("\"interface\": {\"five_tt\": \"sha256:00\"}"), NULL, &b);
+	assert_true(a.fingerprint == b.fingerprint);
+	jobspec_free(&a);
+	jobspec_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1781,6 +1859,9 @@ int main(void)
 		cmocka_unit_test(test_step_mm),
 		cmocka_unit_test(test_stopping),
 		cmocka_unit_test(test_stopping_fingerprint),
+		cmocka_unit_test(test_stopping_5tt),
+		cmocka_unit_test(test_seeds_interface),
+		cmocka_unit_test(test_seeds_interface_fingerprint),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
 	};

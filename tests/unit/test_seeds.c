@@ -2,7 +2,8 @@
 /*
  * seeds: determinism, placement inside mask voxels, count semantics of
  * DIPY's random_seeds_from_mask, independence from chunking, point seeds in
- * voxel and RAS+ mm coordinates, and rejection of bad input. Masks are built
+ * voxel and RAS+ mm coordinates, seeds on the faces of a WM/GM interface,
+ * and rejection of bad input. Masks are built
  * by hand (no file I/O).
  */
 #include <stdarg.h>
@@ -533,6 +534,86 @@ static void test_points_ras_mm(void **state)
 	expect_point_rejected((const double[3]){0, 0, 0}, true, affine, "outside");
 }
 
+/* A 4x3x2 grid: white matter where x < 2, grey matter where x >= 2 but
+ * for the voxel (3, 2, 1), which is neither: the interface is the 6 faces
+ * at x = 1.5. */
+static void make_tissues(struct volume *wm, struct volume *gm)
+{
+	int64_t v[3];
+
+	memset(wm, 0, sizeof(*wm));
+	wm->dim[0] = 4;
+	wm->dim[1] = 3;
+	wm->dim[2] = 2;
+	wm->dim[3] = 1;
+	identity(wm->affine);
+	*gm = *wm;
+	wm->data = calloc(24, sizeof(float));
+	gm->data = calloc(24, sizeof(float));
+	assert_non_null(wm->data);
+	assert_non_null(gm->data);
+	for (v[0] = 0; v[0] < 4; v[0]++)
+		for (v[1] = 0; v[1] < 3; v[1]++)
+			for (v[2] = 0; v[2] < 2; v[2]++) {
+				size_t i = volume_index(wm, v[0], v[1], v[2]);
+
+				wm->data[i] = v[0] < 2 ? 0.9f : 0.1f;
+				gm->data[i] = v[0] < 2 ? 0.1f : 0.9f;
+			}
+	gm->data[volume_index(gm, 3, 2, 1)] = 0.5f;   /* not above 0.5 */
+}
+
+/* Every seed lies on one of the 6 faces at x = 1.5, uniform across it; each
+ * round visits every face once; any chunking gives the same seeds. */
+static void test_interface_faces(void **state)
+{
+	struct volume wm, gm;
+	struct seeds *s = NULL;
+	struct errbuf err = {0};
+	unsigned hits[3][2] = {{0}};
+	float *all, part[3 * 5];
+
+	(void)state;
+	make_tissues(&wm, &gm);
+	assert_int_equal(seeds_from_interface(&wm, &gm, 60, 5, &s, &err), 0);
+	assert_int_equal(seeds_count(s), 60);
+	all = fill_all(s);
+	for (int i = 0; i < 60; i++) {
+		const float *p = &all[3 * i];
+
+		assert_true(p[0] == 1.5f);
+		assert_true(p[1] >= -0.5f && p[1] < 2.5f && p[2] >= -0.5f && p[2] < 1.5f);
+		hits[(int)floorf(p[1] + 0.5f)][(int)floorf(p[2] + 0.5f)]++;
+	}
+	for (int y = 0; y < 3; y++)
+		for (int z = 0; z < 2; z++)
+			assert_int_equal(hits[y][z], 10);
+	assert_int_equal(seeds_fill(s, 13, 5, part), 0);
+	assert_memory_equal(part, all + 3 * 13, sizeof(part));
+	free(all);
+	seeds_free(s);
+	free(wm.data);
+	free(gm.data);
+}
+
+static void test_interface_errors(void **state)
+{
+	struct volume wm, gm;
+	struct seeds *s = NULL;
+	struct errbuf err = {0};
+
+	(void)state;
+	make_tissues(&wm, &gm);
+	assert_int_equal(seeds_from_interface(&wm, &gm, 0, 5, &s, &err), -EINVAL);
+	assert_string_equal(err.field, "seeds.count");
+	memset(gm.data, 0, 24 * sizeof(float));
+	assert_int_equal(seeds_from_interface(&wm, &gm, 10, 5, &s, &err), -EINVAL);
+	assert_string_equal(err.field, "seeds.interface");
+	assert_null(s);
+	free(wm.data);
+	free(gm.data);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -551,6 +632,8 @@ int main(void)
 		cmocka_unit_test(test_points_rejected),
 		cmocka_unit_test(test_points_errors),
 		cmocka_unit_test(test_points_ras_mm),
+		cmocka_unit_test(test_interface_faces),
+		cmocka_unit_test(test_interface_errors),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -81,7 +81,8 @@ class Client:
         """Queues a job; returns its Job.
 
         job: a job document (dict; not modified) or the path of a job file.
-        Its inputs and seeds.roi may be volume ids, local paths (relative ones
+        Its inputs, seeds.roi and the maps of seeds.interface and stopping
+        may be volume ids, local paths (relative ones
         against the job file's directory, else base_dir or the working
         directory), numpy arrays, nibabel images or bytes; each is uploaded by
         content hash only when the daemon lacks it. Arrays are placed on

@@ -1,7 +1,8 @@
 """The inputs of a job document turned into volume ids (proto/API.md,
 "Volumes"), as tractctl's job_file_upload_inputs (client/tctl_job.c) does:
-every member of "inputs" but sh_basis and sh_frame, seeds.roi and the maps of
-"stopping" (every member but criterion). A value
+every member of "inputs" but sh_basis and sh_frame, seeds.roi, the tissue
+maps of seeds.interface and the maps of "stopping" (every member but
+criterion). A value
 may be a volume id (kept), a local path (relative ones against the job
 file's directory), bytes, a numpy array or a nibabel image. Arrays and
 images are serialised to NIfTI in memory, bvals/bvecs arrays to FSL text:
@@ -35,6 +36,9 @@ def input_fields(doc):
     seeds = doc.get("seeds")
     if isinstance(seeds, dict) and "roi" in seeds:
         fields.append(("seeds.roi", seeds, "roi"))
+    interface = seeds.get("interface") if isinstance(seeds, dict) else None
+    if isinstance(interface, dict):
+        fields += [(f"seeds.interface.{k}", interface, k) for k in interface]
     stopping = doc.get("stopping")
     if isinstance(stopping, dict):
         fields += [(f"stopping.{k}", stopping, k) for k in stopping if k != "criterion"]
