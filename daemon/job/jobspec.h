@@ -34,10 +34,13 @@
  *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob; ptt: not sh),
  *                "probe_length": 2, "probe_quality": 9, "probe_count": 1, "probe_radius": 0,
  *                "rejection_samples": 10, "rejection_tries": 100 (ptt only),
- *                "return_all": true},
+ *                "return_all": true, "max_cross": null},
  *   "stopping": {"criterion": "threshold"} (default: stop_map and fa_threshold)
  *            or {"criterion": "act", "include": PATH, "exclude": PATH}
  *            or {"criterion": "cmc", "wm": PATH, "gm": PATH, "csf": PATH},
+ *   "regions":  {"include": [SPHERE, ...], "exclude": [SPHERE, ...]} (tckgen
+ *               -include/-exclude), SPHERE = {"center": [x, y, z], "radius": r}
+ *               in RAS+ mm; at most JOBSPEC_MAX_REGIONS in each list,
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
  *                "save_seed_index": false, "save_direction_getter": false,
  *                "positions": "float32" | "float16" (trx only),
@@ -134,6 +137,16 @@ struct jobspec_model {
 	double sh_lambda;           /* opdt/csa regularisation, [0, 10], default 0.006 */
 	double min_signal;          /* opdt/csa signal floor, > 0, default 1 */
 };
+
+/* A region of regions.include or regions.exclude: a sphere in RAS+ mm
+ * (tckgen's x,y,z,r). */
+struct jobspec_sphere {
+	double center[3];
+	double radius;              /* mm, > 0 */
+};
+
+/* Regions per list: the track kernels keep a bit per include region. */
+#define JOBSPEC_MAX_REGIONS 16
 
 /* The files a job reads, by slot: jobspec_input_files' order, then seeds.roi. */
 enum jobspec_file_slot {
@@ -242,6 +255,14 @@ struct jobspec {
 	char *stop_wm_path;             /* stopping.wm, gm, csf (cmc): partial volume maps */
 	char *stop_gm_path;
 	char *stop_csf_path;
+	int max_cross;                  /* tracking.max_cross: initial directions tracked
+					 * from each seed at most (DIPY's), [1, 10000];
+					 * 0 when not given or null: all of them */
+	/* regions (tckgen -include/-exclude): a streamline is kept only if it
+	 * visits every include region and enters no exclude region. */
+	struct jobspec_sphere include_regions[JOBSPEC_MAX_REGIONS];
+	struct jobspec_sphere exclude_regions[JOBSPEC_MAX_REGIONS];
+	int n_include_regions, n_exclude_regions;
 
 	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)
