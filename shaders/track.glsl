@@ -87,33 +87,47 @@ struct Walk {
 };
 
 #if REGIONS
-// The job's regions (engine.c's region buffer): n_include include spheres,
-// then n_exclude exclude spheres, each its centre in voxels and its radius in
-// mm (the metric measures in mm whatever the affine).
-layout(std430, binding = REGIONS_BINDING) readonly buffer Regions {
-	uint n_include, n_exclude, unused_a, unused_b;
-	vec4 sphere[];
-};
+// The job's regions (engine.c's upload_regions): their counts, then per
+// region 4 words: a sphere's centre in voxels and radius in mm (the metric
+// measures in mm whatever the affine), or a radius of -1 for a mask; then,
+// with masks, a word per voxel ([x][y][z], as struct volume): bit i where
+// include region i's mask is non-zero, bit 16 + j for exclude region j.
+layout(std430, binding = REGIONS_BINDING) readonly buffer Regions { uint region_words[]; };
 
-bool in_sphere(vec3 p, uint i)
+// Region i (excludes after includes), whose mask bit is bit: as tckgen, a
+// mask holds p where its nearest voxel (voxel centres at integers) is set.
+bool in_region(vec3 p, uint i, uint bit)
 {
-	return step_mm(p - sphere[i].xyz) <= sphere[i].w;
+	uint at = 4u + 4u * i;
+	float radius = uintBitsToFloat(region_words[at + 3u]);
+	if (radius >= 0.0) {
+		vec3 centre = vec3(uintBitsToFloat(region_words[at]),
+				   uintBitsToFloat(region_words[at + 1u]),
+				   uintBitsToFloat(region_words[at + 2u]));
+		return step_mm(p - centre) <= radius;
+	}
+	ivec3 v = ivec3(floor(p + 0.5));
+	if (any(lessThan(v, ivec3(0))) || any(greaterThanEqual(v, pc.dim)))
+		return false;
+	uint n = region_words[0] + region_words[1];
+	uint voxel = uint((v.x * pc.dim.y + v.y) * pc.dim.z + v.z);
+	return (region_words[4u + 4u * n + voxel] & bit) != 0u;
 }
 
 // The include regions p is in, a bit each.
 uint include_bits(vec3 p)
 {
 	uint bits = 0u;
-	for (uint i = 0u; i < n_include; i++)
-		if (in_sphere(p, i))
+	for (uint i = 0u; i < region_words[0]; i++)
+		if (in_region(p, i, 1u << i))
 			bits |= 1u << i;
 	return bits;
 }
 
 bool in_exclude_region(vec3 p)
 {
-	for (uint i = n_include; i < n_include + n_exclude; i++)
-		if (in_sphere(p, i))
+	for (uint j = 0u; j < region_words[1]; j++)
+		if (in_region(p, region_words[0] + j, 1u << (16u + j)))
 			return true;
 	return false;
 }
@@ -360,7 +374,7 @@ void main()
 		ranges[4 * item + 2] = floatBitsToUint(w.length_mm);
 		uint missing = 0u;
 #if REGIONS
-		if (w.visited != (1u << n_include) - 1u)
+		if (w.visited != (1u << region_words[0]) - 1u)
 			missing = INCLUDE_MISSING;
 #endif
 		ranges[4 * item + 3] = w.back_reason | reason << 8 | missing;

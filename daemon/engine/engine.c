@@ -1526,15 +1526,18 @@ static void free_slots(struct job_run *run)
 	memset(run->slots, 0, sizeof(run->slots));
 }
 
-/* track.glsl's Regions: the counts, then the include spheres and the
- * exclude spheres, each its centre in voxels and its radius in mm. */
+/* track.glsl's Regions: the counts, then the include regions and the
+ * exclude regions, each a sphere's centre in voxels and radius in mm (-1
+ * for a mask), then with masks their bits per voxel (inputs_region_masks). */
 static int upload_regions(struct job_run *run, struct errbuf *err)
 {
 	const struct jobspec *job = run->job;
 	int n = job->n_include_regions + job->n_exclude_regions;
-	float words[4 + 4 * 2 * JOBSPEC_MAX_REGIONS];
+	float head[4 + 4 * 2 * JOBSPEC_MAX_REGIONS];
 	uint32_t counts[2] = { (uint32_t)job->n_include_regions,
 			       (uint32_t)job->n_exclude_regions };
+	uint64_t head_bytes = 16ull * (1 + (uint64_t)n), mask_bytes = 0;
+	uint32_t *masks = NULL;
 	double to_voxel[4][4];
 	int r;
 
@@ -1542,22 +1545,29 @@ static int upload_regions(struct job_run *run, struct errbuf *err)
 		return 0;
 	if (affine_invert(inputs_grid(run->in)->affine, to_voxel) < 0)
 		return errbuf_set(err, -EINVAL, "regions", "the grid's affine is singular");
-	memset(words, 0, sizeof(words));
-	memcpy(words, counts, sizeof(counts));
+	memset(head, 0, sizeof(head));
+	memcpy(head, counts, sizeof(counts));
 	for (int i = 0; i < n; i++) {
-		const struct jobspec_sphere *sphere = i < job->n_include_regions ?
+		const struct jobspec_region *region = i < job->n_include_regions ?
 			&job->include_regions[i] : &job->exclude_regions[i - job->n_include_regions];
 		double vox[3];
 
-		affine_apply(to_voxel, sphere->center, vox);
+		affine_apply(to_voxel, region->center, vox);
 		for (int a = 0; a < 3; a++)
-			words[4 + 4 * i + a] = (float)vox[a];
-		words[4 + 4 * i + 3] = (float)sphere->radius;
+			head[4 + 4 * i + a] = (float)vox[a];
+		head[4 + 4 * i + 3] = region->mask < 0 ? (float)region->radius : -1.0f;
 	}
-	r = new_buffer(run->gpu, 16ull * (1 + (uint64_t)n), GPU_MEMORY_DEVICE, &run->g.regions,
-		       err);
+	r = inputs_region_masks(job, run->in, &masks, err);
+	if (masks)
+		mask_bytes = 4ull * volume_voxels(inputs_grid(run->in));
 	if (r == 0)
-		r = gpu_upload(run->gpu, run->g.regions, 0, words, 16ull * (1 + (uint64_t)n), err);
+		r = new_buffer(run->gpu, head_bytes + mask_bytes, GPU_MEMORY_DEVICE,
+			       &run->g.regions, err);
+	if (r == 0)
+		r = gpu_upload(run->gpu, run->g.regions, 0, head, head_bytes, err);
+	if (r == 0 && masks)
+		r = gpu_upload(run->gpu, run->g.regions, head_bytes, masks, mask_bytes, err);
+	free(masks);
 	return r;
 }
 

@@ -735,6 +735,54 @@ int inputs_seeds_load(const struct jobspec *job, const struct inputs *in, struct
 	return load_seeds(job, grid_of(in), in->grid_field, ret, err);
 }
 
+/* Sets bit in the voxels where region's mask is non-zero. */
+static int add_region_mask(const struct jobspec *job, const struct inputs *in,
+			   const struct jobspec_region *region, uint32_t bit, uint32_t *bits,
+			   struct errbuf *err)
+{
+	struct volume mask = { 0 };
+	const char *path, *field;
+	int r;
+
+	if (region->mask < 0)
+		return 0;
+	path = job->region_mask_path[region->mask];
+	field = job->region_mask_field[region->mask];
+	r = load_volume(job, (enum jobspec_file_slot)(JOBSPEC_SLOT_REGION_MASK + region->mask),
+			path, field, &mask, NULL, err);
+	if (r == 0)
+		r = require_3d_on_grid(&mask, grid_of(in), in->grid_field, field, path, err);
+	for (size_t v = 0; r == 0 && v < volume_voxels(&mask); v++)
+		if (mask.data[v] != 0.0f)
+			bits[v] |= bit;
+	volume_free(&mask);
+	return r;
+}
+
+int inputs_region_masks(const struct jobspec *job, const struct inputs *in, uint32_t **ret,
+			struct errbuf *err)
+{
+	uint32_t *bits;
+	int r = 0;
+
+	*ret = NULL;
+	if (job->n_region_masks == 0)
+		return 0;
+	bits = calloc(volume_voxels(grid_of(in)), sizeof(*bits));
+	if (!bits)
+		return errbuf_set(err, -ENOMEM, "regions", "out of memory for the region masks");
+	for (int i = 0; r == 0 && i < job->n_include_regions; i++)
+		r = add_region_mask(job, in, &job->include_regions[i], 1u << i, bits, err);
+	for (int j = 0; r == 0 && j < job->n_exclude_regions; j++)
+		r = add_region_mask(job, in, &job->exclude_regions[j], 1u << (16 + j), bits, err);
+	if (r < 0) {
+		free(bits);
+		return r;
+	}
+	*ret = bits;
+	return 0;
+}
+
 int inputs_odf(const struct inputs *in, const struct fit_options *fit, struct volume *ret,
 	       struct errbuf *err)
 {

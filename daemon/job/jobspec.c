@@ -656,20 +656,40 @@ static const struct member output_members[] = {
 	CUSTOM_OBJECT("compress", parse_output_compress, compress_members),
 };
 
-/* One sphere of a regions list: {"center": [x, y, z], "radius": r}, RAS+ mm. */
-static int parse_region(json_t *v, const char *field, struct jobspec_sphere *out,
-			struct errbuf *err)
+/* A mask region: its path in the job's next mask slot. */
+static int parse_region_mask(json_t *v, const char *field, struct ctx *c,
+			     struct jobspec_region *out)
+{
+	struct jobspec *js = c->js;
+	int k = js->n_region_masks;
+
+	if (k == JOBSPEC_MAX_REGION_MASKS)
+		return errbuf_set(c->err, -EINVAL, field, "is a mask image past the %d a job may "
+				  "have among its regions", JOBSPEC_MAX_REGION_MASKS);
+	out->mask = k;
+	snprintf(js->region_mask_field[k], sizeof(js->region_mask_field[k]), "%s", field);
+	js->n_region_masks++;
+	return parse_path(v, field, c, &js->region_mask_path[k]);
+}
+
+/* One region of a regions list: a mask image's path, or a sphere
+ * {"center": [x, y, z], "radius": r} in RAS+ mm. */
+static int parse_region(json_t *v, const char *field, struct ctx *c, struct jobspec_region *out)
 {
 	static const struct bounds radius = { .min = 0, .max = 1e6, .min_open = true,
 					      .unit = "mm" };
 	char sub[FIELD_MAX + 16];   /* room for field's longest and a key (errbuf cuts) */
+	struct errbuf *err = c->err;
 	const char *key;
 	json_t *item;
 	size_t n;
 
+	out->mask = -1;
+	if (json_is_string(v))
+		return parse_region_mask(v, field, c, out);
 	if (!json_is_object(v))
-		return type_error(err, field, "a sphere {\"center\": [x, y, z], \"radius\": r} "
-				  "(RAS+ mm)");
+		return type_error(err, field, "a mask image (a path) or a sphere {\"center\": "
+				  "[x, y, z], \"radius\": r} (RAS+ mm)");
 	json_object_foreach(v, key, item) {
 		if (strcmp(key, "center") && strcmp(key, "radius")) {
 			snprintf(sub, sizeof(sub), "%s.%s", field, key);
@@ -700,10 +720,11 @@ static int parse_region(json_t *v, const char *field, struct jobspec_sphere *out
 }
 
 /* regions.include or regions.exclude: an array of up to JOBSPEC_MAX_REGIONS
- * spheres. */
-static int parse_regions(json_t *v, const char *field, struct jobspec_sphere *out, int *n_out,
-			 struct errbuf *err)
+ * regions. */
+static int parse_regions(json_t *v, const char *field, struct ctx *c, struct jobspec_region *out,
+			 int *n_out)
 {
+	struct errbuf *err = c->err;
 	char elem[FIELD_MAX];
 	json_t *item;
 	size_t i;
@@ -716,7 +737,7 @@ static int parse_regions(json_t *v, const char *field, struct jobspec_sphere *ou
 				  JOBSPEC_MAX_REGIONS, json_array_size(v));
 	json_array_foreach(v, i, item) {
 		snprintf(elem, sizeof(elem), "%s[%zu]", field, i);
-		rc = parse_region(item, elem, &out[i], err);
+		rc = parse_region(item, elem, c, &out[i]);
 		if (rc)
 			return rc;
 	}
@@ -726,12 +747,12 @@ static int parse_regions(json_t *v, const char *field, struct jobspec_sphere *ou
 
 static int parse_include_regions(json_t *v, const char *field, struct ctx *c)
 {
-	return parse_regions(v, field, c->js->include_regions, &c->js->n_include_regions, c->err);
+	return parse_regions(v, field, c, c->js->include_regions, &c->js->n_include_regions);
 }
 
 static int parse_exclude_regions(json_t *v, const char *field, struct ctx *c)
 {
-	return parse_regions(v, field, c->js->exclude_regions, &c->js->n_exclude_regions, c->err);
+	return parse_regions(v, field, c, c->js->exclude_regions, &c->js->n_exclude_regions);
 }
 
 static const struct member regions_members[] = {
@@ -1301,6 +1322,22 @@ static void forget_file_name(json_t *root, const char *field)
 		json_object_del(parent, dot + 1);
 }
 
+/* Blanks the regions' mask paths in root (a copy of the document). */
+static void forget_region_masks(json_t *root)
+{
+	static const char *const lists[] = { "include", "exclude" };
+	json_t *regions = json_object_get(root, "regions");
+
+	for (size_t l = 0; json_is_object(regions) && l < ARRAY_SIZE(lists); l++) {
+		json_t *list = json_object_get(regions, lists[l]), *item;
+		size_t i;
+
+		json_array_foreach(list, i, item)
+			if (json_is_string(item))
+				json_array_set_new(list, i, json_string(""));
+	}
+}
+
 /* FNV-1a 64 of the document, its keys sorted, without seeds.shard,
  * output.path, output.format (the CLI sets it from -o's extension; merge
  * checks the parts' formats itself) and the names of the input files (a
@@ -1329,6 +1366,7 @@ static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 	}
 	for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++)
 		forget_file_name(copy, jobspec_input_files[i].field);
+	forget_region_masks(copy);
 	text = json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT);
 	json_decref(copy);
 	if (!text)
@@ -1518,6 +1556,8 @@ void jobspec_free(struct jobspec *js)
 	free(js->stop_gm_path);
 	free(js->stop_csf_path);
 	free(js->seed_roi_path);
+	for (int k = 0; k < js->n_region_masks; k++)
+		free(js->region_mask_path[k]);
 	free(js->seed_points);
 	free(js->sphere_name);
 	free(js->sphere_vertices);

@@ -38,9 +38,10 @@
  *   "stopping": {"criterion": "threshold"} (default: stop_map and fa_threshold)
  *            or {"criterion": "act", "include": PATH, "exclude": PATH}
  *            or {"criterion": "cmc", "wm": PATH, "gm": PATH, "csf": PATH},
- *   "regions":  {"include": [SPHERE, ...], "exclude": [SPHERE, ...]} (tckgen
- *               -include/-exclude), SPHERE = {"center": [x, y, z], "radius": r}
- *               in RAS+ mm; at most JOBSPEC_MAX_REGIONS in each list,
+ *   "regions":  {"include": [REGION, ...], "exclude": [REGION, ...]} (tckgen
+ *               -include/-exclude), REGION = {"center": [x, y, z], "radius": r}
+ *               in RAS+ mm, or PATH: a mask on the tracking grid; at most
+ *               JOBSPEC_MAX_REGIONS in each list, JOBSPEC_MAX_REGION_MASKS masks,
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
  *                "save_seed_index": false, "save_direction_getter": false,
  *                "positions": "float32" | "float16" (trx only),
@@ -139,16 +140,20 @@ struct jobspec_model {
 };
 
 /* A region of regions.include or regions.exclude: a sphere in RAS+ mm
- * (tckgen's x,y,z,r). */
-struct jobspec_sphere {
+ * (tckgen's x,y,z,r), or a mask image. */
+struct jobspec_region {
 	double center[3];
-	double radius;              /* mm, > 0 */
+	double radius;              /* mm, > 0; a sphere's */
+	int mask;                   /* the mask's index in region_mask_path, or -1: a sphere */
 };
 
 /* Regions per list: the track kernels keep a bit per include region. */
 #define JOBSPEC_MAX_REGIONS 16
+/* Mask images among a job's regions (each an input file slot). */
+#define JOBSPEC_MAX_REGION_MASKS 4
 
-/* The files a job reads, by slot: jobspec_input_files' order, then seeds.roi. */
+/* The files a job reads, by slot: jobspec_input_files' order, then seeds.roi,
+ * then the regions' masks. */
 enum jobspec_file_slot {
 	JOBSPEC_SLOT_ODF,
 	JOBSPEC_SLOT_SH,
@@ -163,7 +168,8 @@ enum jobspec_file_slot {
 	JOBSPEC_SLOT_STOP_GM,
 	JOBSPEC_SLOT_STOP_CSF,
 	JOBSPEC_SLOT_SEED_ROI,
-	JOBSPEC_SLOTS
+	JOBSPEC_SLOT_REGION_MASK,   /* the first of JOBSPEC_MAX_REGION_MASKS */
+	JOBSPEC_SLOTS = JOBSPEC_SLOT_REGION_MASK + JOBSPEC_MAX_REGION_MASKS
 };
 
 /* Inputs opened before the job runs (a server job's, by its owner: see
@@ -260,9 +266,14 @@ struct jobspec {
 					 * 0 when not given or null: all of them */
 	/* regions (tckgen -include/-exclude): a streamline is kept only if it
 	 * visits every include region and enters no exclude region. */
-	struct jobspec_sphere include_regions[JOBSPEC_MAX_REGIONS];
-	struct jobspec_sphere exclude_regions[JOBSPEC_MAX_REGIONS];
+	struct jobspec_region include_regions[JOBSPEC_MAX_REGIONS];
+	struct jobspec_region exclude_regions[JOBSPEC_MAX_REGIONS];
 	int n_include_regions, n_exclude_regions;
+	char *region_mask_path[JOBSPEC_MAX_REGION_MASKS];  /* resolved; slot
+							      * JOBSPEC_SLOT_REGION_MASK + k */
+	/* "regions.include[2]": each mask's field, as errbuf's */
+	char region_mask_field[JOBSPEC_MAX_REGION_MASKS][sizeof(((struct errbuf *)0)->field)];
+	int n_region_masks;
 
 	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)

@@ -12,13 +12,17 @@
 
 static char **slot_path(struct jobspec *spec, enum jobspec_file_slot slot)
 {
+	if (slot >= JOBSPEC_SLOT_REGION_MASK)
+		return &spec->region_mask_path[slot - JOBSPEC_SLOT_REGION_MASK];
 	if (slot == JOBSPEC_SLOT_SEED_ROI)
 		return &spec->seed_roi_path;
 	return jobspec_input_slot(spec, &jobspec_input_files[slot]);
 }
 
-static const char *slot_field(enum jobspec_file_slot slot)
+static const char *slot_field(const struct jobspec *spec, enum jobspec_file_slot slot)
 {
+	if (slot >= JOBSPEC_SLOT_REGION_MASK)
+		return spec->region_mask_field[slot - JOBSPEC_SLOT_REGION_MASK];
 	return slot == JOBSPEC_SLOT_SEED_ROI ? "seeds.roi" : jobspec_input_files[slot].field;
 }
 
@@ -32,7 +36,7 @@ static enum api_error open_server_path(const struct admission_config *cfg,
 				       const struct identity *who, struct errbuf *err)
 {
 	const char *roots = cfg->data_roots, *path = *slot_path(spec, slot);
-	const char *field = slot_field(slot);
+	const char *field = slot_field(spec, slot);
 	int fd, r = -ENOENT;
 
 	if (!roots[0]) {
@@ -78,7 +82,7 @@ static enum api_error open_stored_volume(const struct admission_config *cfg,
 					 const struct identity *who, struct errbuf *err)
 {
 	char **path = slot_path(spec, slot), resolved[1200];
-	const char *field = slot_field(slot);
+	const char *field = slot_field(spec, slot);
 	struct store_entry entry;
 	int fd = -1;
 	int r = store_lookup(cfg->store, *path, &entry, resolved, sizeof(resolved), err);

@@ -155,3 +155,47 @@ def test_max_cross_one_tracks_the_first_direction(tractd, small, unconstrained):
         first.setdefault(i, line)
     for line, i in zip(lines, index):
         assert np.array_equal(line, first[i])
+
+
+def _box_mask(small, name, x_range, shape=None):
+    """A mask on the phantom's grid (or of shape), 1 where x is in x_range."""
+    d, base = small
+    ref = nib.load(base["inputs"]["odf"])
+    data = np.zeros(shape or ref.shape[:3], np.uint8)
+    data[x_range[0]:x_range[1] + 1] = 1
+    path = d / name
+    nib.save(nib.Nifti1Image(data, ref.affine), str(path))
+    return path, data, ref.affine
+
+
+def test_mask_region_as_tckgen(tractd, small, unconstrained):
+    """A mask region holds a point whose nearest voxel is set (tckgen's
+    rounding); the kept lines are the unconstrained ones filtered alike."""
+    path, data, affine = _box_mask(small, "box.nii.gz", (14, 16))
+    free_lines, free_seeds, free_index, _, _ = unconstrained
+    lines, _, index, stats, _ = _run(tractd, small, "mask",
+                                     regions={"include": [str(path)],
+                                              "exclude": list(EXCLUDE)})
+    to_voxel = np.linalg.inv(affine)
+
+    def in_box(line):
+        vox = np.floor(nib.affines.apply_affine(to_voxel, line) + 0.5).astype(int)
+        inside = np.all((vox >= 0) & (vox < data.shape), axis=1)
+        return bool(data[tuple(vox[inside].T)].any())
+
+    kept = [i for i, (line, seed) in enumerate(zip(free_lines, free_seeds))
+            if in_box(line) and not _excluded(line, seed)]
+    assert 0 < len(kept) < len(free_lines)
+    assert list(index) == [free_index[i] for i in kept]
+    for line, i in zip(lines, kept):
+        assert np.array_equal(line, free_lines[i])
+    assert stats["rejected"]["include_missing"] > 0
+
+
+def test_mask_on_another_grid_is_refused(tractd, small):
+    path, _, _ = _box_mask(small, "small_box.nii.gz", (1, 2), shape=(8, 8, 8))
+    d, base = small
+    job = dict(base, regions={"exclude": [{"center": [0, 0, 0], "radius": 1}, str(path)]})
+    proc, _, _ = run_job(tractd, job, d, name="bad_mask", check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert "regions.exclude[1]" in proc.stderr and "different grid" in proc.stderr, proc.stderr

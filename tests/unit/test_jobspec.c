@@ -1586,12 +1586,44 @@ static void test_regions(void **state)
 	assert_true(js.include_regions[0].center[2] == 3.5);
 	assert_true(js.include_regions[1].radius == 0.5);
 	assert_true(js.exclude_regions[0].radius == 3.0);
+	assert_int_equal(js.include_regions[0].mask, -1);
+	assert_int_equal(js.n_region_masks, 0);
+	jobspec_free(&js);
+
+	/* Masks take the next mask slots, in document order, and name their field. */
+	expect_ok(REGIONS_JOB("\"include\": [" SPHERE(0, 0, 0, 1) ", \"gm.nii\"], "
+			      "\"exclude\": [\"/abs/csf.nii\"]"), "/data", &js);
+	assert_int_equal(js.n_region_masks, 2);
+	assert_int_equal(js.include_regions[0].mask, -1);
+	assert_int_equal(js.include_regions[1].mask, 0);
+	assert_int_equal(js.exclude_regions[0].mask, 1);
+	assert_string_equal(js.region_mask_path[0], "/data/gm.nii");
+	assert_string_equal(js.region_mask_path[1], "/abs/csf.nii");
+	assert_string_equal(js.region_mask_field[0], "regions.include[1]");
+	assert_string_equal(js.region_mask_field[1], "regions.exclude[0]");
+	jobspec_free(&js);
+
+	/* A mask's name (a path to the CLI, a volume id to the daemon) is not
+	 * part of the fingerprint; the regions are. */
+	struct jobspec other;
+
+	expect_ok(REGIONS_JOB("\"include\": [\"gm.nii\"]"), NULL, &js);
+	expect_ok(REGIONS_JOB("\"include\": [\"sha256:0123\"]"), NULL, &other);
+	assert_true(js.fingerprint == other.fingerprint);
+	jobspec_free(&other);
+	expect_ok(REGIONS_JOB("\"exclude\": [\"gm.nii\"]"), NULL, &other);
+	assert_true(js.fingerprint != other.fingerprint);
+	jobspec_free(&other);
 	jobspec_free(&js);
 
 	expect_error(REGIONS_JOB("\"include\": " SPHERE(0, 0, 0, 1)), "regions.include",
 		     "must be an array of regions");
 	expect_error(REGIONS_JOB("\"exclude\": [" SPHERE(0, 0, 0, 1) ", 3]"), "regions.exclude[1]",
-		     "must be a sphere");
+		     "must be a mask image (a path) or a sphere");
+	expect_error(REGIONS_JOB("\"exclude\": [\"\"]"), "regions.exclude[0]", "must not be empty");
+	expect_error(REGIONS_JOB("\"include\": [\"a.nii\", \"b.nii\", \"c.nii\"], "
+				 "\"exclude\": [\"d.nii\", " SPHERE(0, 0, 0, 1) ", \"e.nii\"]"),
+		     "regions.exclude[2]", "is a mask image past the 4 a job may have");
 	expect_error(REGIONS_JOB("\"include\": [{\"center\": [0, 0], \"radius\": 1}]"),
 		     "regions.include[0].center", "must be an array of 3 numbers");
 	expect_error(REGIONS_JOB("\"include\": [{\"radius\": 1}]"), "regions.include[0].center",
