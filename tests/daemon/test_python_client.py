@@ -717,3 +717,17 @@ def test_stopping_maps_are_uploaded_fields(pyclient):
                          capture_output=True, text=True, timeout=60).stdout
     assert json.loads(out) == ["inputs.odf", "inputs.stop_map", "seeds.roi", "stopping.wm",
                                "stopping.gm", "stopping.csf"]
+
+
+def test_region_masks_are_uploaded_fields(pyclient):
+    """The mask images among "regions" are volumes the client uploads, as
+    tractctl does; spheres are not."""
+    sphere = {"center": [0, 0, 0], "radius": 2}
+    doc = {"inputs": {"odf": "odf.nii", "stop_map": "fa.nii"}, "seeds": {"roi": "roi.nii"},
+           "regions": {"include": [sphere, "gm.nii"], "exclude": ["csf.nii", sphere]}}
+    code = ("import json, sys; from tractd import _inputs; "
+            "print(json.dumps([f for f, _, _ in _inputs.input_fields(json.loads(sys.argv[1]))]))")
+    out = subprocess.run([str(pyclient), "-c", code, json.dumps(doc)], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert json.loads(out) == ["inputs.odf", "inputs.stop_map", "seeds.roi",
+                               "regions.include[1]", "regions.exclude[0]"]
