@@ -760,7 +760,7 @@ enum region_verdict {
 	REGIONS_INCLUDE_MISSING,  /* it missed an include region (track.glsl) */
 };
 
-#define STOPS_INCLUDE_MISSING (1u << 16)
+#define STOPS_INCLUDE_MISSING (1u << 16)   /* track.glsl's INCLUDE_MISSING */
 
 static enum region_verdict region_verdict(uint32_t stops)
 {
@@ -772,9 +772,9 @@ static enum region_verdict region_verdict(uint32_t stops)
 
 /* Ends the piece of the batch's lines that starts at line first: as many
  * lines as the read-back buffer holds the kept points of. Each streamline to
- * keep (>= 2 points, length within the job's limits, both ends valid unless
- * return_all) gets its place there; the others are DROP_LINE and never read
- * back. Returns the piece's end. */
+ * keep (>= 2 points, length within the job's limits, not rejected by the
+ * job's regions, both ends valid unless return_all) gets its place there;
+ * the others are DROP_LINE and never read back. Returns the piece's end. */
 static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lines)
 {
 	struct job_host *h = &run->h;
@@ -782,11 +782,10 @@ static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lin
 
 	for (i = first; i < n_lines; i++) {
 		uint32_t count = h->ranges[RANGE_WORDS * i + RANGE_POINTS];
+		uint32_t stops = h->ranges[RANGE_WORDS * i + RANGE_STOPS];
 		float length_mm;
 
 		memcpy(&length_mm, &h->ranges[RANGE_WORDS * i + RANGE_LENGTH], sizeof(length_mm));
-		uint32_t stops = h->ranges[RANGE_WORDS * i + RANGE_STOPS];
-
 		if (count < 2 || length_mm < run->job->min_length ||
 		    length_mm > run->job->max_length || region_verdict(stops) != REGIONS_KEEP ||
 		    (!run->job->return_all && !line_valid(stops))) {
