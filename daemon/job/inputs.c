@@ -143,40 +143,54 @@ static uint64_t image_bytes(const struct jobspec *job, bool dwi, const int64_t d
 	return bytes;
 }
 
+/* Adds the host bytes of one input image to *total; -EFBIG past limit. */
+static int count_image(const struct jobspec *job, enum jobspec_file_slot slot, const char *path,
+		       const char *field, bool dwi, uint64_t limit, uint64_t *total,
+		       struct errbuf *err)
+{
+	int64_t dim[4];
+	size_t stored_size;
+	uint64_t bytes;
+	int r = probe_volume(job, slot, path, field, dim, &stored_size, err);
+
+	if (r < 0)
+		return r;
+	bytes = image_bytes(job, dwi, dim, stored_size);
+	if (__builtin_add_overflow(*total, bytes, total))
+		*total = UINT64_MAX;
+	if (*total > limit)
+		return errbuf_set_kind(err, ERR_KIND_LIMIT, -EFBIG, field,
+				       "its header declares an image that takes %llu "
+				       "bytes of host memory (voxels x (stored size + 4), "
+				       "and for a DWI what the fit derives), %llu with the "
+				       "job's other inputs: over the limit of %llu bytes "
+				       "per job (max_job_host_memory)",
+				       (unsigned long long)bytes, (unsigned long long)*total,
+				       (unsigned long long)limit);
+	return 0;
+}
+
 int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct errbuf *err)
 {
 	uint64_t total = 0;
+	int r = 0;
 
 	if (!limit)
 		return 0;
-	for (size_t i = 0; i < sizeof(image_inputs) / sizeof(image_inputs[0]); i++) {
+	for (size_t i = 0; r == 0 && i < sizeof(image_inputs) / sizeof(image_inputs[0]); i++) {
 		const char *path = *(char *const *)((const char *)job + image_inputs[i].offset);
-		const char *field = image_inputs[i].field;
-		int64_t dim[4];
-		size_t stored_size;
-		uint64_t bytes;
-		int r;
 
-		if (!path)
-			continue;
-		r = probe_volume(job, image_inputs[i].slot, path, field, dim, &stored_size, err);
-		if (r < 0)
-			return r;
-		bytes = image_bytes(job, image_inputs[i].offset == offsetof(struct jobspec, dwi_path),
-				    dim, stored_size);
-		if (__builtin_add_overflow(total, bytes, &total))
-			total = UINT64_MAX;
-		if (total > limit)
-			return errbuf_set_kind(err, ERR_KIND_LIMIT, -EFBIG, field,
-					       "its header declares an image that takes %llu "
-					       "bytes of host memory (voxels x (stored size + 4), "
-					       "and for a DWI what the fit derives), %llu with the "
-					       "job's other inputs: over the limit of %llu bytes "
-					       "per job (max_job_host_memory)",
-					       (unsigned long long)bytes, (unsigned long long)total,
-					       (unsigned long long)limit);
+		if (path)
+			r = count_image(job, image_inputs[i].slot, path, image_inputs[i].field,
+					image_inputs[i].offset == offsetof(struct jobspec, dwi_path),
+					limit, &total, err);
 	}
-	return 0;
+	/* The regions' masks too: the engine loads them. */
+	for (int k = 0; r == 0 && k < job->n_region_masks; k++)
+		r = count_image(job, (enum jobspec_file_slot)(JOBSPEC_SLOT_REGION_MASK + k),
+				job->region_mask_path[k], job->region_mask_field[k], false, limit,
+				&total, err);
+	return r;
 }
 
 static int load_sphere(const struct jobspec *job, struct sphere *ret, struct errbuf *err)
