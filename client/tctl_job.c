@@ -6,7 +6,9 @@
  * bvecs_convention), so that file inputs added to the schema later need no
  * change here, and
  * "seeds.roi", every string member of "seeds.interface" (its tissue maps) and
- * of "stopping" but criterion (its maps) -- are paths relative to the job file's directory; each is
+ * of "stopping" but criterion (its maps), and every string of "regions"'
+ * include and exclude (mask images; spheres are objects) -- are paths
+ * relative to the job file's directory; each is
  * hashed (SHA-256, streamed: volumes can be gigabytes), uploaded only when
  * the daemon does not have that content yet, and replaced by its volume id.
  * Values that already are volume ids are left alone. output.path is taken
@@ -415,6 +417,26 @@ static int replace_members_by_id(struct job_file *job, struct http_client *c, js
 	return code;
 }
 
+/* The mask images among regions.include and regions.exclude: their strings. */
+static int upload_region_masks(struct job_file *job, struct http_client *c)
+{
+	static const char *const lists[] = { "include", "exclude" };
+	json_t *regions = json_object_get(job->doc, "regions"), *value;
+	char field[64];
+	size_t i;
+	int code = TCTL_EXIT_OK;
+
+	for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
+		json_array_foreach(json_object_get(regions, lists[l]), i, value) {
+			if (code != TCTL_EXIT_OK)
+				return code;
+			snprintf(field, sizeof(field), "regions.%s[%zu]", lists[l], i);
+			code = replace_path_by_id(job, c, value, field);
+		}
+	}
+	return code;
+}
+
 int job_file_upload_inputs(struct job_file *job, struct http_client *c)
 {
 	json_t *inputs = json_object_get(job->doc, "inputs"), *value;
@@ -439,5 +461,7 @@ int job_file_upload_inputs(struct job_file *job, struct http_client *c)
 	if (code == TCTL_EXIT_OK)
 		code = replace_members_by_id(job, c, json_object_get(job->doc, "stopping"),
 					     "stopping");
+	if (code == TCTL_EXIT_OK)
+		code = upload_region_masks(job, c);
 	return code;
 }

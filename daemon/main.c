@@ -830,7 +830,7 @@ static void enable_progress(struct cli *cli)
  * probabilities", on one line: "stop reasons of 32 streamline ends: ...,
  * left the image 32 (100.0%), ...; 0 seed(s) without an initial direction".
  * Unknown reasons, a kernel fault, and the anatomical ones (stopping act and
- * cmc) only when there were some. */
+ * cmc, regions) only when there were some. */
 static void log_stop_reasons(const struct engine_stats *s)
 {
 	char line[512];
@@ -840,7 +840,7 @@ static void log_stop_reasons(const struct engine_stats *s)
 	for (int k = 0; k < ENGINE_STOP_REASONS && o < sizeof(line); k++) {
 		uint64_t n = s->stop_reasons[k];
 		bool only_when_some = k == ENGINE_STOP_UNKNOWN || k == ENGINE_STOP_INCLUDE ||
-				      k == ENGINE_STOP_EXCLUDE;
+				      k == ENGINE_STOP_EXCLUDE || k == ENGINE_STOP_EXCLUDE_REGION;
 		if (only_when_some && n == 0)
 			continue;
 		o += (size_t)snprintf(line + o, sizeof(line) - o, "%s%s %llu (%.1f%%)", o ? ", " : "",
@@ -868,6 +868,11 @@ static void log_summary(const struct engine_stats *s, const char *device, size_t
 		 s->encode_seconds, s->write_seconds,
 		 (unsigned long long)s->chunks, (unsigned long long)s->batches);
 	log_stop_reasons(s);
+	if (s->has_regions)
+		log_info("regions rejected %llu streamline(s) that entered an exclude region and "
+			 "%llu that missed an include region",
+			 (unsigned long long)s->rejected_exclude_region,
+			 (unsigned long long)s->rejected_include_missing);
 }
 
 /* Everything a CLI job holds, released in one place; also the runner's

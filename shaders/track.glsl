@@ -31,7 +31,15 @@
 //
 // ranges holds 4 uints per streamline: its first point slot, its number of
 // points, its length in mm (float bits), and why each half stopped: the
-// backward half's STOP_* code in bits 0-7, the forward half's in bits 8-15.
+// backward half's STOP_* code in bits 0-7, the forward half's in bits 8-15,
+// and with REGIONS bit 16 (INCLUDE_MISSING) when it missed an include region.
+//
+// REGIONS (regions.include/exclude, tckgen's): the kernel binds the job's
+// spheres at REGIONS_BINDING. Each point a half keeps, and the seed, marks
+// the include regions it is in (a bit each in the walk's visited); a point
+// after the seed inside an exclude region ends the half (STOP_EXCLUDE_REGION)
+// and the line is rejected: the other half is not tracked (as tckgen, which
+// does not test its seed against exclude regions either).
 
 // Why a half stopped, in proto/stop_reasons.def's order (the host counts
 // them; the .def's last, unknown, is the host's): the stop map at the new
@@ -45,6 +53,8 @@ const uint STOP_NO_DIRECTION = 2u;
 const uint STOP_MAX_STEPS = 3u;
 const uint STOP_INCLUDE = 4u;
 const uint STOP_EXCLUDE = 5u;
+const uint STOP_EXCLUDE_REGION = 6u;
+const uint INCLUDE_MISSING = 1u << 16;
 const uint STILL_TRACKING = 0xffu;
 
 bool in_image(vec3 p)
@@ -73,7 +83,60 @@ struct Walk {
 	uint n_back;      // points of the backward half, the seed included
 	float length_mm;
 	uint back_reason; // why the backward half stopped (STOP_*), once it has
+	uint visited;     // REGIONS: a bit per include region a point was in
 };
+
+#if REGIONS
+// The job's regions (engine.c's upload_regions): their counts, then per
+// region 4 words: a sphere's centre in voxels and radius in mm (the metric
+// measures in mm whatever the affine), or a radius of -1 for a mask; then,
+// with masks, a word per voxel ([x][y][z], as struct volume): bit i where
+// include region i's mask is non-zero, bit 16 + j for exclude region j.
+layout(std430, binding = REGIONS_BINDING) readonly buffer Regions { uint region_words[]; };
+
+// Region i (excludes after includes), whose mask bit is bit: as tckgen, a
+// mask holds p where its nearest voxel (voxel centres at integers) is set.
+bool in_region(vec3 p, uint i, uint bit)
+{
+	uint at = 4u + 4u * i;
+	float radius = uintBitsToFloat(region_words[at + 3u]);
+	if (radius >= 0.0) {
+		vec3 centre = vec3(uintBitsToFloat(region_words[at]),
+				   uintBitsToFloat(region_words[at + 1u]),
+				   uintBitsToFloat(region_words[at + 2u]));
+		return step_mm(p - centre) <= radius;
+	}
+	ivec3 v = ivec3(floor(p + 0.5));
+	if (any(lessThan(v, ivec3(0))) || any(greaterThanEqual(v, pc.dim)))
+		return false;
+	uint n = region_words[0] + region_words[1];
+	uint voxel = uint((v.x * pc.dim.y + v.y) * pc.dim.z + v.z);
+	return (region_words[4u + 4u * n + voxel] & bit) != 0u;
+}
+
+// The include regions p is in, a bit each.
+uint include_bits(vec3 p)
+{
+	uint bits = 0u;
+	for (uint i = 0u; i < region_words[0]; i++)
+		if (in_region(p, i, 1u << i))
+			bits |= 1u << i;
+	return bits;
+}
+
+bool in_exclude_region(vec3 p)
+{
+	for (uint j = 0u; j < region_words[1]; j++)
+		if (in_region(p, region_words[0] + j, 1u << (16u + j)))
+			return true;
+	return false;
+}
+#else
+uint include_bits(vec3 p)
+{
+	return 0u;
+}
+#endif
 
 // STOPPING (engine.c): the criterion, as enum jobspec_stopping.
 #define STOPPING_ACT 1
@@ -166,6 +229,7 @@ void save_walk(uint at, Walk w)
 	resume[at + 8u] = w.n_back;
 	resume[at + 9u] = floatBitsToUint(w.length_mm);
 	resume[at + 10u] = w.back_reason;
+	resume[at + 11u] = w.visited;
 }
 
 Walk load_walk(uint at)
@@ -178,6 +242,7 @@ Walk load_walk(uint at)
 	w.n_back = resume[at + 8u];
 	w.length_mm = uintBitsToFloat(resume[at + 9u]);
 	w.back_reason = resume[at + 10u];
+	w.visited = resume[at + 11u];
 	return w;
 }
 
@@ -214,6 +279,14 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 		uint stop = !found ? (in_image(w.p + getter_reach() * w.dir) ? STOP_NO_DIRECTION :
 									    STOP_OUTSIDE) :
 				     stop_reason_at(p, counter);
+		// Before the loop limit's check: these loops count too.
+		uint visits = 0u;
+#if REGIONS
+		if (stop == STILL_TRACKING && in_exclude_region(p))
+			stop = STOP_EXCLUDE_REGION;
+		else if (stop == STILL_TRACKING)
+			visits = include_bits(p);
+#endif
 #if LOOP_LIMITED
 		if (loop_limit_reached()) {
 			getter_rewind();
@@ -225,6 +298,7 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 			stopped = true;
 			break;
 		}
+		w.visited |= visits;
 		w.length_mm += step_mm(pc.step_size * dir);
 		if (gl_SubgroupInvocationID < 3)
 			points[uint(int(seed_slot) + sign * int(w.step)) * 3 + gl_SubgroupInvocationID] =
@@ -270,7 +344,7 @@ void main()
 	} else
 #endif
 	{
-		w = Walk(seed, -first, 0u, 1u, 0u, 0.0, STOP_MAX_STEPS);
+		w = Walk(seed, -first, 0u, 1u, 0u, 0.0, STOP_MAX_STEPS, include_bits(seed));
 		if (lane < 3)
 			points[seed_slot * 3 + lane] = seed[lane];
 	}
@@ -282,10 +356,13 @@ void main()
 #endif
 			return;
 		}
-		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm, reason);
+		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm, reason, w.visited);
 	}
 	counter.z += 1;
-	if (!track_half(w, seed_slot, counter, reason)) {
+	// A line rejected by an exclude region is not tracked on.
+	if (w.back_reason == STOP_EXCLUDE_REGION)
+		reason = STOP_EXCLUDE_REGION;
+	else if (!track_half(w, seed_slot, counter, reason)) {
 #if LOOP_LIMITED
 		suspend(item, w);
 #endif
@@ -295,7 +372,12 @@ void main()
 		ranges[4 * item] = seed_slot - (w.n_back - 1);
 		ranges[4 * item + 1] = w.n_back - 1 + w.step;
 		ranges[4 * item + 2] = floatBitsToUint(w.length_mm);
-		ranges[4 * item + 3] = w.back_reason | reason << 8;
+		uint missing = 0u;
+#if REGIONS
+		if (w.visited != (1u << region_words[0]) - 1u)
+			missing = INCLUDE_MISSING;
+#endif
+		ranges[4 * item + 3] = w.back_reason | reason << 8 | missing;
 #if LOOP_LIMITED
 		resume[item * RESUME_WORDS] = LINE_DONE;
 #endif

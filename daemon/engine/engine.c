@@ -77,6 +77,7 @@ struct job_gpu {
 	struct gpu_buffer *resume;          /* track.glsl's suspended streamlines */
 	struct paged_volume odf_scale;        /* ptt: daemon/engine/ptt.h's tables for this job */
 	struct gpu_buffer *lut;
+	struct gpu_buffer *regions;         /* the job's regions (upload_regions), or NULL */
 };
 
 /* A streamline's words in the track kernels' ranges (shaders/track.glsl). */
@@ -298,7 +299,8 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 #define BOOT_TRACK_BINDINGS 12
 #define PTT_TRACK_BINDINGS 11
 #define COMPACT_BINDINGS 4
-#define MAX_BINDINGS BOOT_TRACK_BINDINGS
+/* A track kernel binds the job's regions after its own buffers. */
+#define MAX_BINDINGS (BOOT_TRACK_BINDINGS + 1)
 
 #define MAX_DEFINES 20
 #define DEFINE_LEN 48
@@ -356,6 +358,37 @@ static void resume_defines(const struct jobspec *job, struct defines *d)
 		define(d, "ARC_WORDS", PTT_ARC_WORDS);
 }
 
+/* Whether the job has regions (regions.include or regions.exclude). */
+static bool has_regions(const struct jobspec *job)
+{
+	return job->n_include_regions + job->n_exclude_regions > 0;
+}
+
+/* The buffers a track kernel binds, less the job's regions: those come
+ * after them (track.glsl's REGIONS_BINDING). */
+static uint32_t track_binding_count(const struct jobspec *job, const struct inputs *in,
+				    const struct resident *res)
+{
+	if (inputs_boot(in))
+		return BOOT_TRACK_BINDINGS;
+	return prob_bindings(res, job->direction_getter == JOBSPEC_DG_PTT ? PTT_TRACK_BINDINGS :
+									     PROB_TRACK_BINDINGS);
+}
+
+/* track.glsl's REGIONS for a job with regions; a job without them compiles
+ * the kernels as before. Returns the track kernel's binding count. */
+static uint32_t region_defines(const struct jobspec *job, const struct inputs *in,
+			       const struct resident *res, struct defines *d)
+{
+	uint32_t n = track_binding_count(job, in, res);
+
+	if (!has_regions(job))
+		return n;
+	define(d, "REGIONS", 1);
+	define(d, "REGIONS_BINDING", n);
+	return n + 1;
+}
+
 /* Gets a run's pipelines from a device, telling the caller once
  * (engine_options.compiling) when one is in no cache: the first run of a
  * configuration compiles for seconds, minutes on lavapipe. */
@@ -383,6 +416,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 {
 	struct defines d = { .n = 0 };
 	const struct resident *res = g->res;
+	uint32_t track_bindings;
 	int r;
 
 	define(&d, "SG", plan->subgroup);
@@ -414,13 +448,13 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 					       "raise the GPU memory budget, use a smaller sphere "
 					       "or crop the volume");
 		resume_defines(job, &d);
+		track_bindings = region_defines(job, in, res, &d);
 		if (job->direction_getter == JOBSPEC_DG_PTT) {
 			ptt_defines(job, in, &d);
-			return get_pipeline(src, "ptt_track.comp", &d,
-					    prob_bindings(res, PTT_TRACK_BINDINGS), &g->track, err);
+			return get_pipeline(src, "ptt_track.comp", &d, track_bindings, &g->track,
+					    err);
 		}
-		return get_pipeline(src, "prob_track.comp", &d,
-				    prob_bindings(res, PROB_TRACK_BINDINGS), &g->track, err);
+		return get_pipeline(src, "prob_track.comp", &d, track_bindings, &g->track, err);
 	}
 	boot_defines(in, &d);
 	define(&d, "DWI_BINDING", BOOT_INIT_BINDINGS - 1);
@@ -428,8 +462,9 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 	d.n--;
 	define(&d, "DWI_BINDING", BOOT_TRACK_BINDINGS - 1);
 	resume_defines(job, &d);
+	track_bindings = region_defines(job, in, res, &d);
 	if (r == 0)
-		r = get_pipeline(src, "boot_track.comp", &d, BOOT_TRACK_BINDINGS, &g->track, err);
+		r = get_pipeline(src, "boot_track.comp", &d, track_bindings, &g->track, err);
 	return r;
 }
 
@@ -467,7 +502,7 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
 	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
-				     g->ranges, g->dest, g->resume, g->lut };
+				     g->ranges, g->dest, g->resume, g->lut, g->regions };
 
 	/* Kept for the next run of the same shape (a warm daemon's next job). */
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
@@ -722,14 +757,31 @@ static bool end_valid(uint32_t code)
  * only those). */
 static bool line_valid(uint32_t stops)
 {
-	return end_valid(stops & 0xffu) && end_valid(stops >> 8);
+	return end_valid(stops & 0xffu) && end_valid((stops >> 8) & 0xffu);
+}
+
+/* Why the job's regions reject a line (its ranges' stop word), as counted. */
+enum region_verdict {
+	REGIONS_KEEP,
+	REGIONS_EXCLUDED,         /* a half entered an exclude region */
+	REGIONS_INCLUDE_MISSING,  /* it missed an include region (track.glsl) */
+};
+
+#define STOPS_INCLUDE_MISSING (1u << 16)   /* track.glsl's INCLUDE_MISSING */
+
+static enum region_verdict region_verdict(uint32_t stops)
+{
+	if ((stops & 0xffu) == ENGINE_STOP_EXCLUDE_REGION ||
+	    ((stops >> 8) & 0xffu) == ENGINE_STOP_EXCLUDE_REGION)
+		return REGIONS_EXCLUDED;
+	return stops & STOPS_INCLUDE_MISSING ? REGIONS_INCLUDE_MISSING : REGIONS_KEEP;
 }
 
 /* Ends the piece of the batch's lines that starts at line first: as many
  * lines as the read-back buffer holds the kept points of. Each streamline to
- * keep (>= 2 points, length within the job's limits, both ends valid unless
- * return_all) gets its place there; the others are DROP_LINE and never read
- * back. Returns the piece's end. */
+ * keep (>= 2 points, length within the job's limits, not rejected by the
+ * job's regions, both ends valid unless return_all) gets its place there;
+ * the others are DROP_LINE and never read back. Returns the piece's end. */
 static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lines)
 {
 	struct job_host *h = &run->h;
@@ -737,12 +789,13 @@ static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lin
 
 	for (i = first; i < n_lines; i++) {
 		uint32_t count = h->ranges[RANGE_WORDS * i + RANGE_POINTS];
+		uint32_t stops = h->ranges[RANGE_WORDS * i + RANGE_STOPS];
 		float length_mm;
 
 		memcpy(&length_mm, &h->ranges[RANGE_WORDS * i + RANGE_LENGTH], sizeof(length_mm));
 		if (count < 2 || length_mm < run->job->min_length ||
-		    length_mm > run->job->max_length ||
-		    (!run->job->return_all && !line_valid(h->ranges[RANGE_WORDS * i + RANGE_STOPS]))) {
+		    length_mm > run->job->max_length || region_verdict(stops) != REGIONS_KEEP ||
+		    (!run->job->return_all && !line_valid(stops))) {
 			h->dest[i] = DROP_LINE;
 			continue;
 		}
@@ -813,7 +866,8 @@ static void pass_seeds(struct run_shared *sh, uint64_t end_seed)
 
 /* Counts a tracked line of the slot, written or not, as the turn holder:
  * its seed and why both of its ends stopped. The kernel packs the backward
- * half's code in bits 0-7 and the forward half's in bits 8-15. Counted
+ * half's code in bits 0-7 and the forward half's in bits 8-15, and bit 16
+ * when it missed an include region; with regions, the rejections. Counted
  * here, in seed order, rather than as tracked, so that with seeds.select the
  * counts stop at the last line written whatever the chunks. */
 static void count_line(struct run_shared *sh, const struct write_slot *w, uint64_t i)
@@ -823,7 +877,17 @@ static void count_line(struct run_shared *sh, const struct write_slot *w, uint64
 	pass_seeds(sh, w->seed_index[i]);
 	sh->next_to_write = (uint64_t)w->seed_index[i] + 1;
 	sh->stats->stop_reasons[stop_from_code(stops & 0xffu)]++;
-	sh->stats->stop_reasons[stop_from_code(stops >> 8)]++;
+	sh->stats->stop_reasons[stop_from_code((stops >> 8) & 0xffu)]++;
+	switch (region_verdict(stops)) {
+	case REGIONS_EXCLUDED:
+		sh->stats->rejected_exclude_region++;
+		break;
+	case REGIONS_INCLUDE_MISSING:
+		sh->stats->rejected_include_missing++;
+		break;
+	case REGIONS_KEEP:
+		break;
+	}
 }
 
 /* A slot's lines as the output's encoders read them (slot_line). */
@@ -904,7 +968,7 @@ static int write_batch(struct job_run *run, const struct write_slot *w, struct e
 	return 0;
 }
 
-static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
+static void getter_track_bindings(const struct job_run *run, struct gpu_buffer **b)
 {
 	const struct job_gpu *g = &run->g;
 	const struct resident_bindings res = resident_bindings(g->res);
@@ -927,6 +991,14 @@ static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 		res.stop, res.vertices, res.nbr_offset, res.nbr, res.matrices, g->seeds,
 		g->dirs, g->line_id, g->points, g->ranges, g->resume, res.dwi };
 	memcpy(b, boot, sizeof(boot));
+}
+
+/* The getter's track kernel's buffers, then the job's regions if any. */
+static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
+{
+	getter_track_bindings(run, b);
+	if (run->g.regions)
+		b[track_binding_count(run->job, run->in, run->g.res)] = run->g.regions;
 }
 
 static void init_bindings(const struct job_run *run, struct gpu_buffer **b)
@@ -1153,16 +1225,20 @@ static int post_empty_chunk(struct job_run *run, uint64_t end_seed, struct errbu
 }
 
 /* Lists the chunk's streamlines: one per initial direction of each seed, in
- * (seed, direction) order (the writer counts the seeds that have none). The
- * seeds and directions stay on the GPU, where the track kernels read them by
- * these ids. */
+ * (seed, direction) order (the writer counts the seeds that have none); with
+ * tracking.max_cross, the first max_cross of them, as DIPY's LocalTracking.
+ * The seeds and directions stay on the GPU, where the track kernels read
+ * them by these ids. */
 static uint64_t build_lines(struct job_run *run, uint64_t first_seed, uint64_t n_seeds)
 {
 	struct job_host *h = &run->h;
+	uint32_t max_cross = run->job->max_cross ? (uint32_t)run->job->max_cross : UINT32_MAX;
 	uint64_t n = 0;
 
 	for (uint64_t s = 0; s < n_seeds; s++) {
-		for (uint32_t d = 0; d < h->ndirs[s]; d++, n++) {
+		uint32_t n_dirs = h->ndirs[s] < max_cross ? h->ndirs[s] : max_cross;
+
+		for (uint32_t d = 0; d < n_dirs; d++, n++) {
 			h->line_id[2 * n] = (uint32_t)(first_seed + s);
 			h->line_id[2 * n + 1] = d;
 		}
@@ -1456,6 +1532,51 @@ static void free_slots(struct job_run *run)
 	memset(run->slots, 0, sizeof(run->slots));
 }
 
+/* track.glsl's Regions: the counts, then the include regions and the
+ * exclude regions, each a sphere's centre in voxels and radius in mm (-1
+ * for a mask), then with masks their bits per voxel (inputs_region_masks). */
+static int upload_regions(struct job_run *run, struct errbuf *err)
+{
+	const struct jobspec *job = run->job;
+	int n = job->n_include_regions + job->n_exclude_regions;
+	float head[4 + 4 * 2 * JOBSPEC_MAX_REGIONS];
+	uint32_t counts[2] = { (uint32_t)job->n_include_regions,
+			       (uint32_t)job->n_exclude_regions };
+	uint64_t head_bytes = 16ull * (1 + (uint64_t)n), mask_bytes = 0;
+	uint32_t *masks = NULL;
+	double to_voxel[4][4];
+	int r;
+
+	if (!has_regions(job))
+		return 0;
+	if (affine_invert(inputs_grid(run->in)->affine, to_voxel) < 0)
+		return errbuf_set(err, -EINVAL, "regions", "the grid's affine is singular");
+	memset(head, 0, sizeof(head));
+	memcpy(head, counts, sizeof(counts));
+	for (int i = 0; i < n; i++) {
+		const struct jobspec_region *region = i < job->n_include_regions ?
+			&job->include_regions[i] : &job->exclude_regions[i - job->n_include_regions];
+		double vox[3];
+
+		affine_apply(to_voxel, region->center, vox);
+		for (int a = 0; a < 3; a++)
+			head[4 + 4 * i + a] = (float)vox[a];
+		head[4 + 4 * i + 3] = region->mask < 0 ? (float)region->radius : -1.0f;
+	}
+	r = inputs_region_masks(job, run->in, &masks, err);
+	if (masks)
+		mask_bytes = 4ull * volume_voxels(inputs_grid(run->in));
+	if (r == 0)
+		r = new_buffer(run->gpu, head_bytes + mask_bytes, GPU_MEMORY_DEVICE,
+			       &run->g.regions, err);
+	if (r == 0)
+		r = gpu_upload(run->gpu, run->g.regions, 0, head, head_bytes, err);
+	if (r == 0 && masks)
+		r = gpu_upload(run->gpu, run->g.regions, head_bytes, masks, mask_bytes, err);
+	free(masks);
+	return r;
+}
+
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu), t0;
@@ -1469,6 +1590,8 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 		r = alloc_work_buffers(run->gpu, &run->plan, &run->g, err);
 	if (r == 0 && run->job->direction_getter == JOBSPEC_DG_PTT)
 		r = upload_ptt_tables(run->gpu, run->job, run->in, &run->g, err);
+	if (r == 0)
+		r = upload_regions(run, err);
 	if (r == 0)
 		r = alloc_slots(run, err);
 	if (r == 0)
@@ -1708,6 +1831,7 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 		r = track_on_devices(&sh, runs, n_devs, err);
 	stats->seeds = sh.next_to_write - sh.first;
 	stats->select = job->seed_select;
+	stats->has_regions = has_regions(job);
 	/* The writer threads' time is theirs: encode_seconds and write_seconds
 	 * (stats starts at zero). */
 	t_finish = timing_now();

@@ -104,6 +104,12 @@ struct engine_stats {
 	 * tracked past the last one selected. */
 	uint64_t stop_reasons[ENGINE_STOP_REASONS];
 	uint64_t seeds_without_direction;  /* no initial direction: no streamline, no ends */
+	/* Tracked streamlines the job's regions rejected (counted as the stop
+	 * reasons; only with regions, has_regions): entered an exclude region,
+	 * or missed an include region. */
+	bool has_regions;
+	uint64_t rejected_exclude_region;
+	uint64_t rejected_include_missing;
 	double load_seconds;        /* reading inputs, seeds, sphere */
 	double upload_seconds;
 	double compile_seconds;     /* pipelines compiled during this job */

@@ -8,6 +8,9 @@
 #define SEEDS_WITHOUT_DIRECTION_KEY "seeds_without_direction"
 #define SELECT_KEY "select"
 #define SELECTED_KEY "selected"
+#define REJECTED_KEY "rejected"
+#define EXCLUDE_REGION_KEY "exclude_region"
+#define INCLUDE_MISSING_KEY "include_missing"
 
 static json_t *stop_reasons_json(const struct engine_stats *stats)
 {
@@ -52,11 +55,24 @@ static int add_select(json_t *doc, const struct engine_stats *stats)
 	return 0;
 }
 
+/* A job with regions tells how many streamlines they rejected, and why. */
+static int add_rejected(json_t *doc, const struct engine_stats *stats)
+{
+	if (!stats->has_regions)
+		return 0;
+	if (json_object_set_new(doc, REJECTED_KEY, json_pack("{s:I, s:I}",
+		    EXCLUDE_REGION_KEY, (json_int_t)stats->rejected_exclude_region,
+		    INCLUDE_MISSING_KEY, (json_int_t)stats->rejected_include_missing)) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
 int stats_json_add(json_t *doc, const struct engine_stats *stats)
 {
 	if (json_object_set_new(doc, STOP_REASONS_KEY, stop_reasons_json(stats)) < 0 ||
 	    json_object_set_new(doc, SEEDS_WITHOUT_DIRECTION_KEY,
-				json_integer((json_int_t)stats->seeds_without_direction)) < 0)
+				json_integer((json_int_t)stats->seeds_without_direction)) < 0 ||
+	    add_rejected(doc, stats) < 0)
 		return -ENOMEM;
 	return add_select(doc, stats);
 }
@@ -76,6 +92,19 @@ static int read_count(const json_t *doc, const char *key, uint64_t *ret)
 	return 0;
 }
 
+static int read_rejected(const json_t *doc, struct engine_stats *stats, struct errbuf *err)
+{
+	const json_t *rejected = json_object_get(doc, REJECTED_KEY);
+
+	stats->has_regions = rejected != NULL;
+	if (rejected && !json_is_object(rejected))
+		return errbuf_set(err, -EINVAL, REJECTED_KEY, "not an object");
+	if (read_count(rejected, EXCLUDE_REGION_KEY, &stats->rejected_exclude_region) < 0 ||
+	    read_count(rejected, INCLUDE_MISSING_KEY, &stats->rejected_include_missing) < 0)
+		return errbuf_set(err, -EINVAL, REJECTED_KEY, "not counts");
+	return 0;
+}
+
 int stats_json_read(const json_t *doc, struct engine_stats *stats, struct errbuf *err)
 {
 	const json_t *reasons = json_object_get(doc, STOP_REASONS_KEY);
@@ -91,5 +120,5 @@ int stats_json_read(const json_t *doc, struct engine_stats *stats, struct errbuf
 		return errbuf_set(err, -EINVAL, SEEDS_WITHOUT_DIRECTION_KEY, "not a count");
 	if (read_count(doc, SELECT_KEY, &stats->select) < 0)
 		return errbuf_set(err, -EINVAL, SELECT_KEY, "not a count");
-	return 0;
+	return read_rejected(doc, stats, err);
 }

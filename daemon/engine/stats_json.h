@@ -9,7 +9,8 @@
  * (stats_json_add): "stop_reasons", {"stop_map": N, "outside": N,
  * "no_direction": N, "max_steps": N} (streamline ends, keys from
  * proto/stop_reasons.def), "seeds_without_direction": N, and with
- * seeds.select "select": N (asked) and "selected": N (written). The keys of
+ * seeds.select "select": N (asked) and "selected": N (written), with regions
+ * "rejected": {"exclude_region": N, "include_missing": N}. The keys of
  * each output stay as documented and as earlier records hold them.
  *
  * Owns nothing past a call; callable from any thread. Does not log.

@@ -150,40 +150,54 @@ static uint64_t image_bytes(const struct jobspec *job, bool dwi, const int64_t d
 	return bytes;
 }
 
+/* Adds the host bytes of one input image to *total; -EFBIG past limit. */
+static int count_image(const struct jobspec *job, enum jobspec_file_slot slot, const char *path,
+		       const char *field, bool dwi, uint64_t limit, uint64_t *total,
+		       struct errbuf *err)
+{
+	int64_t dim[4];
+	size_t stored_size;
+	uint64_t bytes;
+	int r = probe_volume(job, slot, path, field, dim, &stored_size, err);
+
+	if (r < 0)
+		return r;
+	bytes = image_bytes(job, dwi, dim, stored_size);
+	if (__builtin_add_overflow(*total, bytes, total))
+		*total = UINT64_MAX;
+	if (*total > limit)
+		return errbuf_set_kind(err, ERR_KIND_LIMIT, -EFBIG, field,
+				       "its header declares an image that takes %llu "
+				       "bytes of host memory (voxels x (stored size + 4), "
+				       "and for a DWI what the fit derives), %llu with the "
+				       "job's other inputs: over the limit of %llu bytes "
+				       "per job (max_job_host_memory)",
+				       (unsigned long long)bytes, (unsigned long long)*total,
+				       (unsigned long long)limit);
+	return 0;
+}
+
 int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct errbuf *err)
 {
 	uint64_t total = 0;
+	int r = 0;
 
 	if (!limit)
 		return 0;
-	for (size_t i = 0; i < sizeof(image_inputs) / sizeof(image_inputs[0]); i++) {
+	for (size_t i = 0; r == 0 && i < sizeof(image_inputs) / sizeof(image_inputs[0]); i++) {
 		const char *path = *(char *const *)((const char *)job + image_inputs[i].offset);
-		const char *field = image_inputs[i].field;
-		int64_t dim[4];
-		size_t stored_size;
-		uint64_t bytes;
-		int r;
 
-		if (!path)
-			continue;
-		r = probe_volume(job, image_inputs[i].slot, path, field, dim, &stored_size, err);
-		if (r < 0)
-			return r;
-		bytes = image_bytes(job, image_inputs[i].offset == offsetof(struct jobspec, dwi_path),
-				    dim, stored_size);
-		if (__builtin_add_overflow(total, bytes, &total))
-			total = UINT64_MAX;
-		if (total > limit)
-			return errbuf_set_kind(err, ERR_KIND_LIMIT, -EFBIG, field,
-					       "its header declares an image that takes %llu "
-					       "bytes of host memory (voxels x (stored size + 4), "
-					       "and for a DWI what the fit derives), %llu with the "
-					       "job's other inputs: over the limit of %llu bytes "
-					       "per job (max_job_host_memory)",
-					       (unsigned long long)bytes, (unsigned long long)total,
-					       (unsigned long long)limit);
+		if (path)
+			r = count_image(job, image_inputs[i].slot, path, image_inputs[i].field,
+					image_inputs[i].offset == offsetof(struct jobspec, dwi_path),
+					limit, &total, err);
 	}
-	return 0;
+	/* The regions' masks too: the engine loads them. */
+	for (int k = 0; r == 0 && k < job->n_region_masks; k++)
+		r = count_image(job, (enum jobspec_file_slot)(JOBSPEC_SLOT_REGION_MASK + k),
+				job->region_mask_path[k], job->region_mask_field[k], false, limit,
+				&total, err);
+	return r;
 }
 
 static int load_sphere(const struct jobspec *job, struct sphere *ret, struct errbuf *err)
@@ -873,6 +887,54 @@ int inputs_seeds_load(const struct jobspec *job, const struct inputs *in, struct
 		      struct errbuf *err)
 {
 	return load_seeds(job, grid_of(in), in->grid_field, ret, err);
+}
+
+/* Sets bit in the voxels where region's mask is non-zero. */
+static int add_region_mask(const struct jobspec *job, const struct inputs *in,
+			   const struct jobspec_region *region, uint32_t bit, uint32_t *bits,
+			   struct errbuf *err)
+{
+	struct volume mask = { 0 };
+	const char *path, *field;
+	int r;
+
+	if (region->mask < 0)
+		return 0;
+	path = job->region_mask_path[region->mask];
+	field = job->region_mask_field[region->mask];
+	r = load_volume(job, (enum jobspec_file_slot)(JOBSPEC_SLOT_REGION_MASK + region->mask),
+			path, field, &mask, NULL, err);
+	if (r == 0)
+		r = require_3d_on_grid(&mask, grid_of(in), in->grid_field, field, path, err);
+	for (size_t v = 0; r == 0 && v < volume_voxels(&mask); v++)
+		if (mask.data[v] != 0.0f)
+			bits[v] |= bit;
+	volume_free(&mask);
+	return r;
+}
+
+int inputs_region_masks(const struct jobspec *job, const struct inputs *in, uint32_t **ret,
+			struct errbuf *err)
+{
+	uint32_t *bits;
+	int r = 0;
+
+	*ret = NULL;
+	if (job->n_region_masks == 0)
+		return 0;
+	bits = calloc(volume_voxels(grid_of(in)), sizeof(*bits));
+	if (!bits)
+		return errbuf_set(err, -ENOMEM, "regions", "out of memory for the region masks");
+	for (int i = 0; r == 0 && i < job->n_include_regions; i++)
+		r = add_region_mask(job, in, &job->include_regions[i], 1u << i, bits, err);
+	for (int j = 0; r == 0 && j < job->n_exclude_regions; j++)
+		r = add_region_mask(job, in, &job->exclude_regions[j], 1u << (16 + j), bits, err);
+	if (r < 0) {
+		free(bits);
+		return r;
+	}
+	*ret = bits;
+	return 0;
 }
 
 int inputs_odf(const struct inputs *in, const struct fit_options *fit, struct volume *ret,

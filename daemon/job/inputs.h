@@ -78,6 +78,14 @@ void inputs_free(struct inputs *in);
 int inputs_seeds_load(const struct jobspec *job, const struct inputs *in, struct seeds **ret,
 		      struct errbuf *err);
 
+/* The regions' mask images (regions.include/exclude, tckgen's image form),
+ * each 3D on the grid, as one word per voxel: bit i where include region i
+ * is a mask non-zero there, bit 16 + j for exclude region j. *ret (free())
+ * is NULL when no region is a mask. Errors as inputs_load, naming the
+ * region ("regions.include[2]"). */
+int inputs_region_masks(const struct jobspec *job, const struct inputs *in, uint32_t **ret,
+			struct errbuf *err);
+
 /* ---- read access, for the upload (resident.h) and the engine ------------ */
 
 /* The volume that sets the grid (dims, affine), and the input field that

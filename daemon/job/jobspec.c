@@ -587,6 +587,22 @@ static const struct member seeds_members[] = {
 	CUSTOM("shard", parse_seed_shard),
 };
 
+/* tracking.max_cross: null (DIPY's None) or absent tracks every initial
+ * direction, as 0 in struct jobspec. */
+static int parse_max_cross(json_t *v, const char *field, struct ctx *c)
+{
+	static const struct bounds b = { .min = 1, .max = 10000, .nullable = true };
+	json_int_t x = 0;   /* set when rc is 0; the analyzer cannot follow range_error */
+	int rc;
+
+	if (json_is_null(v))
+		return 0;
+	rc = parse_integer(v, field, &b, &x, c->err);
+	if (!rc)
+		c->js->max_cross = (int)x;
+	return rc;
+}
+
 /* The ptt defaults: GPUStreamlines' probe (8 steps of 0.25 voxels) and
  * DIPY's rejection sampling (reference 3.3). */
 static const struct member tracking_members[] = {
@@ -614,6 +630,7 @@ static const struct member tracking_members[] = {
 	INTEGER("rejection_tries", rejection_tries, K_INT, 100, 1, 10000, NULL),
 	{ .key = "return_all", .kind = K_BOOL, .offset = offsetof(struct jobspec, return_all),
 	  .def = 1 },
+	CUSTOM("max_cross", parse_max_cross),
 };
 
 static const struct member stopping_members[] = {
@@ -659,6 +676,110 @@ static const struct member output_members[] = {
 	CUSTOM_OBJECT("compress", parse_output_compress, compress_members),
 };
 
+/* A mask region: its path in the job's next mask slot. */
+static int parse_region_mask(json_t *v, const char *field, struct ctx *c,
+			     struct jobspec_region *out)
+{
+	struct jobspec *js = c->js;
+	int k = js->n_region_masks;
+
+	if (k == JOBSPEC_MAX_REGION_MASKS)
+		return errbuf_set(c->err, -EINVAL, field, "is a mask image past the %d a job may "
+				  "have among its regions", JOBSPEC_MAX_REGION_MASKS);
+	out->mask = k;
+	snprintf(js->region_mask_field[k], sizeof(js->region_mask_field[k]), "%s", field);
+	js->n_region_masks++;
+	return parse_path(v, field, c, &js->region_mask_path[k]);
+}
+
+/* One region of a regions list: a mask image's path, or a sphere
+ * {"center": [x, y, z], "radius": r} in RAS+ mm. */
+static int parse_region(json_t *v, const char *field, struct ctx *c, struct jobspec_region *out)
+{
+	static const struct bounds radius = { .min = 0, .max = 1e6, .min_open = true,
+					      .unit = "mm" };
+	char sub[FIELD_MAX + 16];   /* room for field's longest and a key (errbuf cuts) */
+	struct errbuf *err = c->err;
+	const char *key;
+	json_t *item;
+	size_t n;
+
+	out->mask = -1;
+	if (json_is_string(v))
+		return parse_region_mask(v, field, c, out);
+	if (!json_is_object(v))
+		return type_error(err, field, "a mask image (a path) or a sphere {\"center\": "
+				  "[x, y, z], \"radius\": r} (RAS+ mm)");
+	json_object_foreach(v, key, item) {
+		if (strcmp(key, "center") && strcmp(key, "radius")) {
+			snprintf(sub, sizeof(sub), "%s.%s", field, key);
+			return errbuf_set(err, -EINVAL, sub, "is not a member of a region "
+					  "(\"center\", \"radius\")");
+		}
+	}
+	snprintf(sub, sizeof(sub), "%s.center", field);
+	item = json_object_get(v, "center");
+	if (!item)
+		return errbuf_set(err, -EINVAL, sub, "is required");
+	n = json_is_array(item) ? json_array_size(item) : 0;
+	for (size_t k = 0; n == 3 && k < 3; k++) {
+		json_t *num = json_array_get(item, k);
+
+		if (!json_is_number(num) || !isfinite(json_number_value(num)))
+			n = 0;
+		else
+			out->center[k] = json_number_value(num);
+	}
+	if (n != 3)
+		return errbuf_set(err, -EINVAL, sub, "must be an array of 3 numbers (RAS+ mm)");
+	snprintf(sub, sizeof(sub), "%s.radius", field);
+	item = json_object_get(v, "radius");
+	if (!item)
+		return errbuf_set(err, -EINVAL, sub, "is required");
+	return parse_real(item, sub, &radius, &out->radius, err);
+}
+
+/* regions.include or regions.exclude: an array of up to JOBSPEC_MAX_REGIONS
+ * regions. */
+static int parse_regions(json_t *v, const char *field, struct ctx *c, struct jobspec_region *out,
+			 int *n_out)
+{
+	struct errbuf *err = c->err;
+	char elem[FIELD_MAX];
+	json_t *item;
+	size_t i;
+	int rc;
+
+	if (!json_is_array(v))
+		return type_error(err, field, "an array of regions");
+	if (json_array_size(v) > JOBSPEC_MAX_REGIONS)
+		return errbuf_set(err, -EINVAL, field, "must have at most %d regions, got %zu",
+				  JOBSPEC_MAX_REGIONS, json_array_size(v));
+	json_array_foreach(v, i, item) {
+		snprintf(elem, sizeof(elem), "%s[%zu]", field, i);
+		rc = parse_region(item, elem, c, &out[i]);
+		if (rc)
+			return rc;
+	}
+	*n_out = (int)json_array_size(v);
+	return 0;
+}
+
+static int parse_include_regions(json_t *v, const char *field, struct ctx *c)
+{
+	return parse_regions(v, field, c, c->js->include_regions, &c->js->n_include_regions);
+}
+
+static int parse_exclude_regions(json_t *v, const char *field, struct ctx *c)
+{
+	return parse_regions(v, field, c, c->js->exclude_regions, &c->js->n_exclude_regions);
+}
+
+static const struct member regions_members[] = {
+	CUSTOM("include", parse_include_regions),
+	CUSTOM("exclude", parse_exclude_regions),
+};
+
 /* model's name defaults by direction_getter (check_model). */
 static const struct member root_members[] = {
 	OBJECT("inputs", inputs_members),
@@ -668,6 +789,7 @@ static const struct member root_members[] = {
 	OBJECT("tracking", tracking_members),
 	OBJECT("stopping", stopping_members),
 	OBJECT("output", output_members),
+	OBJECT("regions", regions_members),
 };
 
 /* A member of an object (inputs, seeds, model, output) that belongs to one
@@ -1283,6 +1405,22 @@ static void forget_file_name(json_t *root, const char *field)
 		json_object_del(parent, dot + 1);
 }
 
+/* Blanks the regions' mask paths in root (a copy of the document). */
+static void forget_region_masks(json_t *root)
+{
+	static const char *const lists[] = { "include", "exclude" };
+	json_t *regions = json_object_get(root, "regions");
+
+	for (size_t l = 0; json_is_object(regions) && l < ARRAY_SIZE(lists); l++) {
+		json_t *list = json_object_get(regions, lists[l]), *item;
+		size_t i;
+
+		json_array_foreach(list, i, item)
+			if (json_is_string(item))
+				json_array_set_new(list, i, json_string(""));
+	}
+}
+
 /* FNV-1a 64 of the document, its keys sorted, without seeds.shard,
  * output.path, output.format (the CLI sets it from -o's extension; merge
  * checks the parts' formats itself) and the names of the input files (a
@@ -1311,6 +1449,7 @@ static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 	}
 	for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++)
 		forget_file_name(copy, jobspec_input_files[i].field);
+	forget_region_masks(copy);
 	text = json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT);
 	json_decref(copy);
 	if (!text)
@@ -1502,6 +1641,8 @@ void jobspec_free(struct jobspec *js)
 	free(js->seed_wm_path);
 	free(js->seed_gm_path);
 	free(js->seed_5tt_path);
+	for (int k = 0; k < js->n_region_masks; k++)
+		free(js->region_mask_path[k]);
 	free(js->seed_points);
 	free(js->sphere_name);
 	free(js->sphere_vertices);

@@ -36,11 +36,15 @@
  *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob; ptt: not sh),
  *                "probe_length": 2, "probe_quality": 9, "probe_count": 1, "probe_radius": 0,
  *                "rejection_samples": 10, "rejection_tries": 100 (ptt only),
- *                "return_all": true},
+ *                "return_all": true, "max_cross": null},
  *   "stopping": {"criterion": "threshold"} (default: stop_map and fa_threshold)
  *            or {"criterion": "act", "include": PATH, "exclude": PATH}
  *            or {"criterion": "act", "five_tt": PATH}  (MRtrix3's 5TT image)
  *            or {"criterion": "cmc", "wm": PATH, "gm": PATH, "csf": PATH},
+ *   "regions":  {"include": [REGION, ...], "exclude": [REGION, ...]} (tckgen
+ *               -include/-exclude), REGION = {"center": [x, y, z], "radius": r}
+ *               in RAS+ mm, or PATH: a mask on the tracking grid; at most
+ *               JOBSPEC_MAX_REGIONS in each list, JOBSPEC_MAX_REGION_MASKS masks,
  *   "output":   {"format": "trk" | "tck" | "trx", "path": PATH, "save_seeds": false,
  *                "save_seed_index": false, "save_direction_getter": false,
  *                "positions": "float32" | "float16" (trx only),
@@ -139,8 +143,21 @@ struct jobspec_model {
 	double min_signal;          /* opdt/csa signal floor, > 0, default 1 */
 };
 
+/* A region of regions.include or regions.exclude: a sphere in RAS+ mm
+ * (tckgen's x,y,z,r), or a mask image. */
+struct jobspec_region {
+	double center[3];
+	double radius;              /* mm, > 0; a sphere's */
+	int mask;                   /* the mask's index in region_mask_path, or -1: a sphere */
+};
+
+/* Regions per list: the track kernels keep a bit per include region. */
+#define JOBSPEC_MAX_REGIONS 16
+/* Mask images among a job's regions (each an input file slot). */
+#define JOBSPEC_MAX_REGION_MASKS 4
+
 /* The files a job reads, by slot: jobspec_input_files' order, then the
- * seeds' (jobspec_seed_files). */
+ * seeds' (jobspec_seed_files), then the regions' masks. */
 enum jobspec_file_slot {
 	JOBSPEC_SLOT_ODF,
 	JOBSPEC_SLOT_SH,
@@ -159,7 +176,8 @@ enum jobspec_file_slot {
 	JOBSPEC_SLOT_SEED_INTERFACE_WM,
 	JOBSPEC_SLOT_SEED_INTERFACE_GM,
 	JOBSPEC_SLOT_SEED_INTERFACE_5TT,
-	JOBSPEC_SLOTS
+	JOBSPEC_SLOT_REGION_MASK,   /* the first of JOBSPEC_MAX_REGION_MASKS */
+	JOBSPEC_SLOTS = JOBSPEC_SLOT_REGION_MASK + JOBSPEC_MAX_REGION_MASKS
 };
 
 /* Inputs opened before the job runs (a server job's, by its owner: see
@@ -256,6 +274,19 @@ struct jobspec {
 	char *stop_csf_path;
 	char *stop_5tt_path;            /* stopping.five_tt (act): MRtrix3's 5TT image, in
 					 * place of include and exclude (inputs.c maps it) */
+	int max_cross;                  /* tracking.max_cross: initial directions tracked
+					 * from each seed at most (DIPY's), [1, 10000];
+					 * 0 when not given or null: all of them */
+	/* regions (tckgen -include/-exclude): a streamline is kept only if it
+	 * visits every include region and enters no exclude region. */
+	struct jobspec_region include_regions[JOBSPEC_MAX_REGIONS];
+	struct jobspec_region exclude_regions[JOBSPEC_MAX_REGIONS];
+	int n_include_regions, n_exclude_regions;
+	char *region_mask_path[JOBSPEC_MAX_REGION_MASKS];  /* resolved; slot
+							      * JOBSPEC_SLOT_REGION_MASK + k */
+	/* "regions.include[2]": each mask's field, as errbuf's */
+	char region_mask_field[JOBSPEC_MAX_REGION_MASKS][sizeof(((struct errbuf *)0)->field)];
+	int n_region_masks;
 
 	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)
@@ -285,10 +316,11 @@ extern const struct jobspec_input_file jobspec_input_files[JOBSPEC_INPUT_FILES];
 
 /* The files of seeds, slots JOBSPEC_SLOT_SEED_ROI.. in order: they name
  * where to seed, not the inputs a cache shares. */
-#define JOBSPEC_SEED_FILES (JOBSPEC_SLOTS - JOBSPEC_INPUT_FILES)
+#define JOBSPEC_SEED_FILES (JOBSPEC_SLOT_REGION_MASK - JOBSPEC_INPUT_FILES)
 extern const struct jobspec_input_file jobspec_seed_files[JOBSPEC_SEED_FILES];
 
-/* The file row of any slot: an input's or a seed's. */
+/* The file row of a slot before the regions' masks: an input's or a seed's
+ * (a mask's path and field are in region_mask_path and region_mask_field). */
 static inline const struct jobspec_input_file *jobspec_file(enum jobspec_file_slot slot)
 {
 	return slot < JOBSPEC_INPUT_FILES ? &jobspec_input_files[slot] :

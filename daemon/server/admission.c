@@ -13,11 +13,15 @@
 
 static char **slot_path(struct jobspec *spec, enum jobspec_file_slot slot)
 {
+	if (slot >= JOBSPEC_SLOT_REGION_MASK)
+		return &spec->region_mask_path[slot - JOBSPEC_SLOT_REGION_MASK];
 	return jobspec_input_slot(spec, jobspec_file(slot));
 }
 
-static const char *slot_field(enum jobspec_file_slot slot)
+static const char *slot_field(const struct jobspec *spec, enum jobspec_file_slot slot)
 {
+	if (slot >= JOBSPEC_SLOT_REGION_MASK)
+		return spec->region_mask_field[slot - JOBSPEC_SLOT_REGION_MASK];
 	return jobspec_file(slot)->field;
 }
 
@@ -31,7 +35,7 @@ static enum api_error open_server_path(const struct admission_config *cfg,
 				       const struct identity *who, struct errbuf *err)
 {
 	const char *roots = cfg->data_roots, *path = *slot_path(spec, slot);
-	const char *field = slot_field(slot);
+	const char *field = slot_field(spec, slot);
 	int fd, r = -ENOENT;
 
 	if (!roots[0]) {
@@ -77,7 +81,7 @@ static enum api_error open_stored_volume(const struct admission_config *cfg,
 					 const struct identity *who, struct errbuf *err)
 {
 	char **path = slot_path(spec, slot), resolved[1200];
-	const char *field = slot_field(slot);
+	const char *field = slot_field(spec, slot);
 	struct store_entry entry;
 	int fd = -1;
 	int r = store_lookup(cfg->store, *path, &entry, resolved, sizeof(resolved), err);

@@ -37,6 +37,17 @@ def _peak_rss(pid):
     raise AssertionError("no VmHWM")
 
 
+def _nifti_bomb(path):
+    """A gzip NIfTI of about 130 KB declaring 512^3 uint8 (128 MiB stored)."""
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        f.write(_nifti_header((512, 512, 512), np.uint8))
+        zeros = bytes(16 * MiB)
+        for _ in range(8):
+            f.write(zeros)
+    assert path.stat().st_size < 1 * MiB
+    return path
+
+
 def test_declared_size_refused_from_header(daemon_factory, phantom, tmp_path):
     """A gzip NIfTI of about 130 KB declaring 512^3 uint8 (128 MiB stored, 640
     MiB with the float32 copy) is refused at submit with 422 limit_exceeded
@@ -45,14 +56,7 @@ def test_declared_size_refused_from_header(daemon_factory, phantom, tmp_path):
     Today's code took the job and allocated the volume (5.3 GB for 1024^3)."""
     d = daemon_factory(sets=["max_job_host_memory=256M"])
     ids = upload_phantom(d.api, phantom)
-    bomb = tmp_path / "bomb.nii.gz"
-    with gzip.open(bomb, "wb", compresslevel=9) as f:
-        f.write(_nifti_header((512, 512, 512), np.uint8))
-        zeros = bytes(16 * MiB)
-        for _ in range(8):
-            f.write(zeros)
-    assert bomb.stat().st_size < 1 * MiB
-    r = d.api.upload(bomb)
+    r = d.api.upload(_nifti_bomb(tmp_path / "bomb.nii.gz"))
     assert r.status == 201, str(r)
     before = _peak_rss(d.pid)
     r = d.api.post_json("/v1/jobs", server_job(phantom, {**ids, "odf": r.json()["id"]}))
@@ -61,6 +65,22 @@ def test_declared_size_refused_from_header(daemon_factory, phantom, tmp_path):
     assert r.error["field"] == "inputs.odf", r.error
     assert "max_job_host_memory" in r.error["message"], r.error
     assert _peak_rss(d.pid) < before + 64 * MiB
+
+
+def test_region_mask_counted(daemon_factory, phantom, tmp_path):
+    """A region's mask counts toward max_job_host_memory like the inputs, and
+    the refusal names the region."""
+    d = daemon_factory(sets=["max_job_host_memory=256M"])
+    ids = upload_phantom(d.api, phantom)
+    r = d.api.upload(_nifti_bomb(tmp_path / "bomb.nii.gz"))
+    assert r.status == 201, str(r)
+    job = server_job(phantom, ids)
+    job["regions"] = {"include": [{"center": [0, 0, 0], "radius": 2}],
+                      "exclude": [r.json()["id"]]}
+    r = d.api.post_json("/v1/jobs", job)
+    assert r.status == 422, str(r)
+    assert r.error["code"] == "limit_exceeded", r.error
+    assert r.error["field"] == "regions.exclude[0]", r.error
 
 
 def test_sparse_file_counted_by_its_size(daemon_factory, phantom, tmp_path):

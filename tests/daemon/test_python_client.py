@@ -706,17 +706,22 @@ def test_nipype_track_node_in_a_workflow(pyclient_nipype, daemon, job_file, refe
     assert doc["outputs"] == ["job_id", "out_file", "streamlines"], doc
 
 
+def _uploaded_fields(pyclient, doc):
+    """The fields of doc the Python client would upload, in its order."""
+    code = ("import json, sys; from tractd import _inputs; "
+            "print(json.dumps([f for f, _, _ in _inputs.input_fields(json.loads(sys.argv[1]))]))")
+    out = subprocess.run([str(pyclient), "-c", code, json.dumps(doc)], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    return json.loads(out)
+
+
 def test_stopping_maps_are_uploaded_fields(pyclient):
     """The maps of "stopping" are volumes the client uploads, as tractctl does;
     its criterion is not."""
     doc = {"inputs": {"odf": "odf.nii", "stop_map": "fa.nii"}, "seeds": {"roi": "roi.nii"},
            "stopping": {"criterion": "cmc", "wm": "wm.nii", "gm": "gm.nii", "csf": "csf.nii"}}
-    code = ("import json, sys; from tractd import _inputs; "
-            "print(json.dumps([f for f, _, _ in _inputs.input_fields(json.loads(sys.argv[1]))]))")
-    out = subprocess.run([str(pyclient), "-c", code, json.dumps(doc)], check=True,
-                         capture_output=True, text=True, timeout=60).stdout
-    assert json.loads(out) == ["inputs.odf", "inputs.stop_map", "seeds.roi", "stopping.wm",
-                               "stopping.gm", "stopping.csf"]
+    assert _uploaded_fields(pyclient, doc) == ["inputs.odf", "inputs.stop_map", "seeds.roi",
+                                               "stopping.wm", "stopping.gm", "stopping.csf"]
 
 
 def test_interface_maps_are_uploaded_fields(pyclient):
@@ -724,9 +729,16 @@ def test_interface_maps_are_uploaded_fields(pyclient):
     doc = {"inputs": {"odf": "odf.nii", "stop_map": "fa.nii"},
            "seeds": {"interface": {"wm": "wm.nii", "gm": "gm.nii"}, "count": 10},
            "stopping": {"criterion": "act", "five_tt": "5tt.nii"}}
-    code = ("import json, sys; from tractd import _inputs; "
-            "print(json.dumps([f for f, _, _ in _inputs.input_fields(json.loads(sys.argv[1]))]))")
-    out = subprocess.run([str(pyclient), "-c", code, json.dumps(doc)], check=True,
-                         capture_output=True, text=True, timeout=60).stdout
-    assert json.loads(out) == ["inputs.odf", "inputs.stop_map", "seeds.interface.wm",
-                               "seeds.interface.gm", "stopping.five_tt"]
+    assert _uploaded_fields(pyclient, doc) == ["inputs.odf", "inputs.stop_map",
+                                               "seeds.interface.wm", "seeds.interface.gm",
+                                               "stopping.five_tt"]
+
+
+def test_region_masks_are_uploaded_fields(pyclient):
+    """The mask images among "regions" are volumes the client uploads, as
+    tractctl does; spheres are not."""
+    sphere = {"center": [0, 0, 0], "radius": 2}
+    doc = {"inputs": {"odf": "odf.nii", "stop_map": "fa.nii"}, "seeds": {"roi": "roi.nii"},
+           "regions": {"include": [sphere, "gm.nii"], "exclude": ["csf.nii", sphere]}}
+    assert _uploaded_fields(pyclient, doc) == ["inputs.odf", "inputs.stop_map", "seeds.roi",
+                                               "regions.include[1]", "regions.exclude[0]"]

@@ -594,3 +594,17 @@ def test_track_5tt_interface_uploads_the_maps(ctl, daemon, phantom, references, 
     out = tmp_path / "interface.trk"
     _ok(ctl("track", _job_file(tmp_path, "interface", local), "-o", out))
     assert_same_trk(out.read_bytes(), references.trk(local), "tractctl track with 5TT")
+
+
+def test_track_uploads_region_masks(ctl, daemon, phantom, references, tmp_path):
+    """A mask region given as a local path is uploaded like the inputs:
+    `tractctl track` of a job with regions writes the bytes of `tractd run`
+    and reports its rejections."""
+    local = local_job(phantom, **SMALL)
+    local["regions"] = {"include": [str(phantom.path("include.nii.gz"))],
+                        "exclude": [{"center": [0, 0, 0], "radius": 3}]}
+    out = tmp_path / "regions.trk"
+    doc = json.loads(_ok(ctl("track", _job_file(tmp_path, "regions", local), "-o", out,
+                             "--json")).stdout)
+    assert_same_trk(out.read_bytes(), references.trk(local), "tractctl track with regions")
+    assert doc["result"]["rejected"] == references.stats(local)["rejected"], doc

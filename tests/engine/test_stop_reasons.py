@@ -24,7 +24,8 @@ SHAPE = (100, 8, 8)
 N_SEEDS = 16
 SEED = [50.0, 3.5, 3.5]
 ENDS = 2 * N_SEEDS
-REASONS = ("stop_map", "outside", "no_direction", "max_steps", "include", "exclude", "unknown")
+REASONS = ("stop_map", "outside", "no_direction", "max_steps", "include", "exclude",
+           "exclude_region", "unknown")
 
 
 def _counts(**nonzero):

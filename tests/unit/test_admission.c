@@ -158,6 +158,17 @@ static void test_inputs(void **state)
 	 * check reads: the input's fault. */
 	assert_int_equal(admit(f, &f->alice, doc, &err), ERR_INVALID_INPUT);
 	assert_string_equal(err.field, "inputs.odf");
+	/* The regions' masks are opened like the inputs, named by region. */
+	snprintf(doc, sizeof(doc), "{\"inputs\": {\"odf\": \"%s\", \"stop_map\": \"%s\"},"
+		 " \"seeds\": {\"points\": [[1, 1, 1]]}, \"regions\": {\"exclude\": [\"/c.nii\"]}}",
+		 f->id, f->id);
+	assert_int_equal(admit(f, &f->alice, doc, &err), ERR_SERVER_PATHS_DISABLED);
+	assert_string_equal(err.field, "regions.exclude[0]");
+	snprintf(doc, sizeof(doc), "{\"inputs\": {\"odf\": \"%s\", \"stop_map\": \"%s\"},"
+		 " \"seeds\": {\"points\": [[1, 1, 1]]}, \"regions\": {\"include\": "
+		 "[{\"center\": [0, 0, 0], \"radius\": 1}, \"sha256:%064d\"]}}", f->id, f->id, 1);
+	assert_int_equal(admit(f, &f->alice, doc, &err), ERR_UNKNOWN_VOLUME);
+	assert_string_equal(err.field, "regions.include[1]");
 }
 
 /* max_upload_bytes bounds an upload until less than it is left of the

@@ -1565,6 +1565,111 @@ static void test_input_file_table(void **state)
 
 /* ---- proto/examples ---- */
 
+#define REGIONS_JOB(members) ROI_JOB(", \"regions\": {" members "}")
+#define SPHERE(x, y, z, r) "{\"center\": [" #x ", " #y ", " #z "], \"radius\": " #r "}"
+
+/* regions: tckgen's spheres, each list at most JOBSPEC_MAX_REGIONS long;
+ * every error names the region and its member. */
+static void test_regions(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(ROI_JOB(""), NULL, &js);
+	assert_int_equal(js.n_include_regions, 0);
+	assert_int_equal(js.n_exclude_regions, 0);
+	jobspec_free(&js);
+
+	expect_ok(REGIONS_JOB("\"include\": [" SPHERE(1, -2, 3.5, 4) ", " SPHERE(0, 0, 0, 0.5) "], "
+			      "\"exclude\": [" SPHERE(-8, -8, 0, 3) "]"), NULL, &js);
+	assert_int_equal(js.n_include_regions, 2);
+	assert_int_equal(js.n_exclude_regions, 1);
+	assert_true(js.include_regions[0].center[1] == -2.0);
+	assert_true(js.include_regions[0].center[2] == 3.5);
+	assert_true(js.include_regions[1].radius == 0.5);
+	assert_true(js.exclude_regions[0].radius == 3.0);
+	assert_int_equal(js.include_regions[0].mask, -1);
+	assert_int_equal(js.n_region_masks, 0);
+	jobspec_free(&js);
+
+	/* Masks take the next mask slots, in document order, and name their field. */
+	expect_ok(REGIONS_JOB("\"include\": [" SPHERE(0, 0, 0, 1) ", \"gm.nii\"], "
+			      "\"exclude\": [\"/abs/csf.nii\"]"), "/data", &js);
+	assert_int_equal(js.n_region_masks, 2);
+	assert_int_equal(js.include_regions[0].mask, -1);
+	assert_int_equal(js.include_regions[1].mask, 0);
+	assert_int_equal(js.exclude_regions[0].mask, 1);
+	assert_string_equal(js.region_mask_path[0], "/data/gm.nii");
+	assert_string_equal(js.region_mask_path[1], "/abs/csf.nii");
+	assert_string_equal(js.region_mask_field[0], "regions.include[1]");
+	assert_string_equal(js.region_mask_field[1], "regions.exclude[0]");
+	jobspec_free(&js);
+
+	/* A mask's name (a path to the CLI, a volume id to the daemon) is not
+	 * part of the fingerprint; the regions are. */
+	struct jobspec other;
+
+	expect_ok(REGIONS_JOB("\"include\": [\"gm.nii\"]"), NULL, &js);
+	expect_ok(REGIONS_JOB("\"include\": [\"sha256:0123\"]"), NULL, &other);
+	assert_true(js.fingerprint == other.fingerprint);
+	jobspec_free(&other);
+	expect_ok(REGIONS_JOB("\"exclude\": [\"gm.nii\"]"), NULL, &other);
+	assert_true(js.fingerprint != other.fingerprint);
+	jobspec_free(&other);
+	jobspec_free(&js);
+
+	expect_error(REGIONS_JOB("\"include\": " SPHERE(0, 0, 0, 1)), "regions.include",
+		     "must be an array of regions");
+	expect_error(REGIONS_JOB("\"exclude\": [" SPHERE(0, 0, 0, 1) ", 3]"), "regions.exclude[1]",
+		     "must be a mask image (a path) or a sphere");
+	expect_error(REGIONS_JOB("\"exclude\": [\"\"]"), "regions.exclude[0]", "must not be empty");
+	expect_error(REGIONS_JOB("\"include\": [\"a.nii\", \"b.nii\", \"c.nii\"], "
+				 "\"exclude\": [\"d.nii\", " SPHERE(0, 0, 0, 1) ", \"e.nii\"]"),
+		     "regions.exclude[2]", "is a mask image past the 4 a job may have");
+	expect_error(REGIONS_JOB("\"include\": [{\"center\": [0, 0], \"radius\": 1}]"),
+		     "regions.include[0].center", "must be an array of 3 numbers");
+	expect_error(REGIONS_JOB("\"include\": [{\"radius\": 1}]"), "regions.include[0].center",
+		     "is required");
+	expect_error(REGIONS_JOB("\"include\": [{\"center\": [0, 0, 0]}]"),
+		     "regions.include[0].radius", "is required");
+	expect_error(REGIONS_JOB("\"exclude\": [" SPHERE(0, 0, 0, 0) "]"),
+		     "regions.exclude[0].radius", "must be in (0, 1000000] mm, got 0");
+	expect_error(REGIONS_JOB("\"include\": [{\"center\": [0, 0, 0], \"radius\": 1, "
+				 "\"r\": 2}]"), "regions.include[0].r", "is not a member");
+	expect_error(REGIONS_JOB("\"mask\": []"), "regions.mask", "unknown field");
+	expect_error(REGIONS_JOB("\"include\": [" SPHERE(0, 0, 0, 1) ", " SPHERE(0, 0, 0, 1) ", "
+				 SPHERE(0, 0, 0, 1) ", " SPHERE(0, 0, 0, 1) ", " SPHERE(0, 0, 0, 1)
+				 ", " SPHERE(0, 0, 0, 1) ", " SPHERE(0, 0, 0, 1) ", "
+				 SPHERE(0, 0, 0, 1) ", " SPHERE(0, 0, 0, 1) ", " SPHERE(0, 0, 0, 1)
+				 ", " SPHERE(0, 0, 0, 1) ", " SPHERE(0, 0, 0, 1) ", "
+				 SPHERE(0, 0, 0, 1) ", " SPHERE(0, 0, 0, 1) ", " SPHERE(0, 0, 0, 1)
+				 ", " SPHERE(0, 0, 0, 1) ", " SPHERE(0, 0, 0, 1) "]"),
+		     "regions.include", "must have at most 16 regions, got 17");
+}
+
+/* tracking.max_cross: DIPY's; null or absent is all directions (0). */
+static void test_max_cross(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(ROI_JOB(""), NULL, &js);
+	assert_int_equal(js.max_cross, 0);
+	jobspec_free(&js);
+	expect_ok(TRACKING_JOB("\"max_cross\": null"), NULL, &js);
+	assert_int_equal(js.max_cross, 0);
+	jobspec_free(&js);
+	expect_ok(TRACKING_JOB("\"max_cross\": 1"), NULL, &js);
+	assert_int_equal(js.max_cross, 1);
+	jobspec_free(&js);
+	expect_error(TRACKING_JOB("\"max_cross\": 0"), "tracking.max_cross",
+		     "must be in [1, 10000] or null, got 0");
+	expect_error(TRACKING_JOB("\"max_cross\": 1.5"), "tracking.max_cross",
+		     "must be an integer");
+	expect_error(TRACKING_JOB("\"max_cross\": \"all\""), "tracking.max_cross",
+		     "must be an integer");
+}
+
 static void test_example_valid(void **state)
 {
 	char path[4096], want[4200];
@@ -1862,6 +1967,8 @@ int main(void)
 		cmocka_unit_test(test_stopping_5tt),
 		cmocka_unit_test(test_seeds_interface),
 		cmocka_unit_test(test_seeds_interface_fingerprint),
+		cmocka_unit_test(test_regions),
+		cmocka_unit_test(test_max_cross),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
 	};

@@ -1,8 +1,9 @@
 """The inputs of a job document turned into volume ids (proto/API.md,
 "Volumes"), as tractctl's job_file_upload_inputs (client/tctl_job.c) does:
 every member of "inputs" but sh_basis and sh_frame, seeds.roi, the tissue
-maps of seeds.interface and the maps of "stopping" (every member but
-criterion). A value
+maps of seeds.interface, the maps of "stopping" (every member but criterion)
+and the mask images among "regions"' include and exclude (every region but a
+sphere, an object). A value
 may be a volume id (kept), a local path (relative ones against the job
 file's directory), bytes, a numpy array or a nibabel image. Arrays and
 images are serialised to NIfTI in memory, bvals/bvecs arrays to FSL text:
@@ -42,6 +43,12 @@ def input_fields(doc):
     stopping = doc.get("stopping")
     if isinstance(stopping, dict):
         fields += [(f"stopping.{k}", stopping, k) for k in stopping if k != "criterion"]
+    regions = doc.get("regions")
+    for name in ("include", "exclude") if isinstance(regions, dict) else ():
+        listed = regions.get(name)
+        if isinstance(listed, list):
+            fields += [(f"regions.{name}[{i}]", listed, i) for i, region in enumerate(listed)
+                       if not isinstance(region, dict)]
     return fields
 
 
