@@ -5,7 +5,7 @@
  * "inputs" but the options that name no file (sh_basis, sh_frame,
  * bvecs_convention), so that file inputs added to the schema later need no
  * change here, and
- * "seeds.roi" and every string member of "stopping" but criterion (its
+ * "seeds.roi", "seeds.points_file" and every string member of "stopping" but criterion (its
  * maps) -- are paths relative to the job file's directory; each is
  * hashed (SHA-256, streamed: volumes can be gigabytes), uploaded only when
  * the daemon does not have that content yet, and replaced by its volume id.
@@ -411,6 +411,9 @@ int job_file_upload_inputs(struct job_file *job, struct http_client *c)
 	}
 	code = replace_path_by_id(job, c, json_object_get(json_object_get(job->doc, "seeds"), "roi"),
 				  "seeds.roi");
+	if (code == TCTL_EXIT_OK)
+		code = replace_path_by_id(job, c, json_object_get(json_object_get(job->doc, "seeds"),
+								  "points_file"), "seeds.points_file");
 	json_object_foreach(json_object_get(job->doc, "stopping"), key, value) {
 		if (code != TCTL_EXIT_OK)
 			break;

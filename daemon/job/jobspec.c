@@ -564,8 +564,10 @@ static const struct member seeds_members[] = {
 	/* 0, the default, is "not given": the bounds refuse an explicit 0. */
 	INTEGER("select", seed_select, K_U64, 0, 1, (double)JOBSPEC_MAX_SEEDS, NULL),
 	CUSTOM("points", parse_seed_points),
+	PATH("points_file", seed_points_path),
 	CHOICE_BOOL("space", seed_points_ras, seed_spaces),
 	CUSTOM("shard", parse_seed_shard),
+	INTEGER("first_index", seed_first_index, K_U64, 0, 0, (double)JOBSPEC_MAX_SEEDS, NULL),
 };
 
 /* The ptt defaults: GPUStreamlines' probe (8 steps of 0.25 voxels) and
@@ -673,6 +675,7 @@ static const struct kind_key seed_kind_keys[] = {
 	{ "count", JOBSPEC_SEEDS_ROI },
 	{ "per_voxel", JOBSPEC_SEEDS_ROI },
 	{ "space", JOBSPEC_SEEDS_POINTS },
+	{ "first_index", JOBSPEC_SEEDS_POINTS },
 };
 
 static int parse_member(const struct member *m, json_t *v, const char *field, struct ctx *c)
@@ -951,6 +954,10 @@ static int check_model(json_t *root, struct ctx *c)
  * before this one: no shard can tell its part alone. */
 static int check_shard(const struct jobspec *js, struct errbuf *err)
 {
+	if (js->shard.count && js->seed_first_index)
+		return errbuf_set(err, -EINVAL, "seeds.shard", "cannot be combined with "
+				  "seeds.first_index: both say which global seed indices the "
+				  "points stand for; give the part's first_index instead");
 	if (!js->shard.count || !js->seed_select)
 		return 0;
 	return errbuf_set(err, -EINVAL, "seeds.shard", "cannot be combined with seeds.select: "
@@ -961,15 +968,17 @@ static int check_shard(const struct jobspec *js, struct errbuf *err)
 static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 {
 	bool roi = js->seed_roi_path != NULL, points = js->seed_points != NULL;
+	bool points_file = js->seed_points_path != NULL;
 	const struct kind_key *k;
 	char field[FIELD_MAX];
 
-	if (roi && points)
-		return errbuf_set(err, -EINVAL, "seeds",
-				  "takes either \"roi\" or \"points\", not both");
-	if (!roi && !points)
-		return errbuf_set(err, -EINVAL, "seeds",
-				  "is required, with either \"roi\" or \"points\"");
+	if (roi + points + points_file > 1)
+		return errbuf_set(err, -EINVAL, "seeds", "takes one of \"roi\", \"points\" or "
+				  "\"points_file\", not more");
+	if (!roi && !points && !points_file)
+		return errbuf_set(err, -EINVAL, "seeds", "is required, with either \"roi\", "
+				  "\"points\" or \"points_file\"");
+	points = points || points_file;
 	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : JOBSPEC_SEEDS_POINTS;
 	if (check_shard(js, err))
 		return -EINVAL;
@@ -983,7 +992,7 @@ static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 		return 0;
 	snprintf(field, sizeof(field), "seeds.%s", k->key);
 	return errbuf_set(err, -EINVAL, field, "is only allowed with seeds.%s",
-			  k->kind == JOBSPEC_SEEDS_ROI ? "roi" : "points");
+			  k->kind == JOBSPEC_SEEDS_ROI ? "roi" : "points or seeds.points_file");
 }
 
 /* One step, in voxels or in mm: two would contradict each other. */
@@ -1219,6 +1228,7 @@ static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 	if (json_is_object(seeds)) {
 		json_object_del(seeds, "shard");
 		json_object_del(seeds, "roi");
+		json_object_del(seeds, "points_file");
 	}
 	if (json_is_object(output)) {
 		json_object_del(output, "path");
@@ -1418,6 +1428,7 @@ void jobspec_free(struct jobspec *js)
 	free(js->stop_csf_path);
 	free(js->seed_roi_path);
 	free(js->seed_points);
+	free(js->seed_points_path);
 	free(js->sphere_name);
 	free(js->sphere_vertices);
 	free(js->output_path);

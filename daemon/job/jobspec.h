@@ -24,7 +24,8 @@
  *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0,
  *                "select": null, "shard": null | "K/N"}
  *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras", "select": null,
- *                "shard": null | "K/N"},
+ *                "shard": null | "K/N", "first_index": 0}
+ *            or {"points_file": PATH (.npy, N x 3), and points' other members},
  *   "tracking": {"sphere": "repulsion724" | {"vertices": [[x,y,z], ...]},
  *                "step_size": 0.5 | "step_mm": 1 (one of them), "max_angle": 60,
  *                "fa_threshold": 0.1,
@@ -135,7 +136,8 @@ struct jobspec_model {
 	double min_signal;          /* opdt/csa signal floor, > 0, default 1 */
 };
 
-/* The files a job reads, by slot: jobspec_input_files' order, then seeds.roi. */
+/* The files a job reads, by slot: jobspec_input_files' order, then seeds.roi
+ * and seeds.points_file. */
 enum jobspec_file_slot {
 	JOBSPEC_SLOT_ODF,
 	JOBSPEC_SLOT_SH,
@@ -150,6 +152,7 @@ enum jobspec_file_slot {
 	JOBSPEC_SLOT_STOP_GM,
 	JOBSPEC_SLOT_STOP_CSF,
 	JOBSPEC_SLOT_SEED_ROI,
+	JOBSPEC_SLOT_SEED_POINTS,
 	JOBSPEC_SLOTS
 };
 
@@ -197,6 +200,11 @@ struct jobspec {
 	uint64_t rng_seed;          /* seeds.rng_seed, default 0, 0..2^53 */
 	double *seed_points;        /* seeds.points, 3*n_seed_points (POINTS kind) */
 	uint64_t n_seed_points;
+	char *seed_points_path;     /* seeds.points_file: the points as a .npy file (POINTS
+				     * kind; seed_points is then read at load, formats/npy.h) */
+	uint64_t seed_first_index;  /* seeds.first_index: the global index of the first
+				     * point, which keys its draws as a shard's first seed's
+				     * (seeds_number_from); default 0, not with a shard */
 	bool seed_points_ras;       /* seeds.space == "ras" (default "voxel") */
 	struct shard shard;         /* seeds.shard "K/N" (K from 0; not with select);
 				     * count 0 when not given: the whole job */

@@ -14,12 +14,18 @@ static char **slot_path(struct jobspec *spec, enum jobspec_file_slot slot)
 {
 	if (slot == JOBSPEC_SLOT_SEED_ROI)
 		return &spec->seed_roi_path;
+	if (slot == JOBSPEC_SLOT_SEED_POINTS)
+		return &spec->seed_points_path;
 	return jobspec_input_slot(spec, &jobspec_input_files[slot]);
 }
 
 static const char *slot_field(enum jobspec_file_slot slot)
 {
-	return slot == JOBSPEC_SLOT_SEED_ROI ? "seeds.roi" : jobspec_input_files[slot].field;
+	if (slot == JOBSPEC_SLOT_SEED_ROI)
+		return "seeds.roi";
+	if (slot == JOBSPEC_SLOT_SEED_POINTS)
+		return "seeds.points_file";
+	return jobspec_input_files[slot].field;
 }
 
 /* A server-side path: opened now, as the user who submits the job, if it
