@@ -23,15 +23,18 @@ when the daemon lacks them. How each argument maps to the job (proto/job.schema.
                              step inside the point counts (isotropic voxels)
   relative_peak_thresh       tracking.relative_peak_threshold
   min_separation_angle       tracking.min_separation_angle (degrees)
-  rng_seed                   seeds.rng_seed of the first chunk, keys derived
-                             from it for the others (equal seeds, equal
-                             results; the streams differ from GPUStreamlines')
-  rng_offset                 not mappable: anything but 0 raises
-                             NotImplementedError
+  rng_seed                   seeds.rng_seed of every chunk (equal seeds,
+                             equal results; the streams differ from
+                             GPUStreamlines')
+  rng_offset                 seeds.first_index of the first chunk: seed i of a
+                             generate call draws as global seed
+                             rng_offset + i, whichever chunk it falls in
   chunk_size x ngpus         seeds per job (GPUStreamlines' sweep): each
                              generate call runs one job per chunk, in turn,
-                             and joins their results; the daemon picks its
-                             device(s) itself
+                             and joins their results; chunk k's first_index
+                             is rng_offset + its first seed's index, so the
+                             result is the same whatever chunk_size; the
+                             daemon picks its device(s) itself
   PTT probe_length, probe_quality  tracking.probe_length (their product, in
                              voxels) and probe_quality (+1: tractd counts the
                              current point); odf_lut_res and
@@ -43,18 +46,18 @@ when the daemon lacks them. How each argument maps to the job (proto/job.schema.
   set_compression_parameters output.positions (float32/float16) and, with
                              linearize, output.compress; TRX only, as in
                              GPUStreamlines
-  seeds (N, 3), voxel coords seeds.points with space voxel
+  seeds (N, 3), voxel coords seeds.points_file (each chunk an uploaded .npy,
+                             so millions of seeds pass max_request_bytes),
+                             space voxel
 
 The tracker's extra keyword `client` picks the daemon (default Client()).
 """
-import hashlib
 from math import degrees, radians
 
 import numpy as np
 
 from ._client import Client
 
-RNG_SEED_MAX = 2 ** 53          # job.schema.json: rngSeed maximum
 _TRACKING_SPHERE_EPS = 1e-6
 
 
@@ -183,9 +186,8 @@ class Tracker:
         if not isinstance(dg, (ProbDirectionGetter, BootDirectionGetter)):
             raise TypeError("dg: a tractd.cuslines direction getter "
                             f"(Prob, Ptt or Boot), not {type(dg).__name__}")
-        if rng_offset != 0:
-            raise NotImplementedError("rng_offset: tractd keys its random streams by "
-                                      "seeds.rng_seed and the seed's index only")
+        if int(rng_offset) != rng_offset or rng_offset < 0:
+            raise ValueError(f"rng_offset: a global seed index >= 0, got {rng_offset}")
         if int(ngpus) < 1 or int(chunk_size) < 1:
             raise ValueError("ngpus and chunk_size must be >= 1")
         dataf = np.asarray(dataf)
@@ -213,7 +215,7 @@ class Tracker:
         self.relative_peak_thresh = float(relative_peak_thresh)
         self.min_separation_angle = float(min_separation_angle)
         self.ngpus, self.chunk_size = int(ngpus), int(chunk_size)
-        self.rng_seed = int(rng_seed)
+        self.rng_seed, self.rng_offset = int(rng_seed), int(rng_offset)
         self.client = client if client is not None else Client()
         self.pos_dtype, self.linearize = np.float32, False
         self.tol_error, self.max_segment_length = 0.1, 10
@@ -280,28 +282,21 @@ class Tracker:
                              "stop_map": stop_map}
         return job
 
-    def _chunk_rng_seed(self, index):
-        """seeds.rng_seed of the index-th chunk: the tracker's own for the
-        first, then keys derived from it, so that chunks draw from unrelated
-        streams (tractd keys a seed's stream by rng_seed and its index in
-        its job, and has no rng_offset)."""
-        if index == 0:
-            return self.rng_seed
-        digest = hashlib.sha256(f"{self.rng_seed}/{index}".encode()).digest()
-        return int.from_bytes(digest[:8], "little") % (RNG_SEED_MAX + 1)
-
     def _run(self, seeds, ref_img, output):
         """One job per chunk of chunk_size x ngpus seeds (GPUStreamlines'
-        sweep; it also keeps each job document within the daemon's
-        max_request_bytes); yields each finished Job in order."""
+        sweep), each numbered from rng_offset + its first seed's index
+        (seeds.first_index) so that every seed draws as it would in one job;
+        yields each finished Job in order."""
         seeds = np.asarray(seeds, dtype=np.float64)
         if seeds.ndim != 2 or seeds.shape[1] != 3 or len(seeds) == 0:
             raise ValueError(f"seeds: an (N, 3) array of voxel coordinates, got {seeds.shape}")
         base = self._base_job(ref_img, output)
         size = self.chunk_size * self.ngpus
-        for index, start in enumerate(range(0, len(seeds), size)):
-            job = dict(base, seeds={"points": seeds[start:start + size].tolist(),
-                                    "space": "voxel", "rng_seed": self._chunk_rng_seed(index)})
+        for start in range(0, len(seeds), size):
+            # The array goes as seeds.points_file (Client.submit).
+            job = dict(base, seeds={"points": seeds[start:start + size], "space": "voxel",
+                                    "rng_seed": self.rng_seed,
+                                    "first_index": self.rng_offset + start})
             self.last_job = self.client.submit(job)
             yield self.last_job.wait(progress=None)
 
