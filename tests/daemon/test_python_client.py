@@ -820,3 +820,28 @@ def test_stopping_maps_are_uploaded_fields(pyclient):
                          capture_output=True, text=True, timeout=60).stdout
     assert json.loads(out) == ["inputs.odf", "inputs.stop_map", "seeds.roi", "stopping.wm",
                                "stopping.gm", "stopping.csf"]
+
+
+# ----------------------------------------------------------------- bench/pyafq_call.py
+
+BENCH = REPO / "bench" / "pyafq_call.py"
+
+
+def test_pyafq_bench_runs_small_and_names_missing_packages(tractd, tmp_path):
+    """The lead's GPU timing script, at a lavapipe size: the pyAFQ call in
+    chunks, with the phases and a JSON summary; without numpy it says so."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--dim", "24,24,16", "--min-length", "10",
+         "--max-length", "30", "--chunk-size", "400", "--tractd", str(tractd),
+         "--workdir", str(tmp_path / "bench")],
+        capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S, cwd=short_tmpdir())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["seeds"] > 400 and doc["streamlines"] > 0, doc
+    assert doc["jobs"] == -(-doc["seeds"] // 400), doc
+    assert "generate_trx (pyAFQ's call, as is)" in doc["phases_s"], doc
+    blocked = subprocess.run(
+        [sys.executable, "-c", "import runpy, sys; sys.modules['numpy'] = None; "
+         f"sys.argv = ['pyafq_call.py']; runpy.run_path({str(BENCH)!r}, run_name='__main__')"],
+        capture_output=True, text=True, timeout=60)
+    assert blocked.returncode == 1 and "lacks numpy" in blocked.stderr, blocked.stderr

@@ -15,8 +15,9 @@ when the daemon lacks them. How each argument maps to the job (proto/job.schema.
   sphere_edges, sphere_symm  checked: tractd takes the sphere's neighbours from
                              its convex hull (with the antipodes for a
                              hemisphere, which tractd detects), as DIPY's
-                             spheres have them; other edges, or a sphere_symm
-                             that contradicts the vertices, raise ValueError
+                             spheres have them; other edges (judged when
+                             scipy is installed), or a sphere_symm that
+                             contradicts the vertices, raise ValueError
   max_angle (radians)        tracking.max_angle (degrees)
   step_size (voxels)         tracking.step_size
   min_pts, max_pts           tracking.min_length / max_length in mm, half a
@@ -50,7 +51,9 @@ when the daemon lacks them. How each argument maps to the job (proto/job.schema.
                              so millions of seeds pass max_request_bytes),
                              space voxel
 
-The tracker's extra keyword `client` picks the daemon (default Client()).
+The tracker's extra keyword `client` picks the daemon (default Client()), and
+its extra method generate_jobs yields each chunk's finished Job (results
+streamed to files with Job.save, without DIPY or trx-python).
 """
 from math import degrees, radians
 
@@ -161,7 +164,11 @@ def _check_sphere(vertices, edges, symmetric):
                          " but they " + ("contain antipodal pairs" if symmetric
                                          else "have no antipodal pair (a hemisphere)"))
     given = {(min(i, j), max(i, j)) for i, j in np.asarray(edges, dtype=np.int64).reshape(-1, 2)}
-    if given != _hull_edges(vertices, symmetric):
+    try:
+        hull = _hull_edges(vertices, symmetric)
+    except ImportError:   # no scipy: tractd never reads the edges, they go unchecked
+        return
+    if given != hull:
         raise ValueError("sphere_edges: not the edges of the convex hull of sphere_vertices, "
                          "which is the neighbourhood tractd uses (as DIPY's spheres have it)")
 
@@ -300,13 +307,29 @@ class Tracker:
             self.last_job = self.client.submit(job)
             yield self.last_job.wait(progress=None)
 
+    def generate_jobs(self, seeds, ref_img, format="trx"):
+        """tractd's own: tracks from seeds (voxel coordinates) and yields the
+        finished Job of each chunk in turn, which generate_sft ("trk") and
+        generate_trx ("trx": set_compression_parameters' positions and
+        compression) join; Job.save streams each result to a file."""
+        if format not in ("trk", "tck", "trx"):
+            raise ValueError(f"format: trk, tck or trx, not {format!r}")
+        output = {"format": format}
+        if format == "trx":
+            output["positions"] = ("float16" if np.dtype(self.pos_dtype) == np.float16
+                                   else "float32")
+            if self.linearize:
+                output["compress"] = {"tolerance_mm": self.tol_error,
+                                      "max_segment_mm": self.max_segment_length}
+        return self._run(seeds, ref_img, output)
+
     def generate_sft(self, seeds, ref_img):
         """Tracks from seeds (voxel coordinates); a StatefulTractogram on
         ref_img in voxel space, as GPUStreamlines returns it."""
         from dipy.io.stateful_tractogram import Space, StatefulTractogram
         from nibabel.streamlines import ArraySequence
         lines = ArraySequence()
-        for job in self._run(seeds, ref_img, {"format": "trk"}):
+        for job in self.generate_jobs(seeds, ref_img, "trk"):
             lines.extend(job.to_sft().streamlines)
         out = StatefulTractogram(lines, ref_img, Space.RASMM)
         out.to_vox()
@@ -315,12 +338,7 @@ class Tracker:
     def generate_trx(self, seeds, ref_img):
         """Tracks from seeds (voxel coordinates); a TrxFile (RAS+ mm) with
         positions of set_compression_parameters' dtype."""
-        output = {"format": "trx",
-                  "positions": "float16" if np.dtype(self.pos_dtype) == np.float16 else "float32"}
-        if self.linearize:
-            output["compress"] = {"tolerance_mm": self.tol_error,
-                                  "max_segment_mm": self.max_segment_length}
-        parts = [job.to_trx() for job in self._run(seeds, ref_img, output)]
+        parts = [job.to_trx() for job in self.generate_jobs(seeds, ref_img)]
         if len(parts) == 1:
             return parts[0]
         from trx.trx_file_memmap import concatenate
