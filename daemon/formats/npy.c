@@ -47,7 +47,7 @@ static void skip_space(struct header *h)
 static bool take(struct header *h, char c)
 {
 	skip_space(h);
-	if (h->p == h->end || *h->p != c)
+	if (h->p == h->end || *h->p != (unsigned char)c)
 		return false;
 	h->p++;
 	return true;
@@ -103,25 +103,30 @@ static bool shape(struct header *h)
 	}
 }
 
+static bool same(const char *a, const char *b)
+{
+	return strcmp(a, b) == 0;
+}
+
 static bool value(struct header *h, const char *key)
 {
 	char w[MAX_WORD + 1];
 
-	if (!strcmp(key, "descr")) {
+	if (same(key, "descr")) {
 		if (!word(h, true, w))
 			return false;
-		h->item_size = !strcmp(w, "<f4") ? 4 : !strcmp(w, "<f8") ? 8 : 0;
+		h->item_size = same(w, "<f4") ? 4 : same(w, "<f8") ? 8 : 0;
 		h->seen |= 1;
 		return true;
 	}
-	if (!strcmp(key, "fortran_order")) {
-		if (!word(h, false, w) || (strcmp(w, "True") && strcmp(w, "False")))
+	if (same(key, "fortran_order")) {
+		if (!word(h, false, w) || (!same(w, "True") && !same(w, "False")))
 			return false;
-		h->fortran = !strcmp(w, "True");
+		h->fortran = same(w, "True");
 		h->seen |= 2;
 		return true;
 	}
-	if (!strcmp(key, "shape")) {
+	if (same(key, "shape")) {
 		h->seen |= 4;
 		return shape(h);
 	}
@@ -155,7 +160,7 @@ static bool dict(struct header *h)
 static int preamble(const unsigned char *buf, size_t len, size_t *start, size_t *header_len,
 		    const struct place *at)
 {
-	if (len < MAGIC_LEN + 4 || memcmp(buf, MAGIC, MAGIC_LEN))
+	if (len < MAGIC_LEN + 4 || memcmp(buf, MAGIC, MAGIC_LEN) != 0)
 		return bad(at, "not a NumPy .npy file (np.save of an (N, 3) array)");
 	if (buf[6] == 1 && buf[7] == 0) {
 		*header_len = (size_t)buf[8] | (size_t)buf[9] << 8;

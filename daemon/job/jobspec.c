@@ -978,7 +978,6 @@ static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 	if (!roi && !points && !points_file)
 		return errbuf_set(err, -EINVAL, "seeds", "is required, with either \"roi\", "
 				  "\"points\" or \"points_file\"");
-	points = points || points_file;
 	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : JOBSPEC_SEEDS_POINTS;
 	if (check_shard(js, err))
 		return -EINVAL;
