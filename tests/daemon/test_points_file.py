@@ -3,7 +3,8 @@ and tractctl: a .npy upload is kind npy; a job naming it writes the bytes of
 `tractd run` on the local file; a list tracked in two parts, the second
 with first_index, is the whole list's tractogram; a file that is no .npy
 fails the job naming seeds.points_file, a point outside the image
-seeds.points_file[i]; `tractctl track` uploads the file like the inputs."""
+seeds.points_file[i], and its points count against max_seeds_per_job;
+`tractctl track` uploads the file like the inputs."""
 import json
 import subprocess
 
@@ -11,7 +12,7 @@ import nibabel as nib
 import numpy as np
 
 from .support import (assert_same_trk, daemon_env, local_job, run_to_completion, server_job,
-                      submit, wait_job)
+                      submit, upload_phantom, wait_job)
 
 N = 300
 
@@ -105,3 +106,16 @@ def test_tractctl_uploads_the_points_file(tractctl, daemon, phantom, references,
     assert proc.returncode == 0, proc.stderr
     job["seeds"]["points_file"] = str(tmp_path / "seeds.npy")
     assert_same_trk(out.read_bytes(), references.trk(job), "tractctl track, points_file")
+
+
+def test_points_file_counts_against_max_seeds_per_job(daemon_factory, phantom, tmp_path):
+    """The points of a file are counted when the job reads it: over
+    max_seeds_per_job the job fails as limit_exceeded naming the file."""
+    d = daemon_factory(sets=["max_seeds_per_job=100"], tcp=False)
+    ids = upload_phantom(d.api, phantom)
+    job = server_job(phantom, ids)
+    job["seeds"] = {"points_file": _upload(d, _points(tmp_path, "s.npy", _seeds(tmp_path)), "npy")}
+    doc = wait_job(d.api, submit(d.api, job))
+    assert doc["status"] == "failed", doc
+    assert doc["error"]["code"] == "limit_exceeded", doc
+    assert doc["error"]["field"] == "seeds.points_file", doc
