@@ -4,6 +4,7 @@
 #   make SANITIZE=1          ASan+UBSan build in build-asan/
 #   make fuzz                libFuzzer harnesses (clang) in build-fuzz/fuzz/
 #   make check-fuzz          runs each harness briefly over its seed corpus
+#   make bench-pyafq         pyAFQ's GPU tracking call timed (bench/pyafq_call.py)
 #   make check-tidy          clang-tidy over daemon/, common/ and client/ (.clang-tidy)
 #   make man                 tractd.1 and tractctl.1 from the --help texts
 #   make install PREFIX=/usr/local DESTDIR=...
@@ -94,7 +95,7 @@ CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-p
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
 .PHONY: all check check-layers check-tidy check-man check-unit check-asan check-python check-fuzz fuzz \
-	fuzz-bins venv venv-dipy venv-nipype demo bench bench-encode man install \
+	fuzz-bins venv venv-dipy venv-nipype demo bench bench-encode bench-pyafq man install \
 	check-cluster clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
@@ -274,6 +275,12 @@ demo: all
 
 bench: all $(BUILD)/bench-encode
 	bench/bench.sh $(BUILD)/tractd
+
+# pyAFQ's GPU call through tractd.cuslines (bench/pyafq_call.py; python3 with
+# numpy and nibabel): BENCH_PYAFQ_ARGS, e.g. "--dim 145,174,145 --voxel-size 1.25".
+BENCH_PYAFQ_ARGS ?=
+bench-pyafq: all
+	$(SYSTEM_PYTHON) bench/pyafq_call.py --tractd $(BUILD)/tractd $(BENCH_PYAFQ_ARGS)
 
 # BENCH_ENCODE_STREAMLINES (default 1000000) synthetic streamlines.
 bench-encode: $(BUILD)/bench-encode

@@ -5,10 +5,10 @@
  * "inputs" but the options that name no file (sh_basis, sh_frame,
  * bvecs_convention), so that file inputs added to the schema later need no
  * change here, and
- * "seeds.roi", every string member of "seeds.interface" (its tissue maps) and
- * of "stopping" but criterion (its maps), and every string of "regions"'
- * include and exclude (mask images; spheres are objects) -- are paths
- * relative to the job file's directory; each is
+ * "seeds.roi", "seeds.points_file", every string member of "seeds.interface"
+ * (its tissue maps) and of "stopping" but criterion (its maps), and every
+ * string of "regions"' include and exclude (mask images; spheres are
+ * objects) -- are paths relative to the job file's directory; each is
  * hashed (SHA-256, streamed: volumes can be gigabytes), uploaded only when
  * the daemon does not have that content yet, and replaced by its volume id.
  * Values that already are volume ids are left alone. output.path is taken
@@ -454,6 +454,9 @@ int job_file_upload_inputs(struct job_file *job, struct http_client *c)
 	}
 	code = replace_path_by_id(job, c, json_object_get(json_object_get(job->doc, "seeds"), "roi"),
 				  "seeds.roi");
+	if (code == TCTL_EXIT_OK)
+		code = replace_path_by_id(job, c, json_object_get(json_object_get(job->doc, "seeds"),
+								  "points_file"), "seeds.points_file");
 	if (code == TCTL_EXIT_OK)
 		code = replace_members_by_id(job, c, json_object_get(json_object_get(job->doc,
 									     "seeds"), "interface"),

@@ -1620,12 +1620,13 @@ static int check_seed_index(const struct jobspec *job, struct seeds *seeds, stru
 {
 	const uint64_t exact = 1ull << 24;
 
-	if (!job->save_seed_index || job->output_format != OUTPUT_TRK || seeds_count(seeds) <= exact)
+	if (!job->save_seed_index || job->output_format != OUTPUT_TRK ||
+	    seeds_index_end(seeds) <= exact)
 		return 0;
 	return errbuf_set(err, -EINVAL, "output.save_seed_index", "TRK keeps seed indices as "
 			  "float32, exact up to %llu seeds; this job has %llu: use output.format "
 			  "\"trx\"", (unsigned long long)exact,
-			  (unsigned long long)seeds_count(seeds));
+			  (unsigned long long)seeds_index_end(seeds));
 }
 
 /* The job's parameters in a TCK header, under tckgen's names where they

@@ -18,6 +18,7 @@
 
 #include "formats/affine.h"
 #include "formats/image.h"
+#include "formats/npy.h"
 #include "models/gradients.h"
 #include "models/shbasis.h"
 
@@ -327,6 +328,46 @@ static int interface_seeds(const struct jobspec *job, const struct volume *grid,
 	return r;
 }
 
+/* The global indices of the points must stay within the job limit, as a
+ * mask's count does: draws and outputs key seeds by them. */
+static int check_first_index(const struct jobspec *job, const char *field, uint64_t n,
+			     struct errbuf *err)
+{
+	if (n <= JOBSPEC_MAX_SEEDS - job->seed_first_index)
+		return 0;
+	return errbuf_set(err, -EINVAL, "seeds.first_index", "%llu + the %llu points of %s pass "
+			  "the largest global seed index (%llu)",
+			  (unsigned long long)job->seed_first_index, (unsigned long long)n, field,
+			  (unsigned long long)JOBSPEC_MAX_SEEDS);
+}
+
+/* Explicit points, from the document or from seeds.points_file, numbered
+ * from seeds.first_index. */
+static int load_seed_points(const struct jobspec *job, const struct volume *odf,
+			    struct seeds **ret, struct errbuf *err)
+{
+	const char *field = job->seed_points_path ? "seeds.points_file" : "seeds.points";
+	double *read = NULL;
+	const double *pts = job->seed_points;
+	uint64_t n = job->n_seed_points;
+	int r = 0;
+
+	if (job->seed_points_path) {
+		r = npy_points_load(jobspec_opened_fd(job, JOBSPEC_SLOT_SEED_POINTS),
+				    job->seed_points_path, field, JOBSPEC_MAX_SEEDS, &read, &n, err);
+		pts = read;
+	}
+	if (r == 0)
+		r = check_first_index(job, field, n, err);
+	if (r == 0)
+		r = seeds_from_points(field, pts, n, job->seed_points_ras, odf->affine, odf->dim,
+				      ret, err);
+	if (r == 0)
+		seeds_number_from(*ret, job->seed_first_index);
+	free(read);
+	return r;
+}
+
 static int load_seeds(const struct jobspec *job, const struct volume *odf, const char *grid_field,
 		      struct seeds **ret, struct errbuf *err)
 {
@@ -334,8 +375,7 @@ static int load_seeds(const struct jobspec *job, const struct volume *odf, const
 	int r;
 
 	if (job->seed_kind == JOBSPEC_SEEDS_POINTS)
-		return seeds_from_points(job->seed_points, job->n_seed_points, job->seed_points_ras,
-					 odf->affine, odf->dim, ret, err);
+		return load_seed_points(job, odf, ret, err);
 	if (job->seed_kind == JOBSPEC_SEEDS_INTERFACE)
 		return interface_seeds(job, odf, grid_field, ret, err);
 	r = load_volume(job, JOBSPEC_SLOT_SEED_ROI, job->seed_roi_path, "seeds.roi", &roi, NULL,

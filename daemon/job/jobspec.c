@@ -555,6 +555,7 @@ const struct jobspec_input_file jobspec_seed_files[JOBSPEC_SEED_FILES] = {
 	{ "seeds.interface.wm", offsetof(struct jobspec, seed_wm_path) },
 	{ "seeds.interface.gm", offsetof(struct jobspec, seed_gm_path) },
 	{ "seeds.interface.five_tt", offsetof(struct jobspec, seed_5tt_path) },
+	{ "seeds.points_file", offsetof(struct jobspec, seed_points_path) },
 };
 
 /* "K/N" (shard.h); null is the whole job. */
@@ -583,8 +584,10 @@ static const struct member seeds_members[] = {
 	/* 0, the default, is "not given": the bounds refuse an explicit 0. */
 	INTEGER("select", seed_select, K_U64, 0, 1, (double)JOBSPEC_MAX_SEEDS, NULL),
 	CUSTOM("points", parse_seed_points),
+	PATH("points_file", seed_points_path),
 	CHOICE_BOOL("space", seed_points_ras, seed_spaces),
 	CUSTOM("shard", parse_seed_shard),
+	INTEGER("first_index", seed_first_index, K_U64, 0, 0, (double)JOBSPEC_MAX_SEEDS, NULL),
 };
 
 /* tracking.max_cross: null (DIPY's None) or absent tracks every initial
@@ -815,12 +818,14 @@ static const struct kind_key seed_kind_keys[] = {
 	{ "count", JOBSPEC_SEEDS_ROI },
 	{ "per_voxel", JOBSPEC_SEEDS_ROI },
 	{ "space", JOBSPEC_SEEDS_POINTS },
+	{ "first_index", JOBSPEC_SEEDS_POINTS },
 };
 
 /* The same for seeds.interface, which takes count as seeds.roi does. */
 static const struct kind_key interface_seed_kind_keys[] = {
 	{ "per_voxel", JOBSPEC_SEEDS_ROI },
 	{ "space", JOBSPEC_SEEDS_POINTS },
+	{ "first_index", JOBSPEC_SEEDS_POINTS },
 };
 
 static int parse_member(const struct member *m, json_t *v, const char *field, struct ctx *c)
@@ -1099,6 +1104,10 @@ static int check_model(json_t *root, struct ctx *c)
  * before this one: no shard can tell its part alone. */
 static int check_shard(const struct jobspec *js, struct errbuf *err)
 {
+	if (js->shard.count && js->seed_first_index)
+		return errbuf_set(err, -EINVAL, "seeds.shard", "cannot be combined with "
+				  "seeds.first_index: both say which global seed indices the "
+				  "points stand for; give the part's first_index instead");
 	if (!js->shard.count || !js->seed_select)
 		return 0;
 	return errbuf_set(err, -EINVAL, "seeds.shard", "cannot be combined with seeds.select: "
@@ -1128,18 +1137,20 @@ static int check_seed_interface(const struct jobspec *js, struct errbuf *err)
 static int seed_kind_of(json_t *seeds, struct jobspec *js, struct errbuf *err)
 {
 	bool roi = js->seed_roi_path != NULL, points = js->seed_points != NULL;
+	bool points_file = js->seed_points_path != NULL;
 	bool interface = json_object_get(seeds, "interface") != NULL;
 
-	if (roi && points)
-		return errbuf_set(err, -EINVAL, "seeds",
-				  "takes either \"roi\" or \"points\", not both");
-	if (interface && (roi || points))
+	if (interface && (roi || points || points_file))
 		return errbuf_set(err, -EINVAL, "seeds.interface", "cannot be combined with "
-				  "seeds.%s: give one kind of seeds", roi ? "roi" : "points");
-	if (!roi && !points && !interface)
-		return errbuf_set(err, -EINVAL, "seeds", "is required, with either \"roi\" or "
-				  "\"points\" (or \"interface\")");
-	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : points ? JOBSPEC_SEEDS_POINTS :
+				  "seeds.%s: give one kind of seeds",
+				  roi ? "roi" : points ? "points" : "points_file");
+	if (roi + points + points_file > 1)
+		return errbuf_set(err, -EINVAL, "seeds", "takes one of \"roi\", \"points\" or "
+				  "\"points_file\", not more");
+	if (!roi && !points && !points_file && !interface)
+		return errbuf_set(err, -EINVAL, "seeds", "is required, with either \"roi\", "
+				  "\"points\" or \"points_file\" (or \"interface\")");
+	js->seed_kind = roi ? JOBSPEC_SEEDS_ROI : points || points_file ? JOBSPEC_SEEDS_POINTS :
 			JOBSPEC_SEEDS_INTERFACE;
 	return interface ? check_seed_interface(js, err) : 0;
 }
@@ -1168,7 +1179,7 @@ static int check_seeds(json_t *seeds, struct jobspec *js, struct errbuf *err)
 		return 0;
 	snprintf(field, sizeof(field), "seeds.%s", k->key);
 	return errbuf_set(err, -EINVAL, field, "is only allowed with seeds.%s",
-			  k->kind == JOBSPEC_SEEDS_ROI ? "roi" : "points");
+			  k->kind == JOBSPEC_SEEDS_ROI ? "roi" : "points or seeds.points_file");
 }
 
 /* One step, in voxels or in mm: two would contradict each other. */
@@ -1440,6 +1451,7 @@ static int fingerprint(json_t *root, uint64_t *ret, struct errbuf *err)
 		json_object_del(seeds, "shard");
 		json_object_del(seeds, "roi");
 		json_object_del(seeds, "interface");   /* file names only */
+		json_object_del(seeds, "points_file");
 	}
 	if (json_is_object(output)) {
 		json_object_del(output, "path");
@@ -1644,6 +1656,7 @@ void jobspec_free(struct jobspec *js)
 	for (int k = 0; k < js->n_region_masks; k++)
 		free(js->region_mask_path[k]);
 	free(js->seed_points);
+	free(js->seed_points_path);
 	free(js->sphere_name);
 	free(js->sphere_vertices);
 	free(js->output_path);

@@ -24,7 +24,8 @@
  *   "seeds":    {"roi": PATH, "count": 2000, "per_voxel": false, "rng_seed": 0,
  *                "select": null, "shard": null | "K/N"}
  *            or {"points": [[x,y,z], ...], "space": "voxel" | "ras", "select": null,
- *                "shard": null | "K/N"}
+ *                "shard": null | "K/N", "first_index": 0}
+ *            or {"points_file": PATH (.npy, N x 3), and points' other members},
  *            or {"interface": {"wm": PATH, "gm": PATH} | {"five_tt": PATH}, "count": 10000,
  *                "rng_seed": 0, "select": null, "shard": null | "K/N"},
  *   "tracking": {"sphere": "repulsion724" | {"vertices": [[x,y,z], ...]},
@@ -176,6 +177,7 @@ enum jobspec_file_slot {
 	JOBSPEC_SLOT_SEED_INTERFACE_WM,
 	JOBSPEC_SLOT_SEED_INTERFACE_GM,
 	JOBSPEC_SLOT_SEED_INTERFACE_5TT,
+	JOBSPEC_SLOT_SEED_POINTS,
 	JOBSPEC_SLOT_REGION_MASK,   /* the first of JOBSPEC_MAX_REGION_MASKS */
 	JOBSPEC_SLOTS = JOBSPEC_SLOT_REGION_MASK + JOBSPEC_MAX_REGION_MASKS
 };
@@ -227,6 +229,11 @@ struct jobspec {
 	uint64_t rng_seed;          /* seeds.rng_seed, default 0, 0..2^53 */
 	double *seed_points;        /* seeds.points, 3*n_seed_points (POINTS kind) */
 	uint64_t n_seed_points;
+	char *seed_points_path;     /* seeds.points_file: the points as a .npy file (POINTS
+				     * kind; seed_points is then read at load, formats/npy.h) */
+	uint64_t seed_first_index;  /* seeds.first_index: the global index of the first
+				     * point, which keys its draws as a shard's first seed's
+				     * (seeds_number_from); default 0, not with a shard */
 	bool seed_points_ras;       /* seeds.space == "ras" (default "voxel") */
 	struct shard shard;         /* seeds.shard "K/N" (K from 0; not with select);
 				     * count 0 when not given: the whole job */

@@ -16,6 +16,8 @@ struct seeds {
 	/* The global indices seeds_fill serves, [first, end): all of them
 	 * unless a shard restricted them. */
 	uint64_t first, end;
+	/* The global index of seed 0 (seeds_number_from; points only). */
+	uint64_t base;
 	/* From a mask (points == NULL): mask voxels as [x][y][z] indices in
 	 * seeding order, or with faces interface faces as 6 x voxel + face;
 	 * seed i sits in order[i % nvox]. */
@@ -204,14 +206,15 @@ int seeds_from_interface(const struct volume *wm, const struct volume *gm, uint6
 }
 
 /* One point in voxel coordinates, or -EINVAL with the reason in err. */
-static int point_to_voxel(const double in[3], const double (*world_to_voxel)[4],
-			  const int64_t dim[3], uint64_t i, float out[3], struct errbuf *err)
+static int point_to_voxel(const char *from, const double in[3],
+			  const double (*world_to_voxel)[4], const int64_t dim[3], uint64_t i,
+			  float out[3], struct errbuf *err)
 {
 	static const char axis[3] = {'i', 'j', 'k'};
 	char field[sizeof(err->field)];
 	double v[3];
 
-	snprintf(field, sizeof(field), "seeds.points[%llu]", (unsigned long long)i);
+	snprintf(field, sizeof(field), "%s[%llu]", from, (unsigned long long)i);
 	if (!isfinite(in[0]) || !isfinite(in[1]) || !isfinite(in[2]))
 		return errbuf_set(err, -EINVAL, field, "coordinate is not finite");
 	if (world_to_voxel)
@@ -228,11 +231,13 @@ static int point_to_voxel(const double in[3], const double (*world_to_voxel)[4],
 	return 0;
 }
 
-static int convert_points(const double *pts, uint64_t n, const double (*world_to_voxel)[4],
-			  const int64_t dim[3], float *out, struct errbuf *err)
+static int convert_points(const char *field, const double *pts, uint64_t n,
+			  const double (*world_to_voxel)[4], const int64_t dim[3], float *out,
+			  struct errbuf *err)
 {
 	for (uint64_t i = 0; i < n; i++) {
-		int rc = point_to_voxel(pts + 3 * i, world_to_voxel, dim, i, out + 3 * i, err);
+		int rc = point_to_voxel(field, pts + 3 * i, world_to_voxel, dim, i, out + 3 * i,
+					err);
 
 		if (rc)
 			return rc;
@@ -240,17 +245,18 @@ static int convert_points(const double *pts, uint64_t n, const double (*world_to
 	return 0;
 }
 
-int seeds_from_points(const double *pts, uint64_t n, bool ras_mm, const double affine[4][4],
-		      const int64_t dim[3], struct seeds **ret, struct errbuf *err)
+int seeds_from_points(const char *field, const double *pts, uint64_t n, bool ras_mm,
+		      const double affine[4][4], const int64_t dim[3], struct seeds **ret,
+		      struct errbuf *err)
 {
 	double inverse[4][4];
 	struct seeds *s;
 	int rc;
 
 	if (n == 0)
-		return errbuf_set(err, -EINVAL, "seeds.points", "no seed points given");
+		return errbuf_set(err, -EINVAL, field, "no seed points given");
 	if (ras_mm && affine_invert(affine, inverse) != 0)
-		return errbuf_set(err, -EINVAL, "seeds.points",
+		return errbuf_set(err, -EINVAL, field,
 				  "the image affine is singular, so mm points cannot be mapped to voxels");
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -259,8 +265,8 @@ int seeds_from_points(const double *pts, uint64_t n, bool ras_mm, const double a
 	s->end = n;
 	s->points = n <= SIZE_MAX / (3 * sizeof(*s->points)) ?
 		    malloc((size_t)n * 3 * sizeof(*s->points)) : NULL;
-	rc = s->points ? convert_points(pts, n, ras_mm ? inverse : NULL, dim, s->points, err)
-		       : -ENOMEM;
+	rc = s->points ? convert_points(field, pts, n, ras_mm ? inverse : NULL, dim, s->points,
+					err) : -ENOMEM;
 	if (rc) {
 		seeds_free(s);
 		return rc;
@@ -285,10 +291,20 @@ void seeds_restrict(struct seeds *s, uint64_t first, uint64_t end)
 		s->end = s->first;
 }
 
+void seeds_number_from(struct seeds *s, uint64_t first)
+{
+	s->base = first;
+}
+
+uint64_t seeds_index_end(const struct seeds *s)
+{
+	return s->base + s->count;
+}
+
 void seeds_range(const struct seeds *s, uint64_t *first, uint64_t *end)
 {
-	*first = s->first;
-	*end = s->end;
+	*first = s->base + s->first;
+	*end = s->base + s->end;
 }
 
 uint64_t seeds_count(const struct seeds *s)
@@ -361,12 +377,15 @@ static void fill_from_mask_parallel(const struct seeds *s, uint64_t first, uint6
 
 int seeds_fill(struct seeds *s, uint64_t first, uint64_t n, float *out)
 {
-	if (first < s->first || n > s->end - s->first || first - s->first > s->end - s->first - n)
+	uint64_t at = first - s->base;   /* in the job's list */
+
+	if (first < s->base || at < s->first || n > s->end - s->first ||
+	    at - s->first > s->end - s->first - n)
 		return -EINVAL;
 	if (s->points)
-		memcpy(out, s->points + 3 * first, (size_t)n * 3 * sizeof(*out));
+		memcpy(out, s->points + 3 * at, (size_t)n * 3 * sizeof(*out));
 	else
-		fill_from_mask_parallel(s, first, n, out);
+		fill_from_mask_parallel(s, at, n, out);
 	return 0;
 }
 

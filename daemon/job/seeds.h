@@ -15,7 +15,9 @@
  *    faces: a face joins a voxel of white matter (wm > 0.5) and one of its
  *    6 neighbours of grey matter (gm > 0.5); its seeds lie on the face
  *    (half-way between the two centres along its axis), uniform across it;
- *  - from an explicit list of points in voxel or RAS+ mm coordinates.
+ *  - from an explicit list of points in voxel or RAS+ mm coordinates, whose
+ *    global indices may start past 0 (seeds_number_from: a client's part of a
+ *    larger list, drawn as a shard of it would be).
  * Coordinates produced are voxel coordinates (centres at integers). Does not log.
  */
 #ifndef TRACTD_SEEDS_H
@@ -46,26 +48,39 @@ int seeds_from_interface(const struct volume *wm, const struct volume *gm, uint6
 /* pts: n points (xyz interleaved). ras_mm: pts are world coordinates mapped
  * through inverse(affine); else voxel coordinates. Points outside
  * [-0.5, dim-0.5) on any axis or non-finite are rejected (-EINVAL, field
- * "seeds.points[i]"). */
-int seeds_from_points(const double *pts, uint64_t n, bool ras_mm, const double affine[4][4],
-		      const int64_t dim[3], struct seeds **ret, struct errbuf *err);
+ * "<field>[i]", field being where the points came from: "seeds.points"). */
+int seeds_from_points(const char *field, const double *pts, uint64_t n, bool ras_mm,
+		      const double affine[4][4], const int64_t dim[3], struct seeds **ret,
+		      struct errbuf *err);
+
+/* Numbers the seeds from first (seeds.first_index): seed i's draws and
+ * its index in the output are global seed first + i's, so that seeds_range
+ * gives [first, first + count), as for a shard whose first seed is first.
+ * Call before seeds_restrict. */
+void seeds_number_from(struct seeds *s, uint64_t first);
+
+/* One past the largest global index the job's seeds have: seeds_count
+ * plus seeds_number_from's first. */
+uint64_t seeds_index_end(const struct seeds *s);
 
 /* Total number of seeds of the job (a shard's whole job's). */
 uint64_t seeds_count(const struct seeds *s);
 
-/* Serves only the seeds of global index [first, end) (clamped to the
- * count): a shard of the job (shard.h). Each seed stays what it is in the
- * whole job: its position and draws depend on its global index alone. */
+/* Serves only seeds [first, end) of the job's (clamped to the count; their
+ * global indices are these plus seeds_number_from's first): a shard of the
+ * job (shard.h). Each seed stays what it is in the whole job: its position
+ * and draws depend on its global index alone. */
 void seeds_restrict(struct seeds *s, uint64_t first, uint64_t end);
 
-/* The global indices served, [*first, *end): [0, count) unless restricted. */
+/* The global indices served, [*first, *end): [0, count) unless restricted
+ * or numbered from another first. */
 void seeds_range(const struct seeds *s, uint64_t *first, uint64_t *end);
 
 /* Keeps the first max seeds of s at most; they stay where they were. */
 void seeds_limit(struct seeds *s, uint64_t max);
 
-/* Writes seeds [first, first+n) as voxel coordinates (3 floats each) to out.
- * Returns 0 or -EINVAL when the range leaves seeds_range. */
+/* Writes seeds of global index [first, first+n) as voxel coordinates (3
+ * floats each) to out. Returns 0 or -EINVAL when the range leaves seeds_range. */
 int seeds_fill(struct seeds *s, uint64_t first, uint64_t n, float *out);
 
 /* Accepts NULL. */

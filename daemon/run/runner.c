@@ -29,7 +29,8 @@ static int check_seed_count(const struct runner_job *job, struct seeds *seeds,
 		return 0;
 	}
 	/* A limit, as API.md tells (limit_exceeded), like the count refused at submit. */
-	return errbuf_set_kind(err, ERR_KIND_LIMIT, -EINVAL, "seeds.count", "%llu seeds exceed "
+	return errbuf_set_kind(err, ERR_KIND_LIMIT, -EINVAL, job->spec->seed_points_path ?
+			       "seeds.points_file" : "seeds.count", "%llu seeds exceed "
 			       "the limit of %llu seeds per job (max_seeds_per_job)",
 			       (unsigned long long)seeds_count(seeds),
 			       (unsigned long long)job->max_seeds);

@@ -47,6 +47,7 @@ static const struct {
 	[STORE_TEXT] = { "text", ".txt" },
 	[STORE_MIF] = { "mif", ".mif" },
 	[STORE_MIF_GZ] = { "mif-gz", ".mif.gz" },
+	[STORE_NPY] = { "npy", ".npy" },
 };
 
 #define N_KINDS (sizeof(kinds) / sizeof(kinds[0]))
@@ -278,6 +279,12 @@ static bool has_mif_magic(const unsigned char *head, size_t n)
 	return n >= sizeof(magic) - 1 && !memcmp(head, magic, sizeof(magic) - 1);
 }
 
+/* A NumPy array (formats/npy.h: seeds.points_file). */
+static bool has_npy_magic(const unsigned char *head, size_t n)
+{
+	return n >= 6 && !memcmp(head, "\x93NUMPY", 6);
+}
+
 /* A gzip upload is a volume only if what it inflates to starts as NIfTI
  * or as an MRtrix3 image: which one into *kind. */
 static bool gzip_holds_volume(const char *path, enum store_kind *kind)
@@ -312,11 +319,14 @@ static int classify(const struct store_writer *w, enum store_kind *kind, struct 
 		*kind = STORE_NIFTI;
 	else if (has_mif_magic(w->head, head))
 		*kind = STORE_MIF;   /* before text: a header is text, its data need not be */
+	else if (has_npy_magic(w->head, head))
+		*kind = STORE_NPY;
 	else if (w->text)
 		*kind = STORE_TEXT;
 	else
 		return errbuf_set(err, -EMEDIUMTYPE, "", "the upload is neither NIfTI-1/-2 (.nii, "
-				  ".nii.gz), an MRtrix3 image (.mif, .mif.gz) nor text");
+				  ".nii.gz), an MRtrix3 image (.mif, .mif.gz), a NumPy .npy array "
+				  "nor text");
 	return 0;
 }
 

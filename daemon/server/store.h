@@ -6,7 +6,8 @@
  * bytes as uploaded; it is stored as <hex>.nii, <hex>.nii.gz, <hex>.mif,
  * <hex>.mif.gz or <hex>.txt by its content (gzip magic -> .nii.gz or .mif.gz
  * by what it inflates to; NIfTI-1/-2 magic -> .nii; "mrtrix image" ->
- * .mif; printable text -> .txt; anything else is refused), so that the name
+ * .mif; "\x93NUMPY" -> .npy (seed points); printable text -> .txt; anything
+ * else is refused), so that the name
  * says what the file holds. Uploads stream through a writer (data arrive in pieces from the
  * HTTP layer) into a temporary file that is renamed into place when complete,
  * so a half-written upload is never visible. Thread-safe: independent writers
@@ -23,7 +24,7 @@
 
 #define STORE_ID_LEN 71   /* "sha256:" + 64 hex digits */
 
-enum store_kind { STORE_NIFTI, STORE_NIFTI_GZ, STORE_TEXT, STORE_MIF, STORE_MIF_GZ };
+enum store_kind { STORE_NIFTI, STORE_NIFTI_GZ, STORE_TEXT, STORE_MIF, STORE_MIF_GZ, STORE_NPY };
 
 struct store;
 struct store_writer;
@@ -88,7 +89,7 @@ int store_forget(struct store *s, const char *id, const char *owner);
  * store_forget does. */
 void store_expire(struct store *s, uint64_t ttl);
 
-/* "nifti", "nifti-gz", "text", "mif", "mif-gz". */
+/* "nifti", "nifti-gz", "text", "mif", "mif-gz", "npy". */
 const char *store_kind_name(enum store_kind kind);
 
 #endif

@@ -338,6 +338,109 @@ def test_cuslines_takes_pyafq_call(pyclient, daemon, phantom, tmp_path):
     assert doc["min_pts"] <= doc["points"][0] and doc["points"][1] <= doc["max_pts"], doc
 
 
+CHUNKS = """
+import json, sys
+import nibabel as nib, numpy as np
+from dipy.data import get_sphere
+import tractd
+from tractd.cuslines import GPUTracker, ProbDirectionGetter
+
+odf, fa, roi = (nib.load(p) for p in sys.argv[1:4])
+sphere = get_sphere("symmetric362")
+rng = np.random.default_rng(4)
+voxels = np.argwhere(np.asanyarray(roi.dataobj) > 0)
+seeds = voxels[rng.integers(len(voxels), size=300)] + rng.uniform(-0.5, 0.5, (300, 3))
+client = tractd.Client()
+
+def generate(points, chunk_size, rng_offset=0):
+    jobs = len(client.jobs())
+    with GPUTracker(ProbDirectionGetter(), np.asanyarray(odf.dataobj), fa.get_fdata(), 0.1,
+                    sphere.vertices, sphere.edges, rng_seed=9, rng_offset=rng_offset,
+                    chunk_size=chunk_size, client=client) as tracker:
+        sft = tracker.generate_sft(points, odf)
+    return sft.streamlines, tracker.last_job, len(client.jobs()) - jobs
+
+def same(a, b):
+    return (len(a) > 0 and np.array_equal(a._lengths, b._lengths)
+            and a.get_data().tobytes() == b.get_data().tobytes())
+
+whole, _, jobs_whole = generate(seeds, 300)
+chunked, last_chunk, jobs_chunked = generate(seeds, 70)
+halves, second_half, _ = generate(seeds, 150)
+tail, tail_job, _ = generate(seeds[150:], 300, rng_offset=150)
+print(json.dumps({"jobs": [jobs_whole, jobs_chunked], "n": len(whole),
+                  "chunk_size_70": same(whole, chunked), "chunk_size_150": same(whole, halves),
+                  "rng_offset": same(second_half.to_sft().streamlines,
+                                     tail_job.to_sft().streamlines),
+                  "offset_0_differs": not same(tail, generate(seeds[150:], 300)[0])}))
+"""
+
+
+def test_cuslines_chunks_and_rng_offset_give_the_same_bytes(pyclient, daemon, phantom):
+    """Each chunk is numbered from rng_offset + its first seed's index
+    (seeds.first_index): the same seeds give the same streamlines, byte for
+    byte, whatever chunk_size, and a tracker with rng_offset K on seeds[K:]
+    tracks them as the chunk starting at K does."""
+    doc = run_py(pyclient, CHUNKS, env={"TRACTD_SOCKET": str(daemon.sock)},
+                 args=(phantom.path("odf.nii.gz"), phantom.path("fa.nii.gz"),
+                       phantom.path(PHANTOM_INPUTS["roi"])))
+    assert doc["jobs"] == [1, 5] and doc["n"] > 0, doc
+    assert doc["chunk_size_70"] and doc["chunk_size_150"] and doc["rng_offset"], doc
+    assert doc["offset_0_differs"], doc
+
+
+POINTS_FILE = """
+import json, sys
+import numpy as np
+import tractd
+client = tractd.Client(sys.argv[1])
+job = json.load(open(sys.argv[2]))
+seeds = np.load(sys.argv[3])
+out = {}
+try:
+    client.submit(dict(job, seeds={"points": seeds.tolist(), "rng_seed": 3}))
+except tractd.TractdError as e:
+    out["inline"] = e.status
+job["seeds"] = {"points": seeds, "rng_seed": 3, "first_index": 0}
+client.track(job, output=sys.argv[4], progress=False)
+# The same array saved by this numpy: the same bytes, already uploaded.
+np.save(sys.argv[3] + ".again.npy", seeds)
+job["seeds"] = {"points_file": sys.argv[3] + ".again.npy", "rng_seed": 3}
+before = list(client.uploaded)
+client.track(job, output=sys.argv[5], progress=False)
+out["uploads_again"] = client.uploaded[len(before):]
+job["seeds"] = {"points_file": seeds[:, :2], "rng_seed": 3}
+try:
+    client.submit(job)
+except ValueError as e:
+    out["bad_shape"] = str(e).split(":")[0]
+print(json.dumps(out))
+"""
+
+
+def test_seed_arrays_pass_max_request_bytes_as_a_points_file(pyclient, daemon_factory, phantom,
+                                                             references, tmp_path):
+    """An (N, 3) array in seeds.points goes as an uploaded .npy
+    (seeds.points_file): 3000 points, ~170 kB of JSON, pass a daemon whose
+    max_request_bytes (16 KiB) refuses them inline, and track as `tractd
+    run` of the inline points; a .npy path is uploaded once (same content)."""
+    d = daemon_factory(sets=["max_request_bytes=16K"], tcp=False)
+    rng = np.random.default_rng(8)
+    seeds = rng.uniform([2, 2, 2], [21, 21, 13], size=(3000, 3))
+    np.save(tmp_path / "seeds.npy", seeds)
+    job = local_job(phantom, count=1, rng_seed=3)
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(job))
+    out_array, out_file = tmp_path / "array.trk", tmp_path / "file.trk"
+    doc = run_py(pyclient, POINTS_FILE, args=(f"unix://{d.sock}", path, tmp_path / "seeds.npy",
+                                               out_array, out_file))
+    assert doc == {"inline": 413, "uploads_again": [], "bad_shape": "seeds.points_file"}, doc
+    job["seeds"] = {"points": seeds.tolist(), "rng_seed": 3}
+    want = references.trk(job)
+    assert_same_trk(out_array.read_bytes(), want, "seeds.points array as a points_file")
+    assert_same_trk(out_file.read_bytes(), want, "seeds.points_file path")
+
+
 # ----------------------------------------------------------------- tractd.dipy
 
 DIPY_API = """
@@ -463,7 +566,7 @@ def tracker(**kw):
     return Tracker(**args)
 out["refused"] = [refused(c) for c in (
     lambda: tractd.Client("unix:///x.sock", token="t"),
-    lambda: tracker(rng_offset=5),
+    lambda: tracker(rng_offset=-5),
     lambda: tracker(sphere_edges=s.edges[:-1]),
     lambda: tracker(sphere_symm=True),
     lambda: tracker(dataf=odf[..., :100]),
@@ -484,7 +587,7 @@ def test_address_rules_and_refused_arguments(pyclient):
     assert doc["no_user_socket"] == "/run/tractd/tractd.sock"
     assert doc["user_socket"] is True and doc["env_socket"] == "/x/y.sock"
     assert doc["refused"] == [
-        "ValueError: token", "NotImplementedError: rng_offset", "ValueError: sphere_edges",
+        "ValueError: token", "ValueError: rng_offset", "ValueError: sphere_edges",
         "ValueError: sphere_symm", "ValueError: Number of sphere vertices (724) must match last "
         "dimension of dataf (100), because dataf should be an ODF when using prob or ptt tracking",
         "NotImplementedError: full_basis", "NotImplementedError: BootDirectionGetter(model_type, "
@@ -742,3 +845,28 @@ def test_region_masks_are_uploaded_fields(pyclient):
            "regions": {"include": [sphere, "gm.nii"], "exclude": ["csf.nii", sphere]}}
     assert _uploaded_fields(pyclient, doc) == ["inputs.odf", "inputs.stop_map", "seeds.roi",
                                                "regions.include[1]", "regions.exclude[0]"]
+
+
+# ----------------------------------------------------------------- bench/pyafq_call.py
+
+BENCH = REPO / "bench" / "pyafq_call.py"
+
+
+def test_pyafq_bench_runs_small_and_names_missing_packages(tractd, tmp_path):
+    """The lead's GPU timing script, at a lavapipe size: the pyAFQ call in
+    chunks, with the phases and a JSON summary; without numpy it says so."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--dim", "24,24,16", "--min-length", "10",
+         "--max-length", "30", "--chunk-size", "400", "--tractd", str(tractd),
+         "--workdir", str(tmp_path / "bench")],
+        capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S, cwd=short_tmpdir())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["seeds"] > 400 and doc["streamlines"] > 0, doc
+    assert doc["jobs"] == -(-doc["seeds"] // 400), doc
+    assert "generate_trx (pyAFQ's call, as is)" in doc["phases_s"], doc
+    blocked = subprocess.run(
+        [sys.executable, "-c", "import runpy, sys; sys.modules['numpy'] = None; "
+         f"sys.argv = ['pyafq_call.py']; runpy.run_path({str(BENCH)!r}, run_name='__main__')"],
+        capture_output=True, text=True, timeout=60)
+    assert blocked.returncode == 1 and "lacks numpy" in blocked.stderr, blocked.stderr

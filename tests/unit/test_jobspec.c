@@ -522,7 +522,7 @@ static const struct {
 	  "\"sh\" (SH coefficients) or \"dwi\" (raw DWI with bvals and bvecs), got 0" },
 	{ "{\"inputs\": {\"stop_map\": \"s\"}, " ROI_SEEDS "}", "inputs", "got 0" },
 	{ "{\"inputs\": {\"odf\": \"o\"}, " ROI_SEEDS "}", "inputs.stop_map", "is required" },
-	{ "{" INPUTS "}", "seeds", "is required, with either \"roi\" or \"points\"" },
+	{ "{" INPUTS "}", "seeds", "is required, with either \"roi\", \"points\" or \"points_file\"" },
 	{ "{" INPUTS ", \"seeds\": {}}", "seeds", "is required, with either" },
 	{ "{" INPUTS ", \"seeds\": {\"count\": 5}}", "seeds", "is required, with either" },
 	/* the document itself */
@@ -1128,13 +1128,32 @@ static void test_seed_kinds(void **state)
 
 	(void)state;
 	expect_error(SEEDS_JOB("\"roi\": \"r\", \"points\": [[1, 2, 3]]"), "seeds",
-		     "takes either \"roi\" or \"points\", not both");
+		     "takes one of \"roi\", \"points\" or \"points_file\", not more");
 	expect_error(SEEDS_JOB("\"points\": [[1, 2, 3]], \"count\": 5"), "seeds.count",
 		     "is only allowed with seeds.roi");
 	expect_error(SEEDS_JOB("\"points\": [[1, 2, 3]], \"per_voxel\": false"),
 		     "seeds.per_voxel", "is only allowed with seeds.roi");
 	expect_error(SEEDS_JOB("\"roi\": \"r\", \"space\": \"voxel\""), "seeds.space",
 		     "is only allowed with seeds.points");
+	expect_error(SEEDS_JOB("\"points\": [[1, 2, 3]], \"points_file\": \"p.npy\""), "seeds",
+		     "takes one of");
+	expect_error(SEEDS_JOB("\"roi\": \"r\", \"first_index\": 5"), "seeds.first_index",
+		     "is only allowed with seeds.points or seeds.points_file");
+	expect_error(SEEDS_JOB("\"points\": [[1, 2, 3]], \"first_index\": -1"),
+		     "seeds.first_index", "must be");
+	expect_error(SEEDS_JOB("\"points\": [[1, 2, 3]], \"first_index\": 100000001"),
+		     "seeds.first_index", "must be");
+	expect_error(SEEDS_JOB("\"points\": [[1, 2, 3]], \"first_index\": 5, \"shard\": \"0/2\""),
+		     "seeds.shard", "cannot be combined with seeds.first_index");
+	expect_ok(SEEDS_JOB("\"points_file\": \"p.npy\", \"first_index\": 7, \"space\": \"ras\""),
+		  "/data", &js);
+	assert_int_equal(js.seed_kind, JOBSPEC_SEEDS_POINTS);
+	assert_string_equal(js.seed_points_path, "/data/p.npy");
+	assert_null(js.seed_points);
+	assert_int_equal(js.seed_first_index, 7);
+	assert_true(js.seed_points_ras);
+	assert_int_equal(jobspec_set_shard(&js, "1/2", &(struct errbuf){0}), -EINVAL);
+	jobspec_free(&js);
 	/* rng_seed also drives direction sampling, so both kinds take it. */
 	expect_ok(SEEDS_JOB("\"points\": [[1, 2, 3]], \"rng_seed\": 77"), NULL, &js);
 	assert_int_equal(js.rng_seed, 77);

@@ -431,7 +431,7 @@ static void test_points_in_voxels(void **state)
 
 	(void)state;
 	memset(unused, 0, sizeof(unused));   /* singular: ignored for voxel points */
-	assert_int_equal(seeds_from_points(pts, 4, false, unused, grid, &s, &err), 0);
+	assert_int_equal(seeds_from_points("seeds.points", pts, 4, false, unused, grid, &s, &err), 0);
 	assert_int_equal(seeds_count(s), 4);
 	assert_int_equal(seeds_fill(s, 0, 4, out), 0);
 	for (int i = 0; i < 12; i++)
@@ -439,6 +439,41 @@ static void test_points_in_voxels(void **state)
 	assert_int_equal(seeds_fill(s, 2, 2, out), 0);
 	assert_true(out[0] == (float)pts[6]);
 	assert_int_equal(seeds_fill(s, 3, 2, out), -EINVAL);
+	seeds_free(s);
+}
+
+/* seeds.first_index: the points keep their place in the list, and are
+ * served under global indices first + i (a shard's first seed's way). */
+static void test_points_numbered_from(void **state)
+{
+	static const double pts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+	double unused[4][4];
+	struct seeds *s = NULL;
+	struct errbuf err = {0};
+	uint64_t first, end;
+	float out[6];
+
+	(void)state;
+	memset(unused, 0, sizeof(unused));
+	assert_int_equal(seeds_from_points("seeds.points_file", pts, 3, false, unused, grid, &s,
+					   &err), 0);
+	seeds_number_from(s, 1000);
+	assert_int_equal(seeds_count(s), 3);
+	assert_int_equal(seeds_index_end(s), 1003);
+	seeds_range(s, &first, &end);
+	assert_int_equal(first, 1000);
+	assert_int_equal(end, 1003);
+	assert_int_equal(seeds_fill(s, 1001, 2, out), 0);
+	assert_true(out[0] == 4 && out[5] == 9);
+	assert_int_equal(seeds_fill(s, 0, 1, out), -EINVAL);
+	assert_int_equal(seeds_fill(s, 999, 1, out), -EINVAL);
+	assert_int_equal(seeds_fill(s, 1002, 2, out), -EINVAL);
+	/* A shard restricts within the list: global = first + list index. */
+	seeds_restrict(s, 1, 3);
+	seeds_range(s, &first, &end);
+	assert_int_equal(first, 1001);
+	assert_int_equal(end, 1003);
+	assert_int_equal(seeds_fill(s, 1000, 1, out), -EINVAL);
 	seeds_free(s);
 }
 
@@ -466,7 +501,7 @@ static void expect_point_rejected(const double p[3], bool ras_mm, const double a
 			memcpy(&pts[3 * i], &good[3 * i], 3 * sizeof(double));
 	}
 	memcpy(&pts[6], p, 3 * sizeof(double));
-	assert_int_equal(seeds_from_points(pts, 3, ras_mm, affine, grid, &s, &err), -EINVAL);
+	assert_int_equal(seeds_from_points("seeds.points", pts, 3, ras_mm, affine, grid, &s, &err), -EINVAL);
 	assert_string_equal(err.field, "seeds.points[2]");
 	assert_non_null(strstr(err.message, needle));
 	assert_null(s);
@@ -497,9 +532,9 @@ static void test_points_errors(void **state)
 	identity(eye);
 	identity(singular);
 	singular[2][2] = 0;
-	assert_int_equal(seeds_from_points(pts, 0, false, eye, grid, &s, &err), -EINVAL);
+	assert_int_equal(seeds_from_points("seeds.points", pts, 0, false, eye, grid, &s, &err), -EINVAL);
 	assert_string_equal(err.field, "seeds.points");
-	assert_int_equal(seeds_from_points(pts, 1, true, singular, grid, &s, &err), -EINVAL);
+	assert_int_equal(seeds_from_points("seeds.points", pts, 1, true, singular, grid, &s, &err), -EINVAL);
 	assert_string_equal(err.field, "seeds.points");
 	assert_null(s);
 }
@@ -524,7 +559,7 @@ static void test_points_ras_mm(void **state)
 	(void)state;
 	for (int i = 0; i < 4; i++)
 		to_world(affine, &voxel[3 * i], &world[3 * i]);
-	assert_int_equal(seeds_from_points(world, 4, true, affine, grid, &s, &err), 0);
+	assert_int_equal(seeds_from_points("seeds.points", world, 4, true, affine, grid, &s, &err), 0);
 	assert_int_equal(seeds_fill(s, 0, 4, out), 0);
 	for (int i = 0; i < 12; i++)
 		assert_true(fabs(out[i] - voxel[i]) < 1e-5);
@@ -629,6 +664,7 @@ int main(void)
 		cmocka_unit_test(test_4d_mask_uses_first_volume),
 		cmocka_unit_test(test_mask_errors),
 		cmocka_unit_test(test_points_in_voxels),
+		cmocka_unit_test(test_points_numbered_from),
 		cmocka_unit_test(test_points_rejected),
 		cmocka_unit_test(test_points_errors),
 		cmocka_unit_test(test_points_ras_mm),

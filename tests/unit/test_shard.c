@@ -125,8 +125,8 @@ static void test_shard_seeds(void **state)
 	(void)state;
 	for (int i = 0; i < 30; i++)
 		pts[i] = (double)(i % 19);
-	assert_int_equal(seeds_from_points(pts, 10, false, affine, dim, &whole, &err), 0);
-	assert_int_equal(seeds_from_points(pts, 10, false, affine, dim, &part, &err), 0);
+	assert_int_equal(seeds_from_points("seeds.points", pts, 10, false, affine, dim, &whole, &err), 0);
+	assert_int_equal(seeds_from_points("seeds.points", pts, 10, false, affine, dim, &part, &err), 0);
 	assert_int_equal(shard_seeds(&s, part, &err), 0);
 	seeds_range(part, &first, &end);
 	assert_true(first == 3 && end == 6);

@@ -213,6 +213,19 @@ static void test_mif_kinds(void **state)
 		   "mif-gz");
 }
 
+/* Seed point files (formats/npy.h) by their magic: binary data after a
+ * text header, like a .mif. */
+static void test_npy_kind(void **state)
+{
+	struct fixture *f = *state;
+	unsigned char npy[128 + 24] = "\x93NUMPY\x01\x00\x76\x00"
+		"{'descr': '<f8', 'fortran_order': False, 'shape': (1, 3), }";
+	const double point[3] = { 1, 2, 3 };
+
+	memcpy(npy + 128, point, sizeof(point));
+	check_kind(f, npy, sizeof(npy), STORE_NPY, ".npy", "npy");
+}
+
 static void test_kinds(void **state)
 {
 	static const char text[] = "1 0 0\n0 1 0\r\n\t0 0 1\f\v";
@@ -578,6 +591,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_claim_quota, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_id_matches_sha256sum, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_mif_kinds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_npy_kind, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kinds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unsupported, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_empty, setup, teardown),

@@ -81,13 +81,15 @@ class Client:
         """Queues a job; returns its Job.
 
         job: a job document (dict; not modified) or the path of a job file.
-        Its inputs, seeds.roi and the maps of seeds.interface and stopping
-        may be volume ids, local paths (relative ones
-        against the job file's directory, else base_dir or the working
+        Its inputs, seeds.roi, seeds.points_file and the maps of
+        seeds.interface and stopping may be volume ids, local paths (relative
+        ones against the job file's directory, else base_dir or the working
         directory), numpy arrays, nibabel images or bytes; each is uploaded by
         content hash only when the daemon lacks it. Arrays are placed on
         affine, else on the affine of another input that is an image or a
-        NIfTI file. seeds.points may be an (N, 3) array. output.path, which
+        NIfTI file. seeds.points may be an (N, 3) array: it is sent as
+        seeds.points_file (a float64 .npy upload), so that millions of points
+        pass the daemon's max_request_bytes. output.path, which
         the daemon refuses, is taken out and kept as save()'s default.
         A job the daemon refuses raises JobFailed with the field at fault.
         """
@@ -133,6 +135,11 @@ class Client:
                 base_dir or os.getcwd())
 
     def _resolve_inputs(self, doc, base_dir, affine):
+        seeds = doc.get("seeds")
+        # Points as an array go as an uploaded .npy (seeds.points_file), not
+        # in the document: exact, and not bounded by max_request_bytes.
+        if isinstance(seeds, dict) and _inputs.is_array(seeds.get("points")):
+            seeds[_inputs.POINTS_FILE] = seeds.pop("points")
         fields = _inputs.input_fields(doc)
         # Only arrays need a grid: files and volume ids are never opened here.
         if affine is None and any(_inputs.is_array(holder[key]) for _, holder, key in fields):
@@ -145,9 +152,6 @@ class Client:
             if volume is not None:
                 _inputs.ensure_uploaded(self._transport, volume, self.uploaded)
                 holder[key] = volume.id
-        seeds = doc.get("seeds")
-        if isinstance(seeds, dict) and hasattr(seeds.get("points"), "tolist"):
-            seeds["points"] = seeds["points"].tolist()
 
 
 class Job:

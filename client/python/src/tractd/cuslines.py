@@ -15,23 +15,27 @@ when the daemon lacks them. How each argument maps to the job (proto/job.schema.
   sphere_edges, sphere_symm  checked: tractd takes the sphere's neighbours from
                              its convex hull (with the antipodes for a
                              hemisphere, which tractd detects), as DIPY's
-                             spheres have them; other edges, or a sphere_symm
-                             that contradicts the vertices, raise ValueError
+                             spheres have them; other edges (judged when
+                             scipy is installed), or a sphere_symm that
+                             contradicts the vertices, raise ValueError
   max_angle (radians)        tracking.max_angle (degrees)
   step_size (voxels)         tracking.step_size
   min_pts, max_pts           tracking.min_length / max_length in mm, half a
                              step inside the point counts (isotropic voxels)
   relative_peak_thresh       tracking.relative_peak_threshold
   min_separation_angle       tracking.min_separation_angle (degrees)
-  rng_seed                   seeds.rng_seed of the first chunk, keys derived
-                             from it for the others (equal seeds, equal
-                             results; the streams differ from GPUStreamlines')
-  rng_offset                 not mappable: anything but 0 raises
-                             NotImplementedError
+  rng_seed                   seeds.rng_seed of every chunk (equal seeds,
+                             equal results; the streams differ from
+                             GPUStreamlines')
+  rng_offset                 seeds.first_index of the first chunk: seed i of a
+                             generate call draws as global seed
+                             rng_offset + i, whichever chunk it falls in
   chunk_size x ngpus         seeds per job (GPUStreamlines' sweep): each
                              generate call runs one job per chunk, in turn,
-                             and joins their results; the daemon picks its
-                             device(s) itself
+                             and joins their results; chunk k's first_index
+                             is rng_offset + its first seed's index, so the
+                             result is the same whatever chunk_size; the
+                             daemon picks its device(s) itself
   PTT probe_length, probe_quality  tracking.probe_length (their product, in
                              voxels) and probe_quality (+1: tractd counts the
                              current point); odf_lut_res and
@@ -43,18 +47,20 @@ when the daemon lacks them. How each argument maps to the job (proto/job.schema.
   set_compression_parameters output.positions (float32/float16) and, with
                              linearize, output.compress; TRX only, as in
                              GPUStreamlines
-  seeds (N, 3), voxel coords seeds.points with space voxel
+  seeds (N, 3), voxel coords seeds.points_file (each chunk an uploaded .npy,
+                             so millions of seeds pass max_request_bytes),
+                             space voxel
 
-The tracker's extra keyword `client` picks the daemon (default Client()).
+The tracker's extra keyword `client` picks the daemon (default Client()), and
+its extra method generate_jobs yields each chunk's finished Job (results
+streamed to files with Job.save, without DIPY or trx-python).
 """
-import hashlib
 from math import degrees, radians
 
 import numpy as np
 
 from ._client import Client
 
-RNG_SEED_MAX = 2 ** 53          # job.schema.json: rngSeed maximum
 _TRACKING_SPHERE_EPS = 1e-6
 
 
@@ -158,7 +164,11 @@ def _check_sphere(vertices, edges, symmetric):
                          " but they " + ("contain antipodal pairs" if symmetric
                                          else "have no antipodal pair (a hemisphere)"))
     given = {(min(i, j), max(i, j)) for i, j in np.asarray(edges, dtype=np.int64).reshape(-1, 2)}
-    if given != _hull_edges(vertices, symmetric):
+    try:
+        hull = _hull_edges(vertices, symmetric)
+    except ImportError:   # no scipy: tractd never reads the edges, they go unchecked
+        return
+    if given != hull:
         raise ValueError("sphere_edges: not the edges of the convex hull of sphere_vertices, "
                          "which is the neighbourhood tractd uses (as DIPY's spheres have it)")
 
@@ -183,9 +193,8 @@ class Tracker:
         if not isinstance(dg, (ProbDirectionGetter, BootDirectionGetter)):
             raise TypeError("dg: a tractd.cuslines direction getter "
                             f"(Prob, Ptt or Boot), not {type(dg).__name__}")
-        if rng_offset != 0:
-            raise NotImplementedError("rng_offset: tractd keys its random streams by "
-                                      "seeds.rng_seed and the seed's index only")
+        if int(rng_offset) != rng_offset or rng_offset < 0:
+            raise ValueError(f"rng_offset: a global seed index >= 0, got {rng_offset}")
         if int(ngpus) < 1 or int(chunk_size) < 1:
             raise ValueError("ngpus and chunk_size must be >= 1")
         dataf = np.asarray(dataf)
@@ -213,7 +222,7 @@ class Tracker:
         self.relative_peak_thresh = float(relative_peak_thresh)
         self.min_separation_angle = float(min_separation_angle)
         self.ngpus, self.chunk_size = int(ngpus), int(chunk_size)
-        self.rng_seed = int(rng_seed)
+        self.rng_seed, self.rng_offset = int(rng_seed), int(rng_offset)
         self.client = client if client is not None else Client()
         self.pos_dtype, self.linearize = np.float32, False
         self.tol_error, self.max_segment_length = 0.1, 10
@@ -280,30 +289,39 @@ class Tracker:
                              "stop_map": stop_map}
         return job
 
-    def _chunk_rng_seed(self, index):
-        """seeds.rng_seed of the index-th chunk: the tracker's own for the
-        first, then keys derived from it, so that chunks draw from unrelated
-        streams (tractd keys a seed's stream by rng_seed and its index in
-        its job, and has no rng_offset)."""
-        if index == 0:
-            return self.rng_seed
-        digest = hashlib.sha256(f"{self.rng_seed}/{index}".encode()).digest()
-        return int.from_bytes(digest[:8], "little") % (RNG_SEED_MAX + 1)
-
     def _run(self, seeds, ref_img, output):
         """One job per chunk of chunk_size x ngpus seeds (GPUStreamlines'
-        sweep; it also keeps each job document within the daemon's
-        max_request_bytes); yields each finished Job in order."""
+        sweep), each numbered from rng_offset + its first seed's index
+        (seeds.first_index) so that every seed draws as it would in one job;
+        yields each finished Job in order."""
         seeds = np.asarray(seeds, dtype=np.float64)
         if seeds.ndim != 2 or seeds.shape[1] != 3 or len(seeds) == 0:
             raise ValueError(f"seeds: an (N, 3) array of voxel coordinates, got {seeds.shape}")
         base = self._base_job(ref_img, output)
         size = self.chunk_size * self.ngpus
-        for index, start in enumerate(range(0, len(seeds), size)):
-            job = dict(base, seeds={"points": seeds[start:start + size].tolist(),
-                                    "space": "voxel", "rng_seed": self._chunk_rng_seed(index)})
+        for start in range(0, len(seeds), size):
+            # The array goes as seeds.points_file (Client.submit).
+            job = dict(base, seeds={"points": seeds[start:start + size], "space": "voxel",
+                                    "rng_seed": self.rng_seed,
+                                    "first_index": self.rng_offset + start})
             self.last_job = self.client.submit(job)
             yield self.last_job.wait(progress=None)
+
+    def generate_jobs(self, seeds, ref_img, format="trx"):
+        """tractd's own: tracks from seeds (voxel coordinates) and yields the
+        finished Job of each chunk in turn, which generate_sft ("trk") and
+        generate_trx ("trx": set_compression_parameters' positions and
+        compression) join; Job.save streams each result to a file."""
+        if format not in ("trk", "tck", "trx"):
+            raise ValueError(f"format: trk, tck or trx, not {format!r}")
+        output = {"format": format}
+        if format == "trx":
+            output["positions"] = ("float16" if np.dtype(self.pos_dtype) == np.float16
+                                   else "float32")
+            if self.linearize:
+                output["compress"] = {"tolerance_mm": self.tol_error,
+                                      "max_segment_mm": self.max_segment_length}
+        return self._run(seeds, ref_img, output)
 
     def generate_sft(self, seeds, ref_img):
         """Tracks from seeds (voxel coordinates); a StatefulTractogram on
@@ -311,7 +329,7 @@ class Tracker:
         from dipy.io.stateful_tractogram import Space, StatefulTractogram
         from nibabel.streamlines import ArraySequence
         lines = ArraySequence()
-        for job in self._run(seeds, ref_img, {"format": "trk"}):
+        for job in self.generate_jobs(seeds, ref_img, "trk"):
             lines.extend(job.to_sft().streamlines)
         out = StatefulTractogram(lines, ref_img, Space.RASMM)
         out.to_vox()
@@ -320,12 +338,7 @@ class Tracker:
     def generate_trx(self, seeds, ref_img):
         """Tracks from seeds (voxel coordinates); a TrxFile (RAS+ mm) with
         positions of set_compression_parameters' dtype."""
-        output = {"format": "trx",
-                  "positions": "float16" if np.dtype(self.pos_dtype) == np.float16 else "float32"}
-        if self.linearize:
-            output["compress"] = {"tolerance_mm": self.tol_error,
-                                  "max_segment_mm": self.max_segment_length}
-        parts = [job.to_trx() for job in self._run(seeds, ref_img, output)]
+        parts = [job.to_trx() for job in self.generate_jobs(seeds, ref_img)]
         if len(parts) == 1:
             return parts[0]
         from trx.trx_file_memmap import concatenate

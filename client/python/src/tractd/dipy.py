@@ -6,7 +6,7 @@ over the streamlines in world (RAS+ mm) coordinates, as DIPY's generator
 yields them, or (streamline, seed) pairs with save_seeds. How arguments map
 (proto/job.schema.json):
 
-  seed_positions (world mm)   seeds.points, space "ras"
+  seed_positions (world mm)   seeds.points_file (an uploaded .npy), space "ras"
   sc                          inputs.stop_map and tracking.fa_threshold: exact
                               for this module's ThresholdStoppingCriterion and
                               BinaryStoppingCriterion (DIPY's, remembering their
@@ -142,7 +142,8 @@ def _track(direction_getter, seed_positions, sc, affine, *, odf_inputs, sphere, 
               for k, v in odf_inputs.items()}
     inputs["stop_map"] = client.upload(stop_map, "inputs.stop_map", affine)
     job = {"inputs": inputs, "direction_getter": direction_getter,
-           "seeds": {"points": seeds.tolist(), "space": "ras", "rng_seed": int(random_seed)},
+           # An array: Client.submit sends it as seeds.points_file (.npy).
+           "seeds": {"points": seeds, "space": "ras", "rng_seed": int(random_seed)},
            "tracking": {"fa_threshold": threshold, "step_size": step,
                         "max_angle": float(max_angle), "pmf_threshold": float(pmf_threshold),
                         "min_length": float(min_len), "max_length": float(max_len),
