@@ -73,6 +73,7 @@ struct Walk {
 	uint n_back;      // points of the backward half, the seed included
 	float length_mm;
 	uint back_reason; // why the backward half stopped (STOP_*), once it has
+	uint pft_trials;  // particle filtering's retries of this half (pft.glsl)
 };
 
 // STOPPING (engine.c): the criterion, as enum jobspec_stopping.
@@ -143,6 +144,10 @@ uint stop_reason_at(vec3 p, uvec4 counter)
 }
 #endif
 
+#if PFT
+#include "pft.glsl"
+#endif
+
 #if LOOP_LIMITED
 // llvmpipe (lavapipe) counts the loop iterations of an invocation, every
 // loop together, and past 65535 ends each loop after its current iteration
@@ -166,6 +171,7 @@ void save_walk(uint at, Walk w)
 	resume[at + 8u] = w.n_back;
 	resume[at + 9u] = floatBitsToUint(w.length_mm);
 	resume[at + 10u] = w.back_reason;
+	resume[at + 11u] = w.pft_trials;
 }
 
 Walk load_walk(uint at)
@@ -178,6 +184,7 @@ Walk load_walk(uint at)
 	w.n_back = resume[at + 8u];
 	w.length_mm = uintBitsToFloat(resume[at + 9u]);
 	w.back_reason = resume[at + 10u];
+	w.pft_trials = resume[at + 11u];
 	return w;
 }
 
@@ -220,6 +227,24 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 			return false;
 		}
 #endif
+#if PFT
+		if (stop != STILL_TRACKING && pft_applies(stop, w)) {
+			Walk retried = w;
+			stop = pft_retry(retried, item_index(), seed_slot, counter, stop, p, dir);
+#if LOOP_LIMITED
+			// A retry cut short runs again whole when resumed.
+			if (loop_limit_reached()) {
+				getter_rewind();
+				return false;
+			}
+#endif
+			w = retried;
+			if (stop == STILL_TRACKING) {
+				w.step--;   // the loop's own increment takes it to the next step
+				continue;
+			}
+		}
+#endif
 		if (stop != STILL_TRACKING) {
 			reason = stop;
 			stopped = true;
@@ -231,6 +256,9 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 				p[gl_SubgroupInvocationID];
 		w.p = p;
 		w.dir = dir;
+#if PFT
+		pft_keep(item_index(), w.step, p, dir, w.length_mm);
+#endif
 	}
 #if LOOP_LIMITED
 	// This loop's own back edge can reach the limit after a step that
@@ -270,9 +298,12 @@ void main()
 	} else
 #endif
 	{
-		w = Walk(seed, -first, 0u, 1u, 0u, 0.0, STOP_MAX_STEPS);
+		w = Walk(seed, -first, 0u, 1u, 0u, 0.0, STOP_MAX_STEPS, 0u);
 		if (lane < 3)
 			points[seed_slot * 3 + lane] = seed[lane];
+#if PFT
+		pft_keep(item, 0u, seed, w.dir, 0.0);
+#endif
 	}
 	uint reason;
 	if (w.half_index == 0u) {
@@ -282,7 +313,10 @@ void main()
 #endif
 			return;
 		}
-		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm, reason);
+		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm, reason, 0u);
+#if PFT
+		pft_keep(item, 0u, seed, w.dir, w.length_mm);
+#endif
 	}
 	counter.z += 1;
 	if (!track_half(w, seed_slot, counter, reason)) {

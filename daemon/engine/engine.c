@@ -29,6 +29,7 @@
 #include "base/log.h"
 #include "base/parallel.h"
 #include "base/philox.h"
+#include "engine/pft.h"
 #include "engine/ptt.h"
 #include "engine/resident.h"
 #include "job/seeds.h"
@@ -63,6 +64,7 @@ struct job_plan {
 	uint32_t max_peaks;       /* initial directions kept per seed, at most */
 	uint32_t slot_points;     /* 2 * max_steps + 1 */
 	uint32_t resume_bytes_per_line;  /* track.glsl's resume state (LOOP_LIMITED), else 0 */
+	struct pft_plan pft;      /* tracking.pft's steps and scratch; zeroed without it */
 	uint64_t chunk_seeds;
 	uint64_t batch_lines;
 	uint64_t readback_bytes;  /* of each write slot */
@@ -74,6 +76,7 @@ struct job_gpu {
 	struct gpu_buffer *seeds, *ndirs, *dirs;   /* the chunk's seeds and their directions */
 	struct gpu_buffer *line_id, *points, *ranges, *dest;
 	struct gpu_buffer *resume;          /* track.glsl's suspended streamlines */
+	struct gpu_buffer *pft;             /* pft.glsl's particles, per streamline */
 	struct paged_volume odf_scale;        /* ptt: daemon/engine/ptt.h's tables for this job */
 	struct gpu_buffer *lut;
 };
@@ -216,6 +219,18 @@ static int choose_items(const struct gpu_limits *lim, const struct jobspec *job,
 	return 0;
 }
 
+/* The step in mm as DIPY's trackers take it (step_size): step_mm, or the
+ * step in voxels times the mean voxel size, the inverse of step_voxels below. */
+static double step_in_mm(const struct jobspec *job, const struct volume *grid)
+{
+	double mm[3];
+
+	if (job->step_mm)
+		return job->step_mm;
+	affine_voxel_sizes(grid->affine, mm);
+	return job->step_size * (mm[0] + mm[1] + mm[2]) / 3.0;
+}
+
 static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 		     const struct inputs *in, const struct resident *res,
 		     struct seeds *seeds, const struct engine_options *opts, struct job_plan *plan,
@@ -242,15 +257,22 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 				     inputs_sphere(in)->nv);
 	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
 	plan->resume_bytes_per_line = lim->loop_limited ? 4u * resume_words(job) : 0u;
+	r = pft_plan(job, step_in_mm(job, inputs_grid(in)), &plan->pft, err);
+	if (r < 0)
+		return r;
 
 	/* Two thirds of the work budget for streamlines: point slots on the GPU,
-	 * id (seed, direction), range, destination. */
+	 * id (seed, direction), range, destination, particle filtering's scratch. */
 	line_slot_bytes = 12ull * plan->slot_points;
-	per_line = line_slot_bytes + 8 + 4 * RANGE_WORDS + 4 + plan->resume_bytes_per_line;
+	per_line = line_slot_bytes + 8 + 4 * RANGE_WORDS + 4 + plan->resume_bytes_per_line +
+		   4ull * plan->pft.line_words;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
 	if (plan->resume_bytes_per_line)
 		plan->batch_lines = min_u64(plan->batch_lines,
 					    (buffer_limit - 4) / plan->resume_bytes_per_line);
+	if (plan->pft.line_words)
+		plan->batch_lines = min_u64(plan->batch_lines,
+					    buffer_limit / (4ull * plan->pft.line_words));
 	/* The rest for seeds: position, direction count, directions. */
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
 	plan->chunk_seeds = min_u64(buffer_limit / (12ull * plan->max_peaks), work / 3 / per_seed);
@@ -340,6 +362,22 @@ static void ptt_defines(const struct jobspec *job, const struct inputs *in,
 	define(d, "LUT_RES", ptt_lut_res(inputs_sphere(in)->nv));
 }
 
+/* tracking.pft's shape for pft.glsl, and its scratch binding: the last one
+ * of a track kernel of n_bindings without it. */
+static void pft_defines(const struct job_plan *plan, const struct jobspec *job,
+			uint32_t n_bindings, struct defines *d)
+{
+	define(d, "PFT", job->pft);
+	if (!job->pft)
+		return;
+	define(d, "PFT_PARTICLES", job->pft_particles);
+	define(d, "PFT_BACK_STEPS", plan->pft.back_steps);
+	define(d, "PFT_FRONT_STEPS", plan->pft.front_steps);
+	define(d, "PFT_MAX_TRIALS", job->pft_max_trials);
+	define(d, "PFT_LINE_WORDS", plan->pft.line_words);
+	define(d, "PFT_BINDING", n_bindings);
+}
+
 /* The resume buffer's layout for a track kernel, so that its words are
  * counted in one place (kernel_params.h) for the host and the shaders. */
 static void resume_defines(const struct jobspec *job, struct defines *d)
@@ -413,8 +451,10 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 			return get_pipeline(src, "ptt_track.comp", &d,
 					    prob_bindings(res, PTT_TRACK_BINDINGS), &g->track, err);
 		}
+		pft_defines(plan, job, prob_bindings(res, PROB_TRACK_BINDINGS), &d);
 		return get_pipeline(src, "prob_track.comp", &d,
-				    prob_bindings(res, PROB_TRACK_BINDINGS), &g->track, err);
+				    prob_bindings(res, PROB_TRACK_BINDINGS) + job->pft, &g->track,
+				    err);
 	}
 	boot_defines(in, &d);
 	define(&d, "DWI_BINDING", BOOT_INIT_BINDINGS - 1);
@@ -455,13 +495,15 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 	if (r == 0)
 		r = new_buffer(gpu, 4 + plan->resume_bytes_per_line * l, GPU_MEMORY_DEVICE, &g->resume,
 			       err);
+	if (r == 0)
+		r = new_buffer(gpu, 4ull * plan->pft.line_words * l, GPU_MEMORY_DEVICE, &g->pft, err);
 	return r;
 }
 
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
 	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
-				     g->ranges, g->dest, g->resume, g->lut };
+				     g->ranges, g->dest, g->resume, g->pft, g->lut };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		gpu_buffer_free(gpu, all[i]);
@@ -914,6 +956,8 @@ static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 			res.odf, res.stop, res.vertices, g->seeds, g->dirs, g->line_id,
 			g->points, g->ranges, g->resume, res.odf_basis };
 		memcpy(b, prob, sizeof(prob));
+		/* tracking.pft's scratch after the others (pft_defines). */
+		b[prob_bindings(g->res, PROB_TRACK_BINDINGS)] = g->pft;
 		return;
 	}
 	struct gpu_buffer *const boot[BOOT_TRACK_BINDINGS] = {
