@@ -6,7 +6,8 @@
 // (or where stopping act or cmc ends it in the include or exclude map; that
 // point is not kept, as DIPY), or after max_steps steps. The backward half
 // (along -first) is stored below the seed's slot and the forward half above
-// it, so the streamline is contiguous without reversing.
+// it, so the streamline is contiguous without reversing. With PFT
+// (tracking.pft), a half about to end invalidly is retried by pft.glsl.
 //
 // Devices that end loops after a fixed number of iterations (LOOP_LIMITED,
 // lavapipe: see loop_limit_reached) may stop a streamline in mid-walk: it is

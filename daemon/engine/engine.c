@@ -363,7 +363,8 @@ static void ptt_defines(const struct jobspec *job, const struct inputs *in,
 }
 
 /* tracking.pft's shape for pft.glsl, and its scratch binding: the last one
- * of a track kernel of n_bindings without it. */
+ * of a track kernel of n_bindings without it. Every track kernel gets PFT
+ * (track.glsl tests it); only prob's may have it on (check_pft). */
 static void pft_defines(const struct job_plan *plan, const struct jobspec *job,
 			uint32_t n_bindings, struct defines *d)
 {
@@ -448,6 +449,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 		resume_defines(job, &d);
 		if (job->direction_getter == JOBSPEC_DG_PTT) {
 			ptt_defines(job, in, &d);
+			pft_defines(plan, job, PTT_TRACK_BINDINGS, &d);
 			return get_pipeline(src, "ptt_track.comp", &d,
 					    prob_bindings(res, PTT_TRACK_BINDINGS), &g->track, err);
 		}
@@ -462,6 +464,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 	d.n--;
 	define(&d, "DWI_BINDING", BOOT_TRACK_BINDINGS - 1);
 	resume_defines(job, &d);
+	pft_defines(plan, job, BOOT_TRACK_BINDINGS, &d);
 	if (r == 0)
 		r = get_pipeline(src, "boot_track.comp", &d, BOOT_TRACK_BINDINGS, &g->track, err);
 	return r;
