@@ -23,9 +23,10 @@ near a minute on lavapipe): with pft, streamlines kept per seed within 10 %
 one bundle) within 8 points (400 seeds: ~2.5 points of noise per side); and
 on both sides pft keeps more streamlines and more valid connections than the
 same criterion without it. Then tractd's pft output is byte-identical
-whatever the chunking. Run with `pytest -s` for the figures. Measured (CMC,
-three rng seeds each): tractd 38-44 %, DIPY 38-43 % valid with pft; ACT
-(same seeds, by hand) tractd 384 lines / 54 %, DIPY 382 / 51 %.
+whatever the chunking. Run with `pytest -s` for the figures. Measured (CMC
+with pft, valid fraction): tractd 38-44 % over three rng seeds, DIPY 38-43 %
+over two; ACT with pft (same seeds, by hand) tractd 384 lines / 54 %, DIPY
+382 / 51 %.
 """
 import json
 import subprocess
