@@ -5,6 +5,7 @@ const uint PHILOX_STREAM_PROB = 3u;
 const uint PHILOX_STREAM_BOOT = 5u;
 const uint PHILOX_STREAM_PTT = 6u;
 const uint PHILOX_STREAM_CMC = 7u;
+const uint PHILOX_STREAM_PFT = 8u;
 
 uvec4 philox4x32_10(uvec4 c, uvec2 k)
 {

@@ -6,7 +6,8 @@
 // (or where stopping act or cmc ends it in the include or exclude map; that
 // point is not kept, as DIPY), or after max_steps steps. The backward half
 // (along -first) is stored below the seed's slot and the forward half above
-// it, so the streamline is contiguous without reversing.
+// it, so the streamline is contiguous without reversing. With PFT
+// (tracking.pft), a half about to end invalidly is retried by pft.glsl.
 //
 // Devices that end loops after a fixed number of iterations (LOOP_LIMITED,
 // lavapipe: see loop_limit_reached) may stop a streamline in mid-walk: it is
@@ -84,6 +85,7 @@ struct Walk {
 	float length_mm;
 	uint back_reason; // why the backward half stopped (STOP_*), once it has
 	uint visited;     // REGIONS: a bit per include region a point was in
+	uint pft_trials;  // particle filtering's retries of this half (pft.glsl)
 };
 
 #if REGIONS
@@ -206,6 +208,10 @@ uint stop_reason_at(vec3 p, uvec4 counter)
 }
 #endif
 
+#if PFT
+#include "pft.glsl"
+#endif
+
 #if LOOP_LIMITED
 // llvmpipe (lavapipe) counts the loop iterations of an invocation, every
 // loop together, and past 65535 ends each loop after its current iteration
@@ -230,6 +236,7 @@ void save_walk(uint at, Walk w)
 	resume[at + 9u] = floatBitsToUint(w.length_mm);
 	resume[at + 10u] = w.back_reason;
 	resume[at + 11u] = w.visited;
+	resume[at + 12u] = w.pft_trials;
 }
 
 Walk load_walk(uint at)
@@ -243,6 +250,7 @@ Walk load_walk(uint at)
 	w.length_mm = uintBitsToFloat(resume[at + 9u]);
 	w.back_reason = resume[at + 10u];
 	w.visited = resume[at + 11u];
+	w.pft_trials = resume[at + 12u];
 	return w;
 }
 
@@ -293,6 +301,24 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 			return false;
 		}
 #endif
+#if PFT
+		if (stop != STILL_TRACKING && pft_applies(stop, w)) {
+			Walk retried = w;
+			stop = pft_retry(retried, item_index(), seed_slot, counter, stop, p, dir);
+#if LOOP_LIMITED
+			// A retry cut short runs again whole when resumed.
+			if (loop_limit_reached()) {
+				getter_rewind();
+				return false;
+			}
+#endif
+			w = retried;
+			if (stop == STILL_TRACKING) {
+				w.step--;   // the loop's own increment takes it to the next step
+				continue;
+			}
+		}
+#endif
 		if (stop != STILL_TRACKING) {
 			reason = stop;
 			stopped = true;
@@ -305,6 +331,9 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 				p[gl_SubgroupInvocationID];
 		w.p = p;
 		w.dir = dir;
+#if PFT
+		pft_keep(item_index(), w.step, p, dir, w.length_mm);
+#endif
 	}
 #if LOOP_LIMITED
 	// This loop's own back edge can reach the limit after a step that
@@ -344,9 +373,12 @@ void main()
 	} else
 #endif
 	{
-		w = Walk(seed, -first, 0u, 1u, 0u, 0.0, STOP_MAX_STEPS, include_bits(seed));
+		w = Walk(seed, -first, 0u, 1u, 0u, 0.0, STOP_MAX_STEPS, include_bits(seed), 0u);
 		if (lane < 3)
 			points[seed_slot * 3 + lane] = seed[lane];
+#if PFT
+		pft_keep(item, 0u, seed, w.dir, 0.0);
+#endif
 	}
 	uint reason;
 	if (w.half_index == 0u) {
@@ -356,7 +388,10 @@ void main()
 #endif
 			return;
 		}
-		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm, reason, w.visited);
+		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm, reason, w.visited, 0u);
+#if PFT
+		pft_keep(item, 0u, seed, w.dir, w.length_mm);
+#endif
 	}
 	counter.z += 1;
 	// A line rejected by an exclude region is not tracked on.

@@ -23,6 +23,9 @@ enum philox_stream {
 					 * word per residual drawn (c0 = 0 at the seed) */
 	PHILOX_STREAM_CMC = 7,          /* stopping cmc: one block per step (c0 step, c1 seed,
 					 * c2 2 * direction + half) */
+	PHILOX_STREAM_PFT = 8,          /* tracking.pft: resampling, one block per particle drawn
+					 * (c0 = trial << 24 | step << 16 | particle, c1 seed,
+					 * c2 2 * direction + half); shaders/pft.glsl */
 	PHILOX_STREAM_PTT = 6,          /* ptt getter: c3 = 6 | candidate << 8 | phase << 24,
 					 * one block per candidate curve (c0 = step, 0 at the seed) */
 };

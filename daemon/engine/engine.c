@@ -14,6 +14,7 @@
  */
 #include "engine/engine.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <math.h>
@@ -30,6 +31,7 @@
 #include "base/log.h"
 #include "base/parallel.h"
 #include "base/philox.h"
+#include "engine/pft.h"
 #include "engine/ptt.h"
 #include "engine/resident.h"
 #include "job/seeds.h"
@@ -64,6 +66,7 @@ struct job_plan {
 	uint32_t max_peaks;       /* initial directions kept per seed, at most */
 	uint32_t slot_points;     /* 2 * max_steps + 1 */
 	uint32_t resume_bytes_per_line;  /* track.glsl's resume state (LOOP_LIMITED), else 0 */
+	struct pft_plan pft;      /* tracking.pft's steps and scratch; zeroed without it */
 	uint64_t chunk_seeds;
 	uint64_t batch_lines;
 	uint64_t readback_bytes;  /* of each write slot */
@@ -75,6 +78,7 @@ struct job_gpu {
 	struct gpu_buffer *seeds, *ndirs, *dirs;   /* the chunk's seeds and their directions */
 	struct gpu_buffer *line_id, *points, *ranges, *dest;
 	struct gpu_buffer *resume;          /* track.glsl's suspended streamlines */
+	struct gpu_buffer *pft;             /* pft.glsl's particles, per streamline */
 	struct paged_volume odf_scale;        /* ptt: daemon/engine/ptt.h's tables for this job */
 	struct gpu_buffer *lut;
 	struct gpu_buffer *regions;         /* the job's regions (upload_regions), or NULL */
@@ -218,6 +222,18 @@ static int choose_items(const struct gpu_limits *lim, const struct jobspec *job,
 	return 0;
 }
 
+/* The step in mm as DIPY's trackers take it (step_size): step_mm, or the
+ * step in voxels times the mean voxel size, the inverse of step_voxels below. */
+static double step_in_mm(const struct jobspec *job, const struct volume *grid)
+{
+	double mm[3];
+
+	if (job->step_mm)
+		return job->step_mm;
+	affine_voxel_sizes(grid->affine, mm);
+	return job->step_size * (mm[0] + mm[1] + mm[2]) / 3.0;
+}
+
 static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 		     const struct inputs *in, const struct resident *res,
 		     struct seeds *seeds, const struct engine_options *opts, struct job_plan *plan,
@@ -244,15 +260,22 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 				     inputs_sphere(in)->nv);
 	plan->slot_points = 2u * (uint32_t)job->max_steps + 1u;
 	plan->resume_bytes_per_line = lim->loop_limited ? 4u * resume_words(job) : 0u;
+	r = pft_plan(job, step_in_mm(job, inputs_grid(in)), &plan->pft, err);
+	if (r < 0)
+		return r;
 
 	/* Two thirds of the work budget for streamlines: point slots on the GPU,
-	 * id (seed, direction), range, destination. */
+	 * id (seed, direction), range, destination, particle filtering's scratch. */
 	line_slot_bytes = 12ull * plan->slot_points;
-	per_line = line_slot_bytes + 8 + 4 * RANGE_WORDS + 4 + plan->resume_bytes_per_line;
+	per_line = line_slot_bytes + 8 + 4 * RANGE_WORDS + 4 + plan->resume_bytes_per_line +
+		   4ull * plan->pft.line_words;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
 	if (plan->resume_bytes_per_line)
 		plan->batch_lines = min_u64(plan->batch_lines,
 					    (buffer_limit - 4) / plan->resume_bytes_per_line);
+	if (plan->pft.line_words)
+		plan->batch_lines = min_u64(plan->batch_lines,
+					    buffer_limit / (4ull * plan->pft.line_words));
 	/* The rest for seeds: position, direction count, directions. */
 	per_seed = 12 + 4 + 12ull * plan->max_peaks;
 	plan->chunk_seeds = min_u64(buffer_limit / (12ull * plan->max_peaks), work / 3 / per_seed);
@@ -299,10 +322,12 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 #define BOOT_TRACK_BINDINGS 12
 #define PTT_TRACK_BINDINGS 11
 #define COMPACT_BINDINGS 4
-/* A track kernel binds the job's regions after its own buffers. */
-#define MAX_BINDINGS (BOOT_TRACK_BINDINGS + 1)
+/* A track kernel binds tracking.pft's scratch and the job's regions after
+ * its own buffers. */
+#define MAX_BINDINGS (BOOT_TRACK_BINDINGS + 2)
 
-#define MAX_DEFINES 20
+/* The most a kernel gets: the common ones, a getter's, pft's and regions'. */
+#define MAX_DEFINES 32
 #define DEFINE_LEN 48
 
 struct defines {
@@ -313,6 +338,7 @@ struct defines {
 
 static void define(struct defines *d, const char *name, long long value)
 {
+	assert(d->n < MAX_DEFINES);
 	snprintf(d->text[d->n], DEFINE_LEN, "%s=%lld", name, value);
 	d->list[d->n] = d->text[d->n];
 	d->list[++d->n] = NULL;
@@ -348,6 +374,23 @@ static void ptt_defines(const struct jobspec *job, const struct inputs *in,
 	define(d, "LUT_RES", ptt_lut_res(inputs_sphere(in)->nv));
 }
 
+/* tracking.pft's shape for pft.glsl, and its scratch binding: n_bindings,
+ * the first after the getter's own. Every track kernel gets PFT
+ * (track.glsl tests it); only prob's may have it on (check_pft). */
+static void pft_defines(const struct job_plan *plan, const struct jobspec *job,
+			uint32_t n_bindings, struct defines *d)
+{
+	define(d, "PFT", job->pft);
+	if (!job->pft)
+		return;
+	define(d, "PFT_PARTICLES", job->pft_particles);
+	define(d, "PFT_BACK_STEPS", plan->pft.back_steps);
+	define(d, "PFT_FRONT_STEPS", plan->pft.front_steps);
+	define(d, "PFT_MAX_TRIALS", job->pft_max_trials);
+	define(d, "PFT_LINE_WORDS", plan->pft.line_words);
+	define(d, "PFT_BINDING", n_bindings);
+}
+
 /* The resume buffer's layout for a track kernel, so that its words are
  * counted in one place (kernel_params.h) for the host and the shaders. */
 static void resume_defines(const struct jobspec *job, struct defines *d)
@@ -375,13 +418,18 @@ static uint32_t track_binding_count(const struct jobspec *job, const struct inpu
 									     PROB_TRACK_BINDINGS);
 }
 
-/* track.glsl's REGIONS for a job with regions; a job without them compiles
- * the kernels as before. Returns the track kernel's binding count. */
-static uint32_t region_defines(const struct jobspec *job, const struct inputs *in,
-			       const struct resident *res, struct defines *d)
+/* The buffers a track kernel binds after its getter's own, and their
+ * defines: tracking.pft's scratch (pft.glsl's PFT_BINDING), then the job's
+ * regions (track.glsl's REGIONS_BINDING); a job with neither compiles the
+ * kernels as before. Returns the track kernel's binding count. */
+static uint32_t optional_track_defines(const struct job_plan *plan, const struct jobspec *job,
+				       const struct inputs *in, const struct resident *res,
+				       struct defines *d)
 {
 	uint32_t n = track_binding_count(job, in, res);
 
+	pft_defines(plan, job, n, d);
+	n += job->pft ? 1u : 0u;
 	if (!has_regions(job))
 		return n;
 	define(d, "REGIONS", 1);
@@ -448,7 +496,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 					       "raise the GPU memory budget, use a smaller sphere "
 					       "or crop the volume");
 		resume_defines(job, &d);
-		track_bindings = region_defines(job, in, res, &d);
+		track_bindings = optional_track_defines(plan, job, in, res, &d);
 		if (job->direction_getter == JOBSPEC_DG_PTT) {
 			ptt_defines(job, in, &d);
 			return get_pipeline(src, "ptt_track.comp", &d, track_bindings, &g->track,
@@ -462,7 +510,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 	d.n--;
 	define(&d, "DWI_BINDING", BOOT_TRACK_BINDINGS - 1);
 	resume_defines(job, &d);
-	track_bindings = region_defines(job, in, res, &d);
+	track_bindings = optional_track_defines(plan, job, in, res, &d);
 	if (r == 0)
 		r = get_pipeline(src, "boot_track.comp", &d, track_bindings, &g->track, err);
 	return r;
@@ -496,13 +544,15 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 	if (r == 0)
 		r = new_buffer(gpu, 4 + plan->resume_bytes_per_line * l, GPU_MEMORY_DEVICE, &g->resume,
 			       err);
+	if (r == 0)
+		r = new_buffer(gpu, 4ull * plan->pft.line_words * l, GPU_MEMORY_DEVICE, &g->pft, err);
 	return r;
 }
 
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
 	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
-				     g->ranges, g->dest, g->resume, g->lut, g->regions };
+				     g->ranges, g->dest, g->resume, g->pft, g->lut, g->regions };
 
 	/* Kept for the next run of the same shape (a warm daemon's next job). */
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
@@ -993,12 +1043,17 @@ static void getter_track_bindings(const struct job_run *run, struct gpu_buffer *
 	memcpy(b, boot, sizeof(boot));
 }
 
-/* The getter's track kernel's buffers, then the job's regions if any. */
+/* The getter's track kernel's buffers, then tracking.pft's scratch and the
+ * job's regions if any (optional_track_defines' order). */
 static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 {
+	uint32_t n = track_binding_count(run->job, run->in, run->g.res);
+
 	getter_track_bindings(run, b);
+	if (run->job->pft)
+		b[n++] = run->g.pft;
 	if (run->g.regions)
-		b[track_binding_count(run->job, run->in, run->g.res)] = run->g.regions;
+		b[n] = run->g.regions;
 }
 
 static void init_bindings(const struct job_run *run, struct gpu_buffer **b)

@@ -606,6 +606,29 @@ static int parse_max_cross(json_t *v, const char *field, struct ctx *c)
 	return rc;
 }
 
+/* DIPY ParticleFilteringTracking's defaults. */
+static const struct member pft_members[] = {
+	REAL("back_mm", pft_back_mm, 2, 0, CLOSED, 10, CLOSED, "mm"),
+	REAL("front_mm", pft_front_mm, 1, 0, CLOSED, 10, CLOSED, "mm"),
+	INTEGER("particles", pft_particles, K_INT, 15, 1, JOBSPEC_MAX_PFT_PARTICLES, NULL),
+	INTEGER("max_trials", pft_max_trials, K_INT, 20, 1, JOBSPEC_MAX_PFT_TRIALS, NULL),
+};
+
+/* null leaves particle filtering off; an object (maybe empty: the defaults)
+ * turns it on. */
+static int parse_pft(json_t *v, const char *field, struct ctx *c)
+{
+	if (json_is_null(v)) {
+		c->js->pft = false;
+		return 0;
+	}
+	if (!json_is_object(v))
+		return type_error(c->err, field, "null or an object {\"back_mm\": ..., "
+				  "\"front_mm\": ..., \"particles\": ..., \"max_trials\": ...}");
+	c->js->pft = true;
+	return walk_object(v, field, pft_members, ARRAY_SIZE(pft_members), c);
+}
+
 /* The ptt defaults: GPUStreamlines' probe (8 steps of 0.25 voxels) and
  * DIPY's rejection sampling (reference 3.3). */
 static const struct member tracking_members[] = {
@@ -634,6 +657,7 @@ static const struct member tracking_members[] = {
 	{ .key = "return_all", .kind = K_BOOL, .offset = offsetof(struct jobspec, return_all),
 	  .def = 1 },
 	CUSTOM("max_cross", parse_max_cross),
+	CUSTOM_OBJECT("pft", parse_pft, pft_members),
 };
 
 static const struct member stopping_members[] = {
@@ -1245,6 +1269,31 @@ static int check_stopping(const struct jobspec *js, struct errbuf *err)
 	return 0;
 }
 
+/* Particle filtering weighs its particles by the exclude map, which only act
+ * and cmc have, and retries with prob's stateless draws (boot's and ptt's
+ * per-step state is not kept for particles). */
+static int check_pft(const struct jobspec *js, struct errbuf *err)
+{
+	if (!js->pft)
+		return 0;
+	if (js->stopping == JOBSPEC_STOP_THRESHOLD)
+		return errbuf_set(err, -EINVAL, "tracking.pft",
+				  "needs stopping.criterion \"act\" or \"cmc\" (particles are "
+				  "weighted by the exclude map), got \"threshold\"");
+	if (js->direction_getter != JOBSPEC_DG_PROB)
+		return errbuf_set(err, -EINVAL, "tracking.pft",
+				  "is only for direction_getter \"prob\", got \"%s\"",
+				  direction_getters[js->direction_getter]);
+	/* A particle's path replaces the end of a half without passing the
+	 * region tests a kept point passes (track.glsl), so the verdict would
+	 * not be tckgen's. */
+	if (js->n_include_regions + js->n_exclude_regions > 0)
+		return errbuf_set(err, -EINVAL, "tracking.pft",
+				  "cannot be combined with regions: particle paths are not "
+				  "tested against include and exclude regions");
+	return 0;
+}
+
 static int check_lengths(const struct jobspec *js, struct errbuf *err)
 {
 	char lo[32], hi[32];
@@ -1325,6 +1374,8 @@ static int validate(json_t *root, struct ctx *c)
 		rc = check_step(json_object_get(root, "tracking"), c->err);
 	if (!rc)
 		rc = check_stopping(c->js, c->err);
+	if (!rc)
+		rc = check_pft(c->js, c->err);
 	if (!rc)
 		rc = check_lengths(c->js, c->err);
 	if (!rc)

@@ -37,7 +37,9 @@
  *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob; ptt: not sh),
  *                "probe_length": 2, "probe_quality": 9, "probe_count": 1, "probe_radius": 0,
  *                "rejection_samples": 10, "rejection_tries": 100 (ptt only),
- *                "return_all": true, "max_cross": null},
+ *                "return_all": true, "max_cross": null,
+ *                "pft": null | {"back_mm": 2, "front_mm": 1, "particles": 15,
+ *                 "max_trials": 20} (prob with stopping act or cmc only)},
  *   "stopping": {"criterion": "threshold"} (default: stop_map and fa_threshold)
  *            or {"criterion": "act", "include": PATH, "exclude": PATH}
  *            or {"criterion": "act", "five_tt": PATH}  (MRtrix3's 5TT image)
@@ -273,6 +275,14 @@ struct jobspec {
 	int rejection_tries;            /* ptt: candidates tried per step, [1, 10000], default 100 */
 	bool return_all;                /* tracking.return_all, default true; false keeps
 					 * only streamlines whose both ends are valid */
+	bool pft;                       /* tracking.pft given: particle filtering retries
+					 * a half that would end invalidly */
+	double pft_back_mm;             /* tracking.pft.back_mm, [0, 10], default 2 */
+	double pft_front_mm;            /* tracking.pft.front_mm, [0, 10], default 1 */
+	int pft_particles;              /* tracking.pft.particles, [1, JOBSPEC_MAX_PFT_PARTICLES],
+					 * default 15 */
+	int pft_max_trials;             /* tracking.pft.max_trials, [1, JOBSPEC_MAX_PFT_TRIALS],
+					 * default 20 */
 	enum jobspec_stopping stopping; /* stopping.criterion, default threshold */
 	char *stop_include_path;        /* stopping.include (act): > 0.5 ends validly */
 	char *stop_exclude_path;        /* stopping.exclude (act): > 0.5 ends invalidly */
@@ -361,6 +371,10 @@ static inline void jobspec_hold_fd(struct jobspec *js, enum jobspec_file_slot sl
 }
 
 #define JOBSPEC_MAX_STEP_VOXELS 5.0      /* tracking.step_size, and step_mm converted */
+/* tracking.pft: particles and trials are bits of the particles' Philox
+ * counters (shaders/pft.glsl), and bound the work of one retry. */
+#define JOBSPEC_MAX_PFT_PARTICLES 64
+#define JOBSPEC_MAX_PFT_TRIALS 50
 #define JOBSPEC_MAX_SEEDS 100000000ull   /* 1e8: an explicit, documented limit */
 #define JOBSPEC_MAX_POINTS 1000000ull    /* explicit seed points per job (fits the document limit) */
 #define JOBSPEC_MAX_BYTES (64u << 20)    /* largest accepted job document */

@@ -1849,6 +1849,55 @@ static void test_stopping(void **state)
 	expect_error(TRACKING_JOB("\"return_all\": 0"), "tracking.return_all", "a boolean");
 }
 
+/* ---- tracking.pft ---- */
+
+#define CMC_STOPPING ", \"stopping\": {\"criterion\": \"cmc\", \"wm\": \"wm.nii\", " \
+	"\"gm\": \"gm.nii\", \"csf\": \"csf.nii\"}"
+#define PFT_JOB(pft) ROI_JOB(", \"tracking\": {\"pft\": " pft "}" CMC_STOPPING)
+
+static void test_pft(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(ROI_JOB(CMC_STOPPING), NULL, &js);
+	assert_false(js.pft);
+	jobspec_free(&js);
+	expect_ok(PFT_JOB("null"), NULL, &js);
+	assert_false(js.pft);
+	jobspec_free(&js);
+
+	/* An empty object: DIPY's defaults. */
+	expect_ok(PFT_JOB("{}"), NULL, &js);
+	assert_true(js.pft);
+	assert_true(js.pft_back_mm == 2.0 && js.pft_front_mm == 1.0);
+	assert_int_equal(js.pft_particles, 15);
+	assert_int_equal(js.pft_max_trials, 20);
+	jobspec_free(&js);
+	expect_ok(PFT_JOB("{\"back_mm\": 3, \"front_mm\": 0, \"particles\": 64, "
+			  "\"max_trials\": 1}"), NULL, &js);
+	assert_true(js.pft_back_mm == 3.0 && js.pft_front_mm == 0.0);
+	assert_int_equal(js.pft_particles, 64);
+	assert_int_equal(js.pft_max_trials, 1);
+	jobspec_free(&js);
+	expect_ok(ROI_JOB(", \"tracking\": {\"pft\": {}}, \"stopping\": {\"criterion\": \"act\", "
+			  "\"include\": \"gm.nii\", \"exclude\": \"csf.nii\"}"), NULL, &js);
+	assert_true(js.pft);
+	jobspec_free(&js);
+
+	expect_error(PFT_JOB("true"), "tracking.pft", "null or an object");
+	expect_error(PFT_JOB("{\"particles\": 0}"), "tracking.pft.particles", "");
+	expect_error(PFT_JOB("{\"particles\": 65}"), "tracking.pft.particles", "");
+	expect_error(PFT_JOB("{\"max_trials\": 51}"), "tracking.pft.max_trials", "");
+	expect_error(PFT_JOB("{\"back_mm\": -1}"), "tracking.pft.back_mm", "");
+	expect_error(PFT_JOB("{\"front_mm\": 11}"), "tracking.pft.front_mm", "");
+	expect_error(PFT_JOB("{\"count\": 3}"), "tracking.pft.count", "unknown field");
+	expect_error(TRACKING_JOB("\"pft\": {}"), "tracking.pft",
+		     "needs stopping.criterion \"act\" or \"cmc\"");
+	expect_error(ROI_JOB(", \"direction_getter\": \"ptt\", \"tracking\": {\"pft\": {}}"
+			     CMC_STOPPING), "tracking.pft", "is only for direction_getter \"prob\"");
+}
+
 /* The shards of one job share its fingerprint whatever its files are called
  * (a path to the CLI, a volume id to the daemon): the maps' names too. */
 static void test_stopping_fingerprint(void **state)
@@ -1988,6 +2037,7 @@ int main(void)
 		cmocka_unit_test(test_seeds_interface_fingerprint),
 		cmocka_unit_test(test_regions),
 		cmocka_unit_test(test_max_cross),
+		cmocka_unit_test(test_pft),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
 	};
