@@ -69,7 +69,7 @@ printf '%-7s %7s %9s %17s %10s %9s %9s\n' tool threads median "spread (min-max)"
 for t in $threads_list; do
 	for tool in dipy tractd; do
 		# Median and spread of the seconds, the points of the last run and
-		# the median wall time (tractd).
+		# tractd's wall time of its median run (the lower one of two).
 		awk -v tool="$tool" -v t="$t" '$1 == tool && $2 == t' "$runs" | sort -n -k 3 |
 		awk -v tool="$tool" -v t="$t" '
 		{ s[NR] = $3; p = $4; w[NR] = $5 }
