@@ -95,7 +95,7 @@ CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-p
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
 .PHONY: all check check-layers check-tidy check-man check-unit check-asan check-python check-fuzz fuzz \
-	fuzz-bins venv venv-dipy venv-nipype demo bench bench-encode bench-pyafq man install \
+	fuzz-bins venv venv-dipy venv-nipype demo bench bench-encode bench-pyafq bench-lavapipe man install \
 	check-cluster clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
@@ -285,6 +285,11 @@ bench-pyafq: all
 # BENCH_ENCODE_STREAMLINES (default 1000000) synthetic streamlines.
 bench-encode: $(BUILD)/bench-encode
 	$(BUILD)/bench-encode $(BENCH_ENCODE_STREAMLINES)
+
+# tractd on lavapipe against DIPY's probabilistic_tracking (bench/lavapipe.sh;
+# needs $(VENV_DIPY)).
+bench-lavapipe: all
+	BENCH_DIPY_PYTHON=$${BENCH_DIPY_PYTHON:-$(VENV_DIPY)/bin/python} bench/lavapipe.sh $(BUILD)/tractd
 
 SYSCONFDIR ?= /etc
 UNITDIR ?= $(PREFIX)/lib/systemd/system

@@ -63,6 +63,39 @@ float pmf_from_odf(Corners c)
 // in order 0..7. Lanes past NV read a valid vertex and store nothing.
 const uint PMF_BLOCK = 4u;
 
+#if ODF_PAIR_LOADS
+// CPU devices (engine.c's odf_pair_loads): lavapipe turns every load of a
+// lane into a scalar load of its own, so each lane reads two vertices' values
+// per 64-bit load. Lane l takes the pairs l, l + SG, ... (vertices 2 p and
+// 2 p + 1): it writes entries other lanes own, hence the subgroup barrier at
+// the end. Each vertex sums its corners in the same order as below, so the
+// PMF is the same to the bit.
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer PagePairs {
+	uint64_t v[];
+};
+
+float pmf_from_odf(Corners c)
+{
+	uint sg = gl_SubgroupID;
+	PageSpot spots[8];
+	[[unroll]] for (int q = 0; q < 8; q++)
+		spots[q] = PAGE_SPOT(odf, c.voxel[q]);
+	float lane_max = 0.0;
+	for (uint pair = gl_SubgroupInvocationID; pair < NV / 2u; pair += SG) {
+		vec2 v = vec2(0.0);
+		[[unroll]] for (int q = 0; q < 8; q++)
+			v += c.weight[q] * uintBitsToFloat(unpackUint2x32(
+				PagePairs(spots[q].page).v[spots[q].base / 2u + pair]));
+		s_pmf[sg][2u * pair] = v.x;
+		s_pmf[sg][2u * pair + 1u] = v.y;
+		lane_max = max(lane_max, max(v.x, v.y));
+	}
+	subgroupMemoryBarrierShared();
+	subgroupBarrier();
+	return lane_max;
+}
+#else
 float pmf_from_odf(Corners c)
 {
 	uint sg = gl_SubgroupID;
@@ -87,5 +120,6 @@ float pmf_from_odf(Corners c)
 	}
 	return lane_max;
 }
+#endif
 #endif
 #endif

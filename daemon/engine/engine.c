@@ -354,6 +354,19 @@ static void boot_defines(const struct inputs *in, struct defines *d)
 }
 
 /* odf.glsl's ODF_STORAGE codes. */
+/* Whether the ODF kernels read the ODF two values per 64-bit load
+ * (ODF_PAIR_LOADS, pmf.glsl): on CPU devices (lavapipe), where each lane's
+ * load is a scalar load of its own, this halves the loads that dominate a
+ * step. GPUs load a subgroup's consecutive floats together and keep the
+ * one-float path. Needs float32 storage, 64-bit integers and an even number
+ * of vertices (each voxel's values then start 8-byte aligned). */
+static bool odf_pair_loads(const struct gpu_limits *lim, enum jobspec_odf_storage storage,
+			   int nv)
+{
+	return strcmp(lim->device_type, "cpu") == 0 && lim->shader_int64 &&
+	       storage == JOBSPEC_ODF_FLOAT32 && nv % 2 == 0;
+}
+
 static int odf_storage_code(enum jobspec_odf_storage storage)
 {
 	return storage == JOBSPEC_ODF_SH ? 2 : storage == JOBSPEC_ODF_FLOAT16 ? 1 : 0;
@@ -477,6 +490,9 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 	r = get_pipeline(src, "compact.comp", &d, COMPACT_BINDINGS, &g->compact, err);
 	if (r < 0 || !inputs_boot(in)) {
 		define(&d, "ODF_STORAGE", odf_storage_code(resident_odf_storage(res)));
+		define(&d, "ODF_PAIR_LOADS", odf_pair_loads(gpu_get_limits(src->gpu),
+							    resident_odf_storage(res),
+							    inputs_sphere(in)->nv));
 		define(&d, "NC", resident_sh_coefs(res));
 		if (r == 0)
 			r = get_pipeline(src, "prob_init.comp", &d,

@@ -532,14 +532,19 @@ static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
 		.bufferDeviceAddress = VK_TRUE,
 	};
+	VkPhysicalDeviceFeatures want10 = { 0 };
 	VkDeviceCreateInfo info = {
 		.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
 		.pNext = &want12,
 		.queueCreateInfoCount = 1,
 		.pQueueCreateInfos = &queue,
+		.pEnabledFeatures = &want10,
 	};
 
 	vkGetPhysicalDeviceFeatures2(ctx->physical, &have);
+	/* Optional: lavapipe's kernels read the ODF in 64-bit words (pmf.glsl). */
+	want10.shaderInt64 = have.features.shaderInt64;
+	ctx->limits.shader_int64 = want10.shaderInt64;
 	if (!f12.bufferDeviceAddress)
 		return device_err(err, -ENOTSUP, "the device lacks bufferDeviceAddress "
 				  "(Vulkan 1.2), which tractd needs to read large volumes");

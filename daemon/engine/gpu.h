@@ -54,6 +54,7 @@ struct gpu_limits {
 	uint32_t max_workgroup_count_x;
 	uint32_t max_push_constant_bytes;
 	bool loop_limited;           /* loops end after a fixed number of iterations (lavapipe) */
+	bool shader_int64;           /* 64-bit integers in shaders (enabled when present) */
 };
 
 enum gpu_memory {
