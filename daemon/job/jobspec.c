@@ -595,6 +595,7 @@ static const struct member tracking_members[] = {
 	INTEGER("rejection_tries", rejection_tries, K_INT, 100, 1, 10000, NULL),
 	{ .key = "return_all", .kind = K_BOOL, .offset = offsetof(struct jobspec, return_all),
 	  .def = 1 },
+	REAL("angular_weight", angular_weight, 0, 0, CLOSED, 1, CLOSED, NULL),
 };
 
 static const struct member stopping_members[] = {

@@ -34,7 +34,7 @@
  *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob; ptt: not sh),
  *                "probe_length": 2, "probe_quality": 9, "probe_count": 1, "probe_radius": 0,
  *                "rejection_samples": 10, "rejection_tries": 100 (ptt only),
- *                "return_all": true},
+ *                "return_all": true, "angular_weight": 0},
  *   "stopping": {"criterion": "threshold"} (default: stop_map and fa_threshold)
  *            or {"criterion": "act", "include": PATH, "exclude": PATH}
  *            or {"criterion": "cmc", "wm": PATH, "gm": PATH, "csf": PATH},
@@ -236,6 +236,9 @@ struct jobspec {
 	int rejection_tries;            /* ptt: candidates tried per step, [1, 10000], default 100 */
 	bool return_all;                /* tracking.return_all, default true; false keeps
 					 * only streamlines whose both ends are valid */
+	double angular_weight;          /* tracking.angular_weight, [0, 1], default 0 (off):
+					 * sphere values times (1 - w) + w |cos| to the
+					 * current direction before the PMF thresholds */
 	enum jobspec_stopping stopping; /* stopping.criterion, default threshold */
 	char *stop_include_path;        /* stopping.include (act): > 0.5 ends validly */
 	char *stop_exclude_path;        /* stopping.exclude (act): > 0.5 ends invalidly */
