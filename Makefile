@@ -12,6 +12,8 @@
 #   make venv                the tests' Python environment (VENV, default build/venv)
 #   make venv-dipy           DIPY 1.12.1 for the PTT parity tests (VENV_DIPY)
 #   make venv-nipype         nipype for tractd.nipype.Track's test (VENV_NIPYPE)
+#   make bench-constraints   stopping criteria x angular_weight on the phantom, per
+#                            getter (bench/constraints.py; CONSTRAINTS_ARGS)
 
 CC ?= cc
 PREFIX ?= /usr/local
@@ -94,7 +96,7 @@ CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-p
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
 .PHONY: all check check-layers check-tidy check-man check-unit check-asan check-python check-fuzz fuzz \
-	fuzz-bins venv venv-dipy venv-nipype demo bench bench-encode man install \
+	fuzz-bins venv venv-dipy venv-nipype demo bench bench-encode bench-constraints man install \
 	check-cluster clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
@@ -274,6 +276,11 @@ demo: all
 
 bench: all $(BUILD)/bench-encode
 	bench/bench.sh $(BUILD)/tractd
+
+# The README's table of "Constraints and angular weighting on the phantom"
+# (lavapipe will do: no timings), e.g. CONSTRAINTS_ARGS="--seeds 2000".
+bench-constraints: all $(VENV)/.stamp
+	$(PYTHON) bench/constraints.py --tractd $(BUILD)/tractd $(CONSTRAINTS_ARGS)
 
 # BENCH_ENCODE_STREAMLINES (default 1000000) synthetic streamlines.
 bench-encode: $(BUILD)/bench-encode

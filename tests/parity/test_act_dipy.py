@@ -31,6 +31,7 @@ import pytest
 
 from conftest import (LocalTrackingMinusFirst, assert_parity, format_table, load_trk, run_job,
                       summarize)
+from scoring import one_step_further
 
 from dipy.data import get_sphere
 from dipy.direction import ProbabilisticDirectionGetter
@@ -110,24 +111,11 @@ def tractd_act(request, tractd, phantom, seeds, tmp_path_factory):
             request.param)
 
 
-def _one_step_further(lines):
-    """Each line with both ends one step further along its end segments: the
-    point where it stopped, in the include map, which neither side keeps
-    (DIPY's rule); so that an end zone reached counts as connected."""
-    out = []
-    for x in lines:
-        x = np.asarray(x, np.float64)
-        if len(x) >= 2:
-            x = np.vstack([2 * x[0] - x[1], x, 2 * x[-1] - x[-2]])
-        out.append(x)
-    return out
-
-
 def test_act_parity_with_dipy(phantom, seeds, tractd_act):
     common = dict(labels=phantom.labels, bundles=phantom.bundles, affine=phantom.affine)
 
     def figures(lines):
-        return summarize(_one_step_further(lines), N_SEEDS, **common)
+        return summarize(one_step_further(lines), N_SEEDS, **common)
 
     criterion = tractd_act[4]
     res = {"dipy": figures(_dipy_act(phantom, seeds, DIPY_RANDOM_SEED, criterion)),
