@@ -13,6 +13,8 @@
 #   make venv                the tests' Python environment (VENV, default build/venv)
 #   make venv-dipy           DIPY 1.12.1 for the PTT parity tests (VENV_DIPY)
 #   make venv-nipype         nipype for tractd.nipype.Track's test (VENV_NIPYPE)
+#   make bench-constraints   stopping criteria x angular_weight on the phantom, per
+#                            getter (bench/constraints.py; CONSTRAINTS_ARGS)
 
 CC ?= cc
 PREFIX ?= /usr/local
@@ -95,7 +97,7 @@ CLIENT_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-p
 CLIENT_LIBS := $(shell pkg-config --libs $(CLIENT_PKGS) 2>/dev/null)
 
 .PHONY: all check check-layers check-tidy check-man check-unit check-asan check-python check-fuzz fuzz \
-	fuzz-bins venv venv-dipy venv-nipype demo bench bench-encode bench-pyafq bench-lavapipe man install \
+	fuzz-bins venv venv-dipy venv-nipype demo bench bench-encode bench-pyafq bench-lavapipe bench-constraints man install \
 	check-cluster clean
 all: $(BUILD)/tractd $(BUILD)/tractctl
 
@@ -281,6 +283,11 @@ bench: all $(BUILD)/bench-encode
 BENCH_PYAFQ_ARGS ?=
 bench-pyafq: all
 	$(SYSTEM_PYTHON) bench/pyafq_call.py --tractd $(BUILD)/tractd $(BENCH_PYAFQ_ARGS)
+
+# The README's table of "Constraints and angular weighting on the phantom"
+# (lavapipe will do: no timings), e.g. CONSTRAINTS_ARGS="--seeds 2000".
+bench-constraints: all $(VENV)/.stamp
+	$(PYTHON) bench/constraints.py --tractd $(BUILD)/tractd $(CONSTRAINTS_ARGS)
 
 # BENCH_ENCODE_STREAMLINES (default 1000000) synthetic streamlines.
 bench-encode: $(BUILD)/bench-encode

@@ -148,10 +148,10 @@ void fit_model()
 	sync_subgroup();
 }
 
-// Fills s_pmf[this subgroup] with a bootstrap ODF at p, thresholded at
-// pmf_threshold of its maximum (zero outside the volume). counter names the
-// sample's random draws (block index added in its top 16 bits).
-void sample_boot_pmf(vec3 p, uvec4 counter)
+// Fills s_pmf[this subgroup] with a bootstrap ODF at p (zero outside the
+// volume) and returns this lane's maximum of it. counter names the sample's
+// random draws (block index added in its top 16 bits).
+float boot_odf(vec3 p, uvec4 counter)
 {
 	uint sg = gl_SubgroupID;
 	float b0_mean;
@@ -170,5 +170,11 @@ void sample_boot_pmf(vec3 p, uvec4 counter)
 		lane_max = max(lane_max, v);
 	}
 	subgroupBarrier();   // s_coef is rewritten by the next sample
-	zero_below(pmf_floor(lane_max));
+	return lane_max;
+}
+
+// boot_odf() thresholded at pmf_threshold of its maximum.
+void sample_boot_pmf(vec3 p, uvec4 counter)
+{
+	zero_below(pmf_floor(boot_odf(p, counter)));
 }

@@ -80,7 +80,8 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 {
 	for (uint attempt = 0; attempt < pc.max_attempts; attempt++) {
 		counter.w = PHILOX_STREAM_BOOT | (attempt << 8);
-		sample_boot_pmf(p, counter);
+		// sample_boot_pmf() weighted toward dir before its threshold
+		zero_below(pmf_floor_toward(dir, boot_odf(p, counter)));
 		if (find_peaks() > 0)
 			return closest_peak(dir);
 	}

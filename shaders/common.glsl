@@ -10,7 +10,8 @@
 // Build-time defines (set by engine.c): SG (subgroup size the pipeline is
 // created with), ITEMS (subgroups per workgroup), NV (sphere vertices),
 // MAX_PEAKS (bound on separated peaks), SYMMETRIC (1: compare |cos|, the ODF
-// is antipodally symmetric).
+// is antipodally symmetric), ANGULAR_WEIGHT (1: tracking.angular_weight > 0,
+// angular_factor below; 0 leaves today's kernels).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_vote : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -43,7 +44,7 @@ layout(push_constant, std430) uniform Params {
 	float max_curvature;            // ptt: 1/voxel
 	float probe_step;               // ptt: voxels between probe points
 	float probe_radius;             // ptt: voxels
-	float unused2;
+	float angular_weight;           // ANGULAR_WEIGHT 1 only (pmf.glsl, ptt.glsl)
 } pc;
 
 // Length in mm of a step d given in voxels (exact for any affine).
@@ -78,3 +79,15 @@ float axis_cos(vec3 a, vec3 b)
 	return dot(a, b);
 #endif
 }
+
+#if ANGULAR_WEIGHT
+// tracking.angular_weight w (GPUStreamlines' boot.metal): the factor
+// (1 - w) + w |cos(dir, v)| by which a sphere value at direction v is
+// multiplied, seen from the current direction dir, before the PMF
+// thresholds: 1 straight ahead, 1 - w across.
+float angular_factor(vec3 dir, vec3 v)
+{
+	float w = pc.angular_weight;
+	return (1.0 - w) + w * abs(dot(dir, v));
+}
+#endif

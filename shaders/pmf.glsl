@@ -19,6 +19,25 @@ float pmf_floor(float lane_max)
 	return pc.pmf_threshold * subgroupMax(lane_max);
 }
 
+// pmf_floor() at a tracking step from direction dir, given this lane's
+// maximum of the PMF as filled: with ANGULAR_WEIGHT the entries are first
+// multiplied by angular_factor (common.glsl), so the thresholds (this floor,
+// boot's relative peak threshold) see the weighted PMF, as in boot.metal.
+// The including kernel includes sphere.glsl first.
+float pmf_floor_toward(vec3 dir, float lane_max)
+{
+#if ANGULAR_WEIGHT
+	uint sg = gl_SubgroupID;
+	lane_max = 0.0;
+	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG) {
+		float v = s_pmf[sg][j] * angular_factor(dir, vertex(j));
+		s_pmf[sg][j] = v;
+		lane_max = max(lane_max, v);
+	}
+#endif
+	return pmf_floor(lane_max);
+}
+
 // Zeroes this lane's entries below floor_value.
 void zero_below(float floor_value)
 {

@@ -90,7 +90,7 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 	Corners c;
 	if (!corners_at(p, pc.dim, c))
 		return false;
-	float floor_value = pmf_floor(pmf_from_odf(c));
+	float floor_value = pmf_floor_toward(dir, pmf_from_odf(c));
 	int last_nonzero;
 	float total = cone_cdf(dir, floor_value, last_nonzero);
 	if (total <= 0.0)

@@ -86,7 +86,11 @@ uint nearest_vertex(vec3 d)
 	return best_v;
 }
 
-float amplitude(vec3 p, vec3 t)
+// toward: the tangent where the probe starts. With ANGULAR_WEIGHT the
+// amplitude is multiplied by angular_factor(toward, t) (common.glsl) before
+// the comparison with pmf_threshold: ptt's counterpart of weighting the PMF,
+// as its probe reads the vertex along its tangent, not a PMF draw.
+float amplitude(vec3 p, vec3 t, vec3 toward)
 {
 	Corners c;
 	if (!corners_at(p, pc.dim, c))
@@ -94,31 +98,36 @@ float amplitude(vec3 p, vec3 t)
 	for (int q = 0; q < 8; q++)
 		c.weight[q] *= page_f32(PAGE_SPOT(odf_scale, c.voxel[q]), 0);
 	float v = odf_vertex(c, nearest_vertex(t));
+#if ANGULAR_WEIGHT
+	v *= angular_factor(toward, t);
+#endif
 	return v > pc.pmf_threshold ? v : 0.0;
 }
 
 // The amplitudes of the probe's lines at one point along it; with one line
 // the probe is the curve itself (DIPY ignores the radius then).
-float ring_amplitude(vec3 p, Frame f)
+float ring_amplitude(vec3 p, Frame f, vec3 toward)
 {
 	float sum = 0.0;
 	for (int c = 0; c < PROBE_COUNT; c++) {
 		float angle = TWO_PI * float(c) / float(PROBE_COUNT);
 		vec3 off = PROBE_COUNT > 1 ? pc.probe_radius * (cos(angle) * f.n + sin(angle) * f.b) :
 					     vec3(0.0);
-		sum += amplitude(p + off, f.t);
+		sum += amplitude(p + off, f.t, toward);
 	}
 	return sum;
 }
 
-// first: the carried-over first amplitude, or < 0 to sample it at p. last:
-// the amplitude at the probe's end.
+// first: the carried-over first amplitude (weighted, with ANGULAR_WEIGHT,
+// toward the tangent where its own probe started), or < 0 to sample it at p.
+// last: the amplitude at the probe's end.
 float support(vec3 p, Frame f, vec2 k, float first, out float last)
 {
-	float sum = first < 0.0 ? ring_amplitude(p, f) : first;
+	vec3 toward = f.t;
+	float sum = first < 0.0 ? ring_amplitude(p, f, toward) : first;
 	for (int q = 1; q < PROBE_QUALITY; q++) {
 		p += ptt_move(f, k, pc.probe_step);
-		last = ring_amplitude(p, f);
+		last = ring_amplitude(p, f, toward);
 		sum += last;
 	}
 	return sum / float(PROBE_QUALITY * PROBE_COUNT);

@@ -487,6 +487,9 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 	define(&d, "SYMMETRIC", inputs_symmetric(in));
 	define(&d, "LOOP_LIMITED", gpu_get_limits(src->gpu)->loop_limited);
 	define(&d, "STOPPING", job->stopping);
+	/* Off, the kernels are today's; on, the weight is a push constant, so
+	 * that each weight does not compile a pipeline of its own. */
+	define(&d, "ANGULAR_WEIGHT", job->angular_weight > 0);
 	r = get_pipeline(src, "compact.comp", &d, COMPACT_BINDINGS, &g->compact, err);
 	if (r < 0 || !inputs_boot(in)) {
 		define(&d, "ODF_STORAGE", odf_storage_code(resident_odf_storage(res)));
@@ -742,6 +745,7 @@ static void fill_params(struct job_run *run)
 	p->max_curvature = (float)(2.0 * sin(job->max_angle * M_PI / 360.0) / step);
 	p->probe_step = (float)(job->probe_length / (job->probe_quality - 1));
 	p->probe_radius = (float)job->probe_radius;
+	p->angular_weight = (float)job->angular_weight;
 }
 
 /* Items one submit may carry. The first submit of a kernel carries

@@ -41,7 +41,8 @@ struct kernel_params {
 	float max_curvature;             /* ptt: 1/voxel */
 	float probe_step;                /* ptt: voxels between probe points */
 	float probe_radius;              /* ptt: voxels */
-	float unused2;
+	float angular_weight;            /* tracking.angular_weight; read only where
+					  * the kernels are built with ANGULAR_WEIGHT 1 */
 };
 
 #define KERNEL_PARAM_AT(field, offset)                                       \
@@ -70,7 +71,7 @@ KERNEL_PARAM_AT(unused1, 104);
 KERNEL_PARAM_AT(max_curvature, 112);
 KERNEL_PARAM_AT(probe_step, 116);
 KERNEL_PARAM_AT(probe_radius, 120);
-KERNEL_PARAM_AT(unused2, 124);
+KERNEL_PARAM_AT(angular_weight, 124);
 
 /* 128 bytes: every Vulkan device's push-constant minimum. */
 _Static_assert(sizeof(struct kernel_params) == 128, "must match shaders/common.glsl Params");

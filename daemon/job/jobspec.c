@@ -658,6 +658,7 @@ static const struct member tracking_members[] = {
 	  .def = 1 },
 	CUSTOM("max_cross", parse_max_cross),
 	CUSTOM_OBJECT("pft", parse_pft, pft_members),
+	REAL("angular_weight", angular_weight, 0, 0, CLOSED, 1, CLOSED, NULL),
 };
 
 static const struct member stopping_members[] = {

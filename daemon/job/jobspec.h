@@ -37,7 +37,7 @@
  *                "odf_storage": "auto" | "float32" | "float16" | "sh" (prob; ptt: not sh),
  *                "probe_length": 2, "probe_quality": 9, "probe_count": 1, "probe_radius": 0,
  *                "rejection_samples": 10, "rejection_tries": 100 (ptt only),
- *                "return_all": true, "max_cross": null,
+ *                "return_all": true, "max_cross": null, "angular_weight": 0,
  *                "pft": null | {"back_mm": 2, "front_mm": 1, "particles": 15,
  *                 "max_trials": 20} (prob with stopping act or cmc only)},
  *   "stopping": {"criterion": "threshold"} (default: stop_map and fa_threshold)
@@ -283,6 +283,9 @@ struct jobspec {
 					 * default 15 */
 	int pft_max_trials;             /* tracking.pft.max_trials, [1, JOBSPEC_MAX_PFT_TRIALS],
 					 * default 20 */
+	double angular_weight;          /* tracking.angular_weight, [0, 1], default 0 (off):
+					 * sphere values times (1 - w) + w |cos| to the
+					 * current direction before the PMF thresholds */
 	enum jobspec_stopping stopping; /* stopping.criterion, default threshold */
 	char *stop_include_path;        /* stopping.include (act): > 0.5 ends validly */
 	char *stop_exclude_path;        /* stopping.exclude (act): > 0.5 ends invalidly */

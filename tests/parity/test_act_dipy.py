@@ -29,8 +29,9 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import (LocalTrackingMinusFirst, assert_parity, format_table, load_trk,
-                      one_step_further, run_job, summarize)
+from conftest import (LocalTrackingMinusFirst, assert_parity, format_table, load_trk, run_job,
+                      summarize)
+from scoring import one_step_further
 
 from dipy.data import get_sphere
 from dipy.direction import ProbabilisticDirectionGetter

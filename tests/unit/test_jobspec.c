@@ -1993,6 +1993,31 @@ static void test_seeds_interface_fingerprint(void **state)
 	jobspec_free(&b);
 }
 
+/* tracking.angular_weight: off by default, any weight in [0, 1], and a weight
+ * changes the job (its fingerprint) while an explicit 0 does not matter to
+ * the walk. */
+static void test_angular_weight(void **state)
+{
+	struct jobspec js;
+
+	(void)state;
+	expect_ok(ROI_JOB(""), NULL, &js);
+	assert_true(js.angular_weight == 0.0);
+	jobspec_free(&js);
+	expect_ok(TRACKING_JOB("\"angular_weight\": 0.5"), NULL, &js);
+	assert_true(js.angular_weight == 0.5);
+	jobspec_free(&js);
+	expect_ok(TRACKING_JOB("\"angular_weight\": 1"), NULL, &js);
+	assert_true(js.angular_weight == 1.0);
+	jobspec_free(&js);
+	expect_error(TRACKING_JOB("\"angular_weight\": 1.5"), "tracking.angular_weight",
+		     "must be in [0, 1], got 1.5");
+	expect_error(TRACKING_JOB("\"angular_weight\": -0.1"), "tracking.angular_weight",
+		     "must be in [0, 1], got -0.1");
+	expect_error(TRACKING_JOB("\"angular_weight\": \"0.5\""), "tracking.angular_weight",
+		     "a number");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2038,6 +2063,7 @@ int main(void)
 		cmocka_unit_test(test_regions),
 		cmocka_unit_test(test_max_cross),
 		cmocka_unit_test(test_pft),
+		cmocka_unit_test(test_angular_weight),
 		cmocka_unit_test(test_example_valid),
 		cmocka_unit_test(test_examples_invalid),
 	};
