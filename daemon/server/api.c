@@ -12,6 +12,7 @@
 #include "server/api.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <jansson.h>
@@ -472,7 +473,8 @@ static json_t *result_json(const struct job_info *info)
 	return result;
 }
 
-/* The job's events so far, in seconds since it was submitted; null for a
+/* The job's events so far, in seconds since it was submitted (to the
+ * microsecond, so that clients that print fewer digits agree); null for a
  * job of an earlier run of the daemon (its clock is gone). */
 static json_t *timing_json(const struct job_timing *t)
 {
@@ -484,7 +486,8 @@ static json_t *timing_json(const struct job_timing *t)
 	doc = json_object();
 	for (int e = 0; doc && e < JOB_EVENTS; e++)
 		if (json_object_set_new(doc, job_event_name((enum job_event)e),
-					t->at[e] ? json_real(t->at[e] - t0) : json_null()) < 0) {
+					t->at[e] ? json_real(round((t->at[e] - t0) * 1e6) / 1e6)
+						 : json_null()) < 0) {
 			json_decref(doc);
 			doc = NULL;
 		}

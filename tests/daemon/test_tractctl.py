@@ -137,7 +137,7 @@ def test_commands(ctl, tractctl, daemon, phantom, references, tmp_path):
     text = _ok(ctl("status", job_id)).stdout
     assert job_id in text and "done" in text, text
     assert re.search(r"^stopped +stop_map \d+, outside \d+, no_direction \d+, max_steps \d+, "
-                     r"include \d+, exclude \d+, unknown 0 \(streamline ends\); \d+ seeds without direction$", text,
+                     r"include \d+, exclude \d+, exclude_region \d+, unknown 0 \(streamline ends\); \d+ seeds without direction$", text,
                      re.M), text
     status = json.loads(_ok(ctl("--json", "status", job_id)).stdout)
     api = daemon.api.get_json(f"/v1/jobs/{job_id}")
