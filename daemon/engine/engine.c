@@ -1261,7 +1261,7 @@ static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, u
 			r = errbuf_set_kind(err, ERR_KIND_DEVICE, -EIO, "",
 					    "track: %u streamlines still suspended after %u "
 					    "passes, the most their steps allow",
-					    suspended, pass);
+					    suspended & ~RESUME_STALLED, pass);
 			break;
 		}
 		run->params.resuming = pass > 0;
