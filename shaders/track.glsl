@@ -14,7 +14,8 @@
 // suspended before the step whose loops were cut, its walk saved in the
 // resume buffer, and the host dispatches the kernel again (pc.resuming = 1)
 // until no streamline is suspended. A resumed step draws the same random
-// numbers, so the output is the same as in one pass.
+// numbers, so the output is the same as in one pass. A step that one whole
+// dispatch cannot finish stalls the line, and the host fails the job.
 //
 // The including kernel declares the buffers seeds, dirs, line_id, points and
 // ranges, the stop map's page table fa (volume.glsl's PAGED_TABLE), includes
@@ -254,7 +255,18 @@ Walk load_walk(uint at)
 	return w;
 }
 
-void suspend(uint item, Walk w)
+// Whether a walk suspended at w made no progress since it was resumed at
+// from: the same half, step and retry. A resumed step runs as it ran before
+// (the same draws, each dispatch counting its loops afresh), so it would be
+// cut there again on every pass (a PFT retry that needs more iterations than
+// one dispatch runs): the host fails the job instead (engine.c).
+bool stalled(Walk w, Walk from)
+{
+	return pc.resuming != 0u && w.half_index == from.half_index && w.step == from.step &&
+	       w.pft_trials == from.pft_trials;
+}
+
+void suspend(uint item, Walk w, Walk from)
 {
 	if (gl_SubgroupInvocationID == 0u) {
 		uint at = item * RESUME_WORDS;
@@ -262,6 +274,8 @@ void suspend(uint item, Walk w)
 		save_walk(at + 1u, w);
 		getter_save(at + 1u + WALK_WORDS);
 		atomicAdd(suspended, 1u);
+		if (stalled(w, from))
+			atomicOr(suspended, RESUME_STALLED);
 	}
 }
 #endif
@@ -306,7 +320,8 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 			Walk retried = w;
 			stop = pft_retry(retried, item_index(), seed_slot, counter, stop, p, dir);
 #if LOOP_LIMITED
-			// A retry cut short runs again whole when resumed.
+			// A retry cut short runs again whole when resumed; cut
+			// again there, the line has stalled (see stalled).
 			if (loop_limit_reached()) {
 				getter_rewind();
 				return false;
@@ -380,11 +395,14 @@ void main()
 		pft_keep(item, 0u, seed, w.dir, 0.0);
 #endif
 	}
+#if LOOP_LIMITED
+	Walk resumed_at = w;
+#endif
 	uint reason;
 	if (w.half_index == 0u) {
 		if (!track_half(w, seed_slot, counter, reason)) {
 #if LOOP_LIMITED
-			suspend(item, w);
+			suspend(item, w, resumed_at);
 #endif
 			return;
 		}
@@ -399,7 +417,7 @@ void main()
 		reason = STOP_EXCLUDE_REGION;
 	else if (!track_half(w, seed_slot, counter, reason)) {
 #if LOOP_LIMITED
-		suspend(item, w);
+		suspend(item, w, resumed_at);
 #endif
 		return;
 	}

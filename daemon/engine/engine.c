@@ -1231,18 +1231,59 @@ static int report_tracked(struct job_run *run, uint64_t items_done, struct errbu
 	return in_turn ? report_progress(run->sh, run->h.line_id[2 * next_line], false, err) : 0;
 }
 
+/* The most passes of the track kernel a batch can take: every pass but the
+ * last takes each suspended line at least one step, or one particle
+ * filtering retry, further (a line that stalls fails the job), and a line
+ * has two halves of max_steps steps each with up to max_trials retries
+ * (each of which may back up over max_steps steps at most). */
+static uint64_t max_track_passes(const struct jobspec *job)
+{
+	uint64_t trials = job->pft ? (uint64_t)job->pft_max_trials : 0;
+
+	return 2 * (trials + 1) * ((uint64_t)job->max_steps + 1) + 1;
+}
+
+/* A pass whose suspended lines could not go on: the device cuts a step, or a
+ * particle filtering retry, that one dispatch cannot finish, every time. */
+static int fail_stalled(const struct job_run *run, struct errbuf *err)
+{
+	const struct jobspec *job = run->job;
+
+	if (job->pft)
+		return errbuf_set(err, -EINVAL, "tracking.pft",
+				  "a retry of %d particles over %u back and %u front steps "
+				  "needs more loop iterations than this device (loop-limited, "
+				  "as lavapipe) runs in one dispatch: use fewer particles or a "
+				  "shorter back_mm/front_mm, or a GPU",
+				  job->pft_particles, run->plan.pft.back_steps,
+				  run->plan.pft.front_steps);
+	return errbuf_set(err, -EINVAL, "tracking.sphere",
+			  "one step needs more loop iterations than this device "
+			  "(loop-limited, as lavapipe) runs in one dispatch: use a smaller "
+			  "sphere, or a GPU");
+}
+
 /* Tracks the batch's n_lines lines. On a LOOP_LIMITED device the kernel
  * suspends the streamlines whose loops the device would cut, and runs again
- * over the batch, resuming them, until none is left (shaders/track.glsl). */
+ * over the batch, resuming them, until none is left (shaders/track.glsl);
+ * a line that stalls, or more passes than the lines' steps allow, fail. */
 static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, uint64_t n_lines,
 		       struct errbuf *err)
 {
 	struct job_gpu *g = &run->g;
 	const uint32_t none = 0;
+	const uint64_t max_passes = max_track_passes(run->job);
 	uint32_t suspended = 0;
 	int r = 0;
 
 	for (uint32_t pass = 0; r == 0 && (pass == 0 || suspended > 0); pass++) {
+		if (pass == max_passes) {
+			r = errbuf_set_kind(err, ERR_KIND_DEVICE, -EIO, "",
+					    "track: %u streamlines still suspended after %u "
+					    "passes, the most their steps allow",
+					    suspended & ~RESUME_STALLED, pass);
+			break;
+		}
 		run->params.resuming = pass > 0;
 		if (run->plan.resume_bytes_per_line)
 			r = gpu_upload(run->gpu, g->resume, 0, &none, sizeof(none), err);
@@ -1251,6 +1292,8 @@ static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, u
 					   &run->rate[0], pass == 0 ? report_tracked : NULL, err);
 		if (r == 0 && run->plan.resume_bytes_per_line)
 			r = gpu_download(run->gpu, g->resume, 0, &suspended, sizeof(suspended), err);
+		if (r == 0 && (suspended & RESUME_STALLED))
+			r = fail_stalled(run, err);
 		if (r == 0 && suspended > 0)
 			log_debug("track: %u streamlines suspended in pass %u", suspended, pass);
 	}

@@ -83,6 +83,10 @@ _Static_assert(sizeof(struct kernel_params) == 128, "must match shaders/common.g
  * ptt two arcs, ptt_track.comp's Arc: frame t, n, b, k, first, resample, and
  * whether the streamline started). */
 #define RESUME_WALK_WORDS 13u
+/* The top bit of the resume buffer's count of suspended streamlines: one
+ * was resumed and suspended again at the same step, which the device cuts
+ * every time (resume.glsl's RESUME_STALLED). */
+#define RESUME_STALLED (1u << 31)
 #define PTT_ARC_WORDS 13u
 #define PTT_GETTER_WORDS (2u * PTT_ARC_WORDS + 1u)
 

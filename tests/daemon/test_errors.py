@@ -227,3 +227,20 @@ def test_too_large_for_device(daemon_factory, phantom):
     assert "MiB" in doc["error"]["message"], doc
     assert_error(d.api.post_json("/v1/jobs?wait=stream", job), 422, "too_large_for_device",
                  "inputs.odf")
+
+
+def test_pft_retry_too_long_for_lavapipe_fails(daemon, phantom, volumes):
+    """A pft retry that one lavapipe dispatch cannot finish (64 particles,
+    10 mm back and front) fails the job with 422 invalid_input naming
+    tracking.pft, instead of re-dispatching forever (the job used to hang)."""
+    maps = {}
+    for name in ("include", "exclude"):
+        r = daemon.api.upload(phantom.path(f"{name}.nii.gz"))
+        assert r.status in (200, 201), str(r)
+        maps[name] = r.json()["id"]
+    job = server_job(phantom, volumes, count=20, tracking={
+        "return_all": False, "pft": {"particles": 64, "back_mm": 10, "front_mm": 10}})
+    job["stopping"] = {"criterion": "act", **maps}
+    err = assert_error(daemon.api.post_json("/v1/jobs?wait=stream", job), 422, "invalid_input",
+                       "tracking.pft")
+    assert "fewer particles" in err["message"], err

@@ -1896,6 +1896,13 @@ static void test_pft(void **state)
 		     "needs stopping.criterion \"act\" or \"cmc\"");
 	expect_error(ROI_JOB(", \"direction_getter\": \"ptt\", \"tracking\": {\"pft\": {}}"
 			     CMC_STOPPING), "tracking.pft", "is only for direction_getter \"prob\"");
+	/* Particle paths skip the region tests: either list refuses pft. */
+	expect_error(ROI_JOB(", \"tracking\": {\"pft\": {}}" CMC_STOPPING ", \"regions\": "
+			     "{\"include\": [{\"center\": [1, 2, 3], \"radius\": 2}]}"),
+		     "tracking.pft", "cannot be combined with regions");
+	expect_error(ROI_JOB(", \"tracking\": {\"pft\": {}}" CMC_STOPPING ", \"regions\": "
+			     "{\"exclude\": [{\"center\": [1, 2, 3], \"radius\": 2}]}"),
+		     "tracking.pft", "cannot be combined with regions");
 }
 
 /* The shards of one job share its fingerprint whatever its files are called
