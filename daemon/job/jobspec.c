@@ -739,7 +739,7 @@ static int parse_region(json_t *v, const char *field, struct ctx *c, struct jobs
 		return type_error(err, field, "a mask image (a path) or a sphere {\"center\": "
 				  "[x, y, z], \"radius\": r} (RAS+ mm)");
 	json_object_foreach(v, key, item) {
-		if (strcmp(key, "center") && strcmp(key, "radius")) {
+		if (strcmp(key, "center") != 0 && strcmp(key, "radius") != 0) {
 			snprintf(sub, sizeof(sub), "%s.%s", field, key);
 			return errbuf_set(err, -EINVAL, sub, "is not a member of a region "
 					  "(\"center\", \"radius\")");

@@ -228,6 +228,11 @@ struct jobspec {
 				     * NIfTI sh without one: an upload's format is known there) */
 	bool bvecs_convention_given; /* the job chose inputs.bvecs_convention (else a
 				      * warning where it matters) */
+	bool seed_points_ras;       /* seeds.space == "ras" (default "voxel") */
+	bool return_all;                /* tracking.return_all, default true; false keeps
+					 * only streamlines whose both ends are valid */
+	bool pft;                       /* tracking.pft given: particle filtering retries
+					 * a half that would end invalidly */
 	uint64_t rng_seed;          /* seeds.rng_seed, default 0, 0..2^53 */
 	double *seed_points;        /* seeds.points, 3*n_seed_points (POINTS kind) */
 	uint64_t n_seed_points;
@@ -236,7 +241,6 @@ struct jobspec {
 	uint64_t seed_first_index;  /* seeds.first_index: the global index of the first
 				     * point, which keys its draws as a shard's first seed's
 				     * (seeds_number_from); default 0, not with a shard */
-	bool seed_points_ras;       /* seeds.space == "ras" (default "voxel") */
 	struct shard shard;         /* seeds.shard "K/N" (K from 0; not with select);
 				     * count 0 when not given: the whole job */
 	uint64_t fingerprint;       /* of the document less seeds.shard, output.path and
@@ -259,7 +263,6 @@ struct jobspec {
 	double relative_peak_threshold; /* [0, 1], default 0.25 */
 	double min_separation_angle;    /* degrees, [1, 90], default 45 */
 	double pmf_threshold;           /* [0, 1), default 0.05 */
-	int max_steps;                  /* steps per direction, [1, 10000], default 500 */
 	double min_length;              /* mm, >= 0, default 0 */
 	double max_length;              /* mm, > 0, default INFINITY (JSON null) */
 	int max_attempts;               /* boot: bootstrap samples tried per step while
@@ -273,10 +276,6 @@ struct jobspec {
 	int rejection_samples;          /* ptt: candidates estimating the support's maximum,
 					 * [1, 1000], default 10 */
 	int rejection_tries;            /* ptt: candidates tried per step, [1, 10000], default 100 */
-	bool return_all;                /* tracking.return_all, default true; false keeps
-					 * only streamlines whose both ends are valid */
-	bool pft;                       /* tracking.pft given: particle filtering retries
-					 * a half that would end invalidly */
 	double pft_back_mm;             /* tracking.pft.back_mm, [0, 10], default 2 */
 	double pft_front_mm;            /* tracking.pft.front_mm, [0, 10], default 1 */
 	int pft_particles;              /* tracking.pft.particles, [1, JOBSPEC_MAX_PFT_PARTICLES],
@@ -286,7 +285,6 @@ struct jobspec {
 	double angular_weight;          /* tracking.angular_weight, [0, 1], default 0 (off):
 					 * sphere values times (1 - w) + w |cos| to the
 					 * current direction before the PMF thresholds */
-	enum jobspec_stopping stopping; /* stopping.criterion, default threshold */
 	char *stop_include_path;        /* stopping.include (act): > 0.5 ends validly */
 	char *stop_exclude_path;        /* stopping.exclude (act): > 0.5 ends invalidly */
 	char *stop_wm_path;             /* stopping.wm, gm, csf (cmc): partial volume maps */
@@ -294,6 +292,7 @@ struct jobspec {
 	char *stop_csf_path;
 	char *stop_5tt_path;            /* stopping.five_tt (act): MRtrix3's 5TT image, in
 					 * place of include and exclude (inputs.c maps it) */
+	enum jobspec_stopping stopping; /* stopping.criterion, default threshold */
 	int max_cross;                  /* tracking.max_cross: initial directions tracked
 					 * from each seed at most (DIPY's), [1, 10000];
 					 * 0 when not given or null: all of them */
@@ -308,6 +307,9 @@ struct jobspec {
 	char region_mask_field[JOBSPEC_MAX_REGION_MASKS][sizeof(((struct errbuf *)0)->field)];
 	int n_region_masks;
 
+	int max_steps;                  /* tracking.max_steps: steps per direction, [1, 10000],
+					 * default 500 (here, beside n_region_masks, for the
+					 * struct's packing) */
 	enum output_format output_format; /* output.format: "trk" (default), "tck", "trx" */
 	bool save_seeds;            /* output.save_seeds: each streamline's seed (RAS+ mm)
 				     * as TRK data_per_streamline "seeds" or TRX
@@ -316,10 +318,10 @@ struct jobspec {
 				     * seed index (TRK property, TRX dps); not tck */
 	bool save_direction_getter; /* output.save_direction_getter: the getter's code
 				     * (0 prob, 1 boot, 2 ptt) per streamline; not tck */
-	enum trx_positions output_positions;     /* output.positions (trx): float32 default */
-	enum trx_compression output_compression; /* output.compression (trx): store default */
 	bool compress;              /* output.compress: true or an object drops points as
 				     * DIPY's compress_streamlines; null/absent/false: off */
+	enum trx_positions output_positions;     /* output.positions (trx): float32 default */
+	enum trx_compression output_compression; /* output.compression (trx): store default */
 	double compress_tolerance_mm;   /* output.compress.tolerance_mm, (0, 10], default 0.01 */
 	double compress_max_segment_mm; /* output.compress.max_segment_mm, (0, 1000], default 10 */
 	char *output_path;          /* output.path, resolved; NULL when not given */
