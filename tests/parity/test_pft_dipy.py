@@ -37,6 +37,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_parity, format_table, load_trk, run_job, summarize
+from scoring import one_step_further
 
 from dipy.data import get_sphere
 from dipy.tracking.utils import random_seeds_from_mask
@@ -97,18 +98,6 @@ def _dipy(dipy_python, phantom, seeds, criterion, pft, workdir):
     return np.split(out["points"], np.cumsum(out["counts"])[:-1]) if len(out["counts"]) else []
 
 
-def _one_step_further(lines):
-    """Each line with both ends one step further along its end segments (the
-    stopping point, which tractd does not keep), as test_act_dipy.py."""
-    out = []
-    for x in lines:
-        x = np.asarray(x, np.float64)
-        if len(x) >= 2:
-            x = np.vstack([2 * x[0] - x[1], x, 2 * x[-1] - x[-2]])
-        out.append(x)
-    return out
-
-
 @pytest.fixture(scope="module", params=["cmc"])
 def runs(request, tractd, dipy_python, phantom, seeds, tmp_path_factory):
     """Per side and pft off/on: summaries; and tractd's pft TRK bytes, stats
@@ -120,14 +109,14 @@ def runs(request, tractd, dipy_python, phantom, seeds, tmp_path_factory):
     for pft in (False, True):
         name = f"{criterion}_pft" if pft else criterion
         _, trk, stats = run_job(tractd, _job(phantom, seeds, criterion, pft), workdir, name=name)
-        res[f"tractd{'_pft' * pft}"] = summarize(_one_step_further(load_trk(trk).streamlines),
+        res[f"tractd{'_pft' * pft}"] = summarize(one_step_further(load_trk(trk).streamlines),
                                                  N_SEEDS, **common)
         if pft:
             tractd_pft = (trk.read_bytes(), json.loads(stats.read_text()))
         lines = _dipy(dipy_python, phantom, seeds, criterion, pft, workdir)
         if pft:
             lines = [x[1:-1] for x in lines]   # its kept stopping points (see above)
-        res[f"dipy{'_pft' * pft}"] = summarize(_one_step_further(lines), N_SEEDS, **common)
+        res[f"dipy{'_pft' * pft}"] = summarize(one_step_further(lines), N_SEEDS, **common)
     print(f"\n== {criterion}, return_all false, {N_SEEDS} seeds")
     print(format_table(res, ["streamlines", "per_seed", "mean_len_pts", "valid_fraction"]))
     print("tractd pft stop reasons:", tractd_pft[1]["stop_reasons"])
