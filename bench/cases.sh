@@ -1,3 +1,4 @@
+# shellcheck shell=sh disable=SC2154  # tractd and dir: the sourcing script's
 # bench/cases.sh: the synthetic phantom cases the benchmarks share, sourced
 # by bench/bench.sh and bench/cluster.sh (after they set $tractd and $dir).
 # bench_case CASE sets grid, sphere and seeds (the seeds.count of the case's
