@@ -3,7 +3,8 @@
 # streamline steps/s and the time of each phase. Each case runs twice: the
 # first run fills the on-disk pipeline cache, the second is the one reported.
 # seeds/s and steps/s are taken over the track phase (GPU work and transfers).
-# Usage: bench/bench.sh [TRACTD]; BENCH_CASES="small medium stanford" selects cases,
+# Usage: bench/bench.sh [TRACTD]; BENCH_CASES="small medium stanford" selects cases
+# (bench/cases.sh; none skips this table),
 # BENCH_DIR (default build/bench) holds the phantoms, TRACTD_DEVICE picks a device,
 # BENCH_FORMAT_CASE (default small) the case whose output formats are compared and
 # BENCH_DAEMON_CASE (default small) the one run twice through the daemon;
@@ -24,9 +25,12 @@ set -eu
 tractd=${1:-build/tractd}
 dir=${BENCH_DIR:-build/bench}
 cases=${BENCH_CASES:-"small medium stanford"}
+[ "$cases" = none ] && cases=""
 device_opt=""
 [ -n "${TRACTD_DEVICE:-}" ] && device_opt="--device $TRACTD_DEVICE"
 mkdir -p "$dir"
+# shellcheck source=bench/cases.sh
+. "$(dirname "$0")/cases.sh"
 
 json_number() { # FILE KEY -> value of the first "KEY": number
 	sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" "$1" | head -n 1
@@ -39,16 +43,8 @@ device="(no case ran)"
 printf '%-9s %-13s %-13s %8s %11s %10s %12s %8s %8s %8s %8s %8s\n' case grid sphere seeds streamlines \
 	seeds/s steps/s load upload compile track write
 for c in $cases; do
-	case $c in
-	small)    grid=48,48,24;  sphere=symmetric362; seeds=10000 ;;
-	medium)   grid=64,64,40;  sphere=repulsion724; seeds=20000 ;;
-	stanford) grid=81,106,76; sphere=repulsion724; seeds=100000 ;;
-	*) echo "unknown case $c" >&2; exit 2 ;;
-	esac
-	ph="$dir/$c"
 	# The benchmark tracks the ODF job only: no DWI series to write.
-	[ -f "$ph/job.json" ] || "$tractd" -q phantom --dim "$grid" --sphere "$sphere" \
-		--seeds "$seeds" --uncompressed --no-dwi "$ph"
+	bench_case "$c"
 	stats="$ph/stats.json"
 	ok=1
 	for run in cold warm; do
@@ -326,15 +322,7 @@ fi
 # stanford; none) with BENCH_PTT_SEEDS seeds (default 10000). Cold run, then
 # warm; the warm run is reported.
 bench_ptt() { # CASE
-	case $1 in
-	small)    grid=48,48,24;  sphere=symmetric362 ;;
-	medium)   grid=64,64,40;  sphere=repulsion724 ;;
-	stanford) grid=81,106,76; sphere=repulsion724 ;;
-	*) echo "unknown ptt case $1" >&2; exit 2 ;;
-	esac
-	ph="$dir/$1"
-	[ -f "$ph/job.json" ] || "$tractd" -q phantom --dim "$grid" --sphere "$sphere" \
-		--uncompressed --no-dwi "$ph"
+	bench_case "$1"
 	seeds=${BENCH_PTT_SEEDS:-10000}
 	echo
 	echo "ptt and prob, $1 phantom: $(echo "$grid" | tr , x), $sphere, $seeds seeds, max_angle 20"
@@ -368,42 +356,52 @@ fi
 # Any size: prob on an HCP-sized phantom (145x174x145, repulsion724: a 9.9 GiB
 # ODF, over one binding and one allocation on every device) with
 # BENCH_SIZE_SEEDS seed counts (default "1000000 10000000"), end to end (read
-# the ODF, upload it in pages, track, write the TRK), with the peak GPU memory
-# tractd allocated and the process's peak resident memory. BENCH_SIZE_CASE:
-# hcp (default where a GPU is listed; none on CPU-only machines), stanford or none; BENCH_SIZE_STORAGE: tracking.odf_storage
-# (default auto). The phantom's ODF takes ~10 GiB of disk and a minute to write;
-# the TRK of 10 million seeds ~8 GiB. BENCH_SIZE_DEVICES (e.g. "0,1") adds a run
-# of the last seed count spread over those devices, for the multi-GPU speed-up.
+# the ODF, upload it in pages, track, write the TRK), with the storage the job
+# picked, the peak GPU memory tractd allocated and the process's peak resident
+# memory. BENCH_SIZE_CASE: a case of bench/cases.sh (hcp, the default where a
+# GPU is listed; stanford...) or none (the default on CPU-only machines);
+# BENCH_SIZE_STORAGE: tracking.odf_storage
+# (default auto). The phantom's ODF takes ~10 GiB of disk and a minute to
+# write; the TRK of 10 million seeds ~8 GiB. BENCH_SIZE_DEVICES (e.g. "0,1")
+# adds a run of the last seed count spread over those devices, for the
+# multi-GPU speed-up. BENCH_SIZE_GPU_MEMORY (default "16G 16G:15G"; empty
+# skips) adds a run of the last seed count for each LIMIT[:BUDGET] as if the
+# device had LIMIT bytes (--gpu-memory; a 16 GB card), with the job's budget
+# BUDGET (--gpu-memory-budget; default half the limit).
 bench_size() { # CASE
-	case $1 in
-	hcp)      grid=145,174,145 ;;
-	stanford) grid=81,106,76 ;;
-	*) echo "unknown size case $1" >&2; exit 2 ;;
-	esac
-	ph="$dir/size_$1"
-	[ -f "$ph/job.json" ] || "$tractd" -q phantom --dim "$grid" --sphere repulsion724 \
-		--uncompressed --no-dwi "$ph"
+	bench_case "$1"
 	abs=$(cd "$ph" && pwd)
 	storage=${BENCH_SIZE_STORAGE:-auto}
 	echo
-	echo "any size: prob, $1 phantom $(echo "$grid" | tr , x), repulsion724," \
+	echo "any size: prob, $1 phantom $(echo "$grid" | tr , x), $sphere," \
 		"odf_storage $storage, end to end"
-	printf '  %-9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n' seeds devices \
-		streamlines load upload compile track encode write kernels total seeds/s gpu_GiB \
-		host_GiB
+	printf '  %-9s %-8s %-9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n' \
+		seeds devices limit storage streamlines load upload compile track encode write \
+		kernels total seeds/s gpu_GiB host_GiB
+	# Each run: SEEDS:DEVICES:LIMIT:BUDGET, - for the default.
 	runs=""
-	for n in ${BENCH_SIZE_SEEDS:-1000000 10000000}; do runs="$runs $n:-"; last=$n; done
-	[ -n "${BENCH_SIZE_DEVICES:-}" ] && runs="$runs $last:$BENCH_SIZE_DEVICES"
+	for n in ${BENCH_SIZE_SEEDS:-1000000 10000000}; do runs="$runs $n:-:-:-"; last=$n; done
+	[ -n "${BENCH_SIZE_DEVICES:-}" ] && runs="$runs $last:$BENCH_SIZE_DEVICES:-:-"
+	for m in ${BENCH_SIZE_GPU_MEMORY-16G 16G:15G}; do
+		case $m in
+		*:*) runs="$runs $last:-:$m" ;;
+		*)   runs="$runs $last:-:$m:-" ;;
+		esac
+	done
 	for r in $runs; do
-		n=${r%%:*}
-		devs=${r#*:}
+		n=$(echo "$r" | cut -d: -f1) devs=$(echo "$r" | cut -d: -f2)
+		limit=$(echo "$r" | cut -d: -f3) budget=$(echo "$r" | cut -d: -f4)
 		cat >"$ph/job_$n.json" <<JOB
 {"inputs": {"odf": "$abs/odf.nii", "stop_map": "$abs/fa.nii"},
  "seeds": {"roi": "$abs/seed_roi.nii", "count": $n, "rng_seed": 0},
- "tracking": {"sphere": "repulsion724", "odf_storage": "$storage"}}
+ "tracking": {"sphere": "$sphere", "odf_storage": "$storage"}}
 JOB
 		opt=$device_opt
 		[ "$devs" != - ] && opt="--device $devs"
+		[ "$limit" != - ] && opt="$opt --gpu-memory $limit"
+		[ "$budget" != - ] && opt="$opt --gpu-memory-budget $budget"
+		label=$limit
+		[ "$budget" != - ] && label="$limit/$budget"
 		stats="$ph/stats_$n.json"
 		# Replacing a multi-GiB file would time its unlink too.
 		rm -f "$ph/tracks.trk"
@@ -411,11 +409,12 @@ JOB
 		# shellcheck disable=SC2086
 		if ! "$tractd" -q run "$ph/job_$n.json" -o "$ph/tracks.trk" --stats-json "$stats" \
 			$opt 2>"$ph/err.txt"; then
-			echo "  $n: skipped: $(tail -n 1 "$ph/err.txt")"
+			echo "  $n ($label): skipped: $(tail -n 1 "$ph/err.txt")"
 			continue
 		fi
 		wall=$(awk -v a="$start" -v b="$(now)" 'BEGIN { print b - a }')
-		awk -v n="$n" -v d="$(json_number "$stats" devices)" \
+		awk -v n="$n" -v d="$(json_number "$stats" devices)" -v lim="$label" \
+		    -v st="$(json_string "$stats" odf_storage)" \
 		    -v sl="$(json_number "$stats" streamlines)" -v l="$(json_number "$stats" load)" \
 		    -v u="$(json_number "$stats" upload)" -v co="$(json_number "$stats" compile)" \
 		    -v t="$(json_number "$stats" track)" -v e="$(json_number "$stats" encode)" \
@@ -423,14 +422,15 @@ JOB
 		    -v k="$(json_number "$stats" kernels)" \
 		    -v tot="$wall" -v g="$(json_number "$stats" gpu_peak_bytes)" \
 		    -v h="$(json_number "$stats" host_peak_bytes)" 'BEGIN {
-			printf "  %-9d %-8d %11d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %10.0f %9.2f %9.2f\n",
-			       n, d, sl, l, u, co, t, e, w, k, tot, n / (t + e + w), g / 2^30, h / 2^30 }'
+			printf "  %-9d %-8d %-9s %-8s %11d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %10.0f %9.2f %9.2f\n",
+			       n, d, lim, st, sl, l, u, co, t, e, w, k, tot, n / (t + e + w), g / 2^30, h / 2^30 }'
 	done
-	echo "  device: $(json_string "$stats" device) ($(json_string "$stats" odf_storage));" \
+	echo "  device: $(json_string "$stats" device); limit = --gpu-memory[/--gpu-memory-budget];" \
 		"total = wall time of the whole command; the writer threads encode (on all cores)" \
 		"and write while the GPU tracks, so track + encode + write is the run's wall time" \
 		"and seeds/s is taken over it;" \
-		"kernels = time in the GPU's submits; the TRK is deleted afterwards"
+		"kernels = time in the GPU's submits; gpu_GiB = the most tractd's buffers held on" \
+		"a device (within the limit); the TRK is deleted afterwards"
 	rm -f "$ph/tracks.trk"
 }
 # Hours on lavapipe: by default only where a GPU is listed.

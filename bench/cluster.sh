@@ -10,8 +10,8 @@
 # per subject: subjects per minute both ways and whether the outputs match.
 # Usage: bench/cluster.sh [TRACTD]; tractctl is TRACTD's sibling.
 # BENCH_DIR (default build/bench) holds the phantoms and outputs.
-# BENCH_SHARD_CASE: small (48x48x24), medium (64x64x40), stanford (81x106x76,
-#   the default) or none; BENCH_SHARD_SEEDS (default 1000000);
+# BENCH_SHARD_CASE: a case of bench/cases.sh (small, medium, stanford: the
+#   default) or none; BENCH_SHARD_SEEDS (default 1000000);
 #   BENCH_SHARD_SPLITS (default "1 2 4"); BENCH_SHARD_DEVICES: devices, comma-
 #   separated (default: the GPUs `tractd devices` lists, else 0). Each shard
 #   gets --gpu-memory-budget = its device's memory / (2 x shards on it).
@@ -24,6 +24,8 @@ tractctl=$(dirname "$tractd")/tractctl
 src=$(cd "$(dirname "$0")/.." && pwd)
 dir=${BENCH_DIR:-build/bench}
 mkdir -p "$dir"
+# shellcheck source=bench/cases.sh
+. "$src/bench/cases.sh"
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 
@@ -64,15 +66,7 @@ run_shards() { # JOB OUT N DEVICES
 }
 
 bench_shards() { # CASE
-	case $1 in
-	small)    grid=48,48,24;  sphere=symmetric362 ;;
-	medium)   grid=64,64,40;  sphere=repulsion724 ;;
-	stanford) grid=81,106,76; sphere=repulsion724 ;;
-	*) echo "unknown shard case $1" >&2; exit 2 ;;
-	esac
-	ph="$dir/$1"
-	[ -f "$ph/job.json" ] || "$tractd" -q phantom --dim "$grid" --sphere "$sphere" \
-		--uncompressed --no-dwi "$ph"
+	bench_case "$1"
 	seeds=${BENCH_SHARD_SEEDS:-1000000}
 	devices=${BENCH_SHARD_DEVICES:-$(default_devices)}
 	job="$ph/job_shards.json"

@@ -92,7 +92,10 @@ static const char run_text[] =
 "                             job's seeds (seeds.shard); join the outputs with\n"
 "                             `tractd merge OUT PART...`\n"
 "      --gpu-memory-budget B  GPU memory one job may use (bytes; K, M, G suffixes);\n"
-"                             default: half the device memory\n"
+"                             default: half the device memory (of --gpu-memory)\n"
+"      --gpu-memory B         run as if each device had B bytes of memory: all\n"
+"                             that tractd allocates on it (inputs, work and\n"
+"                             transfer buffers) stays within B; default: none\n"
 "      --max-chunk-seeds N    seeds per GPU chunk at most (default: from the limits)\n"
 "      --max-dispatch-steps N  streamline steps one GPU submit runs at most\n"
 "                             (default 4194304; bounds a submit's duration, and\n"
@@ -201,7 +204,8 @@ static const char warmup_usage[] =
 "driver's own (Mesa: $XDG_CACHE_HOME/mesa_shader_cache). Run it as the user\n"
 "who runs the jobs (README: the daemon's service).\n"
 "\n"
-"Options of warmup: --device, --pipeline-cache and --gpu-memory-budget, as run.\n"
+"Options of warmup: --device, --pipeline-cache, --gpu-memory-budget and\n"
+"--gpu-memory, as run.\n"
 "\n";
 
 static const char common_text[] =
@@ -255,6 +259,7 @@ static int print_help(const char *command)
 enum option_id {
 	OPT_STATS_JSON = 256,
 	OPT_BUDGET,
+	OPT_GPU_MEMORY,
 	OPT_MAX_CHUNK_SEEDS,
 	OPT_MAX_DISPATCH_STEPS,
 	OPT_READBACK,
@@ -285,6 +290,7 @@ static const struct option own_options[] = {
 	{ "shard", required_argument, NULL, OPT_SHARD },
 	{ "part-stats", required_argument, NULL, OPT_PART_STATS },
 	{ "gpu-memory-budget", required_argument, NULL, OPT_BUDGET },
+	{ "gpu-memory", required_argument, NULL, OPT_GPU_MEMORY },
 	{ "max-chunk-seeds", required_argument, NULL, OPT_MAX_CHUNK_SEEDS },
 	{ "max-dispatch-steps", required_argument, NULL, OPT_MAX_DISPATCH_STEPS },
 	{ "readback-bytes", required_argument, NULL, OPT_READBACK },
@@ -559,6 +565,10 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 	case OPT_BUDGET:
 		if (parse_size(arg, &cli->engine.memory_budget) < 0 || !cli->engine.memory_budget)
 			return usage_error("invalid --gpu-memory-budget '%s'", arg);
+		return -1;
+	case OPT_GPU_MEMORY:
+		if (parse_size(arg, &cli->gpu.memory_limit) < 0 || !cli->gpu.memory_limit)
+			return usage_error("invalid --gpu-memory '%s'", arg);
 		return -1;
 	case OPT_MAX_CHUNK_SEEDS:
 		if (parse_size(arg, &cli->engine.max_chunk_seeds) < 0 || !cli->engine.max_chunk_seeds)

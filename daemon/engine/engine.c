@@ -234,24 +234,57 @@ static double step_in_mm(const struct jobspec *job, const struct volume *grid)
 	return job->step_size * (mm[0] + mm[1] + mm[2]) / 3.0;
 }
 
-static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
-		     const struct inputs *in, const struct resident *res,
-		     struct seeds *seeds, const struct engine_options *opts, struct job_plan *plan,
+/* What a run's buffers may lose to the rounding of their allocations' sizes
+ * (to 64 KiB on some GPUs), which the memory limit counts. */
+#define ALLOCATION_ROUNDING_BYTES (2ull << 20)
+
+/* The GPU memory a run's work and read-back buffers may take on its device:
+ * what the job's budget leaves after its inputs and tables (tables bytes; at
+ * least RESIDENT_MIN_WORK_BYTES), and no more than the memory limit leaves
+ * after all that the device holds (warm inputs of other jobs, staging). */
+static int work_room(struct gpu_ctx *gpu, const struct inputs *in, const struct resident *res,
+		     const struct engine_options *opts, uint64_t tables, uint64_t *ret,
 		     struct errbuf *err)
 {
+	const struct gpu_limits *lim = gpu_get_limits(gpu);
 	uint64_t budget = resident_budget(lim, opts->memory_budget);
+	uint64_t used = resident_bytes(res) + tables, free = gpu_memory_free(gpu);
+
+	/* A cached upload may come from a job with a larger budget. */
+	if (resident_bytes(res) >= budget)
+		return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, inputs_grid_field(in),
+				       "the inputs need %.1f MiB of GPU memory, over the job's "
+				       "budget of %.1f MiB", (double)resident_bytes(res) / (1 << 20),
+				       (double)budget / (1 << 20));
+	if (free < RESIDENT_MIN_WORK_BYTES)
+		return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, GPU_MEMORY_LIMIT_FIELD,
+				       "the GPU memory limit of %.1f MiB leaves %.1f MiB for "
+				       "tracking beside the %.1f MiB tractd holds on the device "
+				       "(this job's inputs: %.1f MiB), under the %.1f MiB it needs "
+				       "at least: raise the limit (gpu_memory_limit; tractd run "
+				       "--gpu-memory)", (double)lim->memory_limit / (1 << 20),
+				       (double)free / (1 << 20),
+				       (double)gpu_buffer_bytes(gpu) / (1 << 20),
+				       (double)resident_bytes(res) / (1 << 20),
+				       (double)RESIDENT_MIN_WORK_BYTES / (1 << 20));
+	*ret = budget > used && budget - used > RESIDENT_MIN_WORK_BYTES ? budget - used
+									: RESIDENT_MIN_WORK_BYTES;
+	*ret = min_u64(*ret, free - ALLOCATION_ROUNDING_BYTES);
+	return 0;
+}
+
+/* Plans a run's chunks and batches within room bytes of GPU memory
+ * (work_room): two read-back buffers of at most a quarter of it each, then
+ * two thirds of the rest for streamlines and a third for seeds. */
+static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
+		     const struct inputs *in, const struct resident *res,
+		     struct seeds *seeds, const struct engine_options *opts, uint64_t room,
+		     struct job_plan *plan, struct errbuf *err)
+{
 	uint64_t buffer_limit = min_u64(lim->max_binding_bytes, lim->max_alloc_bytes);
-	uint64_t inputs = resident_bytes(res);
 	uint64_t work, line_slot_bytes, per_line, per_seed;
 	int r;
 
-	/* A cached upload may come from a job with a larger budget. */
-	if (inputs >= budget)
-		return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, inputs_grid_field(in),
-				       "the inputs need %.1f MiB of GPU memory, over the job's "
-				       "budget of %.1f MiB",
-				       (double)inputs / (1 << 20), (double)budget / (1 << 20));
-	work = budget - inputs > RESIDENT_MIN_WORK_BYTES ? budget - inputs : RESIDENT_MIN_WORK_BYTES;
 	r = choose_items(lim, job, in, res, &plan->items, err);
 	if (r < 0)
 		return r;
@@ -264,9 +297,15 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	if (r < 0)
 		return r;
 
+	line_slot_bytes = 12ull * plan->slot_points;
+	plan->readback_bytes = opts->readback_bytes ? opts->readback_bytes : DEFAULT_READBACK_BYTES;
+	plan->readback_bytes = min_u64(plan->readback_bytes, min_u64(room / 4, buffer_limit));
+	if (plan->readback_bytes < line_slot_bytes)
+		plan->readback_bytes = line_slot_bytes;
+	work = room > 2 * plan->readback_bytes ? room - 2 * plan->readback_bytes : 0;
+
 	/* Two thirds of the work budget for streamlines: point slots on the GPU,
 	 * id (seed, direction), range, destination, particle filtering's scratch. */
-	line_slot_bytes = 12ull * plan->slot_points;
 	per_line = line_slot_bytes + 8 + 4 * RANGE_WORDS + 4 + plan->resume_bytes_per_line +
 		   4ull * plan->pft.line_words;
 	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
@@ -297,14 +336,12 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	if (plan->batch_lines == 0 || plan->chunk_seeds == 0)
 		return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, "tracking.max_steps",
 				       "a streamline of up to %u points does not fit this "
-				       "device's buffer limit of %llu bytes",
-				       plan->slot_points, (unsigned long long)buffer_limit);
-	/* At least one whole streamline, so that every piece makes progress. */
-	plan->readback_bytes = opts->readback_bytes ? opts->readback_bytes : DEFAULT_READBACK_BYTES;
+				       "device's buffer limit of %llu bytes, or the job's %.1f "
+				       "MiB of GPU memory for tracking", plan->slot_points,
+				       (unsigned long long)buffer_limit, (double)room / (1 << 20));
+	/* No more than a batch's points, and at least one whole streamline, so
+	 * that every piece makes progress. */
 	plan->readback_bytes = min_u64(plan->readback_bytes, line_slot_bytes * plan->batch_lines);
-	plan->readback_bytes = min_u64(plan->readback_bytes, buffer_limit);
-	if (plan->readback_bytes < line_slot_bytes)
-		plan->readback_bytes = line_slot_bytes;
 	log_debug("plan: %u lanes x %u items per workgroup, %u peaks/seed, %llu seeds/chunk, "
 		  "%llu streamlines/batch, %.1f MiB read-back per slot", plan->subgroup, plan->items,
 		  plan->max_peaks, (unsigned long long)plan->chunk_seeds,
@@ -1695,21 +1732,32 @@ static int upload_regions(struct job_run *run, struct errbuf *err)
 	return r;
 }
 
+/* The job's tables first (ptt's, the regions): the plan sizes the work
+ * buffers from the GPU memory they leave. */
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu), t0;
 	uint64_t bytes_before = gpu_buffer_bytes(run->gpu), reused_before = gpu_reused_bytes(run->gpu);
 	struct pipeline_source src = { run->gpu, run->sh->opts, false };
-	int r = get_pipelines(&src, run->job, &run->plan, run->in, &run->g, err);
+	uint64_t room = 0;
+	int r = 0;
 
+	if (run->job->direction_getter == JOBSPEC_DG_PTT)
+		r = upload_ptt_tables(run->gpu, run->job, run->in, &run->g, err);
+	if (r == 0)
+		r = upload_regions(run, err);
+	if (r == 0)
+		r = work_room(run->gpu, run->in, run->res, run->sh->opts,
+			      gpu_buffer_bytes(run->gpu) - bytes_before, &room, err);
+	if (r == 0)
+		r = plan_work(gpu_get_limits(run->gpu), run->job, run->in, run->res, run->sh->seeds,
+			      run->sh->opts, room, &run->plan, err);
+	if (r == 0)
+		r = get_pipelines(&src, run->job, &run->plan, run->in, &run->g, err);
 	run->stats.compile_seconds = gpu_compile_seconds(run->gpu) - compile_before;
 	t0 = timing_now();
 	if (r == 0)
 		r = alloc_work_buffers(run->gpu, &run->plan, &run->g, err);
-	if (r == 0 && run->job->direction_getter == JOBSPEC_DG_PTT)
-		r = upload_ptt_tables(run->gpu, run->job, run->in, &run->g, err);
-	if (r == 0)
-		r = upload_regions(run, err);
 	if (r == 0)
 		r = alloc_slots(run, err);
 	if (r == 0)
@@ -1826,10 +1874,7 @@ static int prepare_devices(struct run_shared *sh, const struct engine_device *de
 		run->g.res = devs[i].resident;
 		run->job = sh->job;
 		run->in = sh->in;
-		r = plan_work(gpu_get_limits(run->gpu), sh->job, sh->in, run->res, sh->seeds, sh->opts,
-			      &run->plan, err);
-		if (r == 0)
-			r = prepare_gpu(run, err);
+		r = prepare_gpu(run, err);
 		if (r == 0)
 			sh->chunk_limit = min_u64(sh->chunk_limit, run->plan.chunk_seeds);
 	}

@@ -64,7 +64,10 @@ struct engine_options {
 	uint64_t max_chunk_seeds;   /* 0: as many as the limits allow */
 	uint64_t max_dispatch_steps; /* tracking steps one GPU submit may run at most
 				     * (items x max_steps); 0: ENGINE_MAX_DISPATCH_STEPS */
-	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
+	uint64_t memory_budget;     /* bytes of GPU memory a job may use (inputs, tables,
+				     * work and read-back buffers); 0: default
+				     * (resident_budget), and never more than the
+				     * device's memory limit leaves */
 	uint64_t readback_bytes;    /* host memory of each of a device's two read-back
 				     * buffers, at most; 0: 256 MiB. Smaller ones
 				     * split batches into more pieces, same output */

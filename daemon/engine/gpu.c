@@ -40,6 +40,7 @@ struct gpu_buffer {
 	void *host;            /* persistent mapping, or NULL */
 	bool coherent;
 	uint64_t size;
+	uint64_t bytes;        /* of device memory: its allocation's size (>= size) */
 	enum gpu_memory kind;
 	struct gpu_buffer *next;
 };
@@ -84,7 +85,8 @@ struct gpu_ctx {
 	bool batch_has_commands;
 	struct upload_slot slots[UPLOAD_SLOTS];   /* created at the first transfer */
 	struct gpu_buffer *buffers;
-	uint64_t buffer_bytes, peak_buffer_bytes;   /* held by buffers, and at most */
+	uint64_t buffer_bytes, peak_buffer_bytes;   /* held by buffers, and by them and the
+						     * spares at most */
 	struct gpu_buffer *spares;   /* recycled, for a buffer_new of their size and kind */
 	uint64_t spare_bytes, reused_bytes;          /* held by spares; served from them */
 	struct gpu_pipeline *pipelines;
@@ -487,6 +489,7 @@ static int read_limits(struct gpu_ctx *ctx, const struct gpu_options *opts, stru
 					   opts->max_binding_bytes);
 	l->max_alloc_bytes = lower_limit(m3.maxMemoryAllocationSize, opts->max_alloc_bytes);
 	l->device_local_bytes = largest_device_heap(&ctx->memory_props);
+	l->memory_limit = opts->memory_limit;
 	l->subgroup_size = sg.subgroupSize;
 	l->max_shared_bytes = props.properties.limits.maxComputeSharedMemorySize;
 	l->max_workgroup_invocations = props.properties.limits.maxComputeWorkGroupInvocations;
@@ -820,6 +823,11 @@ const struct gpu_limits *gpu_get_limits(const struct gpu_ctx *ctx)
 	return &ctx->limits;
 }
 
+uint64_t gpu_memory_bytes(const struct gpu_limits *lim)
+{
+	return lower_limit(lim->device_local_bytes, lim->memory_limit);
+}
+
 double gpu_compile_seconds(const struct gpu_ctx *ctx)
 {
 	return ctx->compile_seconds;
@@ -901,9 +909,9 @@ static void track_buffer(struct gpu_ctx *ctx, struct gpu_buffer *b)
 {
 	b->next = ctx->buffers;
 	ctx->buffers = b;
-	ctx->buffer_bytes += b->size;
-	if (ctx->buffer_bytes > ctx->peak_buffer_bytes)
-		ctx->peak_buffer_bytes = ctx->buffer_bytes;
+	ctx->buffer_bytes += b->bytes;
+	if (ctx->buffer_bytes + ctx->spare_bytes > ctx->peak_buffer_bytes)
+		ctx->peak_buffer_bytes = ctx->buffer_bytes + ctx->spare_bytes;
 }
 
 static void untrack_buffer(struct gpu_ctx *ctx, struct gpu_buffer *buf)
@@ -914,7 +922,7 @@ static void untrack_buffer(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 			break;
 		}
 	}
-	ctx->buffer_bytes -= buf->size;
+	ctx->buffer_bytes -= buf->bytes;
 }
 
 /* A spare of exactly size bytes and kind memory, taken off the spares; or NULL. */
@@ -924,12 +932,33 @@ static struct gpu_buffer *take_spare(struct gpu_ctx *ctx, uint64_t size, enum gp
 		struct gpu_buffer *b = *p;
 		if (b->size == size && b->kind == memory) {
 			*p = b->next;
-			ctx->spare_bytes -= size;
-			ctx->reused_bytes += size;
+			ctx->spare_bytes -= b->bytes;
+			ctx->reused_bytes += b->bytes;
 			return b;
 		}
 	}
 	return NULL;
+}
+
+/* Whether an allocation of bytes would take what the buffers and spares
+ * hold past the memory limit. */
+static bool over_memory_limit(const struct gpu_ctx *ctx, uint64_t bytes)
+{
+	uint64_t limit = ctx->limits.memory_limit, held = ctx->buffer_bytes + ctx->spare_bytes;
+
+	return limit && (held > limit || bytes > limit - held);
+}
+
+static int memory_limit_err(const struct gpu_ctx *ctx, uint64_t bytes, struct errbuf *err)
+{
+	return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -ENOSPC, GPU_MEMORY_LIMIT_FIELD,
+			       "a buffer of %.1f MiB would take tractd's GPU memory to %.1f MiB, "
+			       "over the limit of %.1f MiB (gpu_memory_limit; tractd run "
+			       "--gpu-memory): raise the limit, or lower the job's budget "
+			       "(gpu_memory_budget) or the warm volumes' (volume_cache_bytes)",
+			       (double)bytes / (1 << 20),
+			       (double)(ctx->buffer_bytes + ctx->spare_bytes + bytes) / (1 << 20),
+			       (double)ctx->limits.memory_limit / (1 << 20));
 }
 
 static int allocate_buffer(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
@@ -967,6 +996,11 @@ static int allocate_buffer(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory m
 	if (vr != VK_SUCCESS)
 		goto vk_fail;
 	vkGetBufferMemoryRequirements(ctx->device, b->buffer, &req);
+	if (over_memory_limit(ctx, req.size)) {
+		destroy_buffer(ctx->device, b);
+		return memory_limit_err(ctx, req.size, err);
+	}
+	b->bytes = req.size;
 	type = memory_type_for(ctx, req.memoryTypeBits, memory);
 	if (type < 0) {
 		destroy_buffer(ctx->device, b);
@@ -1029,13 +1063,13 @@ void gpu_buffer_recycle(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 	if (!buf)
 		return;
 	untrack_buffer(ctx, buf);
-	if (ctx->spare_bytes + buf->size > GPU_SPARE_BYTES) {
+	if (ctx->spare_bytes + buf->bytes > GPU_SPARE_BYTES) {
 		destroy_buffer(ctx->device, buf);
 		return;
 	}
 	buf->next = ctx->spares;
 	ctx->spares = buf;
-	ctx->spare_bytes += buf->size;
+	ctx->spare_bytes += buf->bytes;
 }
 
 uint64_t gpu_reused_bytes(const struct gpu_ctx *ctx)
@@ -1123,12 +1157,38 @@ static int gpu_failed(struct gpu_ctx *ctx, VkResult vr, struct errbuf *err)
 			  vk_result_name(vr));
 }
 
+/* A staging buffer's size: STAGING_BYTES, less where one allocation may not
+ * hold that, or where it would take more than 1/STAGING_SHARE of the memory
+ * limit (the pair of them slows uploads, not tracking); whole 64-byte units,
+ * so that every fill starts at a multiple of 64. */
+#define STAGING_SHARE 64
+
+static uint64_t staging_size(const struct gpu_ctx *ctx)
+{
+	uint64_t size = STAGING_BYTES < ctx->limits.max_alloc_bytes ? STAGING_BYTES
+								    : ctx->limits.max_alloc_bytes;
+
+	if (ctx->limits.memory_limit && ctx->limits.memory_limit / STAGING_SHARE < size)
+		size = ctx->limits.memory_limit / STAGING_SHARE;
+	size &= ~63ull;
+	return size ? size : 64;
+}
+
+uint64_t gpu_memory_free(const struct gpu_ctx *ctx)
+{
+	uint64_t limit = ctx->limits.memory_limit;
+	uint64_t held = ctx->buffer_bytes + (ctx->slots[0].staging ? 0
+					     : UPLOAD_SLOTS * staging_size(ctx));
+
+	if (!limit)
+		return UINT64_MAX;
+	return held < limit ? limit - held : 0;
+}
+
 /* The staging slots, their command buffers and fences; made once per context. */
 static int ensure_slots(struct gpu_ctx *ctx, struct errbuf *err)
 {
-	/* Whole 64-byte units, so that every fill starts at a multiple of 64. */
-	uint64_t size = STAGING_BYTES < ctx->limits.max_alloc_bytes ? STAGING_BYTES
-								    : ctx->limits.max_alloc_bytes & ~63ull;
+	uint64_t size = staging_size(ctx);
 	VkCommandBufferAllocateInfo alloc = {
 		.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
 		.commandPool = ctx->command_pool,

@@ -12,7 +12,9 @@
  * time (dispatches, copies, barriers) and submitted synchronously; callers are
  * single-threaded per context. Sizes are never assumed: gpu_get_limits()
  * reports what the device allows, optionally lowered by gpu_options so that
- * tests can force splitting on lavapipe.
+ * tests can force splitting on lavapipe. gpu_options.memory_limit caps the
+ * device memory the context's buffers hold, each counted at its
+ * allocation's size, as if the device had no more.
  *
  * Errors: negative errno plus struct errbuf (field "device"); Vulkan result
  * codes are mapped (OUT_OF_*_MEMORY -> -ENOSPC / -ENOMEM, DEVICE_LOST -> -ENODEV).
@@ -38,6 +40,9 @@ struct gpu_options {
 	const char *device_uuid;     /* or the device with this UUID (`tractd devices`); NULL: none */
 	uint64_t max_binding_bytes;  /* 0: device limit; otherwise lowers maxStorageBufferRange */
 	uint64_t max_alloc_bytes;    /* 0: device limit; otherwise lowers maxMemoryAllocationSize */
+	uint64_t memory_limit;       /* 0: none; otherwise the most the context's buffers may
+				      * hold at once (gpu_memory_limit), as if the device had
+				      * this much memory */
 	const char *pipeline_cache_path; /* NULL: no on-disk pipeline or SPIR-V cache */
 };
 
@@ -48,6 +53,7 @@ struct gpu_limits {
 	uint64_t max_binding_bytes;  /* effective maxStorageBufferRange */
 	uint64_t max_alloc_bytes;    /* effective maxMemoryAllocationSize */
 	uint64_t device_local_bytes; /* size of the largest device-local heap */
+	uint64_t memory_limit;       /* gpu_options.memory_limit (0: none) */
 	uint32_t subgroup_size;
 	uint32_t max_shared_bytes;
 	uint32_t max_workgroup_invocations;
@@ -97,10 +103,20 @@ void gpu_close(struct gpu_ctx *ctx);
 
 const struct gpu_limits *gpu_get_limits(const struct gpu_ctx *ctx);
 
+/* The device memory tractd plans with, which the default budgets are
+ * fractions of: the memory limit where one is set below the device-local
+ * heap, else that heap. */
+uint64_t gpu_memory_bytes(const struct gpu_limits *lim);
+
+/* The field an allocation over the memory limit names. */
+#define GPU_MEMORY_LIMIT_FIELD "gpu_memory_limit"
+
 /* Prints one line per Vulkan device (index, type, name, UUID, key limits) to out. */
 int gpu_list_devices(FILE *out, struct errbuf *err);
 
-/* A buffer of size bytes (> 0, <= max_alloc_bytes). Returns 0, -EINVAL, -ENOSPC. */
+/* A buffer of size bytes (> 0, <= max_alloc_bytes). Returns 0, -EINVAL, -ENOSPC
+ * (also, naming GPU_MEMORY_LIMIT_FIELD, when it would take what the
+ * context holds past the memory limit: the spares go first). */
 int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 		   struct gpu_buffer **ret, struct errbuf *err);
 /* Destroys the buffer now (the caller guarantees no pending work uses it). Accepts NULL. */
@@ -173,8 +189,16 @@ int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
  * marks the context lost: see gpu_lost. */
 int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
 
-/* The most bytes the context's buffers held at once so far (for statistics). */
+/* The most device memory the context's buffers and spares held at once so
+ * far (their allocations' sizes; for statistics): never over the memory
+ * limit. */
 uint64_t gpu_peak_buffer_bytes(const struct gpu_ctx *ctx);
+
+/* What tractd may still allocate on the device under the memory limit: the
+ * limit less what the buffers hold and what the staging buffers of a first
+ * transfer will take (spares do not count: they go when memory is wanted).
+ * UINT64_MAX without a limit. */
+uint64_t gpu_memory_free(const struct gpu_ctx *ctx);
 
 /* The bytes the context's buffers hold now (for a run's own share). */
 uint64_t gpu_buffer_bytes(const struct gpu_ctx *ctx);

@@ -45,7 +45,37 @@ static uint64_t boot_matrix_floats(const struct boot_matrices *m)
 
 uint64_t resident_budget(const struct gpu_limits *lim, uint64_t requested)
 {
-	return requested ? requested : lim->device_local_bytes / 2;
+	return requested ? requested : gpu_memory_bytes(lim) / 2;
+}
+
+/* What a job's inputs and tracking may take of a device: its budget, or
+ * less where the memory limit leaves less. by_limit: the limit set it,
+ * directly or through the default budget, so that it is the setting to
+ * raise. */
+struct job_memory {
+	uint64_t bytes;
+	bool by_limit;
+};
+
+static struct job_memory job_memory(const struct gpu_ctx *gpu, uint64_t requested)
+{
+	const struct gpu_limits *lim = gpu_get_limits(gpu);
+	uint64_t budget = resident_budget(lim, requested), free = gpu_memory_free(gpu);
+
+	return (struct job_memory){ .bytes = budget < free ? budget : free,
+				    .by_limit = lim->memory_limit && (!requested || free < budget) };
+}
+
+/* How the messages name that memory, and what would raise it. */
+static const char *job_memory_name(struct job_memory m)
+{
+	return m.by_limit ? "the job's share of the GPU memory limit" : "the job's budget";
+}
+
+static const char *job_memory_remedy(struct job_memory m)
+{
+	return m.by_limit ? "raise the limit (gpu_memory_limit; tractd run --gpu-memory)"
+			  : "raise the budget (gpu_memory_budget)";
 }
 
 /* What the kernels stop on: the stop map, or stopping act's include and
@@ -94,7 +124,7 @@ static int plan_odf(const struct gpu_limits *lim, const struct inputs *in,
 }
 
 static int odf_too_big(const struct inputs *in, enum jobspec_odf_storage requested,
-		       const uint64_t need[4], uint64_t budget, struct errbuf *err)
+		       const uint64_t need[4], struct job_memory budget, struct errbuf *err)
 {
 	char sizes[256];
 	int n = snprintf(sizes, sizeof(sizes), "%.1f MiB as float32, %.1f MiB as float16",
@@ -105,24 +135,26 @@ static int odf_too_big(const struct inputs *in, enum jobspec_odf_storage request
 		snprintf(sizes + n, sizeof(sizes) - (size_t)n, ", %.1f MiB as SH coefficients",
 			 (double)need[JOBSPEC_ODF_SH] / (1 << 20));
 	return errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG,
-			       requested == JOBSPEC_ODF_AUTO ? inputs_grid_field(in)
+			       budget.by_limit ? GPU_MEMORY_LIMIT_FIELD
+			       : requested == JOBSPEC_ODF_AUTO ? inputs_grid_field(in)
 			       : "tracking.odf_storage",
 			       "the ODF on %d vertices needs %s of GPU memory; with %.1f MiB for "
-			       "the stop map, sphere and tracking, %s fits the job's budget of "
-			       "%.1f MiB: %suse a smaller sphere, crop the volume or raise the "
-			       "budget (gpu_memory_budget)", inputs_sphere(in)->nv, sizes,
+			       "the stop map, sphere and tracking, %s fits %s of "
+			       "%.1f MiB: %suse a smaller sphere, crop the volume or %s",
+			       inputs_sphere(in)->nv, sizes,
 			       (double)(common_bytes(in) + RESIDENT_MIN_WORK_BYTES) / (1 << 20),
 			       requested == JOBSPEC_ODF_AUTO ? "none" : storage_names[requested],
-			       (double)budget / (1 << 20),
+			       job_memory_name(budget), (double)budget.bytes / (1 << 20),
 			       inputs_sh(in) ? "track from SH input (tracking.odf_storage \"sh\"), "
-			       : "give SH coefficients (inputs.sh) instead, ");
+			       : "give SH coefficients (inputs.sh) instead, ",
+			       job_memory_remedy(budget));
 }
 
 /* The requested storage, or with auto the first of float32, float16 and SH
  * that fits the budget: float32 is exact, float16 halves the memory, SH
  * takes the least but samples the sphere at every step. */
 static int choose_odf_storage(const struct gpu_limits *lim, const struct inputs *in,
-			      enum jobspec_odf_storage requested, uint64_t budget,
+			      enum jobspec_odf_storage requested, struct job_memory budget,
 			      struct resident *res, struct paged_layout *ret,
 			      struct errbuf *err)
 {
@@ -142,7 +174,7 @@ static int choose_odf_storage(const struct gpu_limits *lim, const struct inputs 
 		if (r < 0)
 			return r;
 		if ((requested == JOBSPEC_ODF_AUTO || requested == storage) &&
-		    fixed + need[storage] <= budget) {
+		    fixed + need[storage] <= budget.bytes) {
 			res->storage = storage;
 			if (storage == JOBSPEC_ODF_SH)
 				res->sh_coefs = layout.channels;
@@ -154,7 +186,7 @@ static int choose_odf_storage(const struct gpu_limits *lim, const struct inputs 
 }
 
 static int plan_dwi(const struct gpu_limits *lim, const struct inputs *in,
-		    uint64_t budget, struct paged_layout *ret, struct errbuf *err)
+		    struct job_memory budget, struct paged_layout *ret, struct errbuf *err)
 {
 	const struct volume *dwi = inputs_dwi(in);
 	uint64_t fixed = common_bytes(in) + RESIDENT_MIN_WORK_BYTES +
@@ -162,14 +194,15 @@ static int plan_dwi(const struct gpu_limits *lim, const struct inputs *in,
 	int r = paged_plan(volume_voxels(dwi), (uint32_t)dwi->dim[3], PAGED_FLOAT32,
 			   lim->max_alloc_bytes, ret, err);
 
-	if (r == 0 && fixed + paged_bytes(ret) > budget)
-		r = errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG, "inputs.dwi",
+	if (r == 0 && fixed + paged_bytes(ret) > budget.bytes)
+		r = errbuf_set_kind(err, ERR_KIND_TOO_LARGE, -E2BIG,
+				    budget.by_limit ? GPU_MEMORY_LIMIT_FIELD : "inputs.dwi",
 				    "the DWI (%lld volumes used) needs %.1f MiB of GPU memory, "
 				    "and %.1f MiB more for the stop map, sphere, matrices and "
-				    "tracking, over the job's budget of %.1f MiB: crop the volume "
-				    "or raise the budget (gpu_memory_budget)",
+				    "tracking, over %s of %.1f MiB: crop the volume or %s",
 				    (long long)dwi->dim[3], (double)paged_bytes(ret) / (1 << 20),
-				    (double)fixed / (1 << 20), (double)budget / (1 << 20));
+				    (double)fixed / (1 << 20), job_memory_name(budget),
+				    (double)budget.bytes / (1 << 20), job_memory_remedy(budget));
 	return r;
 }
 
@@ -310,7 +343,7 @@ static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
 			   struct resident *res, struct errbuf *err)
 {
 	const struct gpu_limits *lim = gpu_get_limits(gpu);
-	uint64_t budget = resident_budget(lim, up->memory_budget);
+	struct job_memory budget = job_memory(gpu, up->memory_budget);
 	uint64_t nv = (uint64_t)inputs_sphere(in)->nv;
 	struct paged_layout layout;
 	int r;

@@ -32,22 +32,25 @@ struct resident;
 
 struct resident_upload {
 	/* tracking.odf_storage; auto takes the first of float32, float16 and
-	 * SH coefficients that fits memory_budget with room to track. */
+	 * SH coefficients that fits memory_budget, and what the device's
+	 * memory limit leaves (gpu_memory_free), with room to track. */
 	enum jobspec_odf_storage odf_storage;
 	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
 	const struct fit_options *fit;  /* threads and progress for sampling SH
 					 * inputs on the sphere; may be NULL */
 };
 
-/* The GPU memory a job may use: requested, or by default (0) half the
- * device's local memory. */
+/* The GPU memory a job may use (its inputs, tables, work and read-back
+ * buffers): requested, or by default (0) half the device's memory, or of
+ * the memory limit where one is set (gpu_memory_bytes). */
 uint64_t resident_budget(const struct gpu_limits *lim, uint64_t requested);
 
 /* Uploads in to each of n devices, a thread each so that the uploads
  * overlap: ret[i] is gpus[i]'s. An ODF sampled from SH coefficients is
  * sampled once for all of them. -E2BIG when the inputs do not fit the
  * budget (the message says how much each storage needs and what would
- * help); GPU errors with field "device". On failure none is kept (the
+ * help; the field is gpu_memory_limit where the memory limit set the
+ * bound); GPU errors with field "device". On failure none is kept (the
  * first device's error is reported). */
 int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs *in,
 		     const struct resident_upload *up, struct resident **ret, struct errbuf *err);

@@ -257,6 +257,11 @@ static const struct conf_key keys[] = {
 	       "comma-separated: a job's seeds are shared out over them; empty for the best one"),
 	U64(gpu_memory_budget, CONF_SIZE, 0, 1024 * TiB, "0",
 	    "GPU memory one job may use; 0 for half the device memory"),
+	U64(gpu_memory_limit, CONF_SIZE, 0, 1024 * TiB, "0",
+	    "GPU memory tractd may allocate on each device, as if the device had this much: "
+	    "jobs' inputs, work buffers, warm volumes and transfer buffers together; the "
+	    "defaults of gpu_memory_budget and volume_cache_bytes are taken from it instead "
+	    "of the device's memory; 0 for no limit"),
 	U64(max_dispatch_steps, CONF_COUNT, 0, UINT64_MAX, "0",
 	    "streamline steps one GPU submit runs at most (bounds a submit's duration, and "
 	    "how often a running job's progress moves); 0 for 4194304, then sized to a "

@@ -44,6 +44,7 @@ struct conf {
 	char device[1024];          /* Vulkan devices: indices or UUIDs, comma-separated;
 				     * "" or "-1" = the best one (default) */
 	uint64_t gpu_memory_budget; /* per job, 0 = half the device memory */
+	uint64_t gpu_memory_limit;  /* all of tractd's buffers on a device, 0 = none */
 	uint64_t max_dispatch_steps;/* tracking steps per GPU submit, 0 = the engine's default */
 	uint64_t volume_cache_bytes;/* GPU memory for warm volumes, 0 = a quarter of the device */
 	int fit_threads;            /* model fitting threads, 0 = one per CPU */

@@ -255,6 +255,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		.result_ttl_seconds = d->conf.result_ttl_seconds,
 		.gpu = {
 			.device_index = -1,
+			.memory_limit = d->conf.gpu_memory_limit,
 			.pipeline_cache_path = d->conf.pipeline_cache[0] ? d->conf.pipeline_cache : NULL,
 		},
 		.gpu_memory_budget = d->conf.gpu_memory_budget,

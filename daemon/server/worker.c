@@ -335,7 +335,7 @@ int worker_start(const struct jobs_config *cfg, struct jobs *jobs, struct worker
 	}
 	limits = gpu_get_limits(w->gpus[0]);
 	cache_budget = cfg->volume_cache_bytes ? cfg->volume_cache_bytes
-					       : limits->device_local_bytes / 4;
+					       : gpu_memory_bytes(limits) / 4;
 	jobs_set_devices(jobs, limits, w->n_gpus, cache_budget);
 	w->cache = volume_cache_new(&(struct volume_cache_config){
 		.gpus = w->gpus, .n_gpus = &w->n_gpus, .gpu_budget = cache_budget,

@@ -1,0 +1,33 @@
+"""gpu_memory_limit (issue 24): the daemon runs as if its device had that much
+memory. The defaults of gpu_memory_budget (half) and volume_cache_bytes (a
+quarter) come from it, so the phantom's ODF (76.4 MiB as float32, 38.2 MiB as
+float16) goes up as float16 under a 160 MiB limit and its job stays within
+the budget; a limit whose half holds no storage fails the job naming
+gpu_memory_limit. See tests/engine/test_gpu_memory.py for the peak itself."""
+from .support import server_job, submit, upload_phantom, wait_job
+
+MiB = 1 << 20
+LIMIT = 160 * MiB
+
+
+def test_defaults_come_from_the_limit(daemon_factory, phantom):
+    d = daemon_factory(sets=[f"gpu_memory_limit={LIMIT // MiB}M"])
+    assert d.api.get_json("/v1/device")["cache"]["budget_bytes"] == LIMIT // 4
+    ids = upload_phantom(d.api, phantom)
+    for rng_seed in (1, 2):   # the second on warm volumes and spare buffers
+        doc = wait_job(d.api, submit(d.api, server_job(phantom, ids, count=200,
+                                                       rng_seed=rng_seed)))
+        assert doc["status"] == "done", doc
+        memory = doc["memory"]
+        assert memory["gpu_input_bytes"] < 40 * MiB, memory   # float16, not float32
+        assert memory["gpu_input_bytes"] + memory["gpu_work_bytes"] <= LIMIT // 2, memory
+
+
+def test_limit_too_small_fails_the_job_naming_it(daemon_factory, phantom):
+    d = daemon_factory(sets=["gpu_memory_limit=40M"])
+    ids = upload_phantom(d.api, phantom)
+    doc = wait_job(d.api, submit(d.api, server_job(phantom, ids, count=10)))
+    assert doc["status"] == "failed", doc
+    assert doc["error"]["code"] == "too_large_for_device", doc
+    assert doc["error"]["field"] == "gpu_memory_limit", doc
+    assert "38.2 MiB as float16" in doc["error"]["message"], doc
