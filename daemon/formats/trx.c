@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * trx: TRX zip writer over temporary record files (see trx.h).
+ * trx: TRX writer, the positions streamed into the output's zip (zipout),
+ * the small columns through temporary files (see trx.h).
  */
 #include "formats/trx.h"
 
