@@ -275,20 +275,22 @@ static uint32_t field32(uint64_t v)
 	return v >= MAX32 ? MAX32 : (uint32_t)v;
 }
 
-/* The central header's zip64 extra: the fields that outgrew theirs, in
- * APPNOTE's order. Returns its length (0: none). */
+/* The central header's zip64 extra, in APPNOTE's order: both sizes always
+ * (their classic fields say 0xffffffff), so that it is as long as the local
+ * header's, and the offset once it outgrows its field. Readers that place an
+ * entry's data at the central extra's length past its local header, as
+ * trx-python before 0.6 does (ZipInfo.FileHeader()), then find it. Returns
+ * its length. */
 static size_t zip64_extra(unsigned char *x, const struct zipout_entry *e)
 {
-	const uint64_t values[3] = { e->usize, e->csize, e->offset };
-	size_t len = 4;
+	size_t len = LOCAL_EXTRA_BYTES;
 
-	for (int i = 0; i < 3; i++)
-		if (values[i] >= MAX32) {
-			binio_put_u64(x + len, values[i]);
-			len += 8;
-		}
-	if (len == 4)
-		return 0;
+	binio_put_u64(x + 4, e->usize);
+	binio_put_u64(x + 12, e->csize);
+	if (e->offset >= MAX32) {
+		binio_put_u64(x + len, e->offset);
+		len += 8;
+	}
 	binio_put_u16(x, ZIP64_TAG);
 	binio_put_u16(x + 2, (uint16_t)(len - 4));
 	return len;
@@ -307,8 +309,8 @@ static int put_central_header(struct zipout *z, const struct zipout_entry *e)
 	binio_put_u16(h + 12, DOS_TIME);
 	binio_put_u16(h + 14, DOS_DATE);
 	binio_put_u32(h + 16, e->crc);
-	binio_put_u32(h + 20, field32(e->csize));
-	binio_put_u32(h + 24, field32(e->usize));
+	binio_put_u32(h + 20, MAX32);   /* both sizes in the zip64 extra */
+	binio_put_u32(h + 24, MAX32);
 	binio_put_u16(h + 28, (uint16_t)name_len);
 	binio_put_u16(h + 30, (uint16_t)extra);
 	binio_put_u16(h + 32, 0);       /* comment */

@@ -5,8 +5,10 @@
  * and its bytes cross the FILE once. Each entry is its local header (zip64
  * extra, sizes unknown), its data, stored or deflated, and a zip64 data
  * descriptor with its CRC-32 and sizes; zipout_finish appends the central
- * directory, with zip64 fields and end records only where a size, an offset
- * or the entry count outgrows the classic ones (as Python's zipfile writes).
+ * directory, each entry's sizes in a zip64 extra as long as its local
+ * header's (readers that take the one for the other find the data), its
+ * offset there too and zip64 end records only where an offset or the entry
+ * count outgrows the classic fields.
  * Deflate is libzip's (level 9, memLevel 9), so the compressed data are
  * those libzip would write. Every entry has the same fixed DOS time: the
  * same entries give the same bytes, whatever the clock or the time zone.

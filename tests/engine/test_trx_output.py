@@ -200,6 +200,11 @@ def _walk_local_entries(path):
             0x08074B50, info.CRC, info.compress_size, info.file_size), info
         at += 24
     assert struct.unpack_from("<I", data, at)[0] == 0x02014B50, "no central directory after"
+    for info in infos:
+        # trx-python before 0.6 maps each array at header_offset +
+        # len(FileHeader()), which Python builds from the central entry.
+        name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+        assert len(info.FileHeader()) == 30 + name_len + extra_len, info
     return [i.filename for i in infos]
 
 

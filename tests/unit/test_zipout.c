@@ -224,15 +224,17 @@ static void check_big_central_header(FILE *f, uint64_t dir, uint64_t size, uint6
 	assert_int_equal(get_u16(h + 51), 16);
 	assert_int_equal(binio_get_u64(h + 53), size);
 	assert_int_equal(binio_get_u64(h + 61), size);
-	/* The second, "small": only its offset there. */
-	read_at(f, dir + 46 + 3 + 20, h, 46 + 5 + 12);
+	/* The second, "small": its sizes there too, then its offset. */
+	read_at(f, dir + 46 + 3 + 20, h, 46 + 5 + 28);
 	assert_int_equal(binio_get_u32(h), SIG_CENTRAL);
-	assert_int_equal(binio_get_u32(h + 20), 5);
+	assert_int_equal(binio_get_u32(h + 20), MAX32);
 	assert_int_equal(binio_get_u32(h + 42), MAX32);
-	assert_int_equal(get_u16(h + 30), 12);
+	assert_int_equal(get_u16(h + 30), 28);
 	assert_int_equal(get_u16(h + 51), 1);
-	assert_int_equal(get_u16(h + 53), 8);
-	assert_int_equal(binio_get_u64(h + 55), small_offset);
+	assert_int_equal(get_u16(h + 53), 24);
+	assert_int_equal(binio_get_u64(h + 55), 5);
+	assert_int_equal(binio_get_u64(h + 63), 5);
+	assert_int_equal(binio_get_u64(h + 71), small_offset);
 }
 
 static void test_entry_over_4gib(void **state)
