@@ -289,9 +289,11 @@ bench-pyafq: all
 bench-constraints: all $(VENV)/.stamp
 	$(PYTHON) bench/constraints.py --tractd $(BUILD)/tractd $(CONSTRAINTS_ARGS)
 
-# BENCH_ENCODE_STREAMLINES (default 1000000) synthetic streamlines.
+# BENCH_ENCODE_STREAMLINES (default 1000000) synthetic streamlines;
+# BENCH_ENCODE_FORMATS (e.g. trx-f16) only those formats' rows.
 bench-encode: $(BUILD)/bench-encode
-	$(BUILD)/bench-encode $(BENCH_ENCODE_STREAMLINES)
+	$(BUILD)/bench-encode $(or $(BENCH_ENCODE_STREAMLINES),1000000) $${TMPDIR:-/tmp} \
+		$(BENCH_ENCODE_FORMATS)
 
 # tractd on lavapipe against DIPY's probabilistic_tracking (bench/lavapipe.sh;
 # needs $(VENV_DIPY)).

@@ -445,15 +445,25 @@ if [ "$size_case" != none ]; then
 	bench_size "$size_case"
 fi
 
+# TRX float16 against TRK end to end, on the any-size case's phantom (where a
+# GPU is listed): bench/trx.sh and its BENCH_TRX_* settings (BENCH_TRX_CASE=none
+# skips it).
+trx_case=${BENCH_TRX_CASE:-$size_case}
+if [ "$trx_case" != none ]; then
+	BENCH_TRX_CASE=$trx_case "$(dirname "$0")/trx.sh" "$tractd"
+fi
+
 # The encoders alone, on the CPU (no GPU; also `make bench-encode`):
 # BENCH_ENCODE_STREAMLINES (default 1000000; 0 skips) synthetic streamlines of
 # 20-100 points as TRK, TCK and TRX float16, to a file in BENCH_DIR and to
 # /dev/null, one writer call per streamline and through the parallel encoder
-# on 1 and on all CPUs (bench/encode.c).
+# on 1 and on all CPUs (bench/encode.c; BENCH_ENCODE_FORMATS, e.g. trx-f16,
+# only those).
 encode_n=${BENCH_ENCODE_STREAMLINES:-1000000}
 if [ "$encode_n" != 0 ]; then
 	echo
-	"$(dirname "$tractd")/bench-encode" "$encode_n" "$dir"
+	# shellcheck disable=SC2086
+	"$(dirname "$tractd")/bench-encode" "$encode_n" "$dir" ${BENCH_ENCODE_FORMATS:-}
 fi
 
 # Cluster work on this host without Slurm (README "Slurm"): one job split in

@@ -5,11 +5,16 @@
  * random walk of half-voxel steps in an HCP-sized grid) written as TRK, TCK
  * and TRX float16 to /dev/null and to a file, line by line (the writer's
  * own per-streamline calls) and through output_write_lines on 1 and on all
- * threads. Prints seconds, MB/s of output, streamlines/s and the CPU
- * seconds of all threads (which a busy machine does not inflate).
- * Usage: bench-encode [STREAMLINES [DIR]]  (default 1000000, $TMPDIR or /tmp)
+ * threads. Prints seconds, MB/s of output, streamlines/s, the CPU
+ * seconds of all threads (which a busy machine does not inflate) and the
+ * seconds of those in output_writer_finish (TRX: the entries after the
+ * positions and the zip's directory).
+ * Usage: bench-encode [STREAMLINES [DIR [FORMATS]]]  (default 1000000,
+ * $TMPDIR or /tmp, all; FORMATS: names of the first column, comma-separated,
+ * e.g. trx-f16; 830000 streamlines are 50 M points)
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,14 +89,15 @@ static double cpu_now(void)
 }
 
 /* Seconds to write n lines to path with threads encoders (0: line by line);
- * *cpu gets the CPU seconds of all threads, *bytes the file's size. */
+ * *cpu gets the CPU seconds of all threads, *finish the seconds of
+ * output_writer_finish, *bytes the file's size. */
 static double run(const struct variant *v, const struct pool *p, uint64_t n, size_t threads,
-		  const char *path, double *cpu, long *bytes)
+		  const char *path, double *cpu, double *finish, long *bytes)
 {
 	FILE *f = fopen(path, "w+b");
 	struct output_writer *w = NULL;
 	struct output_write_stats st = { 0 };
-	double t0 = timing_now(), c0 = cpu_now(), t;
+	double t0 = timing_now(), c0 = cpu_now(), t, t_finish;
 	int r;
 
 	if (!f || output_writer_new(v->format, f, grid, affine, &v->opts, &w, NULL) < 0) {
@@ -109,15 +115,28 @@ static double run(const struct variant *v, const struct pool *p, uint64_t n, siz
 	} else {
 		r = output_write_lines(w, n, pool_line, (void *)p, threads, &st);
 	}
+	t_finish = timing_now();
 	if (output_writer_finish(w) < 0 || r < 0) {
 		fprintf(stderr, "bench-encode: writing %s failed\n", path);
 		exit(1);
 	}
 	t = timing_now() - t0;
+	*finish = timing_now() - t_finish;
 	*cpu = cpu_now() - c0;
 	*bytes = ftell(f);
 	fclose(f);
 	return t;
+}
+
+/* Whether name is one of list's comma-separated names. */
+static bool listed(const char *list, const char *name)
+{
+	size_t len = strlen(name);
+
+	for (const char *at = list; at; at = strchr(at, ',') ? strchr(at, ',') + 1 : NULL)
+		if (strncmp(at, name, len) == 0 && (at[len] == ',' || at[len] == '\0'))
+			return true;
+	return false;
 }
 
 int main(int argc, char **argv)
@@ -129,6 +148,7 @@ int main(int argc, char **argv)
 	};
 	uint64_t n = argc > 1 ? strtoull(argv[1], NULL, 10) : 1000000;
 	const char *dir = argc > 2 ? argv[2] : getenv("TMPDIR");
+	const char *formats = argc > 3 ? argv[3] : NULL;
 	size_t all = parallel_parts(UINT64_MAX, 1);
 	struct pool *p = malloc(sizeof(*p));
 	char file[4096];
@@ -140,11 +160,14 @@ int main(int argc, char **argv)
 	fill_pool(p);
 	printf("encoders, %llu streamlines (20-100 points), %zu CPUs; 'lines' = one call per "
 	       "streamline\n", (unsigned long long)n, all);
-	printf("%-8s %-10s %-8s %10s %9s %12s %9s\n", "format", "to", "threads", "seconds", "MB/s",
-	       "lines/s", "cpu_s");
+	printf("%-8s %-10s %-8s %10s %9s %12s %9s %9s\n", "format", "to", "threads", "seconds",
+	       "MB/s", "lines/s", "cpu_s", "finish_s");
 	for (size_t k = 0; k < sizeof(variants) / sizeof(variants[0]); k++) {
 		const size_t threads[] = { 0, 1, all };
 		long bytes = 0;
+
+		if (formats && !listed(formats, variants[k].name))
+			continue;
 
 		for (size_t t = 0; t < 3; t++) {
 			const char *targets[] = { file, "/dev/null" };
@@ -153,15 +176,16 @@ int main(int argc, char **argv)
 				break;
 			for (int d = 0; d < 2; d++) {
 				long b;
-				double cpu, s = run(&variants[k], p, n, threads[t], targets[d], &cpu, &b);
+				double cpu, fin;
+				double s = run(&variants[k], p, n, threads[t], targets[d], &cpu, &fin, &b);
 				char label[16];
 
 				if (d == 0)
 					bytes = b;
 				snprintf(label, sizeof(label), t == 0 ? "lines" : "%zu", threads[t]);
-				printf("%-8s %-10s %-8s %10.3f %9.0f %12.0f %9.3f\n", variants[k].name,
-				       d ? "/dev/null" : "file", label, s, (double)bytes / s / 1e6,
-				       (double)n / s, cpu);
+				printf("%-8s %-10s %-8s %10.3f %9.0f %12.0f %9.3f %9.3f\n",
+				       variants[k].name, d ? "/dev/null" : "file", label, s,
+				       (double)bytes / s / 1e6, (double)n / s, cpu, fin);
 			}
 		}
 	}

@@ -21,6 +21,12 @@ static inline void binio_put_u32(unsigned char *p, uint32_t v)
 	p[3] = (unsigned char)(v >> 24);
 }
 
+static inline void binio_put_u16(unsigned char *p, uint16_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+}
+
 static inline void binio_put_i16(unsigned char *p, int16_t v)
 {
 	uint16_t u = (uint16_t)v;

@@ -37,18 +37,17 @@ static float bits_float(uint32_t u)
 	return f;
 }
 
-/* v >> shift, rounded to nearest, ties to even; shift in [1, 31]. A carry
- * out of the mantissa lands in the exponent, which is what rounding up to
- * the next binade means in this encoding. */
+/* v >> shift, rounded to nearest, ties to even; shift in [1, 31], v below
+ * 2^31. A carry out of the mantissa lands in the exponent, which is what
+ * rounding up to the next binade means in this encoding. Without branches:
+ * adding just under half rounds up past the tie, and the kept bit's parity
+ * decides the tie itself (a data-dependent branch here mispredicted on
+ * about every other coordinate a TRX float16 writer encodes). */
 static uint32_t shift_round_even(uint32_t v, unsigned shift)
 {
-	uint32_t r = v >> shift;
-	uint32_t rem = v & ((1u << shift) - 1);
-	uint32_t tie = 1u << (shift - 1);
+	uint32_t below_half = (1u << (shift - 1)) - 1;
 
-	if (rem > tie || (rem == tie && (r & 1)))
-		r++;
-	return r;
+	return (v + below_half + ((v >> shift) & 1)) >> shift;
 }
 
 uint16_t half_from_float(float f)

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "base/parallel.h"
 #include "base/timing.h"
@@ -361,6 +362,8 @@ struct encoded {
 	struct byte_buf rows;     /* TCK: seeds-file rows after their index */
 	struct byte_buf counts;   /* TRX: uint32 points per streamline */
 	struct byte_buf seeds, seed_index, dg;   /* TRX dps columns */
+	uint32_t positions_crc;   /* TRX: CRC-32 of records, summed here, on the
+				   * encoding thread, not on the writing one */
 	uint64_t streamlines, points;
 };
 
@@ -422,6 +425,8 @@ static int encode_trx(const struct output_writer *w, struct encoded *e, const st
 	if (!points)
 		return -ENOMEM;
 	trx_positions_encode(w->w.trx, points, l->points_vox, l->n);
+	e->positions_crc = (uint32_t)crc32_z(e->positions_crc, points,
+					     trx_positions_bytes(w->w.trx, l->n));
 	trx_dps_encode(&t, seed, seed_index, &dg);
 	if (take_row(&e->counts, true, &l->n, sizeof(uint32_t)) ||
 	    take_row(&e->seeds, w->seeds, seed, sizeof(seed)) ||
@@ -485,6 +490,7 @@ static int write_encoded(struct output_writer *w, const struct encoded *e)
 	case OUTPUT_TRX: {
 		struct trx_records rec = {
 			.positions = e->records.data, .positions_bytes = e->records.len,
+			.positions_crc = e->positions_crc,
 			.counts = (const uint32_t *)(const void *)e->counts.data,
 			.seeds = e->seeds.data, .seed_index = e->seed_index.data,
 			.direction_getter = e->dg.data, .n = e->streamlines,
@@ -516,6 +522,7 @@ static void clear_encoded(struct encoded *e)
 {
 	e->records.len = e->rows.len = e->counts.len = 0;
 	e->seeds.len = e->seed_index.len = e->dg.len = 0;
+	e->positions_crc = 0;
 	e->streamlines = e->points = 0;
 }
 

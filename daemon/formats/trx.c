@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * trx: TRX zip writer over temporary record files (see trx.h).
+ * trx: TRX writer, the positions streamed into the output's zip (zipout),
+ * the small columns through temporary files (see trx.h).
  */
 #include "formats/trx.h"
 
@@ -9,22 +10,20 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zip.h>
 
 #include "formats/binio.h"
 #include "formats/half.h"
+#include "formats/zipout.h"
 
 #define TRX_POINTS_PER_CHUNK 1024
 #define TRX_COPY_BYTES ((size_t)1 << 16)
 #define TRX_MAX_DIM 65535
-/* Entries get a fixed time, not the clock's, so that the same job gives the
- * same bytes (1980-01-02: the DOS epoch plus a day, clear of time zones). */
-#define TRX_ENTRY_MTIME ((time_t)315619200)
 
 struct trx_writer {
 	FILE *out;
-	FILE *positions;        /* encoded points, RAS+ mm */
+	struct zipout *zip;     /* the archive in out; its positions entry open
+				 * until finish */
 	FILE *offsets;          /* uint64 first vertex per streamline */
 	FILE *seeds;            /* float32 RAS+ seed per streamline; NULL without seeds */
 	FILE *seed_index;       /* uint32 per streamline; NULL unless with_seed_index */
@@ -55,7 +54,7 @@ static void close_file(FILE **f)
 
 static void free_writer(struct trx_writer *w)
 {
-	close_file(&w->positions);
+	zipout_discard(w->zip);
 	close_file(&w->offsets);
 	close_file(&w->seeds);
 	close_file(&w->seed_index);
@@ -63,10 +62,49 @@ static void free_writer(struct trx_writer *w)
 	free(w);
 }
 
+static const char *positions_name(const struct trx_options *opts)
+{
+	return opts->positions == TRX_POSITIONS_FLOAT16 ? "positions.3.float16"
+							: "positions.3.float32";
+}
+
+static enum zipout_method zip_method(const struct trx_options *opts)
+{
+	return opts->compression == TRX_COMPRESSION_DEFLATE ? ZIPOUT_DEFLATE : ZIPOUT_STORE;
+}
+
+static int open_temporary_files(struct trx_writer *w, struct errbuf *err)
+{
+	const struct trx_options *opts = &w->opts;
+
+	w->offsets = tmpfile();
+	w->seeds = opts->with_seeds ? tmpfile() : NULL;
+	w->seed_index = opts->with_seed_index ? tmpfile() : NULL;
+	w->dg = opts->with_direction_getter ? tmpfile() : NULL;
+	if (!w->offsets || (opts->with_seeds && !w->seeds) ||
+	    (opts->with_seed_index && !w->seed_index) || (opts->with_direction_getter && !w->dg))
+		return errbuf_set(err, -EIO, NULL, "cannot create a temporary file for TRX: %s",
+				  strerror(errno));
+	return 0;
+}
+
+/* The archive starts with the positions entry, which the records stream
+ * into as they come. */
+static int open_archive_out(struct trx_writer *w, struct errbuf *err)
+{
+	int r = zipout_new(w->out, &w->zip);
+
+	if (r)
+		return errbuf_set(err, r, NULL, "out of memory for the TRX writer");
+	r = zipout_begin(w->zip, positions_name(&w->opts), zip_method(&w->opts));
+	return r ? errbuf_set(err, r, NULL, "cannot write the TRX archive: %s", strerror(-r)) : 0;
+}
+
 int trx_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
 		   const struct trx_options *opts, struct trx_writer **ret, struct errbuf *err)
 {
 	struct trx_writer *w;
+	int r;
 
 	if (!affine_finite(affine))
 		return errbuf_set(err, -EINVAL, NULL, "the voxel-to-RAS affine has a non-finite entry");
@@ -82,17 +120,12 @@ int trx_writer_new(FILE *out, const int64_t dim[3], const double affine[4][4],
 	memcpy(w->affine, affine, sizeof(w->affine));
 	memcpy(w->dim, dim, sizeof(w->dim));
 	w->opts = *opts;
-	w->positions = tmpfile();
-	w->offsets = tmpfile();
-	w->seeds = opts->with_seeds ? tmpfile() : NULL;
-	w->seed_index = opts->with_seed_index ? tmpfile() : NULL;
-	w->dg = opts->with_direction_getter ? tmpfile() : NULL;
-	if (!w->positions || !w->offsets || (opts->with_seeds && !w->seeds) ||
-	    (opts->with_seed_index && !w->seed_index) || (opts->with_direction_getter && !w->dg)) {
-		int e = errno;
+	r = open_temporary_files(w, err);
+	if (!r)
+		r = open_archive_out(w, err);
+	if (r) {
 		free_writer(w);
-		return errbuf_set(err, -EIO, NULL, "cannot create a temporary file for TRX: %s",
-				  strerror(e));
+		return r;
 	}
 	*ret = w;
 	return 0;
@@ -144,7 +177,7 @@ static int append_points(struct trx_writer *w, const float *p, uint32_t n)
 		size_t bytes = trx_positions_bytes(w, k);
 
 		trx_positions_encode(w, buf, p, k);
-		if (fwrite(buf, 1, bytes, w->positions) != bytes)
+		if (zipout_write(w->zip, buf, bytes))
 			return -EIO;
 		p += 3 * (size_t)k;
 		n -= k;
@@ -235,7 +268,7 @@ int trx_write_records(struct trx_writer *w, const struct trx_records *rec)
 	for (uint64_t i = 0; i < rec->n; i++)
 		vertices += rec->counts[i];
 	if (append_offsets(w, rec->counts, rec->n) ||
-	    append_column(w->positions, rec->positions, rec->positions_bytes) ||
+	    zipout_write_crc(w->zip, rec->positions, rec->positions_bytes, rec->positions_crc) ||
 	    append_column(w->seeds, rec->seeds, TRX_SEED_BYTES * rec->n) ||
 	    append_column(w->seed_index, rec->seed_index, TRX_SEED_INDEX_BYTES * rec->n) ||
 	    append_column(w->dg, rec->direction_getter, rec->n)) {
@@ -262,7 +295,7 @@ static int flush_file(FILE *f)
 
 int trx_flush(struct trx_writer *w)
 {
-	if (w->failed || flush_file(w->positions) || flush_file(w->offsets) ||
+	if (w->failed || flush_file(w->out) || flush_file(w->offsets) ||
 	    flush_file(w->seeds) || flush_file(w->seed_index) || flush_file(w->dg))
 		w->failed = 1;
 	return w->failed ? -EIO : 0;
@@ -300,138 +333,47 @@ static char *header_json(const struct trx_writer *w)
 	return text;
 }
 
-/* Names src in the archive with the method and time the job asked for. On
- * failure src is freed here, as zip_file_add leaves it to the caller. */
-static int add_entry(zip_t *za, const char *name, zip_source_t *src,
-		     enum trx_compression compression)
-{
-	zip_int64_t idx;
-
-	if (!src)
-		return -EIO;
-	idx = zip_file_add(za, name, src, ZIP_FL_ENC_UTF_8);
-	if (idx < 0) {
-		zip_source_free(src);
-		return -EIO;
-	}
-	if (zip_set_file_compression(za, (zip_uint64_t)idx,
-				     compression == TRX_COMPRESSION_DEFLATE ? ZIP_CM_DEFLATE
-									    : ZIP_CM_STORE, 0) ||
-	    zip_file_set_mtime(za, (zip_uint64_t)idx, TRX_ENTRY_MTIME, 0))
-		return -EIO;
-	return 0;
-}
-
-/* A source reading all of a temporary file through its own descriptor, so
- * that libzip owns (and closes) that FILE and the writer keeps its own. */
-static zip_source_t *file_source(zip_t *za, FILE *f)
-{
-	int fd = dup(fileno(f));
-	FILE *copy = fd < 0 ? NULL : fdopen(fd, "rb");
-	zip_source_t *src;
-
-	if (!copy) {
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	/* The descriptors share the offset, left at the end by the writes, and
-	 * libzip reads a source starting at 0 from wherever the FILE stands. */
-	if (fseek(copy, 0, SEEK_SET) != 0) {
-		fclose(copy);
-		return NULL;
-	}
-	src = zip_source_filep(za, copy, 0, -1);
-	if (!src)
-		fclose(copy);
-	return src;
-}
-
-static int add_entries(zip_t *za, const struct trx_writer *w, const char *header)
-{
-	enum trx_compression c = w->opts.compression;
-	const char *positions = w->opts.positions == TRX_POSITIONS_FLOAT16
-					? "positions.3.float16" : "positions.3.float32";
-	int r;
-
-	r = add_entry(za, "header.json", zip_source_buffer(za, header, strlen(header), 0), c);
-	if (!r)
-		r = add_entry(za, positions, file_source(za, w->positions), c);
-	if (!r)
-		r = add_entry(za, "offsets.uint64", file_source(za, w->offsets), c);
-	if (!r && w->seeds)
-		r = add_entry(za, "dps/seeds.3.float32", file_source(za, w->seeds), c);
-	if (!r && w->seed_index)
-		r = add_entry(za, "dps/seed_index.uint32", file_source(za, w->seed_index), c);
-	if (!r && w->dg)
-		r = add_entry(za, "dps/direction_getter.uint8", file_source(za, w->dg), c);
-	return r;
-}
-
-/* Writes the archive to path (which exists, empty; libzip replaces it). */
-static int write_archive(const struct trx_writer *w, const char *path)
-{
-	char *header = header_json(w);
-	zip_t *za = NULL;
-	int zerr = 0;
-	int r = header ? 0 : -ENOMEM;
-
-	if (!r) {
-		za = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &zerr);
-		r = za ? 0 : -EIO;
-	}
-	if (!r)
-		r = add_entries(za, w, header);
-	if (!r && zip_close(za) != 0)
-		r = -EIO;
-	else if (!r)
-		za = NULL;
-	if (za)
-		zip_discard(za);
-	free(header);
-	return r;
-}
-
-static int copy_to(const char *path, FILE *out)
+/* An entry holding all of a temporary file. */
+static int add_file_entry(struct trx_writer *w, const char *name, FILE *f)
 {
 	unsigned char *buf = malloc(TRX_COPY_BYTES);
-	FILE *in = fopen(path, "rb");
-	int r = buf && in ? 0 : -EIO;
+	int r = buf ? zipout_begin(w->zip, name, zip_method(&w->opts)) : -ENOMEM;
 	size_t n;
 
-	while (!r && (n = fread(buf, 1, TRX_COPY_BYTES, in)) > 0)
-		if (fwrite(buf, 1, n, out) != n)
-			r = -EIO;
-	if (!r && (ferror(in) || fflush(out) != 0))
+	if (!r && fseek(f, 0, SEEK_SET) != 0)
 		r = -EIO;
-	if (in)
-		fclose(in);
+	while (!r && (n = fread(buf, 1, TRX_COPY_BYTES, f)) > 0)
+		r = zipout_write(w->zip, buf, n);
+	if (!r && ferror(f))
+		r = -EIO;
+	if (!r)
+		r = zipout_end(w->zip);
 	free(buf);
 	return r;
 }
 
-/* The archive is built in a file of its own, since libzip writes by path. */
-static int build_and_copy(const struct trx_writer *w)
+/* Ends the positions entry and adds the others, which needed the counts
+ * (header.json) or are columns of their own (temporary files). */
+static int add_other_entries(struct trx_writer *w)
 {
-	const char *dir = getenv("TMPDIR");
-	char *path = NULL;
-	int fd, r;
+	char *header = header_json(w);
+	int r = header ? zipout_end(w->zip) : -ENOMEM;
 
-	if (!dir || !*dir)
-		dir = "/tmp";
-	if (asprintf(&path, "%s/tractd-trx-XXXXXX", dir) < 0)
-		return -ENOMEM;
-	fd = mkstemp(path);
-	if (fd < 0) {
-		free(path);
-		return -EIO;
-	}
-	close(fd);
-	r = write_archive(w, path);
 	if (!r)
-		r = copy_to(path, w->out);
-	unlink(path);
-	free(path);
+		r = zipout_begin(w->zip, "header.json", zip_method(&w->opts));
+	if (!r)
+		r = zipout_write(w->zip, header, strlen(header));
+	if (!r)
+		r = zipout_end(w->zip);
+	if (!r)
+		r = add_file_entry(w, "offsets.uint64", w->offsets);
+	if (!r && w->seeds)
+		r = add_file_entry(w, "dps/seeds.3.float32", w->seeds);
+	if (!r && w->seed_index)
+		r = add_file_entry(w, "dps/seed_index.uint32", w->seed_index);
+	if (!r && w->dg)
+		r = add_file_entry(w, "dps/direction_getter.uint8", w->dg);
+	free(header);
 	return r;
 }
 
@@ -445,7 +387,11 @@ int trx_writer_finish(struct trx_writer *w)
 	if (!r && (append_u64(w->offsets, w->nb_vertices) || trx_flush(w)))
 		r = -EIO;
 	if (!r)
-		r = build_and_copy(w);
+		r = add_other_entries(w);
+	if (!r) {
+		r = zipout_finish(w->zip);
+		w->zip = NULL;
+	}
 	free_writer(w);
 	return r;
 }
@@ -544,10 +490,19 @@ int trx_archive_read_info(const char *path, struct trx_archive_info *info, struc
 	return r ? errbuf_set(err, r, NULL, "%s is not a TRX archive tractd wrote", path) : 0;
 }
 
-/* Copies entry name of za to f, or (offsets) its first n uint64 each plus
- * shift. */
-static int copy_entry(zip_t *za, const char *name, FILE *f, bool offsets, uint64_t n,
-		      uint64_t shift)
+/* Appends bytes to a column of w: its temporary file, or (file NULL) the
+ * positions entry of the archive. */
+static int put_column(struct trx_writer *w, FILE *file, const unsigned char *bytes, size_t len)
+{
+	if (!file)
+		return zipout_write(w->zip, bytes, len);
+	return fwrite(bytes, 1, len, file) == len ? 0 : -EIO;
+}
+
+/* Copies entry name of za to the column file of w (put_column), or
+ * (offsets) its first n uint64 each plus shift. */
+static int copy_entry(zip_t *za, const char *name, struct trx_writer *w, FILE *file,
+		      bool offsets, uint64_t n, uint64_t shift)
 {
 	unsigned char buf[TRX_POINTS_PER_CHUNK * 8];
 	zip_file_t *in = zip_fopen(za, name, 0);
@@ -564,7 +519,7 @@ static int copy_entry(zip_t *za, const char *name, FILE *f, bool offsets, uint64
 				binio_put_u64(buf + k, binio_get_u64(buf + k) + shift);
 			len = k;
 		}
-		if (len && fwrite(buf, 1, len, f) != len)
+		if (len && put_column(w, file, buf, len))
 			r = -EIO;
 	}
 	if (in)
@@ -575,8 +530,6 @@ static int copy_entry(zip_t *za, const char *name, FILE *f, bool offsets, uint64
 int trx_writer_append_archive(struct trx_writer *w, const char *path, struct errbuf *err)
 {
 	struct trx_archive_info info;
-	const char *positions = w->opts.positions == TRX_POSITIONS_FLOAT16 ? "positions.3.float16"
-									 : "positions.3.float32";
 	zip_t *za;
 	int r = trx_archive_read_info(path, &info, err);
 
@@ -584,16 +537,16 @@ int trx_writer_append_archive(struct trx_writer *w, const char *path, struct err
 		r = open_archive(path, &za, err);
 	if (r)
 		return r;
-	r = copy_entry(za, positions, w->positions, false, 0, 0);
+	r = copy_entry(za, positions_name(&w->opts), w, NULL, false, 0, 0);
 	if (!r)
-		r = copy_entry(za, "offsets.uint64", w->offsets, true, info.nb_streamlines,
+		r = copy_entry(za, "offsets.uint64", w, w->offsets, true, info.nb_streamlines,
 			       w->nb_vertices);
 	if (!r && w->seeds)
-		r = copy_entry(za, "dps/seeds.3.float32", w->seeds, false, 0, 0);
+		r = copy_entry(za, "dps/seeds.3.float32", w, w->seeds, false, 0, 0);
 	if (!r && w->seed_index)
-		r = copy_entry(za, "dps/seed_index.uint32", w->seed_index, false, 0, 0);
+		r = copy_entry(za, "dps/seed_index.uint32", w, w->seed_index, false, 0, 0);
 	if (!r && w->dg)
-		r = copy_entry(za, "dps/direction_getter.uint8", w->dg, false, 0, 0);
+		r = copy_entry(za, "dps/direction_getter.uint8", w, w->dg, false, 0, 0);
 	zip_discard(za);
 	if (r) {
 		w->failed = 1;

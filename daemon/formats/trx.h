@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * trx: TRX tractogram writer (tee-ar-ex/trx-spec), a zip of
- *   header.json           VOXEL_TO_RASMM, DIMENSIONS, NB_STREAMLINES, NB_VERTICES
  *   positions.3.float32   (or .float16) points in RAS+ mm, little-endian
+ *   header.json           VOXEL_TO_RASMM, DIMENSIONS, NB_STREAMLINES, NB_VERTICES
  *   offsets.uint64        first vertex of each streamline, then NB_VERTICES
  *                         (the closing entry trx-python 0.6 requires)
  *   dps/seeds.3.float32   each streamline's seed in RAS+ mm (with_seeds only)
@@ -11,13 +11,17 @@
  *                         (with_direction_getter; one value per job, a column
  *                         so that merged tractograms keep it per streamline)
  *
- * The counts belong in the header and the zip's directory ends the file, so
- * nothing useful can reach the FILE before the last record: records go to
- * unlinked temporary files (tmpfile()) and trx_writer_finish() builds the zip
- * with libzip in $TMPDIR (or /tmp) and copies it to the FILE, which then
- * holds the whole archive or, on failure, whatever had been copied.
+ * The archive (zipout.h) starts with the positions entry, by far the
+ * biggest: the records' positions stream straight into the FILE, which need
+ * not seek, with their CRC-32 (which the callers of trx_write_records
+ * compute on their own threads) and sizes in a data descriptor after them.
+ * The small columns wait in unlinked temporary files (tmpfile()), and
+ * trx_writer_finish() appends them, header.json (the counts) and the
+ * central directory. The FILE is a readable archive only once finish
+ * returned 0; before, or on failure, it holds a truncated one.
  *
- * Owns the writer state and its temporary files, not the FILE. Does not log.
+ * Owns the writer state, its temporary files and its zipout, not the FILE.
+ * Does not log.
  */
 #ifndef TRACTD_TRX_H
 #define TRACTD_TRX_H
@@ -97,6 +101,7 @@ int trx_write_streamline_dps(struct trx_writer *w, const float *points_vox, uint
 struct trx_records {
 	const unsigned char *positions;   /* trx_positions_encode of each, in order */
 	size_t positions_bytes;
+	uint32_t positions_crc;           /* zlib's crc32(0, positions, positions_bytes) */
 	const uint32_t *counts;           /* n: each streamline's points */
 	const unsigned char *seeds;       /* n * TRX_SEED_BYTES, from trx_dps_encode */
 	const unsigned char *seed_index;  /* n * TRX_SEED_INDEX_BYTES */
@@ -122,13 +127,13 @@ void trx_dps_encode(const struct trx_dps *dps, unsigned char seed[TRX_SEED_BYTES
  * trx_write_streamline_dps of each in turn. Returns 0 or -EIO. */
 int trx_write_records(struct trx_writer *w, const struct trx_records *rec);
 
-/* Flushes the temporary files (the FILE gets nothing before finish).
- * Returns 0 or -EIO. */
+/* Flushes the FILE and the temporary files. Returns 0 or -EIO. */
 int trx_flush(struct trx_writer *w);
 
-/* Builds the archive, copies it to the FILE and flushes it, removes the
- * temporary files and frees the writer (not the FILE). Returns 0, -EIO or
- * -ENOMEM; the writer is freed either way. Accepts NULL. */
+/* Ends the archive in the FILE (the entries after the positions, the
+ * central directory) and flushes it, removes the temporary files and frees
+ * the writer (not the FILE). Returns 0, -EIO or -ENOMEM; the writer is freed
+ * either way. Accepts NULL. */
 int trx_writer_finish(struct trx_writer *w);
 
 #endif

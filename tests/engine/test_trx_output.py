@@ -2,9 +2,12 @@
 zipfile + numpy reader both read, holding the same streamlines as the TRK of
 the same job, in RAS+ mm; float16 positions within a half's precision;
 deflate or store as asked; seeds as dps; the header's affine and dimensions
-those of the input, oblique and LAS included; TRX options refused with the
-other formats."""
+those of the input, oblique and LAS included; the same bytes whatever the
+chunking, each entry's data descriptor (the positions stream into the zip)
+agreeing with the central directory; TRX options refused with the other
+formats."""
 import json
+import struct
 import zipfile
 
 import nibabel as nib
@@ -176,6 +179,55 @@ def test_trx_is_deterministic(tractd, phantom, tmp_path):
     a = _run(tractd, tmp_path, "a", job).read_bytes()
     b = _run(tractd, tmp_path, "b", job).read_bytes()
     assert a == b
+
+
+def _walk_local_entries(path):
+    """The archive read front to back, as a streaming reader does: each local
+    header announces a data descriptor (bit 3: the sizes come after the
+    data), and that descriptor holds the CRC-32 and the zip64 (8-byte)
+    sizes the central directory gives. Returns the entry names in order."""
+    data = path.read_bytes()
+    with zipfile.ZipFile(path) as zf:
+        infos = zf.infolist()
+    at = 0
+    for info in infos:
+        sig, _, flags, method = struct.unpack_from("<IHHH", data, at)
+        assert sig == 0x04034B50 and flags & 0x08 and method == info.compress_type, info
+        name_len, extra_len = struct.unpack_from("<HH", data, at + 26)
+        assert data[at + 30:at + 30 + name_len].decode() == info.filename
+        at += 30 + name_len + extra_len + info.compress_size
+        assert struct.unpack_from("<IIQQ", data, at) == (
+            0x08074B50, info.CRC, info.compress_size, info.file_size), info
+        at += 24
+    assert struct.unpack_from("<I", data, at)[0] == 0x02014B50, "no central directory after"
+    for info in infos:
+        # trx-python before 0.6 maps each array at header_offset +
+        # len(FileHeader()), which Python builds from the central entry.
+        name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+        assert len(info.FileHeader()) == 30 + name_len + extra_len, info
+    return [i.filename for i in infos]
+
+
+@pytest.mark.parametrize("compression", ["store", "deflate"])
+def test_trx_bytes_do_not_depend_on_chunking(tractd, phantom, tmp_path, compression):
+    """The positions stream into the archive as the chunks come, their CRC-32
+    summed from the encoders' pieces: one chunk or many, the same bytes,
+    every CRC right (testzip reads all data) and every descriptor too."""
+    job_path = write_job(tmp_path / "job.json", _job(phantom, {
+        "format": "trx", "positions": "float16", "compression": compression,
+        "save_seeds": True}))
+    outs = []
+    for name, flags in (("whole", []), ("chunks", ["--max-chunk-seeds", "7"]),
+                        ("pieces", ["--readback-bytes", "64K"])):
+        out = tmp_path / f"{name}.trx"
+        run_cli(tractd, ["run", job_path, "-o", out, "-q", *flags], check=True)
+        outs.append(out.read_bytes())
+    assert outs[1] == outs[0] and outs[2] == outs[0]
+    with zipfile.ZipFile(tmp_path / "whole.trx") as zf:
+        assert zf.testzip() is None
+    names = _walk_local_entries(tmp_path / "whole.trx")
+    assert names == ["positions.3.float16", "header.json", "offsets.uint64",
+                     "dps/seeds.3.float32"], names
 
 
 @pytest.mark.parametrize("output,field", [

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * trx: the archive the TRX writer builds, read back with libzip: entry
- * names, header counts and affine, offsets with their closing NB_VERTICES,
- * positions in RAS+ mm (float32 and float16), seeds, store versus deflate,
- * empty streamlines skipped, an empty tractogram, bad grids refused.
+ * trx: the archive the TRX writer builds, read back with libzip (every
+ * entry to its end: CRC-32 checked): entry names, header counts and affine,
+ * offsets with their closing NB_VERTICES, positions in RAS+ mm (float32 and
+ * float16), seeds, store versus deflate, empty streamlines skipped, an empty
+ * tractogram, bad grids refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -74,12 +75,13 @@ static void close_archive(struct archive *a)
 	unlink(a->path);
 }
 
-/* The entry's bytes (caller frees) and its compression method. */
+/* The entry's bytes (caller frees) and its compression method, read to
+ * the end, where libzip checks the CRC-32. */
 static unsigned char *read_entry(zip_t *za, const char *name, size_t *len, uint16_t *method)
 {
 	zip_stat_t st;
 	zip_file_t *zf;
-	unsigned char *buf;
+	unsigned char *buf, past_end;
 
 	assert_int_equal(zip_stat(za, name, 0, &st), 0);
 	buf = malloc(st.size + 1);
@@ -87,6 +89,7 @@ static unsigned char *read_entry(zip_t *za, const char *name, size_t *len, uint1
 	zf = zip_fopen(za, name, 0);
 	assert_non_null(zf);
 	assert_int_equal(zip_fread(zf, buf, st.size), (zip_int64_t)st.size);
+	assert_int_equal(zip_fread(zf, &past_end, 1), 0);
 	zip_fclose(zf);
 	*len = st.size;
 	*method = st.comp_method;
