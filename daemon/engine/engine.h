@@ -133,6 +133,8 @@ struct engine_stats {
 	uint64_t gpu_work_bytes;    /* the run's own buffers on a device (the most of
 				     * any device): with gpu_input_bytes, what the
 				     * job takes of the GPU's memory */
+	uint64_t gpu_work_reused_bytes;  /* of them, served from the spares of earlier
+					  * runs (gpu_buffer_recycle), all devices' */
 	/* The reference grid the tractogram was written on (dims, voxel-to-RAS+
 	 * mm; zero until the writer starts). Kept because a TCK file does not
 	 * carry it and the API converts finished results between formats. */

@@ -766,7 +766,7 @@ static void destroy_buffer(VkDevice dev, struct gpu_buffer *b)
 
 /* The spares go back to the driver: at the end, and when an allocation
  * failed for want of memory they may hold. */
-static void drop_spares(struct gpu_ctx *ctx)
+void gpu_drop_spares(struct gpu_ctx *ctx)
 {
 	while (ctx->spares) {
 		struct gpu_buffer *next = ctx->spares->next;
@@ -793,7 +793,7 @@ void gpu_close(struct gpu_ctx *ctx)
 			destroy_buffer(ctx->device, ctx->buffers);
 			ctx->buffers = next;
 		}
-		drop_spares(ctx);
+		gpu_drop_spares(ctx);
 		if (ctx->pipeline_cache)
 			vkDestroyPipelineCache(ctx->device, ctx->pipeline_cache, NULL);
 		if (ctx->descriptor_pool)
@@ -1005,7 +1005,7 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 	if (!b) {
 		r = allocate_buffer(ctx, size, memory, &b, err);
 		if (r < 0 && ctx->spares) {
-			drop_spares(ctx);
+			gpu_drop_spares(ctx);
 			r = allocate_buffer(ctx, size, memory, &b, err);
 		}
 	}
@@ -1029,13 +1029,18 @@ void gpu_buffer_recycle(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 	if (!buf)
 		return;
 	untrack_buffer(ctx, buf);
-	if (ctx->spare_bytes + buf->size > GPU_SPARE_BYTES) {
+	if (ctx->spare_bytes + buf->size > ctx->limits.device_local_bytes / GPU_SPARE_DIVISOR) {
 		destroy_buffer(ctx->device, buf);
 		return;
 	}
 	buf->next = ctx->spares;
 	ctx->spares = buf;
 	ctx->spare_bytes += buf->size;
+}
+
+uint64_t gpu_spare_bytes(const struct gpu_ctx *ctx)
+{
+	return ctx->spare_bytes;
 }
 
 uint64_t gpu_reused_bytes(const struct gpu_ctx *ctx)
