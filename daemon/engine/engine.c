@@ -1484,7 +1484,6 @@ static int wait_slots_written(struct job_run *run, struct errbuf *err)
 static int grow_line_buffers(struct job_run *run, uint64_t n_lines, struct errbuf *err)
 {
 	uint64_t capacity = line_capacity_for(&run->plan, n_lines);
-
 	int r;
 
 	if (capacity <= run->line_capacity)
@@ -1898,7 +1897,8 @@ static int open_output(struct run_shared *sh, FILE *out, struct errbuf *err)
 				     .seeds_file = sh->opts->seeds_file,
 				     .positions = job->output_positions,
 				     .compression = job->output_compression,
-				     .tck_properties = properties };
+				     .tck_properties = properties,
+				     .writeback = sh->opts->writeback };
 	int r;
 
 	tck_properties(sh, properties, sizeof(properties));

@@ -75,6 +75,8 @@ struct engine_options {
 	void *progress_userdata;        /* of both */
 	FILE *seeds_file;           /* TCK jobs with output.save_seeds: where the seeds
 				     * text (tckgen -output_seeds) goes; NULL refuses them */
+	bool writeback;             /* output_options.writeback: the output goes to disk
+				     * while it is written (a file fsynced at the end) */
 };
 
 /* Why an end of a streamline stopped (proto/stop_reasons.def, in the order

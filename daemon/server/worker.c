@@ -10,7 +10,6 @@
 #include "server/worker.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,7 +144,6 @@ struct run_ctx {
 	struct fit_options fit;
 	struct volume_cache_use volumes;
 	double output_opened;       /* timing_now() when the engine got the spool file */
-	off_t written_back;         /* the spool file's bytes handed to writeback so far */
 };
 
 static void mark(const struct run_ctx *ctx, enum job_event event, double at)
@@ -153,32 +151,14 @@ static void mark(const struct run_ctx *ctx, enum job_event event, double at)
 	jobs_mark(ctx->worker->jobs, ctx->job->job, event, at);
 }
 
-/* Starts the kernel writing the spool file's bytes flushed since the last
- * call back to disk, without waiting: the result's fsync at the end then
- * finds little left to write (it took 40 ms of a 100,000-seed job's 388
- * on an H100 host when it all waited for the end). Durability is still
- * the fsync's: this only moves the work earlier, onto the engine's writer
- * thread, while the GPU tracks. Best effort: a failure here shows there. */
-static void write_back(struct run_ctx *ctx, long flushed)
-{
-	if (flushed <= ctx->written_back)
-		return;
-	(void)sync_file_range(fileno(ctx->out), ctx->written_back, flushed - ctx->written_back,
-			      SYNC_FILE_RANGE_WRITE);
-	ctx->written_back = flushed;
-}
-
 /* The spool file's size counts only once the engine has flushed it: the
  * result's readers stream up to it. */
 static bool on_progress(void *userdata, const struct engine_progress *p)
 {
 	struct run_ctx *ctx = userdata;
-	long flushed = p->written ? ftell(ctx->out) : -1;
 
-	if (flushed > 0)
-		write_back(ctx, flushed);
 	return jobs_publish_progress(ctx->worker->jobs, ctx->job->job, p->seeds_done, p->seeds_total,
-				     p->streamlines, flushed);
+				     p->streamlines, p->written ? ftell(ctx->out) : -1);
 }
 
 /* The first job of a configuration compiles its kernels: a stage of its
@@ -280,6 +260,8 @@ static int track_job(struct worker *w, const struct jobs_running *job, FILE *out
 			.memory_budget = w->cfg.gpu_memory_budget,
 			.max_dispatch_steps = w->cfg.max_dispatch_steps,
 			.chunk_seconds = CHUNK_SECONDS,
+			/* Most of the result's fsync happens while it is written. */
+			.writeback = true,
 			.progress = on_progress,
 			.compiling = on_compiling,
 			.progress_userdata = &ctx,
