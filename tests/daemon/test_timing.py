@@ -5,7 +5,12 @@ nothing of them again. No timed assertions: the order and presence of the
 moments, and bytes read, not how long they took."""
 import math
 import os
+import shutil
+import signal
+import subprocess
 import time
+
+import pytest
 
 from .support import run_to_completion, server_job, submit, upload_phantom, wait_job
 
@@ -125,3 +130,31 @@ def test_spares_freed_when_idle(daemon_factory, phantom):
         time.sleep(0.2)
     again, _ = run_to_completion(d.api, job)
     assert _memory(again)["gpu_work_reused_bytes"] == 0, again["memory"]
+
+
+def test_result_written_back_while_written(daemon_factory, phantom, tmp_path):
+    """The spool file goes to the kernel's writeback as its records are
+    written (sync_file_range(SYNC_FILE_RANGE_WRITE) on the engine's writer
+    thread), before the result's fsync, so that the fsync before `synced`
+    finds little left to write. strace, attached to the running daemon,
+    sees the calls."""
+    strace = shutil.which("strace")
+    if not strace:
+        pytest.skip("no strace")
+    d = daemon_factory()
+    ids = upload_phantom(d.api, phantom)
+    log = tmp_path / "strace.log"
+    tracer = subprocess.Popen([strace, "-f", "-qq", "-e", "trace=sync_file_range,fsync",
+                               "-o", str(log), "-p", str(d.pid)], stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)   # attached to every thread (nothing to wait on)
+        if tracer.poll() is not None:
+            pytest.skip(f"strace cannot attach: {tracer.stderr.read()[:300]!r}")
+        run_to_completion(d.api, server_job(phantom, ids, count=300, rng_seed=4))
+    finally:
+        tracer.send_signal(signal.SIGINT)   # detaches; the daemon goes on
+        tracer.wait(timeout=30)
+    calls = [l for l in log.read_text().splitlines() if "sync_file_range(" in l or "fsync(" in l]
+    ranges = [i for i, l in enumerate(calls) if "SYNC_FILE_RANGE_WRITE" in l]
+    assert ranges, calls
+    assert any("fsync(" in l for l in calls[ranges[0]:]), calls
