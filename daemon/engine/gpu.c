@@ -1024,15 +1024,34 @@ void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 	destroy_buffer(ctx->device, buf);
 }
 
+/* Destroys the spares recycled longest ago (the list's tail) until bytes
+ * more fit within limit. */
+static void drop_oldest_spares(struct gpu_ctx *ctx, uint64_t bytes, uint64_t limit)
+{
+	while (ctx->spares && ctx->spare_bytes + bytes > limit) {
+		struct gpu_buffer **last = &ctx->spares;
+
+		while ((*last)->next)
+			last = &(*last)->next;
+		ctx->spare_bytes -= (*last)->size;
+		destroy_buffer(ctx->device, *last);
+		*last = NULL;
+	}
+}
+
 void gpu_buffer_recycle(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 {
+	uint64_t limit = ctx->limits.device_local_bytes / GPU_SPARE_DIVISOR;
+
 	if (!buf)
 		return;
 	untrack_buffer(ctx, buf);
-	if (ctx->spare_bytes + buf->size > ctx->limits.device_local_bytes / GPU_SPARE_DIVISOR) {
+	if (buf->size > limit) {
 		destroy_buffer(ctx->device, buf);
 		return;
 	}
+	/* The latest job's shape is the likeliest to come again. */
+	drop_oldest_spares(ctx, buf->size, limit);
 	buf->next = ctx->spares;
 	ctx->spares = buf;
 	ctx->spare_bytes += buf->size;

@@ -113,7 +113,8 @@ void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf);
 #define GPU_SPARE_DIVISOR 8
 
 /* Like gpu_buffer_free, but keeps the buffer (up to the device's memory
- * over GPU_SPARE_DIVISOR of them) for a later gpu_buffer_new of the same
+ * over GPU_SPARE_DIVISOR of them, the oldest going first to make room)
+ * for a later gpu_buffer_new of the same
  * size and memory kind, which gets it as it is (contents undefined, as a
  * new one's): a warm daemon's next job of the same shape allocates
  * nothing, where each allocation of pinned read-back memory costs

@@ -132,6 +132,29 @@ def test_spares_freed_when_idle(daemon_factory, phantom):
     assert _memory(again)["gpu_work_reused_bytes"] == 0, again["memory"]
 
 
+def test_spares_make_room_for_the_latest_shape(daemon_factory, phantom):
+    """Spares are kept up to an eighth of the device memory; past it the
+    oldest go, so that after jobs of two shapes that do not fit together the
+    latest shape's next job still finds all its buffers (max_steps sizes the
+    point slots, so two values are two shapes)."""
+    d = daemon_factory()
+    ids = upload_phantom(d.api, phantom)
+    cap = d.api.get_json("/v1/device")["device"]["device_local_bytes"] // 8
+
+    def job(max_steps):
+        doc, _ = run_to_completion(d.api, server_job(
+            phantom, ids, count=200, rng_seed=9, tracking={"max_steps": max_steps}))
+        return _memory(doc)
+
+    probe = job(500)["gpu_work_bytes"]
+    max_steps = min(10000, math.ceil(500 * 0.6 * cap / probe))
+    first = job(max_steps)["gpu_work_bytes"]
+    second = job(max_steps - 1)["gpu_work_bytes"]
+    assert first + second > cap > max(first, second), (first, second, cap)
+    again = job(max_steps - 1)
+    assert again["gpu_work_reused_bytes"] == again["gpu_work_bytes"] == second, again
+
+
 def test_result_written_back_while_written(daemon_factory, phantom, tmp_path):
     """The spool file goes to the kernel's writeback as its records are
     written (sync_file_range(SYNC_FILE_RANGE_WRITE) on the engine's writer
