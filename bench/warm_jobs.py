@@ -6,7 +6,11 @@ seeds (new rng_seed each time), each submitted with ?wait=stream and read to
 the end, as a waiting client sees it. Prints the median and p90 of the
 client's wall time, of the tracking (the job's `timing`: tracking ->
 tracked), of the overhead (wall less tracking) and of each step of the
-job's `timing` (proto/API.md), and the job's memory.
+job's `timing` (proto/API.md): output_opened -> tracking is preparing the work
+buffers, tracked -> synced the result's fsync, done -> client has it the read
+of what was not streamed yet. Then the result's size and the job's memory
+(work buffers, how much of them were spares of the job before, and the spares
+the daemon holds after the runs).
 
 Usage: python3 bench/warm_jobs.py TRACTD PHANTOM_DIR [--seeds 1000]
        [--runs 20] [--device D]
@@ -63,7 +67,8 @@ def volume(phantom, stem):
 
 
 def run_job(sock, job):
-    """One ?wait=stream job: (client seconds, the job's status document)."""
+    """One ?wait=stream job: (client seconds, the job's status document with
+    the bytes the client read as "client_bytes")."""
     t0 = time.monotonic()
     resp, data = request(sock, "POST", "/v1/jobs?wait=stream", json.dumps(job))
     wall = time.monotonic() - t0
@@ -71,7 +76,9 @@ def run_job(sock, job):
     if resp.status != 200 or not job_id:
         sys.exit(f"job: {resp.status} {data[:300]!r}")
     _, doc = request(sock, "GET", f"/v1/jobs/{job_id}")
-    return wall, json.loads(doc)
+    doc = json.loads(doc)
+    doc["client_bytes"] = len(data)
+    return wall, doc
 
 
 def pct(values, p):
@@ -122,7 +129,9 @@ def main():
             wall, doc = run_job(sock, job)
             walls.append(wall)
             docs.append(doc)
-        device = json.loads(request(sock, "GET", "/v1/device")[1])["device"]["name"]
+        device = json.loads(request(sock, "GET", "/v1/device")[1])["device"]
+        spare = device.get("spare_bytes")
+        device = device["name"]
     finally:
         daemon.terminate()
         daemon.wait()
@@ -138,10 +147,17 @@ def main():
     for a, b in zip(EVENTS, EVENTS[1:]):
         line(f"{a} -> {b}", [t[b] - t[a] for t in timings])
     line("done -> client has it", [w - t["done"] for w, t in zip(walls, timings)])
+    mib = statistics.median(d["client_bytes"] for d in docs) / 2**20
+    print(f"  result: {mib:.1f} MiB read by the client ({args.seeds} seeds), "
+          f"{statistics.median(d['result']['streamlines'] for d in docs)} streamlines")
     m = docs[-1]["memory"]
+    reused = m.get("gpu_work_reused_bytes")
     print(f"  memory: inputs {m['gpu_input_bytes'] / 2**20:.1f} MiB and work buffers "
-          f"{m['gpu_work_bytes'] / 2**20:.1f} MiB on the GPU, daemon peak RSS "
-          f"{m['host_peak_bytes'] / 2**20:.1f} MiB")
+          f"{m['gpu_work_bytes'] / 2**20:.1f} MiB on the GPU"
+          + (f" ({reused / 2**20:.1f} MiB of them reused)" if reused is not None else "")
+          + f", daemon peak RSS {m['host_peak_bytes'] / 2**20:.1f} MiB"
+          + (f"; spares held after the jobs {spare / 2**20:.1f} MiB" if spare is not None
+             else ""))
 
 
 if __name__ == "__main__":

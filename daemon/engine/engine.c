@@ -98,8 +98,10 @@ struct job_host {
 	float *seed_xyz;          /* 3 * chunk_seeds */
 	uint32_t *ndirs;          /* chunk_seeds */
 	uint32_t *line_id;        /* 2 * chunk lines: (global seed, direction index) */
-	uint32_t *ranges;         /* RANGE_WORDS * batch_lines: the tracked batch's ranges */
-	uint32_t *dest;           /* batch_lines: packed offsets within each piece */
+	uint32_t *ranges;         /* RANGE_WORDS per line of line_capacity: the tracked
+				   * batch's ranges */
+	uint32_t *dest;           /* per line of line_capacity: packed offsets within
+				   * each piece */
 	float *compressed;        /* 3 * slot_points per encoder when output.compress,
 				   * else NULL */
 	uint32_t *kept;           /* slot_points per encoder: the indices compression
@@ -578,19 +580,30 @@ static int new_buffer(struct gpu_ctx *gpu, uint64_t bytes, enum gpu_memory kind,
 	return gpu_buffer_new(gpu, bytes ? bytes : 4, kind, ret, err);
 }
 
-static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
+/* The chunk's buffers: its seeds and their initial directions. The line
+ * buffers come once a chunk's streamlines are listed (grow_line_buffers). */
+static int alloc_seed_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 			      struct job_gpu *g, struct errbuf *err)
 {
-	uint64_t s = plan->chunk_seeds, l = plan->batch_lines;
-	uint64_t slot_bytes = 12ull * plan->slot_points * l;
+	uint64_t s = plan->chunk_seeds;
 	int r = new_buffer(gpu, 12 * s, GPU_MEMORY_DEVICE, &g->seeds, err);
 
 	if (r == 0)
 		r = new_buffer(gpu, 4 * s, GPU_MEMORY_DEVICE, &g->ndirs, err);
 	if (r == 0)
 		r = new_buffer(gpu, 12ull * plan->max_peaks * s, GPU_MEMORY_DEVICE, &g->dirs, err);
-	if (r == 0)
-		r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &g->line_id, err);
+	return r;
+}
+
+/* The buffers of a batch of l lines: on the GPU their ids, point slots,
+ * ranges, destinations, resume state and particle filtering's scratch; on
+ * the host their ranges and destinations. */
+static int alloc_line_buffers(struct gpu_ctx *gpu, const struct job_plan *plan, uint64_t l,
+			      struct job_gpu *g, struct job_host *h, struct errbuf *err)
+{
+	uint64_t slot_bytes = 12ull * plan->slot_points * l;
+	int r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &g->line_id, err);
+
 	if (r == 0)
 		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_DEVICE, &g->points, err);
 	if (r == 0)
@@ -602,7 +615,46 @@ static int alloc_work_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 			       err);
 	if (r == 0)
 		r = new_buffer(gpu, 4ull * plan->pft.line_words * l, GPU_MEMORY_DEVICE, &g->pft, err);
-	return r;
+	if (r < 0)
+		return r;
+	h->ranges = malloc(4 * RANGE_WORDS * l);
+	h->dest = malloc(4 * l);
+	if (!h->ranges || !h->dest)
+		return errbuf_set(err, -ENOMEM, "", "out of host memory for %llu streamlines per "
+				  "batch", (unsigned long long)l);
+	return 0;
+}
+
+/* Lets the line buffers go (as spares, for the larger ones that replace
+ * them or a later job of the same shape). */
+static void free_line_buffers(struct gpu_ctx *gpu, struct job_gpu *g, struct job_host *h)
+{
+	struct gpu_buffer **lines[] = { &g->line_id, &g->points, &g->ranges, &g->dest,
+					&g->resume, &g->pft };
+
+	for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+		gpu_buffer_recycle(gpu, *lines[i]);
+		*lines[i] = NULL;
+	}
+	free(h->ranges);
+	free(h->dest);
+	h->ranges = NULL;
+	h->dest = NULL;
+}
+
+/* The lines the line buffers are sized for when a chunk lists n_lines:
+ * the power of two at or above, so that a warm daemon's jobs of one shape
+ * (whose chunks list about as many lines) ask for the same sizes and get
+ * the last one's spares, and never more than the plan's batch. A batch
+ * still holds min(n_lines, batch_lines) lines, as before: the output does
+ * not change. */
+static uint64_t line_capacity_for(const struct job_plan *plan, uint64_t n_lines)
+{
+	uint64_t capacity = 1;
+
+	while (capacity < n_lines && capacity < plan->batch_lines)
+		capacity <<= 1;
+	return min_u64(capacity, plan->batch_lines);
 }
 
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
@@ -625,9 +677,7 @@ static int alloc_host(const struct job_plan *plan, struct job_host *h, struct er
 	h->seed_xyz = malloc(12 * s);
 	h->ndirs = malloc(4 * s);
 	h->line_id = malloc(8 * chunk_lines);
-	h->ranges = malloc(4 * RANGE_WORDS * plan->batch_lines);
-	h->dest = malloc(4 * plan->batch_lines);
-	if (!h->seed_xyz || !h->ndirs || !h->line_id || !h->ranges || !h->dest)
+	if (!h->seed_xyz || !h->ndirs || !h->line_id)
 		return errbuf_set(err, -ENOMEM, "", "out of host memory for %llu seeds per chunk",
 				  (unsigned long long)s);
 	return 0;
@@ -715,6 +765,8 @@ struct job_run {
 	uint64_t chunk;              /* index of the chunk it tracks */
 	uint64_t chunk_lines;        /* its streamlines */
 	uint64_t batch_first_line;   /* the first of them in the batch being tracked */
+	uint64_t line_capacity;      /* lines the line buffers hold now (grow_line_buffers) */
+	uint64_t bytes_before, reused_before;   /* the device's, before this run's buffers */
 	struct write_slot slots[WRITE_SLOTS];
 	unsigned next_fill, next_write;   /* the slot tracked into next, written next */
 	bool tracking_done;          /* no more slots will be filled */
@@ -723,6 +775,46 @@ struct job_run {
 	pthread_t thread, writer;
 	bool started, writer_started;
 };
+
+/* A write slot's read-back buffer when the line buffers hold lines: the
+ * plan's, or less when that many lines of max_steps fill less. */
+static uint64_t slot_readback_bytes(const struct job_plan *plan, uint64_t lines)
+{
+	return min_u64(plan->readback_bytes, 12ull * plan->slot_points * lines);
+}
+
+/* The write slots for batches of up to l lines. */
+static int alloc_slots(struct job_run *run, uint64_t l, struct errbuf *err)
+{
+	int r = 0;
+
+	for (unsigned k = 0; r == 0 && k < WRITE_SLOTS; k++) {
+		struct write_slot *w = &run->slots[k];
+		r = new_buffer(run->gpu, slot_readback_bytes(&run->plan, l), GPU_MEMORY_READBACK,
+			       &w->readback, err);
+		w->ranges = malloc(4 * RANGE_WORDS * l);
+		w->dest = malloc(4 * l);
+		w->seed_index = malloc(4 * l);
+		w->seed_vox = run->job->save_seeds ? malloc(12 * l) : NULL;
+		if (r == 0 && (!w->ranges || !w->dest || !w->seed_index ||
+			       (run->job->save_seeds && !w->seed_vox)))
+			r = errbuf_set(err, -ENOMEM, "", "out of host memory for %llu streamlines per "
+				       "batch", (unsigned long long)l);
+	}
+	return r;
+}
+
+static void free_slots(struct job_run *run)
+{
+	for (unsigned k = 0; k < WRITE_SLOTS; k++) {
+		gpu_buffer_recycle(run->gpu, run->slots[k].readback);
+		free(run->slots[k].ranges);
+		free(run->slots[k].dest);
+		free(run->slots[k].seed_index);
+		free(run->slots[k].seed_vox);
+	}
+	memset(run->slots, 0, sizeof(run->slots));
+}
 
 /* The step in voxels the kernels take: tracking.step_size, or step_mm over
  * the mean voxel size (DIPY's TrackerParameters.average_voxel_size; exact on
@@ -892,7 +984,7 @@ static enum region_verdict region_verdict(uint32_t stops)
 static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lines)
 {
 	struct job_host *h = &run->h;
-	uint64_t capacity = run->plan.readback_bytes / 12, next = 0, i;
+	uint64_t capacity = slot_readback_bytes(&run->plan, run->line_capacity) / 12, next = 0, i;
 
 	for (i = first; i < n_lines; i++) {
 		uint32_t count = h->ranges[RANGE_WORDS * i + RANGE_POINTS];
@@ -1401,6 +1493,48 @@ static uint64_t build_lines(struct job_run *run, uint64_t first_seed, uint64_t n
 	return n;
 }
 
+/* Waits until the writer thread has written every slot (so that they can
+ * be replaced); -ECANCELED when the run failed meanwhile. */
+static int wait_slots_written(struct job_run *run, struct errbuf *err)
+{
+	struct run_shared *sh = run->sh;
+	bool busy;
+
+	pthread_mutex_lock(&sh->lock);
+	do {
+		busy = false;
+		for (unsigned k = 0; k < WRITE_SLOTS; k++)
+			busy = busy || run->slots[k].full;
+		if (busy && !sh->error)
+			pthread_cond_wait(&sh->changed, &sh->lock);
+	} while (busy && !sh->error);
+	pthread_mutex_unlock(&sh->lock);
+	return busy ? errbuf_set(err, -ECANCELED, "", "stopped: another device failed") : 0;
+}
+
+/* Sizes the line buffers and the write slots by the streamlines a chunk
+ * really has, known once pass 1 has found each seed's directions, rather
+ * than by the plan's bound (every seed with max_peaks directions: 4.6 GiB
+ * on an H100 for a 100,000-seed job). They only grow, a job's largest
+ * chunk sizing them; the slots are replaced once the writer is done with
+ * them (a pause of the tracking at each growth, a few per job). */
+static int grow_line_buffers(struct job_run *run, uint64_t n_lines, struct errbuf *err)
+{
+	uint64_t capacity = line_capacity_for(&run->plan, n_lines);
+	int r;
+
+	if (capacity <= run->line_capacity)
+		return 0;
+	r = wait_slots_written(run, err);
+	if (r < 0)
+		return r;
+	free_slots(run);
+	free_line_buffers(run->gpu, &run->g, &run->h);
+	run->line_capacity = capacity;
+	r = alloc_line_buffers(run->gpu, &run->plan, capacity, &run->g, &run->h, err);
+	return r == 0 ? alloc_slots(run, capacity, err) : r;
+}
+
 static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds, struct errbuf *err)
 {
 	struct job_gpu *g = &run->g;
@@ -1432,6 +1566,8 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 		  (unsigned long long)n_lines, timing_now() - t0);
 	if (n_lines == 0)
 		r = post_empty_chunk(run, first_seed + n_seeds, err);
+	else
+		r = grow_line_buffers(run, n_lines, err);
 	for (uint64_t first = 0; r == 0 && first < n_lines; first += run->plan.batch_lines) {
 		uint64_t n = min_u64(run->plan.batch_lines, n_lines - first);
 		struct batch_place at = { first_seed + n_seeds, first == 0, first + n >= n_lines };
@@ -1654,39 +1790,6 @@ static int upload_ptt_tables(struct gpu_ctx *gpu, const struct jobspec *job,
 	return r;
 }
 
-static int alloc_slots(struct job_run *run, struct errbuf *err)
-{
-	uint64_t l = run->plan.batch_lines;
-	int r = 0;
-
-	for (unsigned k = 0; r == 0 && k < WRITE_SLOTS; k++) {
-		struct write_slot *w = &run->slots[k];
-		r = new_buffer(run->gpu, run->plan.readback_bytes, GPU_MEMORY_READBACK, &w->readback,
-			       err);
-		w->ranges = malloc(4 * RANGE_WORDS * l);
-		w->dest = malloc(4 * l);
-		w->seed_index = malloc(4 * l);
-		w->seed_vox = run->job->save_seeds ? malloc(12 * l) : NULL;
-		if (r == 0 && (!w->ranges || !w->dest || !w->seed_index ||
-			       (run->job->save_seeds && !w->seed_vox)))
-			r = errbuf_set(err, -ENOMEM, "", "out of host memory for %llu streamlines per "
-				       "batch", (unsigned long long)l);
-	}
-	return r;
-}
-
-static void free_slots(struct job_run *run)
-{
-	for (unsigned k = 0; k < WRITE_SLOTS; k++) {
-		gpu_buffer_recycle(run->gpu, run->slots[k].readback);
-		free(run->slots[k].ranges);
-		free(run->slots[k].dest);
-		free(run->slots[k].seed_index);
-		free(run->slots[k].seed_vox);
-	}
-	memset(run->slots, 0, sizeof(run->slots));
-}
-
 /* track.glsl's Regions: the counts, then the include regions and the
  * exclude regions, each a sphere's centre in voxels and radius in mm (-1
  * for a mask), then with masks their bits per voxel (inputs_region_masks). */
@@ -1737,7 +1840,6 @@ static int upload_regions(struct job_run *run, struct errbuf *err)
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu), t0;
-	uint64_t bytes_before = gpu_buffer_bytes(run->gpu), reused_before = gpu_reused_bytes(run->gpu);
 	struct pipeline_source src = { run->gpu, run->sh->opts, false };
 	uint64_t room = 0;
 	int r = 0;
@@ -1748,7 +1850,7 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 		r = upload_regions(run, err);
 	if (r == 0)
 		r = work_room(run->gpu, run->in, run->res, run->sh->opts,
-			      gpu_buffer_bytes(run->gpu) - bytes_before, &room, err);
+			      gpu_buffer_bytes(run->gpu) - run->bytes_before, &room, err);
 	if (r == 0)
 		r = plan_work(gpu_get_limits(run->gpu), run->job, run->in, run->res, run->sh->seeds,
 			      run->sh->opts, room, &run->plan, err);
@@ -1757,24 +1859,32 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 	run->stats.compile_seconds = gpu_compile_seconds(run->gpu) - compile_before;
 	t0 = timing_now();
 	if (r == 0)
-		r = alloc_work_buffers(run->gpu, &run->plan, &run->g, err);
-	if (r == 0)
-		r = alloc_slots(run, err);
+		r = alloc_seed_buffers(run->gpu, &run->plan, &run->g, err);
 	if (r == 0)
 		r = alloc_host(&run->plan, &run->h, err);
 	if (r == 0)
 		r = alloc_compress(&run->plan, run->job, inputs_grid(run->in)->affine, &run->h, err);
-	run->stats.gpu_work_bytes = gpu_buffer_bytes(run->gpu) - bytes_before;
 	if (r == 0)
-		log_debug("work buffers allocated in %.3f s: %llu bytes, %llu of them reused from "
-			  "the last run", timing_now() - t0,
-			  (unsigned long long)run->stats.gpu_work_bytes,
-			  (unsigned long long)(gpu_reused_bytes(run->gpu) - reused_before));
+		log_debug("work buffers before tracking allocated in %.3f s: %llu bytes",
+			  timing_now() - t0,
+			  (unsigned long long)(gpu_buffer_bytes(run->gpu) - run->bytes_before));
 	return r;
+}
+
+/* The run's own buffers (the line buffers at their largest: they only
+ * grow) and what of them came from spares, before they go. */
+static void count_work_buffers(struct job_run *run)
+{
+	run->stats.gpu_work_bytes = gpu_buffer_bytes(run->gpu) - run->bytes_before;
+	run->stats.gpu_work_reused_bytes = gpu_reused_bytes(run->gpu) - run->reused_before;
+	log_debug("work buffers allocated: %llu bytes, %llu of them reused from earlier runs",
+		  (unsigned long long)run->stats.gpu_work_bytes,
+		  (unsigned long long)run->stats.gpu_work_reused_bytes);
 }
 
 static void free_device_run(struct job_run *run)
 {
+	count_work_buffers(run);
 	free_slots(run);
 	free_host(&run->h);
 	free_job_gpu(run->gpu, &run->g);
@@ -1835,7 +1945,8 @@ static int open_output(struct run_shared *sh, FILE *out, struct errbuf *err)
 				     .seeds_file = sh->opts->seeds_file,
 				     .positions = job->output_positions,
 				     .compression = job->output_compression,
-				     .tck_properties = properties };
+				     .tck_properties = properties,
+				     .writeback = sh->opts->writeback };
 	int r;
 
 	tck_properties(sh, properties, sizeof(properties));
@@ -1870,6 +1981,8 @@ static int prepare_devices(struct run_shared *sh, const struct engine_device *de
 		struct job_run *run = &runs[i];
 		run->sh = sh;
 		run->gpu = devs[i].gpu;
+		run->bytes_before = gpu_buffer_bytes(run->gpu);
+		run->reused_before = gpu_reused_bytes(run->gpu);
 		run->res = devs[i].resident;
 		run->g.res = devs[i].resident;
 		run->job = sh->job;
@@ -1919,6 +2032,7 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 	total->compile_seconds += dev->compile_seconds;
 	if (dev->gpu_work_bytes > total->gpu_work_bytes)
 		total->gpu_work_bytes = dev->gpu_work_bytes;
+	total->gpu_work_reused_bytes += dev->gpu_work_reused_bytes;
 }
 
 const char *engine_stop_key(enum engine_stop reason)
@@ -2010,9 +2124,9 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 					    "cannot finish the tractogram: %s", strerror(-fr));
 	}
 	for (size_t i = 0; i < n_devs; i++) {
-		add_device_stats(stats, &runs[i].stats);
 		if (runs[i].gpu)
 			free_device_run(&runs[i]);
+		add_device_stats(stats, &runs[i].stats);
 	}
 	pthread_cond_destroy(&sh.changed);
 	pthread_mutex_destroy(&sh.progress_lock);

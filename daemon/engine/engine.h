@@ -78,6 +78,8 @@ struct engine_options {
 	void *progress_userdata;        /* of both */
 	FILE *seeds_file;           /* TCK jobs with output.save_seeds: where the seeds
 				     * text (tckgen -output_seeds) goes; NULL refuses them */
+	bool writeback;             /* output_options.writeback: the output goes to disk
+				     * while it is written (a file fsynced at the end) */
 };
 
 /* Why an end of a streamline stopped (proto/stop_reasons.def, in the order
@@ -136,6 +138,8 @@ struct engine_stats {
 	uint64_t gpu_work_bytes;    /* the run's own buffers on a device (the most of
 				     * any device): with gpu_input_bytes, what the
 				     * job takes of the GPU's memory */
+	uint64_t gpu_work_reused_bytes;  /* of them, served from the spares of earlier
+					  * runs (gpu_buffer_recycle), all devices' */
 	/* The reference grid the tractogram was written on (dims, voxel-to-RAS+
 	 * mm; zero until the writer starts). Kept because a TCK file does not
 	 * carry it and the API converts finished results between formats. */

@@ -769,7 +769,7 @@ static void destroy_buffer(VkDevice dev, struct gpu_buffer *b)
 
 /* The spares go back to the driver: at the end, and when an allocation
  * failed for want of memory they may hold. */
-static void drop_spares(struct gpu_ctx *ctx)
+void gpu_drop_spares(struct gpu_ctx *ctx)
 {
 	while (ctx->spares) {
 		struct gpu_buffer *next = ctx->spares->next;
@@ -796,7 +796,7 @@ void gpu_close(struct gpu_ctx *ctx)
 			destroy_buffer(ctx->device, ctx->buffers);
 			ctx->buffers = next;
 		}
-		drop_spares(ctx);
+		gpu_drop_spares(ctx);
 		if (ctx->pipeline_cache)
 			vkDestroyPipelineCache(ctx->device, ctx->pipeline_cache, NULL);
 		if (ctx->descriptor_pool)
@@ -1039,7 +1039,7 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 	if (!b) {
 		r = allocate_buffer(ctx, size, memory, &b, err);
 		if (r < 0 && ctx->spares) {
-			drop_spares(ctx);
+			gpu_drop_spares(ctx);
 			r = allocate_buffer(ctx, size, memory, &b, err);
 		}
 	}
@@ -1058,18 +1058,51 @@ void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 	destroy_buffer(ctx->device, buf);
 }
 
+/* Destroys the spares recycled longest ago (the list's tail) until bytes
+ * more fit within limit. */
+static void drop_oldest_spares(struct gpu_ctx *ctx, uint64_t bytes, uint64_t limit)
+{
+	while (ctx->spares && ctx->spare_bytes + bytes > limit) {
+		struct gpu_buffer **last = &ctx->spares;
+
+		while ((*last)->next)
+			last = &(*last)->next;
+		ctx->spare_bytes -= (*last)->bytes;
+		destroy_buffer(ctx->device, *last);
+		*last = NULL;
+	}
+}
+
+/* The most spares may hold: a share of the device, or of gpu_memory_limit. */
+static uint64_t spare_limit(const struct gpu_ctx *ctx)
+{
+	uint64_t memory = ctx->limits.memory_limit ? ctx->limits.memory_limit
+						   : ctx->limits.device_local_bytes;
+
+	return memory / GPU_SPARE_DIVISOR;
+}
+
 void gpu_buffer_recycle(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 {
+	uint64_t limit = spare_limit(ctx);
+
 	if (!buf)
 		return;
 	untrack_buffer(ctx, buf);
-	if (ctx->spare_bytes + buf->bytes > GPU_SPARE_BYTES) {
+	if (buf->bytes > limit) {
 		destroy_buffer(ctx->device, buf);
 		return;
 	}
+	/* The latest job's shape is the likeliest to come again. */
+	drop_oldest_spares(ctx, buf->bytes, limit);
 	buf->next = ctx->spares;
 	ctx->spares = buf;
 	ctx->spare_bytes += buf->bytes;
+}
+
+uint64_t gpu_spare_bytes(const struct gpu_ctx *ctx)
+{
+	return ctx->spare_bytes;
 }
 
 uint64_t gpu_reused_bytes(const struct gpu_ctx *ctx)

@@ -122,18 +122,30 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 /* Destroys the buffer now (the caller guarantees no pending work uses it). Accepts NULL. */
 void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf);
 
-/* Spares kept at most: a small job's work buffers (a 1,000-seed job's are
- * ~400 MiB, most of it read-back memory), not a large one's. */
-#define GPU_SPARE_BYTES (1ull << 30)
+/* Spares kept at most: this fraction of the largest device-local heap (an
+ * eighth: 10 GiB of an 80 GiB card), so that a warm daemon's repeated jobs
+ * of 100,000 seeds and more keep their work buffers too, while the volume
+ * cache (a quarter) and a running job (half) still fit beside them. */
+#define GPU_SPARE_DIVISOR 8
 
-/* Like gpu_buffer_free, but keeps the buffer (up to GPU_SPARE_BYTES of
- * them) for a later gpu_buffer_new of the same size and memory kind, which
- * gets it as it is (contents undefined, as a new one's): a warm daemon's
- * next job of the same shape allocates nothing, where each allocation of
- * pinned read-back memory costs milliseconds on a discrete GPU. The spares
- * go when the context closes, or when an allocation fails for want of
- * memory. Accepts NULL. */
+/* Like gpu_buffer_free, but keeps the buffer (up to the device's memory
+ * or gpu_memory_limit over GPU_SPARE_DIVISOR of them, the oldest going
+ * first to make room)
+ * for a later gpu_buffer_new of the same
+ * size and memory kind, which gets it as it is (contents undefined, as a
+ * new one's): a warm daemon's next job of the same shape allocates
+ * nothing, where each allocation of pinned read-back memory costs
+ * milliseconds on a discrete GPU. The spares go when the context closes,
+ * when an allocation fails for want of memory, or at gpu_drop_spares.
+ * Accepts NULL. */
 void gpu_buffer_recycle(struct gpu_ctx *ctx, struct gpu_buffer *buf);
+
+/* Gives the spares back to the driver now (a daemon left idle hands the
+ * GPU's memory back to whoever else shares the device). */
+void gpu_drop_spares(struct gpu_ctx *ctx);
+
+/* Bytes held by spares now. */
+uint64_t gpu_spare_bytes(const struct gpu_ctx *ctx);
 
 /* Bytes gpu_buffer_new served from spares so far (for a run's log). */
 uint64_t gpu_reused_bytes(const struct gpu_ctx *ctx);

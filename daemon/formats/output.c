@@ -5,8 +5,10 @@
 #include "formats/output.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "base/parallel.h"
@@ -24,6 +26,8 @@ struct output_writer {
 	uint64_t count;         /* streamlines written, the seeds file's Track_index */
 	bool seeds, seed_index, dg;  /* the per-streamline data asked for */
 	size_t trk_values;      /* TRK: property floats each record carries */
+	int writeback_fd;       /* opts.writeback: the file's descriptor, else -1 */
+	off_t written_back;     /* the file's bytes handed to writeback so far */
 	union {
 		struct trk_writer *trk;
 		struct tck_writer *tck;
@@ -146,6 +150,7 @@ int output_writer_new(enum output_format format, FILE *out, const int64_t dim[3]
 	w->seed_index = opts->with_seed_index;
 	w->dg = opts->with_direction_getter;
 	w->trk_values = 3u * w->seeds + w->seed_index + w->dg;
+	w->writeback_fd = opts->writeback ? fileno(out) : -1;
 	switch (format) {
 	case OUTPUT_TRK:
 		r = new_trk(out, dim, affine, opts, &w->w.trk, err);
@@ -576,6 +581,24 @@ static int write_round(struct output_writer *w, const struct encode_part *parts,
 	return 0;
 }
 
+/* opts.writeback: the bytes the kernel got since the last call (the
+ * buffers' rest goes at the next flush) start on their way to disk while
+ * the next round encodes. Best effort: an fsync at the end still decides
+ * whether the file is safe, and reports any error. */
+static void write_back(struct output_writer *w)
+{
+	off_t end;
+
+	if (w->writeback_fd < 0)
+		return;
+	end = lseek(w->writeback_fd, 0, SEEK_CUR);
+	if (end <= w->written_back)
+		return;
+	(void)sync_file_range(w->writeback_fd, w->written_back, end - w->written_back,
+			      SYNC_FILE_RANGE_WRITE);
+	w->written_back = end;
+}
+
 /* Encodes each round on the parts' threads while the calling thread writes
  * the round before, so encoding and writing overlap; one part encodes on
  * the calling thread, between the writes. */
@@ -597,6 +620,7 @@ static int encode_rounds(struct output_writer *w, uint64_t n, struct encode_part
 		t_write = timing_now();
 		if (pending)
 			r = write_round(w, pending, n_parts, stats);
+		write_back(w);
 		t_wait = timing_now();
 		/* Even after a failed write: the threads use the parts. */
 		if (n_parts > 1)
@@ -611,6 +635,7 @@ static int encode_rounds(struct output_writer *w, uint64_t n, struct encode_part
 		double t_write = timing_now();
 
 		r = write_round(w, pending, n_parts, stats);
+		write_back(w);
 		stats->write_seconds += timing_now() - t_write;
 	}
 	return r;

@@ -45,6 +45,11 @@ struct output_options {
 	const char *shard_tag;  /* a shard's record (merge.h) in the header: TRK's
 				 * reserved bytes, TCK's "tractd_shard" line, TRX's
 				 * header.json "TRACTD_SHARD"; NULL for a whole job */
+	bool writeback;         /* after each round of records written, start the
+				 * kernel writing what it holds of the file to disk
+				 * (sync_file_range, not waiting), so that an fsync
+				 * at the end finds little left: the daemon's spool
+				 * files. Changes no byte of the file */
 };
 
 /* Direction getter codes stored per streamline (jobspec's order). */

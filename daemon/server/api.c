@@ -494,13 +494,15 @@ static json_t *timing_json(const struct job_timing *t)
 	return doc;
 }
 
-/* A done job's memory: its inputs and work buffers on the GPU, and the
- * daemon's peak resident memory while it ran (0: unknown). */
+/* A done job's memory: its inputs and work buffers on the GPU (and how
+ * much of the latter were an earlier job's spares), and the daemon's peak
+ * resident memory while it ran (0: unknown). */
 static json_t *memory_json(const struct job_info *info)
 {
-	return json_pack("{s:I, s:I, s:I}", "gpu_input_bytes",
+	return json_pack("{s:I, s:I, s:I, s:I}", "gpu_input_bytes",
 			 (json_int_t)info->stats.gpu_input_bytes, "gpu_work_bytes",
-			 (json_int_t)info->stats.gpu_work_bytes, "host_peak_bytes",
+			 (json_int_t)info->stats.gpu_work_bytes, "gpu_work_reused_bytes",
+			 (json_int_t)info->stats.gpu_work_reused_bytes, "host_peak_bytes",
 			 (json_int_t)info->host_peak_bytes);
 }
 
@@ -1036,13 +1038,14 @@ static enum MHD_Result device_info(struct api *api, struct MHD_Connection *conn,
 
 	jobs_status(api->cfg.jobs, &st);
 	return answer_json(api, conn, MHD_HTTP_OK, json_pack(
-		"{s:{s:s, s:s, s:i, s:I, s:I, s:I, s:I}, s:o, s:{s:I, s:I}}",
+		"{s:{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I}, s:o, s:{s:I, s:I}}",
 		"device", "name", st.device.device_name, "type", st.device.device_type,
 		"count", (json_int_t)st.devices,
 		"subgroup_size", (int)st.device.subgroup_size,
 		"max_binding_bytes", (json_int_t)st.device.max_binding_bytes,
 		"max_alloc_bytes", (json_int_t)st.device.max_alloc_bytes,
 		"device_local_bytes", (json_int_t)st.device.device_local_bytes,
+		"spare_bytes", (json_int_t)st.gpu_spare_bytes,
 		"cache", cache_json(api, who, &st),
 		"queue", "queued", (json_int_t)st.queued, "running", (json_int_t)st.running));
 }

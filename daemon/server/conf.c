@@ -268,6 +268,10 @@ static const struct conf_key keys[] = {
 	    "quarter of a second at the measured rate"),
 	U64(volume_cache_bytes, CONF_SIZE, 0, 1024 * TiB, "0",
 	    "GPU memory for volumes kept warm between jobs; 0 for a quarter of the device"),
+	U64(gpu_spare_idle_seconds, CONF_DURATION, 1, 3600, "30s",
+	    "a job's GPU work buffers are kept for the next job of the same shape (up to an "
+	    "eighth of the device memory) until the daemon has been idle this long, then "
+	    "given back for others sharing the GPU"),
 	INT(fit_threads, 0, 256, "0",
 	    "CPU threads for model fitting (DTI, CSD); 0 for one per CPU"),
 	STRING(pipeline_cache, check_path_or_empty, NULL,

@@ -47,6 +47,7 @@ struct conf {
 	uint64_t gpu_memory_limit;  /* all of tractd's buffers on a device, 0 = none */
 	uint64_t max_dispatch_steps;/* tracking steps per GPU submit, 0 = the engine's default */
 	uint64_t volume_cache_bytes;/* GPU memory for warm volumes, 0 = a quarter of the device */
+	uint64_t gpu_spare_idle_seconds; /* idle this long, spare work buffers go (default 30) */
 	int fit_threads;            /* model fitting threads, 0 = one per CPU */
 	char pipeline_cache[1024];  /* Vulkan pipeline cache file; "" = none */
 	char log_level[16];         /* error, warning, info (default), debug */

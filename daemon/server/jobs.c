@@ -21,6 +21,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -704,6 +705,28 @@ void jobs_expire(struct jobs *jobs)
 
 /* ---- for the worker ------------------------------------------------------- */
 
+bool jobs_wait_queued(struct jobs *jobs, double seconds)
+{
+	struct timespec until;
+	bool ready;
+	int r = 0;
+
+	/* jobs->work waits on the default clock, CLOCK_REALTIME. */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += (time_t)seconds;
+	until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&jobs->lock);
+	while (!jobs->stopping && !next_queued(jobs) && r != ETIMEDOUT)
+		r = pthread_cond_timedwait(&jobs->work, &jobs->lock, &until);
+	ready = jobs->stopping || next_queued(jobs);
+	pthread_mutex_unlock(&jobs->lock);
+	return ready;
+}
+
 bool jobs_next(struct jobs *jobs, struct jobs_running *ret)
 {
 	struct job *job = NULL;
@@ -888,6 +911,13 @@ void jobs_set_cache_usage(struct jobs *jobs, uint64_t entries, uint64_t bytes,
 	jobs->status.cache_entries = entries;
 	jobs->status.cache_bytes = bytes;
 	jobs->status.cache_host_bytes = host_bytes;
+	pthread_mutex_unlock(&jobs->lock);
+}
+
+void jobs_set_spare_bytes(struct jobs *jobs, uint64_t bytes)
+{
+	pthread_mutex_lock(&jobs->lock);
+	jobs->status.gpu_spare_bytes = bytes;
 	pthread_mutex_unlock(&jobs->lock);
 }
 

@@ -56,6 +56,8 @@ struct jobs_config {
 	uint64_t gpu_memory_budget;   /* per job, 0 = engine default */
 	uint64_t max_dispatch_steps;  /* per GPU submit, 0 = engine default */
 	uint64_t volume_cache_bytes;  /* 0 = a quarter of the device memory */
+	double gpu_spare_idle_seconds;   /* idle this long, the worker frees its spare
+					  * work buffers (gpu_drop_spares) */
 	int fit_threads;              /* model fitting threads, 0 = one per CPU */
 };
 
@@ -66,6 +68,7 @@ struct jobs_status {
 	double track_seconds_total;
 	uint64_t cache_hits, cache_misses, cache_entries, cache_bytes, cache_budget;
 	uint64_t cache_host_bytes;   /* host copies of the warm volumes */
+	uint64_t gpu_spare_bytes;    /* the devices' spare work buffers (jobs_set_spare_bytes) */
 	uint64_t spool_bytes;
 	struct gpu_limits device;    /* the first device's (jobs_set_devices) */
 	size_t devices;              /* devices a job's seeds are shared out over */
@@ -135,6 +138,10 @@ struct jobs_running {
 	const struct jobspec *spec;
 };
 
+/* Waits up to seconds for a queued job: true when there is one (or the
+ * registry is stopping), false when none came. Marks nothing. */
+bool jobs_wait_queued(struct jobs *jobs, double seconds);
+
 /* Waits for the next job (the scheduler's pick) and marks it running
  * (recorded, followers woken); false once the registry is stopping. */
 bool jobs_next(struct jobs *jobs, struct jobs_running *ret);
@@ -172,6 +179,9 @@ int jobs_check_spool_full(struct jobs *jobs, int r, int write_errno, struct errb
 void jobs_count_cache(struct jobs *jobs, const char *owner, bool hit);
 void jobs_set_cache_usage(struct jobs *jobs, uint64_t entries, uint64_t bytes,
 			  uint64_t host_bytes);
+
+/* The bytes the devices' spare work buffers hold, for jobs_status. */
+void jobs_set_spare_bytes(struct jobs *jobs, uint64_t bytes);
 
 /* The devices the worker opened: the first one's limits, their number, and
  * the cache's GPU budget, for jobs_status. */

@@ -261,6 +261,7 @@ static int start_daemon(struct daemon *d, struct errbuf *err)
 		.gpu_memory_budget = d->conf.gpu_memory_budget,
 		.max_dispatch_steps = d->conf.max_dispatch_steps,
 		.volume_cache_bytes = d->conf.volume_cache_bytes,
+		.gpu_spare_idle_seconds = (double)d->conf.gpu_spare_idle_seconds,
 		.fit_threads = d->conf.fit_threads,
 	};
 	struct api_config ac = {

@@ -40,11 +40,22 @@ struct worker {
 
 /* ---- the GPU ---------------------------------------------------------------- */
 
+/* The bytes the contexts' spare work buffers hold, for /v1/device. */
+static void publish_spares(struct worker *w)
+{
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < w->n_gpus; i++)
+		bytes += gpu_spare_bytes(w->gpus[i]);
+	jobs_set_spare_bytes(w->jobs, bytes);
+}
+
 static void close_gpus(struct worker *w)
 {
 	for (size_t i = 0; i < w->n_gpus; i++)
 		gpu_close(w->gpus[i]);
 	w->n_gpus = 0;
+	publish_spares(w);
 }
 
 /* Opens a context on each configured device (or the best one); on failure
@@ -86,6 +97,24 @@ static void reopen_gpu_if_lost(struct worker *w)
 		return;
 	}
 	log_info("the Vulkan context was recreated");
+}
+
+/* A job's work buffers stay as spares for the next job of its shape while
+ * jobs keep coming; once none has come for gpu_spare_idle_seconds they go
+ * back to the driver, for whoever else shares the GPU. */
+static void drop_spares_when_idle(struct worker *w)
+{
+	bool held = false;
+
+	for (size_t i = 0; i < w->n_gpus; i++)
+		held = held || gpu_spare_bytes(w->gpus[i]) > 0;
+	if (!held || jobs_wait_queued(w->jobs, w->cfg.gpu_spare_idle_seconds))
+		return;
+	for (size_t i = 0; i < w->n_gpus; i++)
+		gpu_drop_spares(w->gpus[i]);
+	publish_spares(w);
+	log_debug("idle for %g s: the spare work buffers were given back",
+		  w->cfg.gpu_spare_idle_seconds);
 }
 
 /* ---- the cache's statistics, to the registry -------------------------------- */
@@ -231,6 +260,8 @@ static int track_job(struct worker *w, const struct jobs_running *job, FILE *out
 			.memory_budget = w->cfg.gpu_memory_budget,
 			.max_dispatch_steps = w->cfg.max_dispatch_steps,
 			.chunk_seconds = CHUNK_SECONDS,
+			/* Most of the result's fsync happens while it is written. */
+			.writeback = true,
 			.progress = on_progress,
 			.compiling = on_compiling,
 			.progress_userdata = &ctx,
@@ -292,11 +323,14 @@ static void *worker_main(void *arg)
 	struct worker *w = arg;
 	struct jobs_running job;
 
-	while (jobs_next(w->jobs, &job)) {
+	for (;;) {
 		struct engine_stats stats = { 0 };
 		struct errbuf err = { 0 };
 		int r;
 
+		drop_spares_when_idle(w);
+		if (!jobs_next(w->jobs, &job))
+			break;
 		log_info("job=%s started owner=%s", job.id, job.owner);
 		/* Best effort: an old kernel keeps the daemon's lifetime peak. */
 		(void)peak_rss_reset();
@@ -308,6 +342,7 @@ static void *worker_main(void *arg)
 					    "the GPU is unavailable (it was lost and could not be "
 					    "opened again)");
 		jobs_set_host_peak(w->jobs, job.job, host_peak());
+		publish_spares(w);
 		jobs_finish(w->jobs, job.job, r, &stats, &err);
 		reopen_gpu_if_lost(w);
 	}

@@ -6,7 +6,9 @@
  * progress and hands its outcome back.
  *
  * Owns the thread, a Vulkan context per configured device (kept between
- * jobs with their compiled pipelines) and the volume cache. A lost device
+ * jobs with their compiled pipelines and the spares of their work buffers,
+ * which go back to the driver once no job has come for
+ * gpu_spare_idle_seconds) and the volume cache. A lost device
  * fails the job it ran; the cache goes with it and the contexts are opened
  * again for the next job. The contexts and the cache are touched by the
  * worker thread only (and by worker_start and worker_free before and after

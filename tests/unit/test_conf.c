@@ -506,7 +506,7 @@ static void test_print_reparses(void **state)
 		{ "result_ttl_seconds", "3601" }, { "device", "2" },
 		{ "gpu_memory_budget", "4G" }, { "volume_cache_bytes", "123456789" },
 		{ "gpu_memory_limit", "16G" },
-		{ "max_dispatch_steps", "100000" },
+		{ "max_dispatch_steps", "100000" }, { "gpu_spare_idle_seconds", "9" },
 		{ "max_job_host_memory", "2G" }, { "max_volume_bytes_per_user", "3G" },
 		{ "volume_ttl_seconds", "2d" }, { "max_queued_bytes_per_user", "5M" },
 		{ "fit_threads", "3" }, { "max_connections_per_user", "5" },
