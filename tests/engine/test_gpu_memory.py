@@ -20,6 +20,7 @@ from conftest import run_cli, run_job
 MiB = 1 << 20
 N_SEEDS = 300
 DWI_SEEDS = 100
+BUDGET_SEEDS = 3000
 LIMIT_FLOAT16 = 40 * MiB      # budget 20 MiB: float32 needs 20.8, float16 14.5
 LIMIT_SH = 24 * MiB           # budget 12 MiB: only SH (9.8 MiB) fits
 # 12M: a budget of 6 MiB, where nothing fits
@@ -66,9 +67,13 @@ def test_budget_up_to_the_limit_keeps_float32(tractd, small):
     budget would allow, so the run stays within the limit; same bytes as
     the run without a limit."""
     d, job = small
-    _, reference, free_stats = _run(tractd, job("job.json"), d, "f32")
+    doc = job("job.json")
+    # Work buffers are sized by the lines a chunk has: enough seeds that
+    # the unlimited run's exceed what the limit leaves.
+    doc["seeds"]["count"] = BUDGET_SEEDS
+    _, reference, free_stats = _run(tractd, doc, d, "f32")
     assert free_stats["gpu_peak_bytes"] > LIMIT_FLOAT16, "the unlimited run should take more"
-    _, trk, stats = _run(tractd, job("job.json"), d, "f32_limit", "--gpu-memory", "40M",
+    _, trk, stats = _run(tractd, doc, d, "f32_limit", "--gpu-memory", "40M",
                          "--gpu-memory-budget", "40M")
     assert stats["odf_storage"] == "float32", stats
     assert stats["gpu_peak_bytes"] <= LIMIT_FLOAT16, stats
