@@ -36,7 +36,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import assert_parity, format_table, load_trk, run_job, summarize
+from conftest import (ANATOMICAL_TRACKING, assert_parity, format_table, load_trk, run_job,
+                      summarize)
 from scoring import one_step_further
 
 from dipy.data import get_sphere
@@ -46,16 +47,7 @@ N_SEEDS = 400
 SEED_PLACEMENT_SEED = 1234
 DIPY_RANDOM_SEED = 42
 
-TRACKING = {
-    "sphere": "symmetric362",
-    "step_size": 0.5,
-    "max_angle": 60.0,
-    "relative_peak_threshold": 0.25,
-    "min_separation_angle": 45.0,
-    "pmf_threshold": 0.05,
-    "max_steps": 500,
-    "return_all": False,
-}
+TRACKING = {**ANATOMICAL_TRACKING, "return_all": False}
 PFT = {"back_mm": 2.0, "front_mm": 1.0, "particles": 15, "max_trials": 20}
 
 TOL_PER_SEED_REL = 0.10
