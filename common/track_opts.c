@@ -4,20 +4,27 @@
  * help) behind both binaries' getopt tables and help texts, and the job
  * composed from a track command line. Values go into the document as the
  * user wrote them (JSON, else a string): jobspec, in tractd or the daemon,
- * is the one to check them and name the field.
+ * is the one to check them and name the field. --include and --exclude
+ * (tckgen's) each append a region to regions.include or regions.exclude: a
+ * sphere X,Y,Z,R or a mask file, told apart here so that a malformed one is
+ * the option's error.
  */
 #include "common/track_opts.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define HELP_COLUMN 29   /* where the help text starts, as in tractd's other options */
 
-/* A file option (key NULL, field NULL) is placed by track_job_compose. */
-enum track_opt_kind { KIND_FIELD, KIND_FILE, KIND_SET, KIND_FLAG };
+/* A file option (key NULL, field NULL) is placed by track_job_compose; a
+ * region option appends to the list its field names. */
+enum track_opt_kind { KIND_FIELD, KIND_FILE, KIND_REGION, KIND_SET, KIND_FLAG };
+
+#define SPHERE_VALUES 4   /* a region sphere's X,Y,Z,R */
 
 struct track_opt_spec {
 	const char *name;
@@ -55,6 +62,12 @@ static const struct track_opt_spec specs[TRACK_OPT_COUNT] = {
 				  "tracking.max_angle" },
 	[TRACK_OPT_FA_THRESHOLD] = { "fa-threshold", "X", KIND_FIELD, "tracking.fa_threshold",
 				     "tracking.fa_threshold" },
+	[TRACK_OPT_INCLUDE] = { "include", "X,Y,Z,R|FILE", KIND_REGION, "regions.include",
+				"regions.include (as tckgen -include): a sphere\n"
+				"in RAS+ mm or a mask image; repeatable" },
+	[TRACK_OPT_EXCLUDE] = { "exclude", "X,Y,Z,R|FILE", KIND_REGION, "regions.exclude",
+				"regions.exclude (as tckgen -exclude): a sphere\n"
+				"in RAS+ mm or a mask image; repeatable" },
 	[TRACK_OPT_SET] = { "set", "KEY=VALUE", KIND_SET, NULL,
 			    "any other job field by its dotted path, VALUE as\n"
 			    "JSON (else a string): --set tracking.max_steps=800" },
@@ -103,13 +116,52 @@ void track_opts_print_help(FILE *f)
 	}
 }
 
-static int add_field(struct track_request *t, const char *key, const char *value,
+static int add_field(struct track_request *t, const char *key, const char *value, bool region,
 		     struct job_doc_error *err)
 {
 	if (t->n_fields == TRACK_MAX_FIELDS)
 		return job_doc_fail(err, -EINVAL, "", "too many job fields on one command line "
 				    "(%d at most)", TRACK_MAX_FIELDS);
-	t->fields[t->n_fields++] = (struct track_field){ key, value };
+	t->fields[t->n_fields++] = (struct track_field){ key, value, region };
+	return 0;
+}
+
+/* text's comma-separated numbers into values (at most max of them): their
+ * count, or -1 when text is not such a list (then it names a file). */
+static int parse_numbers(const char *text, double *values, int max)
+{
+	int n = 0;
+
+	for (;;) {
+		char *end;
+		double v = strtod(text, &end);
+
+		if (end == text || !isfinite(v) || (*end && *end != ','))
+			return -1;
+		if (n < max)
+			values[n] = v;
+		n++;
+		if (!*end)
+			return n;
+		text = end + 1;
+	}
+}
+
+/* A region option's argument: a sphere of four numbers, else an existing
+ * mask file (tckgen reads its -include and -exclude alike). */
+static int check_region(enum track_opt opt, const char *arg, struct job_doc_error *err)
+{
+	double values[SPHERE_VALUES];
+	int n = parse_numbers(arg, values, SPHERE_VALUES);
+
+	if (n == SPHERE_VALUES)
+		return 0;
+	if (n >= 0)
+		return job_doc_fail(err, -EINVAL, "", "--%s '%s': a sphere is X,Y,Z,R (%d numbers, "
+				    "RAS+ mm), not %d", specs[opt].name, arg, SPHERE_VALUES, n);
+	if (access(arg, F_OK) < 0)
+		return job_doc_fail(err, -ENOENT, "", "--%s '%s': no such mask file (a region is "
+				    "a mask FILE or a sphere X,Y,Z,R)", specs[opt].name, arg);
 	return 0;
 }
 
@@ -123,10 +175,15 @@ int track_request_take(struct track_request *t, enum track_opt opt, const char *
 	case TRACK_OPT_BVECS: t->bvecs = arg; return 0;
 	case TRACK_OPT_MASK: t->mask = arg; return 0;
 	case TRACK_OPT_SEED_ROI: t->seed_roi = arg; return 0;
-	case TRACK_OPT_SET: return add_field(t, NULL, arg, err);
+	case TRACK_OPT_SET: return add_field(t, NULL, arg, false, err);
 	case TRACK_OPT_PRINT_JOB: t->print_job = true; return 0;
 	case TRACK_OPT_FORCE: t->force = true; return 0;
-	default: return add_field(t, specs[opt].field, arg, err);
+	case TRACK_OPT_INCLUDE:
+	case TRACK_OPT_EXCLUDE: {
+		int r = check_region(opt, arg, err);
+		return r < 0 ? r : add_field(t, specs[opt].field, arg, true, err);
+	}
+	default: return add_field(t, specs[opt].field, arg, false, err);
 	}
 }
 
@@ -183,12 +240,52 @@ static int track_inputs(const struct track_request *t, const char *dwi, json_t *
 	return 0;
 }
 
+/* A region option's argument as the job has it: {"center": [X, Y, Z],
+ * "radius": R}, or the mask's absolute path; NULL when out of memory or a
+ * path too long. */
+static json_t *region_value(const char *arg)
+{
+	double v[SPHERE_VALUES];
+
+	if (parse_numbers(arg, v, SPHERE_VALUES) != SPHERE_VALUES)
+		return absolute_path(arg);
+	return json_pack("{s:[f, f, f], s:f}", "center", v[0], v[1], v[2], "radius", v[3]);
+}
+
+/* Appends f's region to the list at f->key ("regions.include"), which an
+ * earlier --set may have given; one that is not a list is the option's
+ * error. */
+static int append_region(json_t *doc, const struct track_field *f, struct job_doc_error *err)
+{
+	const char *name = strchr(f->key, '.') + 1;   /* the list's, and the option's */
+	json_t *list = json_object_get(json_object_get(doc, "regions"), name), *value;
+
+	if (!list) {
+		int r;
+
+		list = json_array();
+		if (!list)
+			return job_doc_fail(err, -ENOMEM, "", "out of memory");
+		r = job_doc_set(doc, f->key, list, err);
+		if (r < 0)
+			return r;
+	}
+	if (!json_is_array(list))
+		return job_doc_fail(err, -EINVAL, f->key, "not a list, so --%s cannot add to it",
+				    name);
+	value = region_value(f->value);
+	if (!value || json_array_append_new(list, value) < 0)
+		return job_doc_fail(err, -ENOMEM, "", "out of memory or a path too long");
+	return 0;
+}
+
 /* The options' fields, in the order given, over the document. */
 static int set_fields(const struct track_request *t, json_t *doc, struct job_doc_error *err)
 {
 	for (size_t i = 0; i < t->n_fields; i++) {
 		const struct track_field *f = &t->fields[i];
-		int r = f->key ? job_doc_set_text(doc, f->key, f->value, err) :
+		int r = f->region ? append_region(doc, f, err) :
+			f->key ? job_doc_set_text(doc, f->key, f->value, err) :
 				 job_doc_assign(doc, f->value, err);
 		if (r < 0)
 			return r;

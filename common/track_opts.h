@@ -40,6 +40,8 @@ enum track_opt {
 	TRACK_OPT_STEP,
 	TRACK_OPT_MAX_ANGLE,
 	TRACK_OPT_FA_THRESHOLD,
+	TRACK_OPT_INCLUDE,
+	TRACK_OPT_EXCLUDE,
 	TRACK_OPT_SET,
 	TRACK_OPT_PRINT_JOB,
 	TRACK_OPT_FORCE,
@@ -50,6 +52,7 @@ enum track_opt {
 struct track_field {
 	const char *key;
 	const char *value;
+	bool region;   /* --include/--exclude: value is a region appended to the list at key */
 };
 
 /* What a track command line gave, beside DWI and OUTPUT. */
@@ -75,7 +78,10 @@ const char *track_opts_name(enum track_opt opt);
 void track_opts_print_help(FILE *f);
 
 /* Records option opt with its argument (NULL for a flag); the values are
- * jobspec's to check. -EINVAL (err) when there are too many fields. */
+ * jobspec's to check, but for --include/--exclude's form: X,Y,Z,R (a
+ * sphere, four numbers) or an existing mask FILE. -EINVAL (err) when there
+ * are too many fields or a sphere is not four numbers, -ENOENT when the
+ * mask FILE does not exist; both name the option. */
 int track_request_take(struct track_request *t, enum track_opt opt, const char *arg,
 		       struct job_doc_error *err);
 

@@ -9,6 +9,10 @@
 // half, which goes on or stops as that particle did. At most PFT_MAX_TRIALS
 // retries per half.
 //
+// PFT_MIN_WM_PVE_BITS (tracking.pft.min_wm_pve_before_stopping, defined only
+// when above 0; the float's bits): DIPY's rule that a half may not end validly
+// before it has reached that much white matter (pft_early_end).
+//
 // Every draw is keyed as the walk's (seed, 2 * direction + half): a
 // particle's step draws with c0 = PFT_DRAW | trial << 24 | particle << 16 |
 // step, which no walk step reaches, so the getter and cmc draw as for any
@@ -84,6 +88,33 @@ void pft_stand_at(uint item, uint i, inout Walk w)
 	w.length_mm = pft_float(at + 6u);
 	w.step = i + 1u;
 }
+
+#ifdef PFT_MIN_WM_PVE_BITS
+#define PFT_MIN_WM_PVE uintBitsToFloat(uint(PFT_MIN_WM_PVE_BITS))
+
+// DIPY's white matter partial volume at p: 1 - include - exclude, each
+// interpolated as the criterion reads them and 0 outside the image.
+float white_matter_at(vec3 p)
+{
+	vec2 v;
+	tissue_at(p, v);
+	return 1.0 - v.x - v.y;
+}
+
+// DIPY pft_tracker's min_wm_pve_before_stopping, after a step: the half has
+// reached the white matter at p (the new point, or the point the getter
+// found nothing at) too, and a valid end (include) at p does not end it while
+// that most is below the threshold and p has some white matter: the half
+// goes on through partial-volume grey matter. Only a step's own end is
+// passed, not one a particle filtering retry ends with.
+uint pft_early_end(uint stop, vec3 p, inout float max_wm_pve)
+{
+	float here = white_matter_at(p);
+	max_wm_pve = max(max_wm_pve, here);
+	return stop == STOP_INCLUDE && max_wm_pve < PFT_MIN_WM_PVE && here > 0.0 ? STILL_TRACKING :
+										     stop;
+}
+#endif
 
 // Particle p of set (0: the particles, 1: their copy).
 uint particle_at(uint item, uint set, uint p)
@@ -266,12 +297,20 @@ uint pft_retry(inout Walk w, uint item, uint seed_slot, uvec4 counter, uint stop
 	uint at = particle_at(item, 0u, chosen);
 	uint reached = pft[at + PARTICLE_STEPS];
 	float length_mm = pft_float(half_at(item, start) + 6u);
+#ifdef PFT_MIN_WM_PVE_BITS
+	// DIPY then takes the most white matter over the half's points, the
+	// seed's (which no step counted) and the particle's among them.
+	w.max_wm_pve = max(w.max_wm_pve, white_matter_at(pft_load(half_at(item, 0u))));
+#endif
 	for (uint s = 1u; s < reached; s++) {
 		vec3 q = pft_load(at + 6u * s);
 		vec3 d = pft_load(at + 6u * s + 3u);
 		length_mm += step_mm(pc.step_size * d);
 		pft_keep(item, start + s, q, d, length_mm);
 		pft_put(seed_slot, sign, start + s, q);
+#ifdef PFT_MIN_WM_PVE_BITS
+		w.max_wm_pve = max(w.max_wm_pve, white_matter_at(q));
+#endif
 	}
 	w.pft_trials++;
 	// reached 0: the chosen particle found no direction at the back-up

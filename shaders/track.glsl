@@ -87,6 +87,7 @@ struct Walk {
 	uint back_reason; // why the backward half stopped (STOP_*), once it has
 	uint visited;     // REGIONS: a bit per include region a point was in
 	uint pft_trials;  // particle filtering's retries of this half (pft.glsl)
+	float max_wm_pve; // PFT_MIN_WM_PVE_BITS: the most white matter the half reached
 };
 
 #if REGIONS
@@ -238,6 +239,7 @@ void save_walk(uint at, Walk w)
 	resume[at + 10u] = w.back_reason;
 	resume[at + 11u] = w.visited;
 	resume[at + 12u] = w.pft_trials;
+	resume[at + 13u] = floatBitsToUint(w.max_wm_pve);
 }
 
 Walk load_walk(uint at)
@@ -252,6 +254,7 @@ Walk load_walk(uint at)
 	w.back_reason = resume[at + 10u];
 	w.visited = resume[at + 11u];
 	w.pft_trials = resume[at + 12u];
+	w.max_wm_pve = uintBitsToFloat(resume[at + 13u]);
 	return w;
 }
 
@@ -309,6 +312,10 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 		else if (stop == STILL_TRACKING)
 			visits = include_bits(p);
 #endif
+#ifdef PFT_MIN_WM_PVE_BITS
+		float max_wm_pve = w.max_wm_pve;
+		stop = pft_early_end(stop, found ? p : w.p, max_wm_pve);
+#endif
 #if LOOP_LIMITED
 		if (loop_limit_reached()) {
 			getter_rewind();
@@ -318,6 +325,9 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 #if PFT
 		if (stop != STILL_TRACKING && pft_applies(stop, w)) {
 			Walk retried = w;
+#ifdef PFT_MIN_WM_PVE_BITS
+			retried.max_wm_pve = max_wm_pve;   // the point that failed counts too
+#endif
 			stop = pft_retry(retried, item_index(), seed_slot, counter, stop, p, dir);
 #if LOOP_LIMITED
 			// A retry cut short runs again whole when resumed; cut
@@ -340,6 +350,9 @@ bool track_half(inout Walk w, uint seed_slot, uvec4 counter, out uint reason)
 			break;
 		}
 		w.visited |= visits;
+#ifdef PFT_MIN_WM_PVE_BITS
+		w.max_wm_pve = max_wm_pve;
+#endif
 		w.length_mm += step_mm(pc.step_size * dir);
 		if (gl_SubgroupInvocationID < 3)
 			points[uint(int(seed_slot) + sign * int(w.step)) * 3 + gl_SubgroupInvocationID] =
@@ -388,7 +401,7 @@ void main()
 	} else
 #endif
 	{
-		w = Walk(seed, -first, 0u, 1u, 0u, 0.0, STOP_MAX_STEPS, include_bits(seed), 0u);
+		w = Walk(seed, -first, 0u, 1u, 0u, 0.0, STOP_MAX_STEPS, include_bits(seed), 0u, 0.0);
 		if (lane < 3)
 			points[seed_slot * 3 + lane] = seed[lane];
 #if PFT
@@ -406,7 +419,7 @@ void main()
 #endif
 			return;
 		}
-		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm, reason, w.visited, 0u);
+		w = Walk(seed, first, 1u, 1u, w.step, w.length_mm, reason, w.visited, 0u, 0.0);
 #if PFT
 		pft_keep(item, 0u, seed, w.dir, w.length_mm);
 #endif

@@ -356,6 +356,20 @@ class LocalTrackingMinusFirst(LocalTracking):
 # voxel coordinates, and DIPY tracks in voxel space (identity affine) as the
 # engine does.
 
+# The prob settings the anatomical parity tests (test_act_dipy.py,
+# test_pft_dipy.py) track the phantom with on both sides: one copy, so that
+# their figures stay comparable with each other.
+ANATOMICAL_TRACKING = {
+    "sphere": "symmetric362",
+    "step_size": 0.5,
+    "max_angle": 60.0,
+    "relative_peak_threshold": 0.25,
+    "min_separation_angle": 45.0,
+    "pmf_threshold": 0.05,
+    "max_steps": 500,
+}
+
+
 def dipy_local_track(dg, fa, seeds, tracking, random_seed):
     """Tracks with the direction getter dg, stopped by
     ThresholdStoppingCriterion(fa, fa_threshold), through LocalTrackingMinusFirst

@@ -426,6 +426,15 @@ static void ptt_defines(const struct jobspec *job, const struct inputs *in,
 	define(d, "LUT_RES", ptt_lut_res(inputs_sphere(in)->nv));
 }
 
+/* x's bits, for a define that a shader reads back exactly with uintBitsToFloat. */
+static uint32_t float_bits(float x)
+{
+	uint32_t bits;
+
+	memcpy(&bits, &x, sizeof(bits));
+	return bits;
+}
+
 /* tracking.pft's shape for pft.glsl, and its scratch binding: n_bindings,
  * the first after the getter's own. Every track kernel gets PFT
  * (track.glsl tests it); only prob's may have it on (check_pft). */
@@ -441,6 +450,10 @@ static void pft_defines(const struct job_plan *plan, const struct jobspec *job,
 	define(d, "PFT_MAX_TRIALS", job->pft_max_trials);
 	define(d, "PFT_LINE_WORDS", plan->pft.line_words);
 	define(d, "PFT_BINDING", n_bindings);
+	/* Off at 0, as DIPY's test (max < 0) never passes an end: those
+	 * kernels are built without it. */
+	if (job->pft_min_wm_pve > 0)
+		define(d, "PFT_MIN_WM_PVE_BITS", float_bits((float)job->pft_min_wm_pve));
 }
 
 /* The resume buffer's layout for a track kernel, so that its words are

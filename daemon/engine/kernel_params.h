@@ -78,11 +78,11 @@ _Static_assert(sizeof(struct kernel_params) == 128, "must match shaders/common.g
 
 /* The resume buffer of the track kernels (shaders/resume.glsl): per
  * streamline a status word, its walk (track.glsl's Walk: p, dir, half_index,
- * step, n_back, length_mm, back_reason, visited, pft_trials) and its getter's
+ * step, n_back, length_mm, back_reason, visited, pft_trials, max_wm_pve) and its getter's
  * state across steps (GETTER_WORDS: none for prob and boot, which draw afresh at each step; for
  * ptt two arcs, ptt_track.comp's Arc: frame t, n, b, k, first, resample, and
  * whether the streamline started). */
-#define RESUME_WALK_WORDS 13u
+#define RESUME_WALK_WORDS 14u
 /* The top bit of the resume buffer's count of suspended streamlines: one
  * was resumed and suspended again at the same step, which the device cuts
  * every time (resume.glsl's RESUME_STALLED). */

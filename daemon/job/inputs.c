@@ -6,7 +6,8 @@
  * Flow: the sphere -> the input that sets the grid (an ODF, SH coefficients,
  * or a DWI series: fitted for prob and ptt, reordered with its model's
  * matrices for boot) -> the stop map on that grid (a dwi job's own FA when
- * none is given) -> whether directions compare by |cos|.
+ * none is given) -> the criterion's tissue maps and the regions' masks on
+ * it -> whether directions compare by |cos|.
  */
 #include "job/inputs.h"
 
@@ -50,6 +51,10 @@ struct inputs {
 	bool boot_getter;
 	struct volume stop;
 	struct volume tissue;     /* stopping act, cmc: include, exclude (2 channels) */
+	/* The regions' mask images (regions.include/exclude), in the job's
+	 * region_mask_path order: read with the other inputs, so that a warm
+	 * daemon's cached inputs hold them too. */
+	struct volume region_masks[JOBSPEC_MAX_REGION_MASKS];
 	struct sphere sphere;
 	bool symmetric;       /* compare directions by |cos| */
 	const char *grid_field;   /* the input that sets the grid, for messages */
@@ -805,6 +810,18 @@ static int load_cmc_maps(const struct jobspec *job, const struct inputs *in,
 	return r;
 }
 
+/* The regions' masks, each 3D on the grid. */
+static int load_region_masks(const struct jobspec *job, struct inputs *in, struct errbuf *err)
+{
+	int r = 0;
+
+	for (int k = 0; r == 0 && k < job->n_region_masks; k++)
+		r = load_tissue_map(job, (enum jobspec_file_slot)(JOBSPEC_SLOT_REGION_MASK + k),
+				    job->region_mask_path[k], job->region_mask_field[k], in,
+				    &in->region_masks[k], err);
+	return r;
+}
+
 /* stopping act and cmc: include and exclude interleaved per voxel, so that
  * the kernels find both of a corner's values in one place. */
 static int load_tissue(const struct jobspec *job, struct inputs *in, struct errbuf *err)
@@ -864,6 +881,8 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 		r = load_stop_map(job, in, err);
 	if (r == 0)
 		r = load_tissue(job, in, err);
+	if (r == 0)
+		r = load_region_masks(job, in, err);
 	if (in->boot_getter)
 		fit_result_free(&in->fit);   /* its FA is now the stop map */
 	if (r < 0 || in->boot_getter)
@@ -880,6 +899,15 @@ static uint64_t volume_bytes(const struct volume *v)
 	return v->data ? (uint64_t)volume_voxels(v) * (uint64_t)v->dim[3] * sizeof(float) : 0;
 }
 
+static uint64_t region_mask_bytes(const struct inputs *in)
+{
+	uint64_t bytes = 0;
+
+	for (int k = 0; k < JOBSPEC_MAX_REGION_MASKS; k++)
+		bytes += volume_bytes(&in->region_masks[k]);
+	return bytes;
+}
+
 uint64_t inputs_host_bytes(const struct inputs *in)
 {
 	const struct boot_matrices *b = &in->boot;
@@ -888,7 +916,8 @@ uint64_t inputs_host_bytes(const struct inputs *in)
 
 	return volume_bytes(&in->odf) + volume_bytes(&in->sh) + volume_bytes(&in->dwi) +
 	       volume_bytes(&in->stop) + volume_bytes(&in->tissue) + volume_bytes(&in->fit.fa) + volume_bytes(&in->fit.md) +
-	       volume_bytes(&in->fit.sh) + (b->hat_u ? doubles * sizeof(double) : 0);
+	       volume_bytes(&in->fit.sh) + (b->hat_u ? doubles * sizeof(double) : 0) +
+	       region_mask_bytes(in);
 }
 
 void inputs_free(struct inputs *in)
@@ -901,6 +930,8 @@ void inputs_free(struct inputs *in)
 	boot_matrices_free(&in->boot);
 	volume_free(&in->stop);
 	volume_free(&in->tissue);
+	for (int k = 0; k < JOBSPEC_MAX_REGION_MASKS; k++)
+		volume_free(&in->region_masks[k]);
 	sphere_free(&in->sphere);
 	fit_result_free(&in->fit);
 	free(in);
@@ -929,35 +960,25 @@ int inputs_seeds_load(const struct jobspec *job, const struct inputs *in, struct
 	return load_seeds(job, grid_of(in), in->grid_field, ret, err);
 }
 
-/* Sets bit in the voxels where region's mask is non-zero. */
-static int add_region_mask(const struct jobspec *job, const struct inputs *in,
-			   const struct jobspec_region *region, uint32_t bit, uint32_t *bits,
-			   struct errbuf *err)
+/* Sets bit in the voxels where region's mask (loaded with the inputs) is
+ * non-zero. */
+static void add_region_mask(const struct inputs *in, const struct jobspec_region *region,
+			    uint32_t bit, uint32_t *bits)
 {
-	struct volume mask = { 0 };
-	const char *path, *field;
-	int r;
+	const struct volume *mask;
 
 	if (region->mask < 0)
-		return 0;
-	path = job->region_mask_path[region->mask];
-	field = job->region_mask_field[region->mask];
-	r = load_volume(job, (enum jobspec_file_slot)(JOBSPEC_SLOT_REGION_MASK + region->mask),
-			path, field, &mask, NULL, err);
-	if (r == 0)
-		r = require_3d_on_grid(&mask, grid_of(in), in->grid_field, field, path, err);
-	for (size_t v = 0; r == 0 && v < volume_voxels(&mask); v++)
-		if (mask.data[v] != 0.0f)
+		return;
+	mask = &in->region_masks[region->mask];
+	for (size_t v = 0; v < volume_voxels(mask); v++)
+		if (mask->data[v] != 0.0f)
 			bits[v] |= bit;
-	volume_free(&mask);
-	return r;
 }
 
 int inputs_region_masks(const struct jobspec *job, const struct inputs *in, uint32_t **ret,
 			struct errbuf *err)
 {
 	uint32_t *bits;
-	int r = 0;
 
 	*ret = NULL;
 	if (job->n_region_masks == 0)
@@ -965,14 +986,10 @@ int inputs_region_masks(const struct jobspec *job, const struct inputs *in, uint
 	bits = calloc(volume_voxels(grid_of(in)), sizeof(*bits));
 	if (!bits)
 		return errbuf_set(err, -ENOMEM, "regions", "out of memory for the region masks");
-	for (int i = 0; r == 0 && i < job->n_include_regions; i++)
-		r = add_region_mask(job, in, &job->include_regions[i], 1u << i, bits, err);
-	for (int j = 0; r == 0 && j < job->n_exclude_regions; j++)
-		r = add_region_mask(job, in, &job->exclude_regions[j], 1u << (16 + j), bits, err);
-	if (r < 0) {
-		free(bits);
-		return r;
-	}
+	for (int i = 0; i < job->n_include_regions; i++)
+		add_region_mask(in, &job->include_regions[i], 1u << i, bits);
+	for (int j = 0; j < job->n_exclude_regions; j++)
+		add_region_mask(in, &job->exclude_regions[j], 1u << (16 + j), bits);
 	*ret = bits;
 	return 0;
 }

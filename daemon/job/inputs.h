@@ -2,8 +2,9 @@
 /*
  * inputs: what a tracking job reads, on the host: the ODF or the SH
  * coefficients behind it, or for a boot job the DWI (b0s first, one shell)
- * and its model's matrices; the stop map, the sphere and the seeds, all
- * validated against one grid. A dwi job's inputs are fitted (fit.h).
+ * and its model's matrices; the stop map, the stopping criterion's maps,
+ * the regions' masks, the sphere and the seeds, all validated against one
+ * grid. A dwi job's inputs are fitted (fit.h).
  *
  * Owns the loaded volumes, the sphere and the fit, from inputs_load() to
  * inputs_free(); a cache may share them between jobs. Never touches the GPU,
@@ -36,7 +37,8 @@ struct inputs;
  * again when the job starts (a file under a data root may have changed). */
 int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct errbuf *err);
 
-/* Reads and validates the job's volumes and sphere. dwi inputs are fitted
+/* Reads and validates the job's volumes (the regions' masks among them) and
+ * sphere. dwi inputs are fitted
  * (fit.h) with fit's threads and progress (fit may be NULL); SH coefficients
  * are kept as they are, to be sampled on the sphere when uploaded. On
  * failure returns a negative errno with err naming the input field
@@ -79,10 +81,11 @@ int inputs_seeds_load(const struct jobspec *job, const struct inputs *in, struct
 		      struct errbuf *err);
 
 /* The regions' mask images (regions.include/exclude, tckgen's image form),
- * each 3D on the grid, as one word per voxel: bit i where include region i
- * is a mask non-zero there, bit 16 + j for exclude region j. *ret (free())
- * is NULL when no region is a mask. Errors as inputs_load, naming the
- * region ("regions.include[2]"). */
+ * read and checked 3D on the grid by inputs_load (errors naming the region,
+ * "regions.include[2]"), as one word per voxel: bit i where include region
+ * i is a mask non-zero there, bit 16 + j for exclude region j. *ret (free())
+ * is NULL when no region is a mask; -ENOMEM. in must be job's inputs (or
+ * a cached copy of inputs with the same masks). */
 int inputs_region_masks(const struct jobspec *job, const struct inputs *in, uint32_t **ret,
 			struct errbuf *err);
 

@@ -612,6 +612,7 @@ static const struct member pft_members[] = {
 	REAL("front_mm", pft_front_mm, 1, 0, CLOSED, 10, CLOSED, "mm"),
 	INTEGER("particles", pft_particles, K_INT, 15, 1, JOBSPEC_MAX_PFT_PARTICLES, NULL),
 	INTEGER("max_trials", pft_max_trials, K_INT, 20, 1, JOBSPEC_MAX_PFT_TRIALS, NULL),
+	REAL("min_wm_pve_before_stopping", pft_min_wm_pve, 0, 0, CLOSED, 1, CLOSED, NULL),
 };
 
 /* null leaves particle filtering off; an object (maybe empty: the defaults)

@@ -39,7 +39,8 @@
  *                "rejection_samples": 10, "rejection_tries": 100 (ptt only),
  *                "return_all": true, "max_cross": null, "angular_weight": 0,
  *                "pft": null | {"back_mm": 2, "front_mm": 1, "particles": 15,
- *                 "max_trials": 20} (prob with stopping act or cmc only)},
+ *                 "max_trials": 20, "min_wm_pve_before_stopping": 0} (prob with
+ *                 stopping act or cmc only)},
  *   "stopping": {"criterion": "threshold"} (default: stop_map and fa_threshold)
  *            or {"criterion": "act", "include": PATH, "exclude": PATH}
  *            or {"criterion": "act", "five_tt": PATH}  (MRtrix3's 5TT image)
@@ -278,6 +279,10 @@ struct jobspec {
 	int rejection_tries;            /* ptt: candidates tried per step, [1, 10000], default 100 */
 	double pft_back_mm;             /* tracking.pft.back_mm, [0, 10], default 2 */
 	double pft_front_mm;            /* tracking.pft.front_mm, [0, 10], default 1 */
+	double pft_min_wm_pve;          /* tracking.pft.min_wm_pve_before_stopping, [0, 1],
+					 * default 0 (off): a valid end is passed while the
+					 * half's white matter (1 - include - exclude) has
+					 * stayed below it (DIPY's) */
 	int pft_particles;              /* tracking.pft.particles, [1, JOBSPEC_MAX_PFT_PARTICLES],
 					 * default 15 */
 	int pft_max_trials;             /* tracking.pft.max_trials, [1, JOBSPEC_MAX_PFT_TRIALS],

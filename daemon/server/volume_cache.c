@@ -48,6 +48,21 @@ static int append_file_key(char *key, size_t len, const struct jobspec *spec,
 	return 0;
 }
 
+/* The files inputs_load reads: the inputs, then the regions' masks. */
+static int append_files_key(char *key, size_t len, const struct jobspec *spec)
+{
+	int r = 0;
+
+	for (size_t i = 0; r == 0 && i < JOBSPEC_INPUT_FILES; i++)
+		r = append_file_key(key, len, spec, (enum jobspec_file_slot)i,
+				    jobspec_input_path(spec, &jobspec_input_files[i]));
+	for (int k = 0; r == 0 && k < spec->n_region_masks; k++)
+		r = append_file_key(key, len, spec,
+				    (enum jobspec_file_slot)(JOBSPEC_SLOT_REGION_MASK + k),
+				    spec->region_mask_path[k]);
+	return r;
+}
+
 /* What a fit depends on besides its files. fa_threshold masks the CSD fit;
  * bvecs_convention turns the directions (and whether the job chose it is
  * logged from the cached inputs); whether sh_basis was named decides
@@ -79,12 +94,13 @@ static void append_model_key(char *key, size_t len, const struct jobspec *spec)
 
 /* What makes two jobs' volumes interchangeable: the files (the open files'
  * identity, size and times, so a server-side file that changed is read
- * again), the
+ * again; the regions' masks after the inputs, as inputs_load reads them),
+ * the
  * model parameters of a fit, and the sphere. Fitted inputs are cached like
  * uploaded ones: a second job on one subject fits nothing. */
 static char *cache_key(const struct jobspec *spec)
 {
-	size_t len = (JOBSPEC_INPUT_FILES + 1) * 4200 + 512;
+	size_t len = (JOBSPEC_INPUT_FILES + JOBSPEC_MAX_REGION_MASKS + 1) * 4200 + 512;
 	char *key;
 
 	/* Vertex lists: the job goes uncached rather than hashing them. */
@@ -93,12 +109,10 @@ static char *cache_key(const struct jobspec *spec)
 	key = calloc(1, len);
 	if (!key)
 		return NULL;
-	for (size_t i = 0; i < JOBSPEC_INPUT_FILES; i++)
-		if (append_file_key(key, len, spec, (enum jobspec_file_slot)i,
-				    jobspec_input_path(spec, &jobspec_input_files[i])) < 0) {
-			free(key);
-			return NULL;
-		}
+	if (append_files_key(key, len, spec) < 0) {
+		free(key);
+		return NULL;
+	}
 	append_model_key(key, len, spec);
 	/* The same files held another way are another entry. */
 	snprintf(key + strlen(key), len - strlen(key), "odf_storage %d\n", (int)spec->odf_storage);

@@ -9,6 +9,7 @@ import subprocess
 from datetime import datetime
 
 import nibabel as nib
+import numpy as np
 
 from .support import (PHANTOM_INPUTS, assert_same_trk, fetch_tractogram, get_metrics,
                       job_status, local_job, make_job, run_to_completion, server_job, submit,
@@ -134,6 +135,41 @@ def test_warm_cache(daemon, volumes, phantom):
     assert m.value("tractd_cache_hits_total") == after["hits"]
     assert m.value("tractd_cache_misses_total") == after["misses"]
     assert m.value("tractd_cache_bytes") == after["used_bytes"]
+
+
+def _box_mask(phantom, path, x_range):
+    """A mask on the phantom's grid, 1 where x is in x_range (voxels)."""
+    ref = nib.load(str(phantom.path("odf.nii.gz")))
+    data = np.zeros(ref.shape[:3], np.uint8)
+    data[x_range[0]:x_range[1] + 1] = 1
+    nib.save(nib.Nifti1Image(data, ref.affine), str(path))
+    return path
+
+
+def test_region_masks_are_cached_inputs(daemon, volumes, phantom, tmp_path):
+    """Region masks are read with the other inputs and cached with them: a
+    second job with the same mask is a cache hit that loads nothing
+    (seconds.load < 1 ms) and writes the same bytes; a job whose mask is
+    another file is a miss, the mask being part of the cache's key as a
+    stop map is."""
+    masks = [daemon.api.upload(_box_mask(phantom, tmp_path / f"box{i}.nii.gz", r)).json()["id"]
+             for i, r in enumerate([(20, 26), (10, 14)])]
+
+    def job(mask):
+        return dict(server_job(phantom, volumes, count=100, rng_seed=3),
+                    regions={"include": [mask]})
+
+    first, trk = run_to_completion(daemon.api, job(masks[0]))
+    before = daemon.api.get_json("/v1/device")["cache"]
+    again, trk_again = run_to_completion(daemon.api, job(masks[0]))
+    after = daemon.api.get_json("/v1/device")["cache"]
+    assert (after["hits"], after["misses"]) == (before["hits"] + 1, before["misses"]), (before,
+                                                                                      after)
+    assert again["seconds"]["load"] < 1e-3, again["seconds"]
+    assert_same_trk(trk_again, trk, "the job on cached region masks")
+    other, _ = run_to_completion(daemon.api, job(masks[1]))
+    assert daemon.api.get_json("/v1/device")["cache"]["misses"] == after["misses"] + 1
+    assert other["seconds"]["load"] > 0, other["seconds"]
 
 
 def test_counters(daemon, volumes, phantom):

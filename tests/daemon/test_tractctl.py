@@ -608,3 +608,19 @@ def test_track_uploads_region_masks(ctl, daemon, phantom, references, tmp_path):
                              "--json")).stdout)
     assert_same_trk(out.read_bytes(), references.trk(local), "tractctl track with regions")
     assert doc["result"]["rejected"] == references.stats(local)["rejected"], doc
+
+
+def test_track_region_options_as_tractd(tractctl, tractd, small_dwi, tmp_path):
+    """--include/--exclude are common/track_opts' options: tractctl track
+    prints the regions `tractd track` prints, and names the option in its
+    usage error."""
+    out = tmp_path / "r.trk"
+    args = _dwi_args(small_dwi, out, "--include", "0,0,0,4", "--exclude",
+                     small_dwi / "mask.nii.gz", "--print-job")
+    printed = _ok(subprocess.run([tractctl, *map(str, args)], capture_output=True, text=True,
+                                 timeout=60, env=daemon_env())).stdout
+    assert printed == _ok(_tractd(tractd, *args)).stdout
+    assert json.loads(printed)["regions"]["exclude"] == [str(small_dwi / "mask.nii.gz")]
+    bad = subprocess.run([tractctl, *map(str, _dwi_args(small_dwi, out, "--include", "1,2"))],
+                         capture_output=True, text=True, timeout=60, env=daemon_env())
+    _fails(bad, 2, "--include '1,2'")

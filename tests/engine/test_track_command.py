@@ -9,7 +9,9 @@
 - `tractd run -` reads the job from standard input, its paths from the
   current directory; `run -o x.tck` writes TCK, and a job naming another
   format is a usage error naming both;
-- each command's own --help; the option columns of the help apart.
+- each command's own --help; the option columns of the help apart;
+- --include/--exclude append spheres and masks to regions.include/exclude,
+  their errors naming the option.
 """
 import json
 import shutil
@@ -17,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import nibabel as nib
+import numpy as np
 import pytest
 
 from conftest import RUN_TIMEOUT_S, run_cli, write_job
@@ -266,3 +269,31 @@ def test_new_options_reach_the_job(tractd, ph, tmp_path, option, value, field, w
     assert proc.returncode == EXIT_OK, proc.stderr
     section, name = field.split(".")
     assert json.loads(proc.stdout)[section][name] == want
+
+
+def test_include_exclude_options(tractd, ph, tmp_path):
+    """--include and --exclude (tckgen's): a sphere X,Y,Z,R (RAS+ mm) or a
+    mask file, repeatable, appended in the order given to regions.include and
+    regions.exclude after what --set gave; a run keeps only the lines through
+    the include sphere."""
+    mask = ph / "csf.nii.gz"
+    args = track_args(ph, tmp_path / "r.trk", "--set", 'regions={"include": []}',
+                      "--include", "0,0,0,4", "--exclude", mask, "--include", "-1.5,2,0.5e1,3")
+    assert printed_job(tractd, args)["regions"] == {
+        "include": [{"center": [0, 0, 0], "radius": 4}, {"center": [-1.5, 2, 5], "radius": 3}],
+        "exclude": [str(mask)]}
+    out = tmp_path / "included.trk"
+    run_cli(tractd, track_args(ph, out, "--include", "0,0,0,4"), check=True)
+    lines = nib.streamlines.load(str(out)).streamlines
+    assert len(lines) > 0
+    assert all((np.linalg.norm(line, axis=1) <= 4 + 1e-4).any() for line in lines)
+
+
+@pytest.mark.parametrize("extra, code, words", [
+    (["--include", "1,2,3"], EXIT_USAGE, ["--include '1,2,3'", "X,Y,Z,R"]),
+    (["--exclude", "no-such-mask.nii.gz"], EXIT_INVALID, ["--exclude 'no-such-mask.nii.gz'"]),
+    (["--set", "regions.include=3", "--include", "1,2,3,4"], EXIT_USAGE,
+     ["regions.include", "--include"]),
+])
+def test_include_exclude_errors_name_the_option(tractd, ph, tmp_path, extra, code, words):
+    assert_fails(run_cli(tractd, track_args(ph, tmp_path / "x.trk", *extra)), code, *words)

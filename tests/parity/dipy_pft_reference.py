@@ -11,7 +11,7 @@ vertices (NV x 3), seeds (n x 3, voxel coordinates), the criterion's maps
 criterion, pft (true: ParticleFilteringTracking, false: LocalTracking),
 step_size, max_angle, pmf_threshold, relative_peak_threshold,
 min_separation_angle, max_steps, random_seed, and with pft back_mm, front_mm,
-particles, max_trials). DIPY tracks in voxel coordinates (identity affine,
+particles, max_trials and optionally min_wm_pve_before_stopping). DIPY tracks in voxel coordinates (identity affine,
 1 mm voxels), return_all false. OUT.npz: points (all streamlines' points)
 and counts (points per streamline).
 """
@@ -47,7 +47,8 @@ def main(src, dst):
         tracker = ParticleFilteringTracking(
             dg, criterion(data, p), seeds, pft_back_tracking_dist=p["back_mm"],
             pft_front_tracking_dist=p["front_mm"], particle_count=p["particles"],
-            pft_max_trial=p["max_trials"], **common)
+            pft_max_trial=p["max_trials"],
+            min_wm_pve_before_stopping=p.get("min_wm_pve_before_stopping", 0), **common)
     else:
         tracker = LocalTracking(dg, criterion(data, p), seeds, **common)
     lines = [np.asarray(s, dtype=np.float64) for s in tracker]

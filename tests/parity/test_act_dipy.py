@@ -29,8 +29,8 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import (LocalTrackingMinusFirst, assert_parity, format_table, load_trk, run_job,
-                      summarize)
+from conftest import (ANATOMICAL_TRACKING, LocalTrackingMinusFirst, assert_parity, format_table,
+                      load_trk, run_job, summarize)
 from scoring import one_step_further
 
 from dipy.data import get_sphere
@@ -43,15 +43,7 @@ SEED_PLACEMENT_SEED = 1234
 DIPY_RANDOM_SEED = 42
 DIPY_RANDOM_SEED_ALT = 4242
 
-TRACKING = {
-    "sphere": "symmetric362",
-    "step_size": 0.5,
-    "max_angle": 60.0,
-    "relative_peak_threshold": 0.25,
-    "min_separation_angle": 45.0,
-    "pmf_threshold": 0.05,
-    "max_steps": 500,
-}
+TRACKING = ANATOMICAL_TRACKING
 
 TOL_PER_SEED_REL = 0.10
 TOL_VALID_FRACTION_ABS = 0.04

@@ -1873,9 +1873,11 @@ static void test_pft(void **state)
 	assert_true(js.pft_back_mm == 2.0 && js.pft_front_mm == 1.0);
 	assert_int_equal(js.pft_particles, 15);
 	assert_int_equal(js.pft_max_trials, 20);
+	assert_true(js.pft_min_wm_pve == 0.0);
 	jobspec_free(&js);
 	expect_ok(PFT_JOB("{\"back_mm\": 3, \"front_mm\": 0, \"particles\": 64, "
-			  "\"max_trials\": 1}"), NULL, &js);
+			  "\"max_trials\": 1, \"min_wm_pve_before_stopping\": 0.5}"), NULL, &js);
+	assert_true(js.pft_min_wm_pve == 0.5);
 	assert_true(js.pft_back_mm == 3.0 && js.pft_front_mm == 0.0);
 	assert_int_equal(js.pft_particles, 64);
 	assert_int_equal(js.pft_max_trials, 1);
@@ -1891,6 +1893,10 @@ static void test_pft(void **state)
 	expect_error(PFT_JOB("{\"max_trials\": 51}"), "tracking.pft.max_trials", "");
 	expect_error(PFT_JOB("{\"back_mm\": -1}"), "tracking.pft.back_mm", "");
 	expect_error(PFT_JOB("{\"front_mm\": 11}"), "tracking.pft.front_mm", "");
+	expect_error(PFT_JOB("{\"min_wm_pve_before_stopping\": 1.5}"),
+		     "tracking.pft.min_wm_pve_before_stopping", "");
+	expect_error(PFT_JOB("{\"min_wm_pve_before_stopping\": -0.1}"),
+		     "tracking.pft.min_wm_pve_before_stopping", "");
 	expect_error(PFT_JOB("{\"count\": 3}"), "tracking.pft.count", "unknown field");
 	expect_error(TRACKING_JOB("\"pft\": {}"), "tracking.pft",
 		     "needs stopping.criterion \"act\" or \"cmc\"");

@@ -6,7 +6,9 @@
  * the seed region, the format from OUTPUT's extension and the options'
  * fields in the order given; an existing OUTPUT, a wrong extension, no seed
  * region and too many fields are the command line's faults, no gradients
- * an input's.
+ * an input's. --include/--exclude append spheres (X,Y,Z,R) and masks to
+ * regions.include/exclude; a sphere not of four numbers is the option's
+ * usage error, a missing mask its input error.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -216,6 +218,46 @@ static void test_command_line_faults(void **state)
 	assert_null(doc);
 }
 
+static double number_at(const json_t *list, size_t i, const char *member, size_t k)
+{
+	const json_t *v = json_object_get(json_array_get(list, i), member);
+
+	return json_number_value(json_is_array(v) ? json_array_get(v, k) : v);
+}
+
+static void test_region_options(void **state)
+{
+	struct scratch *s = *state;
+	struct track_request t;
+	struct job_doc_error err = { 0 };
+	json_t *doc = NULL, *include, *exclude;
+
+	track_request_init(&t);
+	take(&t, TRACK_OPT_MASK, s->mask);
+	take(&t, TRACK_OPT_INCLUDE, "1,-2.5,3e1,4");
+	take(&t, TRACK_OPT_EXCLUDE, s->mask);
+	take(&t, TRACK_OPT_INCLUDE, "0,0,0,2");
+	assert_int_equal(track_job_compose(&t, s->dwi, s->out, &doc, &err), 0);
+	include = json_object_get(json_object_get(doc, "regions"), "include");
+	exclude = json_object_get(json_object_get(doc, "regions"), "exclude");
+	assert_int_equal(json_array_size(include), 2);
+	assert_true(number_at(include, 0, "center", 1) == -2.5);
+	assert_true(number_at(include, 0, "center", 2) == 30.0);
+	assert_true(number_at(include, 0, "radius", 0) == 4.0);
+	assert_true(number_at(include, 1, "radius", 0) == 2.0);
+	assert_int_equal(json_array_size(exclude), 1);
+	assert_string_equal(json_string_value(json_array_get(exclude, 0)), s->mask);
+	json_decref(doc);
+
+	assert_int_equal(track_request_take(&t, TRACK_OPT_INCLUDE, "1,2,3", &err), -EINVAL);
+	assert_non_null(strstr(err.message, "--include '1,2,3'"));
+	assert_int_equal(track_request_take(&t, TRACK_OPT_EXCLUDE, "1,2,3,4,5", &err), -EINVAL);
+	assert_non_null(strstr(err.message, "--exclude"));
+	assert_int_equal(track_request_take(&t, TRACK_OPT_EXCLUDE, "/no/such/mask.nii", &err),
+			 -ENOENT);
+	assert_non_null(strstr(err.message, "--exclude '/no/such/mask.nii'"));
+}
+
 static void test_no_gradients_is_the_inputs_fault(void **state)
 {
 	struct scratch *s = *state;
@@ -244,6 +286,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compose, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_relative_paths_made_absolute, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_command_line_faults, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_region_options, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_gradients_is_the_inputs_fault, setup,
 						 teardown),
 	};
