@@ -442,8 +442,11 @@ int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs 
 		parallel_run(upload_task_main, tasks, sizeof(*tasks), n);
 		r = first_error(tasks, n, err);
 	}
-	if (up->odf_stream)
+	if (up->odf_stream) {
 		odf_stream_finish(up->odf_stream);
+		log_debug("ODF read in %zu slabs while it was uploaded to %zu device(s)",
+			  odf_stream_slabs(up->odf_stream), n);
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (r < 0)
 			resident_free(gpus[i], tasks[i].res);

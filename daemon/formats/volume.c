@@ -428,6 +428,7 @@ struct load_job {
 	 * file when mapped is not NULL. */
 	int fd;
 	const unsigned char *mapped;
+	atomic_size_t *planes_done;   /* mapped: per block, the z-planes done */
 	int64_t data_offset;
 	size_t block;
 	int swapsize;             /* bytes to swap per value, or 0 */
@@ -512,20 +513,24 @@ static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *p
 	return 0;
 }
 
-/* Drops the whole pages of a mapped piece's planes from the process (the
- * page cache keeps them): a slab reads a little of every page of the file,
- * and the mapping alone would otherwise make the whole image resident. */
-static void unmap_piece(const struct load_job *job, const struct plane_piece *p)
+/* Once every z-plane of item k's block of volumes is done, drops the
+ * block's whole pages from the process (the page cache keeps them): a slab
+ * reads a little of every page of the file, and the mapping would
+ * otherwise make the whole image resident. One call per block: a call per
+ * plane costs every thread a TLB flush each time. */
+static void unmap_done_block(const struct load_job *job, size_t k)
 {
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	size_t nz = (size_t)job->v->dim[2], nt = (size_t)job->v->dim[3], t0 = k / nz * job->block;
+	size_t vol_bytes = file_voxels(job->file_dim) * job->cv->size;
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start, first, end;
 
-	for (size_t b = 0; b < p->nb; b++) {
-		uintptr_t start = (uintptr_t)(p->raw + b * p->stride);
-		uintptr_t first = (start + page - 1) & ~(page - 1);
-		uintptr_t end = (start + job->plane_bytes) & ~(page - 1);
-		if (end > first)
-			(void)madvise((void *)first, end - first, MADV_DONTNEED);   /* advice only */
-	}
+	if (atomic_fetch_add(&job->planes_done[k / nz], 1) + 1 < nz)
+		return;
+	start = (uintptr_t)(job->mapped + job->data_offset) + t0 * vol_bytes;
+	first = (start + page - 1) & ~(page - 1);
+	end = (start + (nt - t0 < job->block ? nt - t0 : job->block) * vol_bytes) & ~(page - 1);
+	if (end > first)
+		(void)madvise((void *)first, end - first, MADV_DONTNEED);   /* advice only */
 }
 
 static void load_worker_main(void *arg)
@@ -553,7 +558,7 @@ static void load_worker_main(void *arg)
 		bad = interleave_plane(&piece, job);
 		w->bad = bad < w->bad ? bad : w->bad;
 		if (job->mapped)
-			unmap_piece(job, &piece);
+			unmap_done_block(job, k);
 	}
 }
 
@@ -1099,13 +1104,20 @@ int volume_slabs_read(struct volume_slabs *s, int64_t x0, struct volume *slab,
 		.fd = -1, .mapped = s->map, .data_offset = s->data_offset,
 	};
 
+	size_t blocks;
 	int r;
 
 	atomic_init(&job.next, 0);
 	atomic_init(&job.failed, false);
-	r = read_uncompressed(s->path, s->field, plan_uncompressed(&job), err);
-	/* The pages the pieces shared at their ends (unmap_piece). */
-	(void)madvise((void *)s->map, s->map_bytes, MADV_DONTNEED);
+	plan_uncompressed(&job);
+	blocks = job.n_items / (size_t)slab->dim[2];
+	job.planes_done = calloc(blocks, sizeof(*job.planes_done));
+	if (!job.planes_done)
+		return errbuf_set(err, -ENOMEM, s->field, "%s: out of memory", s->path);
+	for (size_t b = 0; b < blocks; b++)
+		atomic_init(&job.planes_done[b], 0);
+	r = read_uncompressed(s->path, s->field, &job, err);
+	free(job.planes_done);
 	return r;
 }
 
