@@ -1,8 +1,8 @@
 """An uncompressed ODF read while it is uploaded (issue 24; job/odf_stream.h).
 
 `tractd run` reads a .nii ODF in slabs of 16 x-planes straight into the
-upload instead of whole into host memory first. The phantom here is 40 voxels
-along x: three slabs (16, 16 and 8 planes). Every streamed run must give the
+upload instead of whole into host memory first. The phantom here is 56 voxels
+along x: four slabs (16, 16, 16 and 8 planes). Every streamed run must give the
 bytes of the same ODF read whole (the .nii gzipped, which is never streamed):
 on one device, on two (each takes every slab as it is read), with pages that
 end inside a slab, and in float16. A slab skipped or put at the wrong voxels
@@ -21,15 +21,15 @@ from conftest import run_cli, run_job
 
 N_SEEDS = 300
 CHUNK = "50"
-SLABS = 3
+SLABS = 4
 EXIT_INVALID = 3
 
 
 @pytest.fixture(scope="module")
 def streamed(tractd, tmp_path_factory):
-    """A 40x24x16 phantom with an uncompressed ODF, and the same ODF gzipped."""
+    """A 56x24x16 phantom with an uncompressed ODF, and the same ODF gzipped."""
     directory = tmp_path_factory.mktemp("odf_stream")
-    run_cli(tractd, ["phantom", "--dim", "40,24,16", "--uncompressed", "--no-dwi",
+    run_cli(tractd, ["phantom", "--dim", "56,24,16", "--uncompressed", "--no-dwi",
                      directory / "ph"], check=True)
     ph = directory / "ph"
     with open(ph / "odf.nii", "rb") as src, gzip.open(ph / "odf_whole.nii.gz", "wb") as dst:
@@ -79,7 +79,7 @@ def test_two_devices_take_every_slab(tractd, streamed, whole):
 def test_pages_that_end_inside_a_slab(tractd, streamed, whole):
     # 1 MiB pages hold 724 voxels of 362 values; a slab is 6144 voxels (8.5 pages).
     proc, trk, _ = _run(tractd, streamed, "paged", "odf.nii", "--max-alloc-bytes", "1M")
-    assert "ODF on the GPU as float32: 22 pages" in proc.stderr, proc.stderr[-2000:]
+    assert "ODF on the GPU as float32: 30 pages" in proc.stderr, proc.stderr[-2000:]
     assert trk == whole
 
 
@@ -115,3 +115,4 @@ def test_non_finite_value_in_a_later_slab(tractd, streamed):
         messages.append(proc.stderr.strip().splitlines()[-1].replace(".gz", ""))
     assert "inputs.odf" in messages[0] and "voxel (30, 4, 3), volume 5" in messages[0], messages
     assert messages[0] == messages[1]
+
