@@ -410,6 +410,44 @@ static bool plain_float32(const struct conversion *cv)
 	return cv->read == read_float32 && cv->slope == 1.0 && cv->inter == 0.0;
 }
 
+static size_t file_voxels(const int64_t dim[4])
+{
+	return (size_t)dim[0] * (size_t)dim[1] * (size_t)dim[2];
+}
+
+/* Interleaves a piece of an image of shape file_dim into v's data, which
+ * holds its x-planes [x0, x0 + v->dim[0]); returns the file index (t * nvox
+ * + i) of its first non-finite value, or SIZE_MAX. Walks x, then y, so that
+ * the piece's cache lines are reused along x and the data's writes stay
+ * within one x-plane. */
+static size_t interleave_plane(const struct plane_piece *p, const struct conversion *cv,
+			       const int64_t file_dim[4], int64_t x0, struct volume *v)
+{
+	size_t nvox = file_voxels(file_dim), nt = (size_t)v->dim[3];
+	int64_t nx = file_dim[0], ny = v->dim[1];
+	size_t plane_first = (size_t)p->z * (size_t)nx * (size_t)ny;
+	bool plain = plain_float32(cv);
+	size_t bad = SIZE_MAX;
+
+	for (int64_t x = 0; x < v->dim[0]; x++)
+		for (int64_t y = 0; y < ny; y++) {
+			size_t i = (size_t)(y * nx + x0 + x);
+			const unsigned char *src = p->raw + i * cv->size;
+			float *dst = v->data + volume_index(v, x, y, p->z) * nt + p->t0;
+			for (size_t b = 0; b < p->nb; b++, src += p->stride) {
+				float f;
+				if (plain)
+					memcpy(&f, src, sizeof(f));
+				else
+					f = (float)(cv->read(src) * cv->slope + cv->inter);
+				dst[b] = f;
+				if (!isfinite(f) && (p->t0 + b) * nvox + plane_first + i < bad)
+					bad = (p->t0 + b) * nvox + plane_first + i;
+			}
+		}
+	return bad;
+}
+
 /* What the load threads share: the pieces to do (taken in turn from next),
  * how to get one, and the first failure. */
 struct load_job {
@@ -436,44 +474,6 @@ struct load_job {
 	const unsigned char *block_raw;
 	size_t block_t0, block_nb;
 };
-
-static size_t file_voxels(const int64_t dim[4])
-{
-	return (size_t)dim[0] * (size_t)dim[1] * (size_t)dim[2];
-}
-
-/* Interleaves a piece into the job's volume; returns the file index (t *
- * nvox + i) of its first non-finite value, or SIZE_MAX. Walks x, then y, so
- * that the piece's cache lines are reused along x and the data's writes stay
- * within one x-plane. */
-static size_t interleave_plane(const struct plane_piece *p, const struct load_job *job)
-{
-	const struct conversion *cv = job->cv;
-	struct volume *v = job->v;
-	size_t nvox = file_voxels(job->file_dim), nt = (size_t)v->dim[3];
-	int64_t nx = job->file_dim[0], ny = v->dim[1];
-	size_t plane_first = (size_t)p->z * (size_t)nx * (size_t)ny;
-	bool plain = plain_float32(cv);
-	size_t bad = SIZE_MAX;
-
-	for (int64_t x = 0; x < v->dim[0]; x++)
-		for (int64_t y = 0; y < ny; y++) {
-			size_t i = (size_t)(y * nx + job->x0 + x);
-			const unsigned char *src = p->raw + i * cv->size;
-			float *dst = v->data + volume_index(v, x, y, p->z) * nt + p->t0;
-			for (size_t b = 0; b < p->nb; b++, src += p->stride) {
-				float f;
-				if (plain)
-					memcpy(&f, src, sizeof(f));
-				else
-					f = (float)(cv->read(src) * cv->slope + cv->inter);
-				dst[b] = f;
-				if (!isfinite(f) && (p->t0 + b) * nvox + plane_first + i < bad)
-					bad = (p->t0 + b) * nvox + plane_first + i;
-			}
-		}
-	return bad;
-}
 
 struct load_worker {
 	struct load_job *job;
@@ -555,7 +555,7 @@ static void load_worker_main(void *arg)
 				break;
 			}
 		}
-		bad = interleave_plane(&piece, job);
+		bad = interleave_plane(&piece, job->cv, job->file_dim, job->x0, job->v);
 		w->bad = bad < w->bad ? bad : w->bad;
 		if (job->mapped)
 			unmap_done_block(job, k);
