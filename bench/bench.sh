@@ -359,15 +359,22 @@ fi
 # the ODF, upload it in pages, track, write the TRK), with the storage the job
 # picked, the peak GPU memory tractd allocated and the process's peak resident
 # memory. BENCH_SIZE_CASE: a case of bench/cases.sh (hcp, the default where a
-# GPU is listed; stanford...) or none (the default on CPU-only machines);
-# BENCH_SIZE_STORAGE: tracking.odf_storage
-# (default auto). The phantom's ODF takes ~10 GiB of disk and a minute to
-# write; the TRK of 10 million seeds ~8 GiB. BENCH_SIZE_DEVICES (e.g. "0,1")
-# adds a run of the last seed count spread over those devices, for the
-# multi-GPU speed-up. BENCH_SIZE_GPU_MEMORY (default "16G 16G:15G"; empty
-# skips) adds a run of the last seed count for each LIMIT[:BUDGET] as if the
-# device had LIMIT bytes (--gpu-memory; a 16 GB card), with the job's budget
-# BUDGET (--gpu-memory-budget; default half the limit).
+# GPU is listed; stanford; mid, 96x96x60 with a 1.5 GiB ODF, tries the section
+# on lavapipe with BENCH_SIZE_SEEDS=300...) or none (the default on CPU-only
+# machines); BENCH_SIZE_STORAGE: tracking.odf_storage (default auto). The
+# phantom's ODF takes ~10 GiB of disk and a minute to write; the TRK of 10
+# million seeds ~8 GiB. BENCH_SIZE_DEVICES (e.g. "0,1") adds a run of the last
+# seed count spread over those devices, for the multi-GPU speed-up.
+# BENCH_SIZE_GPU_MEMORY (default "16G 16G:15G"; empty skips) adds a run of the
+# last seed count for each LIMIT[:BUDGET] as if the device had LIMIT bytes
+# (--gpu-memory; a 16 GB card), with the job's budget BUDGET
+# (--gpu-memory-budget; default half the limit). The ODF is an uncompressed
+# .nii, which `tractd run` reads in slabs while it uploads them (README,
+# "Speed"): load is then the other inputs and the seeds, and upload reading
+# and uploading the ODF together; host_GiB shows that the host no longer
+# holds the whole ODF. BENCH_SIZE_BASELINE (another tractd, e.g. one built
+# before the slabs) runs each case with it too, in turns with this one
+# (column build: base, this).
 bench_size() { # CASE
 	bench_case "$1"
 	abs=$(cd "$ph" && pwd)
@@ -375,9 +382,9 @@ bench_size() { # CASE
 	echo
 	echo "any size: prob, $1 phantom $(echo "$grid" | tr , x), $sphere," \
 		"odf_storage $storage, end to end"
-	printf '  %-9s %-8s %-9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n' \
-		seeds devices limit storage streamlines load upload compile track encode write \
-		kernels total seeds/s gpu_GiB host_GiB
+	printf '  %-5s %-9s %-8s %-9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n' \
+		build seeds devices limit storage streamlines load upload compile track encode \
+		write kernels total seeds/s gpu_GiB host_GiB
 	# Each run: SEEDS:DEVICES:LIMIT:BUDGET, - for the default.
 	runs=""
 	for n in ${BENCH_SIZE_SEEDS:-1000000 10000000}; do runs="$runs $n:-:-:-"; last=$n; done
@@ -388,9 +395,13 @@ bench_size() { # CASE
 		*)   runs="$runs $last:-:$m:-" ;;
 		esac
 	done
-	for r in $runs; do
+	builds="this"
+	[ -n "${BENCH_SIZE_BASELINE:-}" ] && builds="base this"
+	for r in $runs; do for build in $builds; do
 		n=$(echo "$r" | cut -d: -f1) devs=$(echo "$r" | cut -d: -f2)
 		limit=$(echo "$r" | cut -d: -f3) budget=$(echo "$r" | cut -d: -f4)
+		bin=$tractd
+		[ "$build" = base ] && bin=$BENCH_SIZE_BASELINE
 		cat >"$ph/job_$n.json" <<JOB
 {"inputs": {"odf": "$abs/odf.nii", "stop_map": "$abs/fa.nii"},
  "seeds": {"roi": "$abs/seed_roi.nii", "count": $n, "rng_seed": 0},
@@ -407,13 +418,13 @@ JOB
 		rm -f "$ph/tracks.trk"
 		start=$(now)
 		# shellcheck disable=SC2086
-		if ! "$tractd" -q run "$ph/job_$n.json" -o "$ph/tracks.trk" --stats-json "$stats" \
+		if ! "$bin" -q run "$ph/job_$n.json" -o "$ph/tracks.trk" --stats-json "$stats" \
 			$opt 2>"$ph/err.txt"; then
-			echo "  $n ($label): skipped: $(tail -n 1 "$ph/err.txt")"
+			echo "  $build $n ($label): skipped: $(tail -n 1 "$ph/err.txt")"
 			continue
 		fi
 		wall=$(awk -v a="$start" -v b="$(now)" 'BEGIN { print b - a }')
-		awk -v n="$n" -v d="$(json_number "$stats" devices)" -v lim="$label" \
+		awk -v b="$build" -v n="$n" -v d="$(json_number "$stats" devices)" -v lim="$label" \
 		    -v st="$(json_string "$stats" odf_storage)" \
 		    -v sl="$(json_number "$stats" streamlines)" -v l="$(json_number "$stats" load)" \
 		    -v u="$(json_number "$stats" upload)" -v co="$(json_number "$stats" compile)" \
@@ -422,15 +433,16 @@ JOB
 		    -v k="$(json_number "$stats" kernels)" \
 		    -v tot="$wall" -v g="$(json_number "$stats" gpu_peak_bytes)" \
 		    -v h="$(json_number "$stats" host_peak_bytes)" 'BEGIN {
-			printf "  %-9d %-8d %-9s %-8s %11d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %10.0f %9.2f %9.2f\n",
-			       n, d, lim, st, sl, l, u, co, t, e, w, k, tot, n / (t + e + w), g / 2^30, h / 2^30 }'
-	done
+			printf "  %-5s %-9d %-8d %-9s %-8s %11d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %10.0f %9.2f %9.2f\n",
+			       b, n, d, lim, st, sl, l, u, co, t, e, w, k, tot, n / (t + e + w), g / 2^30, h / 2^30 }'
+	done; done
 	echo "  device: $(json_string "$stats" device); limit = --gpu-memory[/--gpu-memory-budget];" \
 		"total = wall time of the whole command; the writer threads encode (on all cores)" \
 		"and write while the GPU tracks, so track + encode + write is the run's wall time" \
 		"and seeds/s is taken over it;" \
 		"kernels = time in the GPU's submits; gpu_GiB = the most tractd's buffers held on" \
-		"a device (within the limit); the TRK is deleted afterwards"
+		"a device (within the limit); host_GiB = the process's peak resident memory (on" \
+		"lavapipe the 'GPU' memory too); the TRK is deleted afterwards"
 	rm -f "$ph/tracks.trk"
 }
 # Hours on lavapipe: by default only where a GPU is listed.

@@ -3,8 +3,9 @@
 # by bench/bench.sh and bench/cluster.sh (after they set $tractd and $dir).
 # bench_case CASE sets grid, sphere and seeds (the seeds.count of the case's
 # job.json) for tiny (24x24x16, for the tests on lavapipe), small (48x48x24),
-# medium (64x64x40), stanford (81x106x76,
-# Stanford HARDI's grid) or hcp (145x174x145, HCP's grid: a 9.9 GiB ODF, ~10
+# medium (64x64x40), stanford (81x106x76, Stanford HARDI's grid), mid
+# (96x96x60, a 1.5 GiB ODF to try the any-size section on lavapipe) or hcp
+# (145x174x145, HCP's grid: a 9.9 GiB ODF, ~10
 # GiB of disk and a minute to write), and ph, the case's directory
 # $dir/CASE, where the phantom's ODF, stop map and seed ROI (no DWI) are made
 # once, uncompressed; an unknown case exits 2.
@@ -14,6 +15,7 @@ bench_case() { # CASE
 	small)    grid=48,48,24;    sphere=symmetric362; seeds=10000 ;;
 	medium)   grid=64,64,40;    sphere=repulsion724; seeds=20000 ;;
 	stanford) grid=81,106,76;   sphere=repulsion724; seeds=100000 ;;
+	mid)      grid=96,96,60;    sphere=repulsion724; seeds=1000 ;;
 	hcp)      grid=145,174,145; sphere=repulsion724; seeds=1000000 ;;
 	*) echo "unknown case $1" >&2; exit 2 ;;
 	esac

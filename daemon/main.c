@@ -916,7 +916,8 @@ static void cli_job_free(struct cli_job *j)
 static int open_devices(struct cli *cli, struct cli_job *j, struct errbuf *err)
 {
 	struct resident_upload up = { .odf_storage = j->spec.odf_storage,
-				      .memory_budget = cli->engine.memory_budget, .fit = &cli->fit };
+				      .memory_budget = cli->engine.memory_budget, .fit = &cli->fit,
+				      .odf_stream = inputs_odf_stream(j->inputs) };
 	struct gpu_ctx *gpus[GPU_MAX_DEVICES];
 	double t0 = timing_now(), took;
 	int r = device_open_finish(&j->opening, gpus, &j->n_devices, &took, err);
@@ -970,7 +971,7 @@ static int load_inputs(void *userdata, const struct jobspec *spec, struct inputs
 	j->load_started = timing_now();
 	j->cli->gpu.pipeline_cache_path = j->cli->pipeline_cache;
 	device_open_start(&j->opening, &j->cli->gpu, j->cli->devices, j->cli->n_devices);
-	r = inputs_load(spec, &j->cli->fit, &j->inputs, err);
+	r = inputs_load_streamed(spec, &j->cli->fit, &j->inputs, err);
 	if (r == 0) {
 		log_gradients(j->inputs);
 		log_fit(j->inputs);
@@ -981,7 +982,8 @@ static int load_inputs(void *userdata, const struct jobspec *spec, struct inputs
 }
 
 /* Then the devices and the uploads. The load time runs until here, so that
- * it counts the seeds too. */
+ * it counts the seeds too; an ODF read while it is uploaded counts in the
+ * upload time. */
 static int upload_inputs(void *userdata, const struct jobspec *spec, const struct inputs *inputs,
 			 struct engine_device devs[GPU_MAX_DEVICES], size_t *n_devs,
 			 struct engine_stats *timing, struct errbuf *err)

@@ -91,20 +91,79 @@ static void fill_halves(void *dst, uint64_t offset, uint64_t size, void *userdat
 		out[i] = first + i < h->n ? half_from_float(h->src[first + i]) : 0;
 }
 
-static int upload_page(struct gpu_ctx *gpu, const struct paged_layout *l, uint32_t k,
-		       const float *data, struct gpu_buffer **ret, struct errbuf *err)
+/* Voxels of page k. */
+static uint64_t page_voxels(const struct paged_layout *l, uint32_t k)
 {
 	uint64_t first = (uint64_t)k * l->voxels_per_page;
-	uint64_t n = l->voxels - first < l->voxels_per_page ? l->voxels - first : l->voxels_per_page;
-	uint64_t bytes = page_bytes(l->type, l->channels, n);
-	struct halves halves = { data + first * l->channels, n * l->channels };
-	int r = gpu_buffer_new(gpu, bytes, GPU_MEMORY_DEVICE, ret, err);
 
-	if (r < 0)
-		return r;
+	return l->voxels - first < l->voxels_per_page ? l->voxels - first : l->voxels_per_page;
+}
+
+/* n voxels of values into page from its voxel at. */
+static int upload_piece(struct gpu_ctx *gpu, const struct paged_layout *l, struct gpu_buffer *page,
+			uint64_t at, uint64_t n, const float *values, struct errbuf *err)
+{
+	uint64_t offset = page_bytes(l->type, l->channels, at);
+	uint64_t bytes = page_bytes(l->type, l->channels, n);
+	struct halves halves = { values, n * l->channels };
+
+	/* A float16 piece must start on a word of its own. */
+	if (l->type == PAGED_FLOAT16 && at * l->channels % 2)
+		return errbuf_set_kind(err, ERR_KIND_DEVICE, -EINVAL, "device", "a float16 run "
+				       "starts within a 32-bit word of its page");
 	if (l->type == PAGED_FLOAT16)
-		return gpu_upload_fill(gpu, *ret, 0, bytes, fill_halves, &halves, err);
-	return gpu_upload(gpu, *ret, 0, halves.src, bytes, err);
+		return gpu_upload_fill(gpu, page, offset, bytes, fill_halves, &halves, err);
+	return gpu_upload(gpu, page, offset, values, bytes, err);
+}
+
+/* Voxels [first, first + n) with their values into the pages they fall in. */
+static int upload_voxels(struct gpu_ctx *gpu, struct paged_volume *v, uint64_t first,
+			 uint64_t n, const float *values, struct errbuf *err)
+{
+	const struct paged_layout *l = &v->layout;
+	int r = 0;
+
+	while (n > 0 && r == 0) {
+		uint32_t k = (uint32_t)(first / l->voxels_per_page);
+		uint64_t at = first - (uint64_t)k * l->voxels_per_page;
+		uint64_t take = page_voxels(l, k) - at < n ? page_voxels(l, k) - at : n;
+		r = upload_piece(gpu, l, v->pages[k], at, take, values, err);
+		first += take;
+		n -= take;
+		values += take * l->channels;
+	}
+	return r;
+}
+
+/* The runs into the allocated pages, each as it comes; they must cover
+ * the volume in order. */
+static int upload_runs(struct gpu_ctx *gpu, const struct paged_runs *runs, struct paged_volume *v,
+		       struct errbuf *err)
+{
+	uint64_t next = 0;
+	int r = 0;
+
+	for (size_t k = 0; k < runs->n_runs && r == 0; k++) {
+		struct paged_run run;
+		r = runs->get(runs->userdata, k, &run, err);
+		if (r < 0)
+			break;
+		if (run.first_voxel != next || run.voxels > v->layout.voxels - next)
+			r = errbuf_set_kind(err, ERR_KIND_DEVICE, -EIO, "device", "run %zu of the "
+					    "volume holds voxels from %llu, not %llu", k,
+					    (unsigned long long)run.first_voxel,
+					    (unsigned long long)next);
+		else
+			r = upload_voxels(gpu, v, run.first_voxel, run.voxels, run.values, err);
+		next += run.voxels;
+		if (runs->release)
+			runs->release(runs->userdata, k);
+	}
+	if (r == 0 && next != v->layout.voxels)
+		r = errbuf_set_kind(err, ERR_KIND_DEVICE, -EIO, "device", "the runs of the volume "
+				    "end at voxel %llu of %llu", (unsigned long long)next,
+				    (unsigned long long)v->layout.voxels);
+	return r;
 }
 
 static int upload_table(struct gpu_ctx *gpu, struct paged_volume *v, struct errbuf *err)
@@ -129,8 +188,8 @@ static int upload_table(struct gpu_ctx *gpu, struct paged_volume *v, struct errb
 	return r;
 }
 
-int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const float *data,
-		 struct paged_volume *ret, struct errbuf *err)
+int paged_upload_runs(struct gpu_ctx *gpu, const struct paged_layout *layout,
+		      const struct paged_runs *runs, struct paged_volume *ret, struct errbuf *err)
 {
 	int r = 0;
 
@@ -140,7 +199,11 @@ int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const f
 	if (!ret->pages)
 		return errbuf_set_kind(err, ERR_KIND_DEVICE, -ENOMEM, "device", "out of memory");
 	for (uint32_t k = 0; k < layout->n_pages && r == 0; k++)
-		r = upload_page(gpu, layout, k, data, &ret->pages[k], err);
+		r = gpu_buffer_new(gpu, page_bytes(layout->type, layout->channels,
+						   page_voxels(layout, k)),
+				   GPU_MEMORY_DEVICE, &ret->pages[k], err);
+	if (r == 0)
+		r = upload_runs(gpu, runs, ret, err);
 	if (r == 0)
 		r = upload_table(gpu, ret, err);
 	if (r < 0) {
@@ -149,6 +212,24 @@ int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const f
 	}
 	ret->bytes = paged_bytes(layout);
 	return 0;
+}
+
+/* Host data: one run of every voxel. */
+static int whole_run(void *userdata, size_t k, struct paged_run *ret, struct errbuf *err)
+{
+	(void)k;
+	(void)err;
+	*ret = *(const struct paged_run *)userdata;
+	return 0;
+}
+
+int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const float *data,
+		 struct paged_volume *ret, struct errbuf *err)
+{
+	struct paged_run all = { .values = data, .first_voxel = 0, .voxels = layout->voxels };
+	struct paged_runs runs = { .n_runs = 1, .get = whole_run, .userdata = &all };
+
+	return paged_upload_runs(gpu, layout, &runs, ret, err);
 }
 
 void paged_free(struct gpu_ctx *gpu, struct paged_volume *v)

@@ -9,11 +9,13 @@
  * Owns the pages and the small table the kernels bind: voxels per page,
  * channels, then each page's address. Values are stored as float32, or as
  * float16 (binary16, round to nearest even, two per 32-bit word), which
- * halves the memory of an ODF. Does not log.
+ * halves the memory of an ODF. Uploads host data whole, or runs of voxels
+ * as a source delivers them (paged_upload_runs). Does not log.
  */
 #ifndef TRACTD_PAGED_VOLUME_H
 #define TRACTD_PAGED_VOLUME_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/errbuf.h"
@@ -53,6 +55,31 @@ uint64_t paged_bytes(const struct paged_layout *layout);
  * field "device"; on failure nothing stays allocated. */
 int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const float *data,
 		 struct paged_volume *ret, struct errbuf *err);
+
+/* Values that arrive in runs of whole voxels (an ODF read while it is
+ * uploaded, odf_stream.h): run k holds voxels [first_voxel, first_voxel +
+ * voxels), channels values each; the runs cover the volume in order. */
+struct paged_run {
+	const float *values;
+	uint64_t first_voxel;
+	uint64_t voxels;
+};
+
+struct paged_runs {
+	size_t n_runs;
+	/* Run k, waiting for it if need be; a failure ends the upload. */
+	int (*get)(void *userdata, size_t k, struct paged_run *ret, struct errbuf *err);
+	/* The upload is done with run k (called after every get that
+	 * succeeded); may be NULL. */
+	void (*release)(void *userdata, size_t k);
+	void *userdata;
+};
+
+/* paged_upload of runs, each copied to its pages as it comes (a float16
+ * run must start on a whole 32-bit word of its page: an even channel count
+ * does). -EIO (field "device") when the runs skip or repeat voxels. */
+int paged_upload_runs(struct gpu_ctx *gpu, const struct paged_layout *layout,
+		      const struct paged_runs *runs, struct paged_volume *ret, struct errbuf *err);
 
 /* Accepts a zeroed volume. The device must be idle for it. */
 void paged_free(struct gpu_ctx *gpu, struct paged_volume *v);

@@ -291,12 +291,32 @@ static int odf_values_get(struct odf_values *v, const struct inputs *in,
 	return v->r;
 }
 
+/* A streamed ODF's slabs as the runs of its pages. */
+static int stream_get(void *userdata, size_t k, struct paged_run *ret, struct errbuf *err)
+{
+	struct odf_slab slab;
+	int r = odf_stream_get(userdata, k, &slab, err);
+
+	if (r == 0)
+		*ret = (struct paged_run){ .values = slab.values, .first_voxel = slab.first_voxel,
+					   .voxels = slab.voxels };
+	return r;
+}
+
+static void stream_release(void *userdata, size_t k)
+{
+	odf_stream_release(userdata, k);
+}
+
 /* The ODF as its storage wants it: SH coefficients and the matrix that
- * samples them, or values on the vertices (odf_values). */
+ * samples them, or values on the vertices: read while uploaded
+ * (odf_stream.h), or on the host (odf_values). */
 static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
-		      const struct fit_options *fit, struct odf_values *values,
+		      const struct resident_upload *up, struct odf_values *values,
 		      const struct paged_layout *layout, struct resident *res, struct errbuf *err)
 {
+	const struct fit_options *fit = up->fit;
+
 	const struct volume *odf;
 	int r;
 
@@ -310,6 +330,12 @@ static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 		if (r == 0)
 			r = paged_upload(gpu, layout, inputs_sh(in)->data, &res->odf, err);
 		return r;
+	}
+	if (up->odf_stream) {
+		struct paged_runs runs = { .n_runs = odf_stream_slabs(up->odf_stream),
+					   .get = stream_get, .release = stream_release,
+					   .userdata = up->odf_stream };
+		return paged_upload_runs(gpu, layout, &runs, &res->odf, err);
 	}
 	r = odf_values_get(values, in, fit, &odf, err);
 	if (r == 0)
@@ -355,7 +381,7 @@ static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
 	} else {
 		r = choose_odf_storage(lim, in, up->odf_storage, budget, res, &layout, err);
 		if (r == 0)
-			r = upload_odf(gpu, in, up->fit, values, &layout, res, err);
+			r = upload_odf(gpu, in, up, values, &layout, res, err);
 	}
 	if (r == 0)
 		r = upload_common(gpu, in, res, err);
@@ -411,6 +437,23 @@ static void upload_task_main(void *arg)
 	struct upload_task *t = arg;
 
 	t->r = new_resident(t->gpu, t->in, t->up, t->values, &t->res, &t->err);
+	/* The other devices stop waiting for slabs this one will not take. */
+	if (t->r < 0 && t->up->odf_stream)
+		odf_stream_cancel(t->up->odf_stream);
+}
+
+/* The first device's error, or where a streamed ODF's upload failed on one
+ * device, that one's rather than the others' -ECANCELED. */
+static int first_error(const struct upload_task *tasks, size_t n, struct errbuf *err)
+{
+	int r = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (tasks[i].r < 0 && (r == 0 || r == -ECANCELED)) {
+			r = tasks[i].r;
+			*err = tasks[i].err;
+		}
+	return r;
 }
 
 int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs *in,
@@ -426,12 +469,17 @@ int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs 
 	for (size_t i = 0; i < n; i++)
 		tasks[i] = (struct upload_task){ .gpu = gpus[i], .in = in, .up = up,
 						 .values = &values };
-	parallel_run(upload_task_main, tasks, sizeof(*tasks), n);
-	for (size_t i = 0; i < n && r == 0; i++)
-		if (tasks[i].r < 0) {
-			r = tasks[i].r;
-			*err = tasks[i].err;
-		}
+	if (up->odf_stream)
+		r = odf_stream_start(up->odf_stream, n, err);
+	if (r == 0) {
+		parallel_run(upload_task_main, tasks, sizeof(*tasks), n);
+		r = first_error(tasks, n, err);
+	}
+	if (up->odf_stream) {
+		odf_stream_finish(up->odf_stream);
+		log_debug("ODF read in %zu slabs while it was uploaded to %zu device(s)",
+			  odf_stream_slabs(up->odf_stream), n);
+	}
 	for (size_t i = 0; i < n; i++) {
 		if (r < 0)
 			resident_free(gpus[i], tasks[i].res);

@@ -8,7 +8,8 @@
  * Owns the storage choice (the requested one, or the first that fits the
  * job's GPU memory budget with room to track), the uploads and the buffers,
  * from resident_new_all() to resident_free(). Volumes go up in pages that only
- * the memory budget bounds (paged_volume.h). The engine binds the buffers
+ * the memory budget bounds (paged_volume.h); an ODF left on disk
+ * (odf_stream.h) goes up slab by slab as it is read, to all devices at once. The engine binds the buffers
  * through resident_bindings(). Logs the upload at debug level; failures go
  * to the caller through errbuf.
  */
@@ -38,6 +39,9 @@ struct resident_upload {
 	uint64_t memory_budget;     /* bytes of GPU memory a job may use; 0: default */
 	const struct fit_options *fit;  /* threads and progress for sampling SH
 					 * inputs on the sphere; may be NULL */
+	/* The ODF read while it is uploaded (inputs_odf_stream), every device
+	 * taking each slab as it is read; NULL: the inputs' host copy. */
+	struct odf_stream *odf_stream;
 };
 
 /* The GPU memory a job may use (its inputs, tables, work and read-back

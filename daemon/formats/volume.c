@@ -410,22 +410,28 @@ static bool plain_float32(const struct conversion *cv)
 	return cv->read == read_float32 && cv->slope == 1.0 && cv->inter == 0.0;
 }
 
-/* Interleaves a piece into v's data; returns the file index (t * nvox + i)
- * of its first non-finite value, or SIZE_MAX. Walks x, then y, so that the
- * piece's cache lines are reused along x and the data's writes stay within
- * one x-plane. */
-static size_t interleave_plane(const struct plane_piece *p, const struct conversion *cv,
-			       struct volume *v)
+static size_t file_voxels(const int64_t dim[4])
 {
-	size_t nvox = volume_voxels(v), nt = (size_t)v->dim[3];
-	int64_t nx = v->dim[0], ny = v->dim[1];
+	return (size_t)dim[0] * (size_t)dim[1] * (size_t)dim[2];
+}
+
+/* Interleaves a piece of an image of shape file_dim into v's data, which
+ * holds its x-planes [x0, x0 + v->dim[0]); returns the file index (t * nvox
+ * + i) of its first non-finite value, or SIZE_MAX. Walks x, then y, so that
+ * the piece's cache lines are reused along x and the data's writes stay
+ * within one x-plane. */
+static size_t interleave_plane(const struct plane_piece *p, const struct conversion *cv,
+			       const int64_t file_dim[4], int64_t x0, struct volume *v)
+{
+	size_t nvox = file_voxels(file_dim), nt = (size_t)v->dim[3];
+	int64_t nx = file_dim[0], ny = v->dim[1];
 	size_t plane_first = (size_t)p->z * (size_t)nx * (size_t)ny;
 	bool plain = plain_float32(cv);
 	size_t bad = SIZE_MAX;
 
-	for (int64_t x = 0; x < nx; x++)
+	for (int64_t x = 0; x < v->dim[0]; x++)
 		for (int64_t y = 0; y < ny; y++) {
-			size_t i = (size_t)(y * nx + x);
+			size_t i = (size_t)(y * nx + x0 + x);
 			const unsigned char *src = p->raw + i * cv->size;
 			float *dst = v->data + volume_index(v, x, y, p->z) * nt + p->t0;
 			for (size_t b = 0; b < p->nb; b++, src += p->stride) {
@@ -447,13 +453,20 @@ static size_t interleave_plane(const struct plane_piece *p, const struct convers
 struct load_job {
 	const struct conversion *cv;
 	struct volume *v;
+	/* The image's shape: v holds its x-planes [x0, x0 + v->dim[0]), all
+	 * of them (x0 0, file_dim v->dim) unless read in slabs (volume_slabs). */
+	const int64_t *file_dim;
+	int64_t x0;
 	size_t plane_bytes;       /* one z-plane of one volume, as stored */
 	size_t n_items;
 	atomic_size_t next;
 	atomic_bool failed;
 	/* An uncompressed file: item k is the plane z = k % nz of the k / nz-th
-	 * group of `block` volumes. */
+	 * group of `block` volumes, read from fd, or in place from the mapped
+	 * file when mapped is not NULL. */
 	int fd;
+	const unsigned char *mapped;
+	atomic_size_t *planes_done;   /* mapped: per block, the z-planes done */
 	int64_t data_offset;
 	size_t block;
 	int swapsize;             /* bytes to swap per value, or 0 */
@@ -473,10 +486,18 @@ static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *p
 {
 	const struct load_job *job = w->job;
 	size_t nz = (size_t)job->v->dim[2], nt = (size_t)job->v->dim[3];
-	size_t nvox = volume_voxels(job->v), t0 = k / nz * job->block;
+	size_t nvox = file_voxels(job->file_dim), t0 = k / nz * job->block;
 	size_t nb = nt - t0 < job->block ? nt - t0 : job->block;
 	size_t z = k % nz;
 
+	if (job->mapped) {
+		*piece = (struct plane_piece){
+			.raw = job->mapped + job->data_offset + (t0 * nvox) * job->cv->size +
+			       z * job->plane_bytes,
+			.stride = nvox * job->cv->size, .z = (int64_t)z, .t0 = t0, .nb = nb,
+		};
+		return 0;
+	}
 	for (size_t b = 0; b < nb; b++) {
 		int64_t at = job->data_offset + (int64_t)(((t0 + b) * nvox) * job->cv->size +
 							   z * job->plane_bytes);
@@ -492,6 +513,26 @@ static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *p
 	return 0;
 }
 
+/* Once every z-plane of item k's block of volumes is done, drops the
+ * block's whole pages from the process (the page cache keeps them): a slab
+ * reads a little of every page of the file, and the mapping would
+ * otherwise make the whole image resident. One call per block: a call per
+ * plane costs every thread a TLB flush each time. */
+static void unmap_done_block(const struct load_job *job, size_t k)
+{
+	size_t nz = (size_t)job->v->dim[2], nt = (size_t)job->v->dim[3], t0 = k / nz * job->block;
+	size_t vol_bytes = file_voxels(job->file_dim) * job->cv->size;
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start, first, end;
+
+	if (atomic_fetch_add(&job->planes_done[k / nz], 1) + 1 < nz)
+		return;
+	start = (uintptr_t)(job->mapped + job->data_offset) + t0 * vol_bytes;
+	first = (start + page - 1) & ~(page - 1);
+	end = (start + (nt - t0 < job->block ? nt - t0 : job->block) * vol_bytes) & ~(page - 1);
+	if (end > first)
+		(void)madvise((void *)first, end - first, MADV_DONTNEED);   /* advice only */
+}
+
 static void load_worker_main(void *arg)
 {
 	struct load_worker *w = arg;
@@ -504,7 +545,7 @@ static void load_worker_main(void *arg)
 		if (job->block_raw) {
 			piece = (struct plane_piece){
 				.raw = job->block_raw + k * job->plane_bytes,
-				.stride = volume_voxels(job->v) * job->cv->size,
+				.stride = file_voxels(job->file_dim) * job->cv->size,
 				.z = (int64_t)k, .t0 = job->block_t0, .nb = job->block_nb,
 			};
 		} else {
@@ -514,8 +555,10 @@ static void load_worker_main(void *arg)
 				break;
 			}
 		}
-		bad = interleave_plane(&piece, job->cv, job->v);
+		bad = interleave_plane(&piece, job->cv, job->file_dim, job->x0, job->v);
 		w->bad = bad < w->bad ? bad : w->bad;
+		if (job->mapped)
+			unmap_done_block(job, k);
 	}
 }
 
@@ -526,11 +569,12 @@ static size_t load_threads(size_t items)
 	return parallel_parts(items, 1);
 }
 
-/* The result of the workers: the first failure, or the first non-finite value. */
+/* The result of the workers: the first failure, or the first non-finite
+ * value of an image of shape dim. */
 static int workers_result(const struct load_worker *w, size_t n, const char *path,
-			  const char *field, const struct volume *v, struct errbuf *err)
+			  const char *field, const int64_t dim[4], struct errbuf *err)
 {
-	size_t bad = SIZE_MAX, nvox = volume_voxels(v), i, nx = (size_t)v->dim[0];
+	size_t bad = SIZE_MAX, nvox = file_voxels(dim), i, nx = (size_t)dim[0];
 
 	for (size_t k = 0; k < n; k++) {
 		if (w[k].error == -EIO)
@@ -546,7 +590,7 @@ static int workers_result(const struct load_worker *w, size_t n, const char *pat
 	i = bad % nvox;
 	return errbuf_set(err, -EINVAL, field,
 			  "%s: non-finite value at voxel (%zu, %zu, %zu), volume %zu", path,
-			  i % nx, i / nx % (size_t)v->dim[1], i / (nx * (size_t)v->dim[1]),
+			  i % nx, i / nx % (size_t)dim[1], i / (nx * (size_t)dim[1]),
 			  bad / nvox);
 }
 
@@ -572,19 +616,19 @@ static struct load_worker *new_workers(struct load_job *job, size_t n, size_t bu
 	return w;
 }
 
-/* The workers pread from the file at their own offsets: job->fd is the
- * caller's, not closed here. */
+/* The workers pread from the file at their own offsets (job->fd is the
+ * caller's, not closed here), or read the mapped file in place. */
 static int read_uncompressed(const char *path, const char *field, struct load_job *job,
 			     struct errbuf *err)
 {
 	size_t n = load_threads(job->n_items);
-	struct load_worker *w = new_workers(job, n, job->block * job->plane_bytes);
+	struct load_worker *w = new_workers(job, n, job->mapped ? 0 : job->block * job->plane_bytes);
 	int r;
 
 	if (!w)
 		return errbuf_set(err, -ENOMEM, field, "%s: out of memory", path);
 	parallel_run(load_worker_main, w, sizeof(*w), n);
-	r = workers_result(w, n, path, field, job->v, err);
+	r = workers_result(w, n, path, field, job->file_dim, err);
 	free_workers(w, n);
 	return r;
 }
@@ -664,7 +708,7 @@ static int read_compressed(const char *path, const char *field, const nifti_imag
 			have = inflate_block(fp, raw[cur ^ 1], next * vol_bytes, job->swapsize,
 					     job->cv->size);
 		parallel_finish(&workers);
-		r = workers_result(w, n, path, field, v, err);
+		r = workers_result(w, n, path, field, job->file_dim, err);
 	}
 	gzclose(fp);
 done:
@@ -690,23 +734,39 @@ static float *alloc_voxel_data(size_t count)
 	return p;
 }
 
+/* Whether the file holds the voxel data that nim announces where it says. */
+static int check_voxel_data(const char *path, const char *field, const nifti_image *nim,
+			    const struct image_file *f, size_t data_bytes, struct errbuf *err)
+{
+	if (nim->iname_offset < 0)
+		return errbuf_set(err, -EINVAL, field, "%s: negative vox_offset is not supported", path);
+	return check_data_size(path, field, nim, f, data_bytes, err);
+}
+
+/* An uncompressed file's items: each z-plane of every block of volumes. */
+static struct load_job *plan_uncompressed(struct load_job *job)
+{
+	size_t nt = (size_t)job->v->dim[3];
+
+	job->block = nt < BLOCK_VOLUMES ? nt : BLOCK_VOLUMES;
+	job->n_items = (nt + job->block - 1) / job->block * (size_t)job->v->dim[2];
+	return job;
+}
+
 static int read_voxels(const char *path, const char *field, const nifti_image *nim,
 		       const struct image_file *f, const struct conversion *cv, struct volume *v,
 		       struct errbuf *err)
 {
 	size_t count = data_count(v), data_bytes = count * cv->size;
 	struct load_job job = {
-		.cv = cv, .v = v,
+		.cv = cv, .v = v, .file_dim = v->dim,
 		.plane_bytes = (size_t)v->dim[0] * (size_t)v->dim[1] * cv->size,
 		.fd = f->fd, .data_offset = nim->iname_offset,
 		.swapsize = nim->swapsize > 1 && nim->byteorder != nifti_short_order() ?
 			    nim->swapsize : 0,
 	};
-	int rc;
+	int rc = check_voxel_data(path, field, nim, f, data_bytes, err);
 
-	if (nim->iname_offset < 0)
-		return errbuf_set(err, -EINVAL, field, "%s: negative vox_offset is not supported", path);
-	rc = check_data_size(path, field, nim, f, data_bytes, err);
 	if (rc)
 		return rc;
 	v->data = alloc_voxel_data(count);
@@ -718,9 +778,7 @@ static int read_voxels(const char *path, const char *field, const nifti_image *n
 		job.n_items = (size_t)v->dim[2];
 		return read_compressed(path, field, nim, f, &job, err);
 	}
-	job.block = (size_t)v->dim[3] < BLOCK_VOLUMES ? (size_t)v->dim[3] : BLOCK_VOLUMES;
-	job.n_items = ((size_t)v->dim[3] + job.block - 1) / job.block * (size_t)v->dim[2];
-	return read_uncompressed(path, field, &job, err);
+	return read_uncompressed(path, field, plan_uncompressed(&job), err);
 }
 
 /* Up to len bytes from the start of f (inflated when f->gz) into buf;
@@ -958,6 +1016,119 @@ int volume_probe(const char *path, const char *field, int64_t dim[4], size_t *st
 	rc = volume_probe_fd(fd, path, field, dim, stored_size, err);
 	close(fd);
 	return rc;
+}
+
+/* ---- reading in x-slabs ----
+ *
+ * The file is mapped, and a slab's pieces (z-planes of blocks of volumes,
+ * as read_uncompressed's) are interleaved straight from the mapping, each
+ * touching only its x-range: no copy of the whole image is made. */
+
+struct volume_slabs {
+	struct conversion cv;
+	int64_t dim[4];
+	const unsigned char *map;
+	size_t map_bytes;
+	int64_t data_offset;
+	char *path;
+	const char *field;
+};
+
+/* Whether f's voxel data can be read in place: uncompressed, in the
+ * host's byte order. */
+static bool readable_in_place(const struct image_file *f, const nifti_image *nim)
+{
+	return !f->gz && !(nim->swapsize > 1 && nim->byteorder != nifti_short_order());
+}
+
+static int map_image(const char *path, const char *field, const nifti_image *nim,
+		     const struct image_file *f, const struct raw_header *raw,
+		     struct volume *header, struct volume_slabs *s, struct errbuf *err)
+{
+	void *map;
+	int rc = conversion_for(path, field, nim, raw, &s->cv, err);
+
+	if (!rc)
+		rc = best_affine(path, field, nim, raw, header->affine, err);
+	if (!rc)
+		rc = check_voxel_data(path, field, nim, f, data_count(header) * s->cv.size, err);
+	if (rc)
+		return rc;
+	map = mmap(NULL, (size_t)f->bytes, PROT_READ, MAP_SHARED, f->fd, 0);
+	if (map == MAP_FAILED)
+		return errbuf_set(err, -EIO, field, "%s: cannot map: %s", path, strerror(errno));
+	s->map = map;
+	s->map_bytes = (size_t)f->bytes;
+	s->data_offset = nim->iname_offset;
+	memcpy(s->dim, header->dim, sizeof(s->dim));
+	s->field = field;
+	return 0;
+}
+
+int volume_slabs_open(int fd, const char *path, const char *field, struct volume *header,
+		      struct volume_slabs **ret, struct errbuf *err)
+{
+	struct raw_header raw;
+	struct image_file f = { .fd = -1 };
+	struct volume v;
+	nifti_image *nim = NULL;
+	struct volume_slabs *s = NULL;
+	int rc;
+
+	memset(&v, 0, sizeof(v));
+	*ret = NULL;
+	rc = read_header_fd(fd, path, field, &f, &raw, v.dim, &nim, err);
+	if (rc == 0 && readable_in_place(&f, nim)) {
+		s = calloc(1, sizeof(*s));
+		if (!s || !(s->path = strdup(path)))
+			rc = errbuf_set(err, -ENOMEM, field, "%s: out of memory", path);
+		if (rc == 0)
+			rc = map_image(path, field, nim, &f, &raw, &v, s, err);
+	}
+	nifti_image_free(nim);
+	if (rc) {
+		volume_slabs_close(s);
+		return rc;
+	}
+	*header = v;
+	*ret = s;
+	return 0;
+}
+
+int volume_slabs_read(struct volume_slabs *s, int64_t x0, struct volume *slab,
+		      struct errbuf *err)
+{
+	struct load_job job = {
+		.cv = &s->cv, .v = slab, .file_dim = s->dim, .x0 = x0,
+		.plane_bytes = (size_t)s->dim[0] * (size_t)s->dim[1] * s->cv.size,
+		.fd = -1, .mapped = s->map, .data_offset = s->data_offset,
+	};
+
+	size_t blocks;
+	int r;
+
+	atomic_init(&job.next, 0);
+	atomic_init(&job.failed, false);
+	plan_uncompressed(&job);
+	blocks = job.n_items / (size_t)slab->dim[2];
+	job.planes_done = calloc(blocks, sizeof(*job.planes_done));
+	if (!job.planes_done)
+		return errbuf_set(err, -ENOMEM, s->field, "%s: out of memory", s->path);
+	for (size_t b = 0; b < blocks; b++)
+		atomic_init(&job.planes_done[b], 0);
+	r = read_uncompressed(s->path, s->field, &job, err);
+	free(job.planes_done);
+	return r;
+}
+
+void volume_slabs_close(struct volume_slabs *s)
+{
+	if (!s)
+		return;
+	if (s->map)
+		munmap((void *)s->map, s->map_bytes);
+	free(s->path);
+	free(s);
 }
 
 /* ---- saving ---- */

@@ -75,6 +75,31 @@ int volume_probe_fd(int fd, const char *path, const char *field, int64_t dim[4],
 int volume_probe(const char *path, const char *field, int64_t dim[4], size_t *stored_size,
 		 struct errbuf *err);
 
+/* An uncompressed NIfTI image read in x-slabs: whole x-planes [x0, x0 + w)
+ * of every volume at a time, straight from the file's mapping, so that the
+ * whole image is never in host memory (the GPU upload streams it: the
+ * volume's [x][y][z] order makes each slab a run of whole voxels). */
+struct volume_slabs;
+
+/* Reads the header of the open file fd (not kept: the mapping holds the
+ * file) into header (dim and affine; data stays NULL) and maps the file
+ * into *ret. *ret is NULL, with 0 returned and header untouched, when the
+ * image cannot be read in place (gzip-compressed, or not in the host's byte
+ * order): volume_load_fd reads those. Errors as volume_load_fd's for a bad
+ * header or a short file; field must outlive *ret. */
+int volume_slabs_open(int fd, const char *path, const char *field, struct volume *header,
+		      struct volume_slabs **ret, struct errbuf *err);
+
+/* Reads x-planes [x0, x0 + slab->dim[0]) of every volume into slab (its
+ * data allocated by the caller; dim[1..3] the image's), converted as
+ * volume_load_fd converts, on every load thread. Errors as volume_load_fd's
+ * for non-finite values (the first of the slab is named). */
+int volume_slabs_read(struct volume_slabs *s, int64_t x0, struct volume *slab,
+		      struct errbuf *err);
+
+/* Unmaps the file. Accepts NULL. */
+void volume_slabs_close(struct volume_slabs *s);
+
 /* Writes v as NIfTI-1 float32 (gzip when path ends in .gz) with sform and qform
  * (codes 1, "scanner") set from v->affine and pixdim from its column norms.
  * Returns 0 or a negative errno. */

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "formats/affine.h"
 #include "formats/image.h"
@@ -39,7 +40,9 @@ struct gradient_note {
 };
 
 struct inputs {
-	struct volume odf;        /* inputs.odf: the ODF on the sphere's vertices, clipped */
+	struct volume odf;        /* inputs.odf: the ODF on the sphere's vertices, clipped;
+				   * streamed: its header alone (dim, affine) */
+	struct odf_stream *odf_stream;  /* inputs.odf read while uploaded, or NULL */
 	struct volume sh;         /* inputs.sh: its coefficients (a dwi job's are fit.sh) */
 	enum sh_basis sh_basis;
 	bool sh_world;            /* inputs.sh_frame world: directions map through to_sh */
@@ -400,11 +403,43 @@ static int load_seeds(const struct jobspec *job, const struct volume *odf, const
 	return r;
 }
 
-static int load_odf(const struct jobspec *job, struct inputs *in, struct errbuf *err)
+/* Whether a job's ODF may stay on disk until it is uploaded: nothing but
+ * the upload reads it on the host (ptt's per-voxel scale does), and its
+ * float16 pairs never straddle a voxel (an even vertex count). */
+static bool odf_streamable(const struct jobspec *job, const struct inputs *in)
 {
-	int r = load_volume(job, JOBSPEC_SLOT_ODF, job->odf_path, "inputs.odf", &in->odf, NULL,
-			    err);
+	return job->input_kind == JOBSPEC_INPUT_ODF && job->direction_getter != JOBSPEC_DG_PTT &&
+	       in->sphere.nv % 2 == 0;
+}
 
+/* An uncompressed NIfTI ODF as a stream (odf_stream.h) with its header in
+ * in->odf; anything else (.nii.gz, .mif, another byte order) leaves
+ * in->odf_stream NULL for load_volume. */
+static int open_odf_stream(const struct jobspec *job, const struct fit_options *o,
+			   struct inputs *in, struct errbuf *err)
+{
+	int fd = jobspec_opened_fd(job, JOBSPEC_SLOT_ODF), own = -1;
+	int r = fd < 0 ? volume_open(job->odf_path, "inputs.odf", &own, err) : 0;
+
+	if (r < 0)
+		return r;
+	fd = fd < 0 ? own : fd;
+	if (!mif_detect_fd(fd))
+		r = odf_stream_open(fd, job->odf_path, &in->sphere, o, &in->odf, &in->odf_stream,
+				    err);
+	if (own >= 0)
+		close(own);
+	return r;
+}
+
+static int load_odf(const struct jobspec *job, const struct fit_options *o, bool stream,
+		    struct inputs *in, struct errbuf *err)
+{
+	int r = stream && odf_streamable(job, in) ? open_odf_stream(job, o, in, err) : 0;
+
+	if (r == 0 && !in->odf_stream)
+		r = load_volume(job, JOBSPEC_SLOT_ODF, job->odf_path, "inputs.odf", &in->odf, NULL,
+				err);
 	if (r == 0 && in->odf.dim[3] != in->sphere.nv)
 		r = errbuf_set(err, -EINVAL, "inputs.odf", "%s has %lld volumes but the sphere "
 			       "(tracking.sphere) has %d vertices: the ODF must be sampled on it",
@@ -852,7 +887,7 @@ static int load_tissue(const struct jobspec *job, struct inputs *in, struct errb
 	return r;
 }
 
-static int load_inputs(const struct jobspec *job, const struct fit_options *o,
+static int load_inputs(const struct jobspec *job, const struct fit_options *o, bool stream,
 		       struct inputs *in, struct errbuf *err)
 {
 	static const char *const grid_fields[] = {
@@ -867,7 +902,7 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 		return r;
 	switch (job->input_kind) {
 	case JOBSPEC_INPUT_ODF:
-		r = load_odf(job, in, err);
+		r = load_odf(job, o, stream, in, err);
 		break;
 	case JOBSPEC_INPUT_SH:
 		r = load_sh(job, in, err);
@@ -891,6 +926,8 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o,
 		in->symmetric = true;   /* even-order SH */
 		return 0;
 	}
+	if (in->odf_stream)
+		return 0;   /* clipped and checked slab by slab */
 	return fit_prepare_odf(&in->odf, &in->sphere, o, &in->symmetric, err);
 }
 
@@ -924,6 +961,7 @@ void inputs_free(struct inputs *in)
 {
 	if (!in)
 		return;
+	odf_stream_free(in->odf_stream);
 	volume_free(&in->odf);
 	volume_free(&in->sh);
 	volume_free(&in->dwi);
@@ -937,21 +975,38 @@ void inputs_free(struct inputs *in)
 	free(in);
 }
 
-int inputs_load(const struct jobspec *job, const struct fit_options *fit, struct inputs **ret,
-		struct errbuf *err)
+static int load_all(const struct jobspec *job, const struct fit_options *fit, bool stream,
+		    struct inputs **ret, struct errbuf *err)
 {
 	struct inputs *in = calloc(1, sizeof(*in));
 	int r;
 
 	if (!in)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	r = load_inputs(job, fit, in, err);
+	r = load_inputs(job, fit, stream, in, err);
 	if (r < 0) {
 		inputs_free(in);
 		return r;
 	}
 	*ret = in;
 	return 0;
+}
+
+int inputs_load(const struct jobspec *job, const struct fit_options *fit, struct inputs **ret,
+		struct errbuf *err)
+{
+	return load_all(job, fit, false, ret, err);
+}
+
+int inputs_load_streamed(const struct jobspec *job, const struct fit_options *fit,
+			 struct inputs **ret, struct errbuf *err)
+{
+	return load_all(job, fit, true, ret, err);
+}
+
+struct odf_stream *inputs_odf_stream(struct inputs *in)
+{
+	return in->odf_stream;
 }
 
 int inputs_seeds_load(const struct jobspec *job, const struct inputs *in, struct seeds **ret,
@@ -1058,7 +1113,7 @@ const struct sphere *inputs_sphere(const struct inputs *in)
 
 bool inputs_symmetric(const struct inputs *in)
 {
-	return in->symmetric;
+	return in->odf_stream ? odf_stream_symmetric(in->odf_stream) : in->symmetric;
 }
 
 const struct volume *inputs_stop(const struct inputs *in)

@@ -21,6 +21,7 @@
 #include "base/errbuf.h"
 #include "models/fit.h"
 #include "job/jobspec.h"
+#include "job/odf_stream.h"
 #include "job/seeds.h"
 #include "models/sphere.h"
 #include "formats/volume.h"
@@ -45,6 +46,19 @@ int inputs_check_host_memory(const struct jobspec *job, uint64_t limit, struct e
  * (-EINVAL, -ENOENT, -EIO, -ENOMEM, -ECANCELED). */
 int inputs_load(const struct jobspec *job, const struct fit_options *fit, struct inputs **ret,
 		struct errbuf *err);
+
+/* inputs_load, except that an uncompressed ODF input (inputs.odf, a .nii in
+ * the host's byte order) of a prob job on a sphere with an even vertex
+ * count stays on disk, its header read, to be read while it is uploaded
+ * (inputs_odf_stream): what `tractd run` does. The host copy of other
+ * inputs, and of any a cache keeps for later jobs, is read here. */
+int inputs_load_streamed(const struct jobspec *job, const struct fit_options *fit,
+			 struct inputs **ret, struct errbuf *err);
+
+/* The stream of an ODF inputs_load_streamed left on disk, or NULL when the
+ * ODF is on the host. Its upload (resident_new_all) must run before the
+ * engine asks inputs_symmetric. */
+struct odf_stream *inputs_odf_stream(struct inputs *in);
 
 /* Host memory that in's images and matrices hold (what keeping them warm
  * costs; the sphere's few vertices are not counted). */

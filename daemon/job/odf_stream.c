@@ -1,0 +1,231 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * odf_stream: an ODF read in x-slabs while it is uploaded (see odf_stream.h).
+ *
+ * Flow: the reader thread takes slab k into buffer k % 2 once both
+ * consumers' holds on it are gone -> reads it from the mapping, clips it and
+ * checks its symmetry -> hands it to the consumers, who copy it to their
+ * devices while the reader goes on with slab k + 1.
+ */
+#include "job/odf_stream.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* x-planes per slab. The file keeps x fastest: a slab reads this many
+ * consecutive values of each file row, 64 bytes of float32, a whole cache
+ * line, so that the slabs together read each line of the file about once.
+ * An HCP-sized ODF (145 x 174 x 145 voxels x 724 vertices) then takes 9
+ * slabs of 1.2 GB. */
+#define SLAB_PLANES 16
+
+struct slab_buffer {
+	struct volume v;          /* SLAB_PLANES x-planes (or the whole ODF when fewer) */
+	size_t slab;              /* the slab it holds, when ready */
+	bool ready;
+	size_t holders;           /* consumers yet to release it */
+};
+
+struct odf_stream {
+	struct volume_slabs *file;
+	int64_t dim[4];
+	const struct sphere *sphere;
+	struct fit_options fit;
+	size_t n_slabs;
+	struct slab_buffer buf[2];
+	size_t consumers;
+	bool symmetric;
+
+	pthread_mutex_t lock;
+	pthread_cond_t changed;
+	pthread_t reader;
+	bool started;
+	bool failed;              /* the reader's error is in r and err */
+	bool cancelled;
+	int r;
+	struct errbuf err;
+};
+
+int odf_stream_open(int fd, const char *path, const struct sphere *s,
+		    const struct fit_options *fit, struct volume *header, struct odf_stream **ret,
+		    struct errbuf *err)
+{
+	struct volume_slabs *file;
+	struct odf_stream *st;
+	int r = volume_slabs_open(fd, path, "inputs.odf", header, &file, err);
+
+	*ret = NULL;
+	if (r < 0 || !file)
+		return r;
+	st = calloc(1, sizeof(*st));
+	if (!st) {
+		volume_slabs_close(file);
+		return errbuf_set(err, -ENOMEM, "inputs.odf", "out of memory");
+	}
+	st->file = file;
+	memcpy(st->dim, header->dim, sizeof(st->dim));
+	st->sphere = s;
+	/* Progress is the whole load's, not a slab's. */
+	st->fit.threads = fit ? fit->threads : 0;
+	st->n_slabs = (size_t)((header->dim[0] + SLAB_PLANES - 1) / SLAB_PLANES);
+	st->symmetric = true;
+	pthread_mutex_init(&st->lock, NULL);
+	pthread_cond_init(&st->changed, NULL);
+	*ret = st;
+	return 0;
+}
+
+size_t odf_stream_slabs(const struct odf_stream *s)
+{
+	return s->n_slabs;
+}
+
+static int64_t slab_planes(const struct odf_stream *s, size_t k)
+{
+	int64_t x0 = (int64_t)k * SLAB_PLANES;
+
+	return s->dim[0] - x0 < SLAB_PLANES ? s->dim[0] - x0 : SLAB_PLANES;
+}
+
+/* Slab k into b: read, clipped, its symmetry noted. */
+static int read_slab(struct odf_stream *s, size_t k, struct slab_buffer *b, struct errbuf *err)
+{
+	struct volume view = b->v;
+	bool symmetric;
+	int r;
+
+	view.dim[0] = slab_planes(s, k);
+	r = volume_slabs_read(s->file, (int64_t)k * SLAB_PLANES, &view, err);
+	if (r == 0)
+		r = fit_prepare_odf(&view, s->sphere, &s->fit, &symmetric, err);
+	if (r == 0 && !symmetric)
+		s->symmetric = false;   /* only the reader writes it, read after the join */
+	return r;
+}
+
+/* Waits until no consumer holds b; false when the stream was cancelled. */
+static bool wait_free(struct odf_stream *s, struct slab_buffer *b)
+{
+	bool go;
+
+	pthread_mutex_lock(&s->lock);
+	while (b->holders > 0 && !s->cancelled)
+		pthread_cond_wait(&s->changed, &s->lock);
+	go = !s->cancelled;
+	b->ready = false;
+	pthread_mutex_unlock(&s->lock);
+	return go;
+}
+
+static void *reader_main(void *arg)
+{
+	struct odf_stream *s = arg;
+
+	for (size_t k = 0; k < s->n_slabs; k++) {
+		struct slab_buffer *b = &s->buf[k % 2];
+		struct errbuf err = { 0 };
+		int r;
+
+		if (!wait_free(s, b))
+			break;
+		r = read_slab(s, k, b, &err);
+		pthread_mutex_lock(&s->lock);
+		if (r < 0) {
+			s->failed = true;
+			s->r = r;
+			s->err = err;
+		} else {
+			b->slab = k;
+			b->ready = true;
+			b->holders = s->consumers;
+		}
+		pthread_cond_broadcast(&s->changed);
+		pthread_mutex_unlock(&s->lock);
+		if (r < 0)
+			break;
+	}
+	return NULL;
+}
+
+int odf_stream_start(struct odf_stream *s, size_t consumers, struct errbuf *err)
+{
+	int64_t dim[4] = { s->dim[0] < SLAB_PLANES ? s->dim[0] : SLAB_PLANES, s->dim[1], s->dim[2],
+			   s->dim[3] };
+
+	for (size_t i = 0; i < (s->n_slabs > 1 ? 2u : 1u); i++)
+		if (volume_alloc(&s->buf[i].v, dim, 1.0) < 0)
+			return errbuf_set(err, -ENOMEM, "inputs.odf",
+					  "out of memory for a slab of the ODF");
+	s->consumers = consumers;
+	if (pthread_create(&s->reader, NULL, reader_main, s) != 0)
+		return errbuf_set(err, -EAGAIN, "inputs.odf", "cannot start the ODF reader thread");
+	s->started = true;
+	return 0;
+}
+
+int odf_stream_get(struct odf_stream *s, size_t k, struct odf_slab *ret, struct errbuf *err)
+{
+	struct slab_buffer *b = &s->buf[k % 2];
+	uint64_t plane = (uint64_t)s->dim[1] * (uint64_t)s->dim[2];
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	while (!(b->ready && b->slab == k) && !s->failed && !s->cancelled)
+		pthread_cond_wait(&s->changed, &s->lock);
+	if (s->failed) {
+		r = s->r;
+		*err = s->err;
+	} else if (s->cancelled) {
+		r = errbuf_set(err, -ECANCELED, "device", "the upload to another device failed");
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (r == 0)
+		*ret = (struct odf_slab){ .values = b->v.data,
+					  .first_voxel = (uint64_t)k * SLAB_PLANES * plane,
+					  .voxels = (uint64_t)slab_planes(s, k) * plane };
+	return r;
+}
+
+void odf_stream_release(struct odf_stream *s, size_t k)
+{
+	pthread_mutex_lock(&s->lock);
+	s->buf[k % 2].holders--;
+	pthread_cond_broadcast(&s->changed);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void odf_stream_cancel(struct odf_stream *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->cancelled = true;
+	pthread_cond_broadcast(&s->changed);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void odf_stream_finish(struct odf_stream *s)
+{
+	if (s->started)
+		pthread_join(s->reader, NULL);
+	s->started = false;
+	for (size_t i = 0; i < 2; i++)
+		volume_free(&s->buf[i].v);
+}
+
+bool odf_stream_symmetric(const struct odf_stream *s)
+{
+	return s->symmetric;
+}
+
+void odf_stream_free(struct odf_stream *s)
+{
+	if (!s)
+		return;
+	odf_stream_cancel(s);
+	odf_stream_finish(s);
+	volume_slabs_close(s->file);
+	pthread_cond_destroy(&s->changed);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}

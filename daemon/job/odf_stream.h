@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * odf_stream: an uncompressed ODF input (inputs.odf, a .nii in the host's
+ * byte order) read in x-slabs while the devices upload it (resident.h),
+ * instead of whole into host memory first: reading overlaps the upload, and
+ * the host holds two slabs, not the ODF.
+ *
+ * Owns the image's mapping (volume_slabs), two slab buffers and the thread
+ * that fills them in turn: slab k + 1 is read, clipped at zero and checked
+ * for antipodal symmetry (fit_prepare_odf, as a whole ODF is when loaded)
+ * while the consumers (one upload per device) copy slab k out. A buffer is
+ * read again once every consumer has released its slab. Does not log;
+ * failures reach the consumers through errbuf.
+ */
+#ifndef TRACTD_ODF_STREAM_H
+#define TRACTD_ODF_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/errbuf.h"
+#include "formats/volume.h"
+#include "models/fit.h"
+#include "models/sphere.h"
+
+struct odf_stream;
+
+/* One slab: voxels [first_voxel, first_voxel + voxels) of the grid in its
+ * [x][y][z] order (whole x-planes), nv values each, clipped at zero. */
+struct odf_slab {
+	const float *values;
+	uint64_t first_voxel;
+	uint64_t voxels;
+};
+
+/* Maps the ODF image in the open file fd (not kept) and reads its header
+ * into header (dim, affine; no data). *ret is NULL (0 returned, header
+ * untouched) when the image is not read in place (volume_slabs_open).
+ * fit's threads read and check the slabs (fit may be NULL: all CPUs). */
+int odf_stream_open(int fd, const char *path, const struct sphere *s,
+		    const struct fit_options *fit, struct volume *header, struct odf_stream **ret,
+		    struct errbuf *err);
+
+/* How many slabs the ODF takes. */
+size_t odf_stream_slabs(const struct odf_stream *s);
+
+/* Starts reading for consumers, each of which then takes every slab in
+ * order: odf_stream_get, copies it out, odf_stream_release. Once only. */
+int odf_stream_start(struct odf_stream *s, size_t consumers, struct errbuf *err);
+
+/* Slab k, once read. The reader's error (a bad value: inputs.odf named),
+ * or -ECANCELED when a consumer gave up (odf_stream_cancel). */
+int odf_stream_get(struct odf_stream *s, size_t k, struct odf_slab *ret, struct errbuf *err);
+
+/* The caller is done with slab k. */
+void odf_stream_release(struct odf_stream *s, size_t k);
+
+/* A consumer failed: the reader stops and every get answers -ECANCELED. */
+void odf_stream_cancel(struct odf_stream *s);
+
+/* Waits for the reader. After a run whose consumers took every slab,
+ * odf_stream_symmetric says whether the ODF is antipodally symmetric. */
+void odf_stream_finish(struct odf_stream *s);
+bool odf_stream_symmetric(const struct odf_stream *s);
+
+/* Accepts NULL; finishes a started stream first. */
+void odf_stream_free(struct odf_stream *s);
+
+#endif
