@@ -367,6 +367,17 @@ static bool odf_pair_loads(const struct gpu_limits *lim, enum jobspec_odf_storag
 	       storage == JOBSPEC_ODF_FLOAT32 && nv % 2 == 0;
 }
 
+/* Whether prob's cone_cdf skips the subgroup scan of a block whose parts are
+ * all zero (SKIP_ZERO_SCANS, prob_track.comp): on CPU devices (lavapipe) a
+ * scan runs lane by lane through the stack, and most blocks of a step lie
+ * outside the cone or under the PMF threshold; their scan adds exactly zero,
+ * so the streamlines stay the same to the bit. GPUs scan in a few
+ * instructions and keep one scan per block. */
+static bool skip_zero_scans(const struct gpu_limits *lim)
+{
+	return strcmp(lim->device_type, "cpu") == 0;
+}
+
 static int odf_storage_code(enum jobspec_odf_storage storage)
 {
 	return storage == JOBSPEC_ODF_SH ? 2 : storage == JOBSPEC_ODF_FLOAT16 ? 1 : 0;
@@ -496,6 +507,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 		define(&d, "ODF_PAIR_LOADS", odf_pair_loads(gpu_get_limits(src->gpu),
 							    resident_odf_storage(res),
 							    inputs_sphere(in)->nv));
+		define(&d, "SKIP_ZERO_SCANS", skip_zero_scans(gpu_get_limits(src->gpu)));
 		define(&d, "NC", resident_sh_coefs(res));
 		if (r == 0)
 			r = get_pipeline(src, "prob_init.comp", &d,
