@@ -354,17 +354,20 @@ static void boot_defines(const struct inputs *in, struct defines *d)
 }
 
 /* odf.glsl's ODF_STORAGE codes. */
-/* Whether the ODF kernels read the ODF two values per 64-bit load
- * (ODF_PAIR_LOADS, pmf.glsl): on CPU devices (lavapipe), where each lane's
- * load is a scalar load of its own, this halves the loads that dominate a
- * step. GPUs load a subgroup's consecutive floats together and keep the
- * one-float path. Needs float32 storage, 64-bit integers and an even number
- * of vertices (each voxel's values then start 8-byte aligned). */
+/* Whether the ODF kernels read the ODF a 64-bit word per load
+ * (ODF_PAIR_LOADS, pmf.glsl): two float32 values or four float16 ones. On
+ * CPU devices (lavapipe), where each lane's load is a scalar load of its own,
+ * this halves (float32) or quarters (float16) the loads that dominate a
+ * step. GPUs load a subgroup's consecutive values together and keep the
+ * one-value path. Needs 64-bit integers and sampled storage whose voxels
+ * start 8-byte aligned: an even number of float32 vertices, a multiple of 4
+ * of float16 ones. */
 static bool odf_pair_loads(const struct gpu_limits *lim, enum jobspec_odf_storage storage,
 			   int nv)
 {
 	return strcmp(lim->device_type, "cpu") == 0 && lim->shader_int64 &&
-	       storage == JOBSPEC_ODF_FLOAT32 && nv % 2 == 0;
+	       ((storage == JOBSPEC_ODF_FLOAT32 && nv % 2 == 0) ||
+		(storage == JOBSPEC_ODF_FLOAT16 && nv % 4 == 0));
 }
 
 /* Whether prob's cone_cdf skips the subgroup scan of a block whose parts are
