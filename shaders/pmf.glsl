@@ -84,15 +84,33 @@ const uint PMF_BLOCK = 4u;
 
 #if ODF_PAIR_LOADS
 // CPU devices (engine.c's odf_pair_loads): lavapipe turns every load of a
-// lane into a scalar load of its own, so each lane reads two vertices' values
-// per 64-bit load. Lane l takes the pairs l, l + SG, ... (vertices 2 p and
-// 2 p + 1): it writes entries other lanes own, hence the subgroup barrier at
-// the end. Each vertex sums its corners in the same order as below, so the
-// PMF is the same to the bit.
+// lane into a scalar load of its own, so each lane reads one 64-bit word of
+// WORD_VERTICES vertices' values per load: two float32 values, or four
+// float16 ones (the first in the low half). Lane l takes the words l, l + SG,
+// ...: it writes entries other lanes own, hence the subgroup barrier at the
+// end. Each vertex sums its corners in the same order as below, so the PMF is
+// the same to the bit.
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer PagePairs {
 	uint64_t v[];
 };
+
+#if ODF_STORAGE == ODF_FLOAT16
+const uint WORD_VERTICES = 4u;
+
+vec4 word_values(uint64_t word)
+{
+	uvec2 halves = unpackUint2x32(word);
+	return vec4(unpackHalf2x16(halves.x), unpackHalf2x16(halves.y));
+}
+#else
+const uint WORD_VERTICES = 2u;
+
+vec4 word_values(uint64_t word)
+{
+	return vec4(uintBitsToFloat(unpackUint2x32(word)), 0.0, 0.0);
+}
+#endif
 
 float pmf_from_odf(Corners c)
 {
@@ -101,14 +119,15 @@ float pmf_from_odf(Corners c)
 	[[unroll]] for (int q = 0; q < 8; q++)
 		spots[q] = PAGE_SPOT(odf, c.voxel[q]);
 	float lane_max = 0.0;
-	for (uint pair = gl_SubgroupInvocationID; pair < NV / 2u; pair += SG) {
-		vec2 v = vec2(0.0);
+	for (uint word = gl_SubgroupInvocationID; word < NV / WORD_VERTICES; word += SG) {
+		vec4 v = vec4(0.0);
 		[[unroll]] for (int q = 0; q < 8; q++)
-			v += c.weight[q] * uintBitsToFloat(unpackUint2x32(
-				PagePairs(spots[q].page).v[spots[q].base / 2u + pair]));
-		s_pmf[sg][2u * pair] = v.x;
-		s_pmf[sg][2u * pair + 1u] = v.y;
-		lane_max = max(lane_max, max(v.x, v.y));
+			v += c.weight[q] * word_values(
+				PagePairs(spots[q].page).v[spots[q].base / WORD_VERTICES + word]);
+		[[unroll]] for (uint k = 0u; k < WORD_VERTICES; k++) {
+			s_pmf[sg][WORD_VERTICES * word + k] = v[k];
+			lane_max = max(lane_max, v[k]);
+		}
 	}
 	subgroupMemoryBarrierShared();
 	subgroupBarrier();

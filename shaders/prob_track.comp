@@ -42,7 +42,8 @@ layout(std430, binding = 7) writeonly buffer Ranges { uint ranges[]; };
 
 // Turns this subgroup's PMF into the running sum of its part within the cone
 // around dir (entries below floor_value and outside the cone count as zero),
-// SG vertices at a time in index order. Returns the total, all lanes alike;
+// SG vertices at a time in index order (SKIP_ZERO_SCANS: a block whose parts
+// are all zero keeps running as it is). Returns the total, all lanes alike;
 // last_nonzero: the highest vertex with a non-zero part, all lanes alike.
 float cone_cdf(vec3 dir, float floor_value, out int last_nonzero)
 {
@@ -57,7 +58,14 @@ float cone_cdf(vec3 dir, float floor_value, out int last_nonzero)
 			if (v < floor_value || axis_cos(vertex(j), dir) < pc.cos_max_angle)
 				v = 0.0;
 		}
-		float cdf = running + subgroupInclusiveAdd(v);
+		float cdf = running;
+#if SKIP_ZERO_SCANS
+		// CPU devices (engine.c's skip_zero_scans) run the scan lane by
+		// lane; most blocks lie outside the cone or under the floor, and
+		// their scan adds exactly zero to running.
+		if (subgroupAny(v != 0.0))
+#endif
+			cdf += subgroupInclusiveAdd(v);
 		if (j < NV)
 			s_pmf[sg][j] = cdf;
 		if (v > 0.0)

@@ -393,17 +393,31 @@ static void boot_defines(const struct inputs *in, struct defines *d)
 }
 
 /* odf.glsl's ODF_STORAGE codes. */
-/* Whether the ODF kernels read the ODF two values per 64-bit load
- * (ODF_PAIR_LOADS, pmf.glsl): on CPU devices (lavapipe), where each lane's
- * load is a scalar load of its own, this halves the loads that dominate a
- * step. GPUs load a subgroup's consecutive floats together and keep the
- * one-float path. Needs float32 storage, 64-bit integers and an even number
- * of vertices (each voxel's values then start 8-byte aligned). */
+/* Whether the ODF kernels read the ODF a 64-bit word per load
+ * (ODF_PAIR_LOADS, pmf.glsl): two float32 values or four float16 ones. On
+ * CPU devices (lavapipe), where each lane's load is a scalar load of its own,
+ * this halves (float32) or quarters (float16) the loads that dominate a
+ * step. GPUs load a subgroup's consecutive values together and keep the
+ * one-value path. Needs 64-bit integers and sampled storage whose voxels
+ * start 8-byte aligned: an even number of float32 vertices, a multiple of 4
+ * of float16 ones. */
 static bool odf_pair_loads(const struct gpu_limits *lim, enum jobspec_odf_storage storage,
 			   int nv)
 {
 	return strcmp(lim->device_type, "cpu") == 0 && lim->shader_int64 &&
-	       storage == JOBSPEC_ODF_FLOAT32 && nv % 2 == 0;
+	       ((storage == JOBSPEC_ODF_FLOAT32 && nv % 2 == 0) ||
+		(storage == JOBSPEC_ODF_FLOAT16 && nv % 4 == 0));
+}
+
+/* Whether prob's cone_cdf skips the subgroup scan of a block whose parts are
+ * all zero (SKIP_ZERO_SCANS, prob_track.comp): on CPU devices (lavapipe) a
+ * scan runs lane by lane through the stack, and most blocks of a step lie
+ * outside the cone or under the PMF threshold; their scan adds exactly zero,
+ * so the streamlines stay the same to the bit. GPUs scan in a few
+ * instructions and keep one scan per block. */
+static bool skip_zero_scans(const struct gpu_limits *lim)
+{
+	return strcmp(lim->device_type, "cpu") == 0;
 }
 
 static int odf_storage_code(enum jobspec_odf_storage storage)
@@ -548,6 +562,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 		define(&d, "ODF_PAIR_LOADS", odf_pair_loads(gpu_get_limits(src->gpu),
 							    resident_odf_storage(res),
 							    inputs_sphere(in)->nv));
+		define(&d, "SKIP_ZERO_SCANS", skip_zero_scans(gpu_get_limits(src->gpu)));
 		define(&d, "NC", resident_sh_coefs(res));
 		if (r == 0)
 			r = get_pipeline(src, "prob_init.comp", &d,

@@ -1,7 +1,9 @@
 """lavapipe's own path (issue 24) and its benchmark.
 
-On a CPU device the ODF kernels read the ODF two vertices per 64-bit load
-(ODF_PAIR_LOADS, engine.c's odf_pair_loads; the tests run on lavapipe): -vv
+On a CPU device the ODF kernels read the ODF a 64-bit word per load, two
+float32 or four float16 vertices (ODF_PAIR_LOADS, engine.c's odf_pair_loads;
+the tests run on lavapipe), and
+prob's cone_cdf skips the scan of all-zero blocks (SKIP_ZERO_SCANS): -vv
 names each kernel's defines. That the streamlines stay the same to the bit is
 scripts/compare-outputs.sh's check against the one-float build.
 `make bench-lavapipe` (bench/lavapipe.sh) runs here at a tiny size.
@@ -29,8 +31,8 @@ def small_phantom(tractd, tmp_path_factory):
     return outdir
 
 
-@pytest.mark.parametrize("storage, pairs", [("float32", 1), ("float16", 0)])
-def test_pair_loads_chosen_on_cpu_for_float32(tractd, small_phantom, tmp_path, storage, pairs):
+@pytest.mark.parametrize("storage, pairs", [("float32", 1), ("float16", 1)])
+def test_word_loads_chosen_on_cpu(tractd, small_phantom, tmp_path, storage, pairs):
     job = json.loads((small_phantom / "job.json").read_text())
     job.pop("output", None)
     job["tracking"]["odf_storage"] = storage
@@ -39,6 +41,19 @@ def test_pair_loads_chosen_on_cpu_for_float32(tractd, small_phantom, tmp_path, s
     defines = TRACK_DEFINES.search(proc.stderr)
     assert defines, "-vv did not name prob_track.comp's defines:\n" + proc.stderr
     assert f"ODF_PAIR_LOADS={pairs}" in defines.group(1).split(), defines.group(1)
+
+
+def test_zero_scans_skipped_on_cpu(tractd, small_phantom, tmp_path):
+    """cone_cdf skips the scan of all-zero blocks on CPU devices
+    (SKIP_ZERO_SCANS, engine.c's skip_zero_scans); the same streamlines to
+    the bit is scripts/compare-outputs.sh's check."""
+    job = json.loads((small_phantom / "job.json").read_text())
+    job.pop("output", None)
+    path = write_job(small_phantom / "job_scans.json", job)
+    proc = run_cli(tractd, ["-vv", "run", path, "-o", tmp_path / "out.trk"], check=True)
+    defines = TRACK_DEFINES.search(proc.stderr)
+    assert defines, "-vv did not name prob_track.comp's defines:\n" + proc.stderr
+    assert "SKIP_ZERO_SCANS=1" in defines.group(1).split(), defines.group(1)
 
 
 def test_bench_lavapipe_prints_both_sides(tractd, dipy_python, tmp_path):
