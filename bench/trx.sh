@@ -6,9 +6,9 @@
 # bench` runs it on the HCP-sized case where a GPU is listed; it runs alone.
 # Usage: bench/trx.sh TRACTD [TRACTD...]  (e.g. a build before and after).
 # BENCH_DIR (default build/bench) holds the phantoms and outputs.
-# BENCH_TRX_CASE: hcp (145x174x145, repulsion724, the default; the phantom
-#   bench.sh's "any size" writes), stanford (81x106x76) or small (48x48x24,
-#   symmetric362: lavapipe will do); BENCH_TRX_SEEDS (default 10000000);
+# BENCH_TRX_CASE: a case of bench/cases.sh: hcp (the default; the phantom
+#   bench.sh's "any size" writes), stanford, or tiny and small (lavapipe will
+#   do); BENCH_TRX_SEEDS (default 10000000);
 #   BENCH_TRX_RUNS (default 2); BENCH_TRX_FORMATS (default "trk trx-f16";
 #   also trx-f32, trx-f16-deflate).
 set -eu
@@ -23,15 +23,11 @@ json_number() { # FILE KEY -> value of the first "KEY": number
 	sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" "$1" | head -n 1
 }
 
-case $case in
-hcp)      grid=145,174,145; sphere=repulsion724; ph="$dir/size_hcp" ;;
-stanford) grid=81,106,76;   sphere=repulsion724; ph="$dir/size_stanford" ;;
-small)    grid=48,48,24;    sphere=symmetric362; ph="$dir/trx_small" ;;
-*) echo "unknown BENCH_TRX_CASE $case" >&2; exit 2 ;;
-esac
+tractd=$1
+# shellcheck source=bench/cases.sh
+. "$(dirname "$0")/cases.sh"
 mkdir -p "$dir"
-[ -f "$ph/job.json" ] || "$1" -q phantom --dim "$grid" --sphere "$sphere" --uncompressed \
-	--no-dwi "$ph"
+bench_case "$case"
 abs=$(cd "$ph" && pwd)
 
 output_of() { # FORMAT -> the job's "output"

@@ -15,12 +15,12 @@ SEEDS = 300
 SKIP_OTHERS = {"BENCH_FORMAT_CASE": "none", "BENCH_DAEMON_CASE": "none", "BENCH_WARM_RUNS": "0",
                "BENCH_FIT_CASE": "none", "BENCH_BOOT_CASE": "none", "BENCH_PTT_CASE": "none",
                "BENCH_ENCODE_STREAMLINES": "0", "BENCH_SHARD_CASE": "none",
-               "BENCH_COHORT_SUBJECTS": "0"}
+               "BENCH_COHORT_SUBJECTS": "0", "BENCH_TRX_CASE": "none"}
 
 
 def _size_row(out, label, storage):
     """The any-size row of the limit label: its GPU peak in GiB."""
-    m = re.search(rf"^  {SEEDS} +1 +{re.escape(label)} +{storage} +[0-9]+ +(?:{NUMBER} +){{8}}"
+    m = re.search(rf"^  this +{SEEDS} +1 +{re.escape(label)} +{storage} +[0-9]+ +(?:{NUMBER} +){{8}}"
                   rf"[0-9]+ +({NUMBER}) +{NUMBER}$", out, re.M)
     assert m, out
     return float(m.group(1))
