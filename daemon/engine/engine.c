@@ -393,6 +393,13 @@ static void boot_defines(const struct inputs *in, struct defines *d)
 }
 
 /* odf.glsl's ODF_STORAGE codes. */
+/* Whether the device is a CPU (lavapipe), whose lanes load and scan one by
+ * one: the kernels' CPU variants below. */
+static bool cpu_device(const struct gpu_limits *lim)
+{
+	return strcmp(lim->device_type, "cpu") == 0;
+}
+
 /* Whether the ODF kernels read the ODF a 64-bit word per load
  * (ODF_PAIR_LOADS, pmf.glsl): two float32 values or four float16 ones. On
  * CPU devices (lavapipe), where each lane's load is a scalar load of its own,
@@ -404,7 +411,7 @@ static void boot_defines(const struct inputs *in, struct defines *d)
 static bool odf_pair_loads(const struct gpu_limits *lim, enum jobspec_odf_storage storage,
 			   int nv)
 {
-	return strcmp(lim->device_type, "cpu") == 0 && lim->shader_int64 &&
+	return cpu_device(lim) && lim->shader_int64 &&
 	       ((storage == JOBSPEC_ODF_FLOAT32 && nv % 2 == 0) ||
 		(storage == JOBSPEC_ODF_FLOAT16 && nv % 4 == 0));
 }
@@ -417,7 +424,7 @@ static bool odf_pair_loads(const struct gpu_limits *lim, enum jobspec_odf_storag
  * instructions and keep one scan per block. */
 static bool skip_zero_scans(const struct gpu_limits *lim)
 {
-	return strcmp(lim->device_type, "cpu") == 0;
+	return cpu_device(lim);
 }
 
 static int odf_storage_code(enum jobspec_odf_storage storage)

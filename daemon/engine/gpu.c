@@ -1073,18 +1073,10 @@ static void drop_oldest_spares(struct gpu_ctx *ctx, uint64_t bytes, uint64_t lim
 	}
 }
 
-/* The most spares may hold: a share of the device, or of gpu_memory_limit. */
-static uint64_t spare_limit(const struct gpu_ctx *ctx)
-{
-	uint64_t memory = ctx->limits.memory_limit ? ctx->limits.memory_limit
-						   : ctx->limits.device_local_bytes;
-
-	return memory / GPU_SPARE_DIVISOR;
-}
-
 void gpu_buffer_recycle(struct gpu_ctx *ctx, struct gpu_buffer *buf)
 {
-	uint64_t limit = spare_limit(ctx);
+	/* A share of the memory tractd may use, as the budget and the cache. */
+	uint64_t limit = gpu_memory_bytes(&ctx->limits) / GPU_SPARE_DIVISOR;
 
 	if (!buf)
 		return;

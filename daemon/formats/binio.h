@@ -29,10 +29,7 @@ static inline void binio_put_u16(unsigned char *p, uint16_t v)
 
 static inline void binio_put_i16(unsigned char *p, int16_t v)
 {
-	uint16_t u = (uint16_t)v;
-
-	p[0] = (unsigned char)u;
-	p[1] = (unsigned char)(u >> 8);
+	binio_put_u16(p, (uint16_t)v);
 }
 
 static inline void binio_put_i32(unsigned char *p, int32_t v)
