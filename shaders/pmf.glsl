@@ -112,6 +112,16 @@ vec4 word_values(uint64_t word)
 }
 #endif
 
+// The PMF at the WORD_VERTICES vertices of word (the rest of the vec4 0).
+vec4 pmf_word(Corners c, PageSpot spots[8], uint word)
+{
+	vec4 v = vec4(0.0);
+	[[unroll]] for (int q = 0; q < 8; q++)
+		v += c.weight[q] * word_values(
+			PagePairs(spots[q].page).v[spots[q].base / WORD_VERTICES + word]);
+	return v;
+}
+
 float pmf_from_odf(Corners c)
 {
 	uint sg = gl_SubgroupID;
@@ -120,10 +130,7 @@ float pmf_from_odf(Corners c)
 		spots[q] = PAGE_SPOT(odf, c.voxel[q]);
 	float lane_max = 0.0;
 	for (uint word = gl_SubgroupInvocationID; word < NV / WORD_VERTICES; word += SG) {
-		vec4 v = vec4(0.0);
-		[[unroll]] for (int q = 0; q < 8; q++)
-			v += c.weight[q] * word_values(
-				PagePairs(spots[q].page).v[spots[q].base / WORD_VERTICES + word]);
+		vec4 v = pmf_word(c, spots, word);
 		[[unroll]] for (uint k = 0u; k < WORD_VERTICES; k++) {
 			s_pmf[sg][WORD_VERTICES * word + k] = v[k];
 			lane_max = max(lane_max, v[k]);

@@ -17,6 +17,9 @@
 //                                 bits 0-7, forward half in bits 8-15)
 //   8 resume     uint[]           suspended streamlines (track.glsl)
 //   9 odf_basis  float[NC * NV]   ODF_SH only (odf.glsl)
+//   9 odf_max    page table       CONE_LISTS only: per voxel its largest
+//                                 ODF value (odf_max.comp)
+//  10 cone_lists uint[]           CONE_LISTS only (engine.c's cone lists)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -35,57 +38,258 @@ layout(std430, binding = 7) writeonly buffer Ranges { uint ranges[]; };
 
 #define ODF_BINDING 0
 #define ODF_BASIS_BINDING 9
+#define ODF_MAX_BINDING 9
+#define CONE_LISTS_BINDING 10
 #define RESUME_BINDING 8
 #include "resume.glsl"
 #include "odf.glsl"
 #include "pmf.glsl"
 
-// Turns this subgroup's PMF into the running sum of its part within the cone
-// around dir (entries below floor_value and outside the cone count as zero),
-// SG vertices at a time in index order (SKIP_ZERO_SCANS: a block whose parts
-// are all zero keeps running as it is). Returns the total, all lanes alike;
-// last_nonzero: the highest vertex with a non-zero part, all lanes alike.
-float cone_cdf(vec3 dir, float floor_value, out int last_nonzero)
+// A step's PMF is only needed within the cone around dir, where the next
+// direction is drawn: cone_pmf() leaves it compacted in the subgroup's
+// s_pmf row, entry k for the k-th vertex of the cone in index order, n
+// entries. The cone's vertices are looked for among candidates: the whole
+// sphere, or with CONE_LISTS the listed neighbours of the vertex dir stands
+// on.
+
+// Whether vertex j lies outside the cone around dir (DIPY's cos_similarity
+// test; SYMMETRIC takes the axis).
+bool outside_cone(uint j, vec3 dir)
+{
+	return axis_cos(vertex(j), dir) < pc.cos_max_angle;
+}
+
+// The candidates: vertex candidate(c, a) for a in [first, end).
+struct Candidates {
+	uint first, end;
+	bool listed;
+};
+
+#if CONE_LISTS
+// engine.c's cone lists: NV + 1 offsets into this buffer, then per vertex
+// the vertices within about max_angle of it (a margin wider: each is tested
+// again here), in index order.
+layout(std430, binding = CONE_LISTS_BINDING) readonly buffer ConeLists { uint cone_lists[]; };
+
+// Per subgroup the vertex its streamline's last step drew, so that the next
+// step knows which list its dir (that vertex, or its opposite where SYMMETRIC
+// makes the cone the same) has; checked against dir before use, as a new
+// half or a resumed step starts elsewhere.
+shared uint s_dir_vertex[ITEMS];
+
+void set_dir_vertex(uint j)
+{
+	s_dir_vertex[gl_SubgroupID] = j;
+}
+
+Candidates cone_candidates(vec3 dir)
+{
+	uint i = s_dir_vertex[gl_SubgroupID];
+	if (i < NV && (vertex(i) == dir || (SYMMETRIC != 0 && vertex(i) == -dir)))
+		return Candidates(cone_lists[i], cone_lists[i + 1u], true);
+	return Candidates(0u, NV, false);
+}
+
+uint candidate(Candidates c, uint a)
+{
+	return c.listed ? cone_lists[a] : a;
+}
+#else
+void set_dir_vertex(uint j)
+{
+}
+
+Candidates cone_candidates(vec3 dir)
+{
+	return Candidates(0u, NV, false);
+}
+
+uint candidate(Candidates c, uint a)
+{
+	return a;
+}
+#endif
+
+// Candidate a of c (past the end: the last one) and whether it lies in
+// the cone.
+uint candidate_in_cone(Candidates c, uint a, vec3 dir, out bool inside)
+{
+	uint j = candidate(c, min(a, c.end - 1u));
+	inside = a < c.end && !outside_cone(j, dir);
+	return j;
+}
+
+// The vertex of entry k of the cone around dir (k below the cone's size).
+uint cone_vertex(vec3 dir, uint k)
+{
+	Candidates c = cone_candidates(dir);
+	for (uint at = c.first; at < c.end; at += SG) {
+		bool inside;
+		candidate_in_cone(c, at + gl_SubgroupInvocationID, dir, inside);
+		uvec4 cone = subgroupBallot(inside);
+		if (k < subgroupBallotBitCount(cone))
+			return candidate(c, at + subgroupBallotFindLSB(subgroupBallot(
+				inside && subgroupBallotExclusiveBitCount(cone) == k)));
+		k -= subgroupBallotBitCount(cone);
+	}
+	return NV - 1u;   // not reached for k below the cone's size
+}
+
+#if CONE_LISTS
+// CPU devices with sampled storage: the ODF is read at the cone's vertices
+// only, the cone found among dir's listed neighbours (lavapipe runs every
+// lane's load on its own, and a step's loads set its time). The floor,
+// pmf_threshold of the PMF's maximum over the whole sphere as in DIPY, is
+// settled without reading the rest when no cone value lies between
+// pmf_threshold times the cone's maximum (a lower bound of the maximum) and
+// pmf_threshold times odf_max interpolated (an upper bound: the PMF sums
+// non-negative weights times values, each at most its corner's largest):
+// every cone value then falls on the same side of either bound as of the
+// true floor. Otherwise the whole sphere's maximum is computed.
+PAGED_TABLE(odf_max, ODF_MAX_BINDING);
+
+// Rounding slack on the upper bound: the bound and the PMF may round their
+// sums differently (fused or not), by a few ulps.
+const float BOUND_SLACK = 1.0001;
+
+// The ODF interpolated at vertex j, summed as pmf_from_odf() sums it.
+float pmf_at(Corners c, PageSpot spots[8], uint j)
+{
+	float v = 0.0;
+	[[unroll]] for (int q = 0; q < 8; q++)
+		v += c.weight[q] * odf_value(spots[q], j);
+	return v;
+}
+
+// The cone's vertices into the row (as floats, exact below 2^24), in index
+// order; returns how many.
+uint gather_cone(vec3 dir)
+{
+	uint sg = gl_SubgroupID;
+	Candidates c = cone_candidates(dir);
+	uint n = 0u;
+	for (uint at = c.first; at < c.end; at += SG) {
+		bool inside;
+		uint j = candidate_in_cone(c, at + gl_SubgroupInvocationID, dir, inside);
+		uvec4 cone = subgroupBallot(inside);
+		if (inside)
+			s_pmf[sg][n + subgroupBallotExclusiveBitCount(cone)] = float(j);
+		n += subgroupBallotBitCount(cone);
+	}
+	subgroupMemoryBarrierShared();
+	subgroupBarrier();
+	return n;
+}
+
+// The largest PMF value on the whole sphere, all lanes alike (with
+// ODF_PAIR_LOADS a word of vertices per load, as pmf_from_odf()).
+float sphere_max(Corners c, PageSpot spots[8])
+{
+	float lane_max = 0.0;
+#if ODF_PAIR_LOADS
+	for (uint word = gl_SubgroupInvocationID; word < NV / WORD_VERTICES; word += SG) {
+		vec4 v = pmf_word(c, spots, word);
+		lane_max = max(lane_max, max(max(v.x, v.y), max(v.z, v.w)));
+	}
+#else
+	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG)
+		lane_max = max(lane_max, pmf_at(c, spots, j));
+#endif
+	return subgroupMax(lane_max);
+}
+
+float cone_pmf(Corners c, vec3 dir, out uint n)
+{
+	uint sg = gl_SubgroupID;
+	PageSpot spots[8];
+	float bound = 0.0;
+	[[unroll]] for (int q = 0; q < 8; q++) {
+		spots[q] = PAGE_SPOT(odf, c.voxel[q]);
+		bound += c.weight[q] * page_f32(PAGE_SPOT(odf_max, c.voxel[q]), 0u);
+	}
+	n = gather_cone(dir);
+	float lane_max = 0.0;
+	for (uint k = gl_SubgroupInvocationID; k < n; k += SG) {
+		float v = pmf_at(c, spots, uint(s_pmf[sg][k]));
+		s_pmf[sg][k] = v;
+		lane_max = max(lane_max, v);
+	}
+	float low = pc.pmf_threshold * subgroupMax(lane_max);
+	float high = pc.pmf_threshold * (bound * BOUND_SLACK);
+	bool undecided = false;
+	for (uint k = gl_SubgroupInvocationID; k < n; k += SG)
+		undecided = undecided || (s_pmf[sg][k] >= low && s_pmf[sg][k] < high);
+	if (!subgroupAny(undecided))
+		return low;
+	return pc.pmf_threshold * sphere_max(c, spots);
+}
+#else
+// The PMF on the whole sphere (its maximum sets the floor), read a block of
+// consecutive vertices per load as GPUs coalesce them, then its cone
+// entries moved down to the front of the row, block by block: an entry
+// only moves to a lower slot, read before any lane of the block writes.
+float cone_pmf(Corners c, vec3 dir, out uint n)
+{
+	uint sg = gl_SubgroupID;
+	float floor_value = pmf_floor_toward(dir, pmf_from_odf(c));
+	n = 0u;
+	for (uint base = 0u; base < NV; base += SG) {
+		uint j = base + gl_SubgroupInvocationID;
+		bool inside = j < NV && !outside_cone(j, dir);
+		float v = inside ? s_pmf[sg][j] : 0.0;
+		uvec4 cone = subgroupBallot(inside);
+		subgroupBarrier();
+		if (inside)
+			s_pmf[sg][n + subgroupBallotExclusiveBitCount(cone)] = v;
+		n += subgroupBallotBitCount(cone);
+	}
+	subgroupMemoryBarrierShared();
+	subgroupBarrier();
+	return floor_value;
+}
+#endif
+
+// Turns the n cone entries into their running sum (entries below
+// floor_value count as zero), SG at a time (SKIP_ZERO_SCANS: a block whose
+// parts are all zero keeps running as it is). Returns the total, all lanes
+// alike; last_nonzero: the highest entry with a non-zero part.
+float running_sum(uint n, float floor_value, out int last_nonzero)
 {
 	uint sg = gl_SubgroupID;
 	float running = 0.0;
 	int lane_last = -1;
-	for (uint base = 0; base < NV; base += SG) {
-		uint j = base + gl_SubgroupInvocationID;
-		float v = 0.0;
-		if (j < NV) {
-			v = s_pmf[sg][j];
-			if (v < floor_value || axis_cos(vertex(j), dir) < pc.cos_max_angle)
-				v = 0.0;
-		}
+	for (uint base = 0u; base < n; base += SG) {
+		uint k = base + gl_SubgroupInvocationID;
+		float v = k < n ? s_pmf[sg][k] : 0.0;
+		if (v < floor_value)
+			v = 0.0;
 		float cdf = running;
 #if SKIP_ZERO_SCANS
 		// CPU devices (engine.c's skip_zero_scans) run the scan lane by
-		// lane; most blocks lie outside the cone or under the floor, and
-		// their scan adds exactly zero to running.
+		// lane, and a block under the floor adds exactly zero.
 		if (subgroupAny(v != 0.0))
 #endif
 			cdf += subgroupInclusiveAdd(v);
-		if (j < NV)
-			s_pmf[sg][j] = cdf;
+		if (k < n)
+			s_pmf[sg][k] = cdf;
 		if (v > 0.0)
-			lane_last = int(j);
+			lane_last = int(k);
 		running = subgroupBroadcast(cdf, SG - 1);
 	}
 	last_nonzero = subgroupMax(lane_last);
 	return running;
 }
 
-// The first vertex whose running sum exceeds x (DIPY's search), or fallback
-// when rounding leaves none.
-int first_above(float x, int fallback)
+// The first of the n entries whose running sum exceeds x (DIPY's search),
+// or fallback when rounding leaves none.
+uint first_above(float x, uint n, uint fallback)
 {
 	uint sg = gl_SubgroupID;
-	for (uint base = 0; base < NV; base += SG) {
-		uint j = base + gl_SubgroupInvocationID;
-		uvec4 hit = subgroupBallot(j < NV && x < s_pmf[sg][min(j, NV - 1)]);
+	for (uint base = 0u; base < n; base += SG) {
+		uint k = base + gl_SubgroupInvocationID;
+		uvec4 hit = subgroupBallot(k < n && x < s_pmf[sg][min(k, n - 1u)]);
 		if (subgroupBallotBitCount(hit) > 0)
-			return int(base + subgroupBallotFindLSB(hit));
+			return base + subgroupBallotFindLSB(hit);
 	}
 	return fallback;
 }
@@ -98,16 +302,19 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 	Corners c;
 	if (!corners_at(p, pc.dim, c))
 		return false;
-	float floor_value = pmf_floor_toward(dir, pmf_from_odf(c));
+	uint n;
+	float floor_value = cone_pmf(c, dir, n);
 	int last_nonzero;
-	float total = cone_cdf(dir, floor_value, last_nonzero);
+	float total = running_sum(n, floor_value, last_nonzero);
 	if (total <= 0.0)
 		return false;
 	counter.w = PHILOX_STREAM_PROB;
 	float x = philox_uniform(philox4x32_10(counter, pc.philox_key).x) * total;
 	// x < total always holds in exact arithmetic; rounding can break it.
-	vec3 v = vertex(first_above(x, last_nonzero));
+	uint j = cone_vertex(dir, first_above(x, n, uint(last_nonzero)));
+	vec3 v = vertex(j);
 	dir = dot(v, dir) > 0.0 ? v : -v;
+	set_dir_vertex(j);
 	return true;
 }
 

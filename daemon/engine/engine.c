@@ -39,6 +39,7 @@
 #include "base/timing.h"
 #include "formats/output.h"
 #include "engine/paged_volume.h"
+#include "models/sphere.h"
 #include "formats/volume.h"
 
 /* Lanes per workgroup to aim for: the subgroups of a workgroup share one copy
@@ -82,6 +83,7 @@ struct job_gpu {
 	struct paged_volume odf_scale;        /* ptt: daemon/engine/ptt.h's tables for this job */
 	struct gpu_buffer *lut;
 	struct gpu_buffer *regions;         /* the job's regions (upload_regions), or NULL */
+	struct gpu_buffer *cone_lists;      /* CONE_LISTS: upload_cone_lists, else NULL */
 };
 
 /* A streamline's words in the track kernels' ranges (shaders/track.glsl). */
@@ -354,7 +356,8 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 /* ---- GPU resources ------------------------------------------------------ */
 
 /* Bindings of the kernels (see their .comp headers); prob binds the SH
- * sampling matrix after these with SH storage. */
+ * sampling matrix after these with SH storage, and prob's track kernel the
+ * ODF's maxima with the other storages. */
 #define PROB_INIT_BINDINGS 7
 #define PROB_TRACK_BINDINGS 9
 #define BOOT_INIT_BINDINGS 8
@@ -392,14 +395,6 @@ static void boot_defines(const struct inputs *in, struct defines *d)
 	define(d, "MODEL_CSA", inputs_boot_model(in) == BOOT_MODEL_CSA);
 }
 
-/* odf.glsl's ODF_STORAGE codes. */
-/* Whether the device is a CPU (lavapipe), whose lanes load and scan one by
- * one: the kernels' CPU variants below. */
-static bool cpu_device(const struct gpu_limits *lim)
-{
-	return strcmp(lim->device_type, "cpu") == 0;
-}
-
 /* Whether the ODF kernels read the ODF a 64-bit word per load
  * (ODF_PAIR_LOADS, pmf.glsl): two float32 values or four float16 ones. On
  * CPU devices (lavapipe), where each lane's load is a scalar load of its own,
@@ -411,22 +406,23 @@ static bool cpu_device(const struct gpu_limits *lim)
 static bool odf_pair_loads(const struct gpu_limits *lim, enum jobspec_odf_storage storage,
 			   int nv)
 {
-	return cpu_device(lim) && lim->shader_int64 &&
+	return gpu_cpu_device(lim) && lim->shader_int64 &&
 	       ((storage == JOBSPEC_ODF_FLOAT32 && nv % 2 == 0) ||
 		(storage == JOBSPEC_ODF_FLOAT16 && nv % 4 == 0));
 }
 
-/* Whether prob's cone_cdf skips the subgroup scan of a block whose parts are
- * all zero (SKIP_ZERO_SCANS, prob_track.comp): on CPU devices (lavapipe) a
- * scan runs lane by lane through the stack, and most blocks of a step lie
- * outside the cone or under the PMF threshold; their scan adds exactly zero,
- * so the streamlines stay the same to the bit. GPUs scan in a few
- * instructions and keep one scan per block. */
+/* Whether prob's running_sum skips the subgroup scan of a block whose parts
+ * are all zero (SKIP_ZERO_SCANS, prob_track.comp): on CPU devices (lavapipe)
+ * a scan runs lane by lane through the stack, and many blocks of a step lie
+ * under the PMF threshold; their scan adds exactly zero, so the streamlines
+ * stay the same to the bit. GPUs scan in a few instructions and keep one
+ * scan per block. */
 static bool skip_zero_scans(const struct gpu_limits *lim)
 {
-	return cpu_device(lim);
+	return gpu_cpu_device(lim);
 }
 
+/* odf.glsl's ODF_STORAGE codes. */
 static int odf_storage_code(enum jobspec_odf_storage storage)
 {
 	return storage == JOBSPEC_ODF_SH ? 2 : storage == JOBSPEC_ODF_FLOAT16 ? 1 : 0;
@@ -435,6 +431,24 @@ static int odf_storage_code(enum jobspec_odf_storage storage)
 static uint32_t prob_bindings(const struct resident *res, uint32_t base)
 {
 	return base + (resident_odf_storage(res) == JOBSPEC_ODF_SH);
+}
+
+/* Spheres up to this size get cone lists (their nv^2 dot products take
+ * about 20 ms at the bound). */
+#define CONE_LISTS_MAX_VERTICES 4096
+
+/* Whether prob's track kernel reads the ODF within the cone only, found
+ * among each vertex's listed neighbours (CONE_LISTS, prob_track.comp): on
+ * CPU devices, where a step's loads set its time, with the maxima that
+ * bound the PMF's (resident.h's odf_max, found for sampled storage on CPU
+ * devices) and without angular weights. GPUs coalesce the whole sphere's
+ * loads and keep reading it all. */
+static bool cone_lists(const struct jobspec *job, const struct inputs *in,
+		       const struct resident *res)
+{
+	return job->direction_getter == JOBSPEC_DG_PROB && !inputs_boot(in) &&
+	       resident_bindings(res).odf_max && job->angular_weight <= 0 &&
+	       inputs_sphere(in)->nv <= CONE_LISTS_MAX_VERTICES;
 }
 
 static void ptt_defines(const struct jobspec *job, const struct inputs *in,
@@ -500,8 +514,9 @@ static uint32_t track_binding_count(const struct jobspec *job, const struct inpu
 {
 	if (inputs_boot(in))
 		return BOOT_TRACK_BINDINGS;
-	return prob_bindings(res, job->direction_getter == JOBSPEC_DG_PTT ? PTT_TRACK_BINDINGS :
-									     PROB_TRACK_BINDINGS);
+	if (job->direction_getter == JOBSPEC_DG_PTT)
+		return prob_bindings(res, PTT_TRACK_BINDINGS);
+	return prob_bindings(res, PROB_TRACK_BINDINGS) + (cone_lists(job, in, res) ? 2 : 0);
 }
 
 /* The buffers a track kernel binds after its getter's own, and their
@@ -571,6 +586,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 							    inputs_sphere(in)->nv));
 		define(&d, "SKIP_ZERO_SCANS", skip_zero_scans(gpu_get_limits(src->gpu)));
 		define(&d, "NC", resident_sh_coefs(res));
+		define(&d, "CONE_LISTS", cone_lists(job, in, res));
 		if (r == 0)
 			r = get_pipeline(src, "prob_init.comp", &d,
 					 prob_bindings(res, PROB_INIT_BINDINGS), &g->init, err);
@@ -695,7 +711,8 @@ static uint64_t line_capacity_for(const struct job_plan *plan, uint64_t n_lines)
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
 	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
-				     g->ranges, g->dest, g->resume, g->pft, g->lut, g->regions };
+				     g->ranges, g->dest, g->resume, g->pft, g->lut, g->regions,
+				     g->cone_lists };
 
 	/* Kept for the next run of the same shape (a warm daemon's next job). */
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
@@ -876,6 +893,12 @@ static int check_step(const struct jobspec *job, const struct inputs *in, struct
 			  "grid, got %g mm = %g voxels", JOBSPEC_MAX_STEP_VOXELS, job->step_mm, step);
 }
 
+/* The kernels' cos_max_angle. */
+static float cos_max_angle(const struct jobspec *job)
+{
+	return (float)cos(job->max_angle * M_PI / 180.0);
+}
+
 static void fill_params(struct job_run *run)
 {
 	const struct jobspec *job = run->job;
@@ -887,7 +910,7 @@ static void fill_params(struct job_run *run)
 	for (int i = 0; i < 3; i++)
 		p->dim[i] = (int32_t)grid->dim[i];
 	p->step_size = (float)step;
-	p->cos_max_angle = (float)cos(job->max_angle * M_PI / 180.0);
+	p->cos_max_angle = cos_max_angle(job);
 	p->pmf_threshold = (float)job->pmf_threshold;
 	p->fa_threshold = (float)job->fa_threshold;
 	p->relative_peak_threshold = (float)job->relative_peak_threshold;
@@ -1215,9 +1238,16 @@ static void getter_track_bindings(const struct job_run *run, struct gpu_buffer *
 		return;
 	}
 	if (!inputs_boot(run->in)) {
-		struct gpu_buffer *const prob[PROB_TRACK_BINDINGS + 1] = {
+		struct gpu_buffer *prob[PROB_TRACK_BINDINGS + 2] = {
 			res.odf, res.stop, res.vertices, g->seeds, g->dirs, g->line_id,
-			g->points, g->ranges, g->resume, res.odf_basis };
+			g->points, g->ranges, g->resume, NULL, NULL };
+		/* After the common ones: SH storage's basis or the cone's tables. */
+		if (res.odf_basis)
+			prob[PROB_TRACK_BINDINGS] = res.odf_basis;
+		else if (g->cone_lists) {
+			prob[PROB_TRACK_BINDINGS] = res.odf_max;
+			prob[PROB_TRACK_BINDINGS + 1] = g->cone_lists;
+		}
 		memcpy(b, prob, sizeof(prob));
 		return;
 	}
@@ -1870,8 +1900,30 @@ static int upload_regions(struct job_run *run, struct errbuf *err)
 	return r;
 }
 
-/* The job's tables first (ptt's, the regions): the plan sizes the work
- * buffers from the GPU memory they leave. */
+/* prob_track's cone lists (sphere_cone_lists) for the job's max_angle,
+ * where it takes them (cone_lists). */
+static int upload_cone_lists(struct job_run *run, struct errbuf *err)
+{
+	uint32_t *lists;
+	size_t words;
+	int r;
+
+	if (!cone_lists(run->job, run->in, run->res))
+		return 0;
+	r = sphere_cone_lists(inputs_sphere(run->in), cos_max_angle(run->job),
+			      inputs_symmetric(run->in), &lists, &words);
+	if (r < 0)
+		return errbuf_set(err, r, "tracking.max_angle", "cannot list the sphere's "
+				  "vertices within max_angle: %s", strerror(-r));
+	r = new_buffer(run->gpu, 4ull * words, GPU_MEMORY_DEVICE, &run->g.cone_lists, err);
+	if (r == 0)
+		r = gpu_upload(run->gpu, run->g.cone_lists, 0, lists, 4ull * words, err);
+	free(lists);
+	return r;
+}
+
+/* The job's tables first (ptt's, the regions, the cone lists): the plan
+ * sizes the work buffers from the GPU memory they leave. */
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
 	double compile_before = gpu_compile_seconds(run->gpu), t0;
@@ -1883,6 +1935,8 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 		r = upload_ptt_tables(run->gpu, run->job, run->in, &run->g, err);
 	if (r == 0)
 		r = upload_regions(run, err);
+	if (r == 0)
+		r = upload_cone_lists(run, err);
 	if (r == 0)
 		r = work_room(run->gpu, run->in, run->res, run->sh->opts,
 			      gpu_buffer_bytes(run->gpu) - run->bytes_before, &room, err);

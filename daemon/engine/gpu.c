@@ -828,6 +828,11 @@ uint64_t gpu_memory_bytes(const struct gpu_limits *lim)
 	return lower_limit(lim->device_local_bytes, lim->memory_limit);
 }
 
+bool gpu_cpu_device(const struct gpu_limits *lim)
+{
+	return strcmp(lim->device_type, "cpu") == 0;
+}
+
 double gpu_compile_seconds(const struct gpu_ctx *ctx)
 {
 	return ctx->compile_seconds;

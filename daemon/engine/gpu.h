@@ -108,6 +108,11 @@ const struct gpu_limits *gpu_get_limits(const struct gpu_ctx *ctx);
  * heap, else that heap. */
 uint64_t gpu_memory_bytes(const struct gpu_limits *lim);
 
+/* Whether the device is a CPU (lavapipe), whose lanes load and scan one by
+ * one: the kernels have CPU variants (engine.c), and the inputs a table
+ * only those use (resident.c). */
+bool gpu_cpu_device(const struct gpu_limits *lim);
+
 /* The field an allocation over the memory limit names. */
 #define GPU_MEMORY_LIMIT_FIELD "gpu_memory_limit"
 

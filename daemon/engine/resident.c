@@ -4,8 +4,9 @@
  *
  * Flow: plan the pages of the ODF in each storage (or of a boot job's DWI)
  * and keep the first that fits the budget -> upload it (SH inputs sampled
- * on the sphere here unless stored as SH) -> upload the stop map and the
- * sphere -> count the bytes held.
+ * on the sphere here unless stored as SH), on CPU devices with each
+ * voxel's largest value -> upload the stop map and the sphere -> count the
+ * bytes held.
  */
 #include "engine/resident.h"
 
@@ -19,6 +20,7 @@
 #include "models/boot.h"
 #include "base/log.h"
 #include "engine/paged_volume.h"
+#include "formats/half.h"
 #include "base/parallel.h"
 #include "models/sphere.h"
 #include "base/timing.h"
@@ -26,6 +28,7 @@
 
 struct resident {
 	struct paged_volume odf;  /* prob: ODF values or SH coefficients (storage) */
+	struct paged_volume odf_max;        /* CPU devices, values: each voxel's largest */
 	enum jobspec_odf_storage storage;   /* never auto */
 	uint32_t sh_coefs;        /* SH storage: coefficients per voxel */
 	struct gpu_buffer *odf_basis;       /* SH storage: the sampling matrix */
@@ -100,26 +103,45 @@ static const char *const storage_names[] = {
 	[JOBSPEC_ODF_FLOAT16] = "float16", [JOBSPEC_ODF_SH] = "sh",
 };
 
+/* Whether the device gets each voxel's largest ODF value: prob_track's
+ * cone lists, used on CPU devices only, bound the PMF with it. */
+static bool wants_odf_max(const struct gpu_limits *lim, enum jobspec_odf_storage storage)
+{
+	return gpu_cpu_device(lim) && storage != JOBSPEC_ODF_SH;
+}
+
+/* The pages of each voxel's largest ODF value. */
+static int plan_odf_max(const struct gpu_limits *lim, uint64_t voxels, struct paged_layout *ret,
+			struct errbuf *err)
+{
+	return paged_plan(voxels, 1, PAGED_FLOAT32, lim->max_alloc_bytes, ret, err);
+}
+
 /* The pages of the ODF in a storage, and its GPU bytes with the SH
- * sampling matrix. */
+ * sampling matrix or the values' maxima. */
 static int plan_odf(const struct gpu_limits *lim, const struct inputs *in,
 		    enum jobspec_odf_storage storage, struct paged_layout *ret, uint64_t *bytes,
 		    struct errbuf *err)
 {
 	uint64_t voxels = volume_voxels(inputs_grid(in));
 	uint32_t nv = (uint32_t)inputs_sphere(in)->nv;
-	uint64_t basis = 0;
+	uint64_t extra = 0;
 	int r;
 
 	if (storage == JOBSPEC_ODF_SH) {
 		uint32_t nc = (uint32_t)inputs_sh(in)->dim[3];
-		basis = 4ull * nc * nv;
+		extra = 4ull * nc * nv;
 		r = paged_plan(voxels, nc, PAGED_FLOAT32, lim->max_alloc_bytes, ret, err);
 	} else {
+		struct paged_layout maxima;
 		r = paged_plan(voxels, nv, storage == JOBSPEC_ODF_FLOAT16 ? PAGED_FLOAT16 : PAGED_FLOAT32,
 			       lim->max_alloc_bytes, ret, err);
+		if (r == 0 && wants_odf_max(lim, storage))
+			r = plan_odf_max(lim, voxels, &maxima, err);
+		if (r == 0 && wants_odf_max(lim, storage))
+			extra = paged_bytes(&maxima);
 	}
-	*bytes = r == 0 ? paged_bytes(ret) + basis : 0;
+	*bytes = r == 0 ? paged_bytes(ret) + extra : 0;
 	return r;
 }
 
@@ -308,12 +330,55 @@ static void stream_release(void *userdata, size_t k)
 	odf_stream_release(userdata, k);
 }
 
+/* Each voxel's largest ODF value as the device holds it, for voxels
+ * [first, first + n) of values (nv each) into maxima: float16 storage
+ * rounds each value, and rounding keeps their order, so the largest rounds
+ * to the largest held. Values are clipped at zero (inputs.h). */
+struct odf_maxima {
+	float *maxima;            /* a value per voxel of the volume */
+	uint32_t nv;
+	bool half;
+	const struct paged_runs *runs;   /* streamed: the runs they are found in */
+};
+
+static void find_maxima(const struct odf_maxima *m, const float *values, uint64_t first,
+			uint64_t n)
+{
+	for (uint64_t v = 0; v < n; v++) {
+		const float *row = values + v * m->nv;
+		float largest = 0.0f;
+		for (uint32_t j = 0; j < m->nv; j++)
+			largest = row[j] > largest ? row[j] : largest;
+		m->maxima[first + v] = m->half ? half_to_float(half_from_float(largest)) : largest;
+	}
+}
+
+/* A streamed ODF's runs, their maxima found as they pass. */
+static int maxima_get(void *userdata, size_t k, struct paged_run *ret, struct errbuf *err)
+{
+	const struct odf_maxima *m = userdata;
+	int r = m->runs->get(m->runs->userdata, k, ret, err);
+
+	if (r == 0)
+		find_maxima(m, ret->values, ret->first_voxel, ret->voxels);
+	return r;
+}
+
+static void maxima_release(void *userdata, size_t k)
+{
+	const struct odf_maxima *m = userdata;
+
+	m->runs->release(m->runs->userdata, k);
+}
+
 /* The ODF as its storage wants it: SH coefficients and the matrix that
  * samples them, or values on the vertices: read while uploaded
- * (odf_stream.h), or on the host (odf_values). */
+ * (odf_stream.h), or on the host (odf_values); with maxima (NULL where not
+ * wanted), each voxel's largest value found on the way. */
 static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 		      const struct resident_upload *up, struct odf_values *values,
-		      const struct paged_layout *layout, struct resident *res, struct errbuf *err)
+		      const struct paged_layout *layout, struct odf_maxima *maxima,
+		      struct resident *res, struct errbuf *err)
 {
 	const struct fit_options *fit = up->fit;
 
@@ -335,11 +400,43 @@ static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 		struct paged_runs runs = { .n_runs = odf_stream_slabs(up->odf_stream),
 					   .get = stream_get, .release = stream_release,
 					   .userdata = up->odf_stream };
-		return paged_upload_runs(gpu, layout, &runs, &res->odf, err);
+		struct paged_runs found = { .n_runs = runs.n_runs, .get = maxima_get,
+					    .release = maxima_release, .userdata = maxima };
+		if (maxima)
+			maxima->runs = &runs;
+		return paged_upload_runs(gpu, layout, maxima ? &found : &runs, &res->odf, err);
 	}
 	r = odf_values_get(values, in, fit, &odf, err);
 	if (r == 0)
 		r = paged_upload(gpu, layout, odf->data, &res->odf, err);
+	if (r == 0 && maxima)
+		find_maxima(maxima, odf->data, 0, layout->voxels);
+	return r;
+}
+
+/* The ODF, and where wanted its maxima (a float32 volume of one channel). */
+static int upload_odf_all(struct gpu_ctx *gpu, const struct inputs *in,
+			  const struct resident_upload *up, struct odf_values *values,
+			  const struct paged_layout *layout, struct resident *res,
+			  struct errbuf *err)
+{
+	const struct gpu_limits *lim = gpu_get_limits(gpu);
+	struct odf_maxima maxima = { .nv = layout->channels,
+				     .half = res->storage == JOBSPEC_ODF_FLOAT16 };
+	struct paged_layout maxima_layout;
+	int r;
+
+	if (!wants_odf_max(lim, res->storage))
+		return upload_odf(gpu, in, up, values, layout, NULL, res, err);
+	maxima.maxima = malloc(sizeof(float) * layout->voxels);
+	if (!maxima.maxima)
+		return errbuf_set(err, -ENOMEM, "", "out of memory");
+	r = upload_odf(gpu, in, up, values, layout, &maxima, res, err);
+	if (r == 0)
+		r = plan_odf_max(lim, layout->voxels, &maxima_layout, err);
+	if (r == 0)
+		r = paged_upload(gpu, &maxima_layout, maxima.maxima, &res->odf_max, err);
+	free(maxima.maxima);
 	return r;
 }
 
@@ -381,12 +478,12 @@ static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
 	} else {
 		r = choose_odf_storage(lim, in, up->odf_storage, budget, res, &layout, err);
 		if (r == 0)
-			r = upload_odf(gpu, in, up, values, &layout, res, err);
+			r = upload_odf_all(gpu, in, up, values, &layout, res, err);
 	}
 	if (r == 0)
 		r = upload_common(gpu, in, res, err);
 	if (r == 0)
-		res->bytes = res->odf.bytes + res->dwi.bytes + res->stop.bytes +
+		res->bytes = res->odf.bytes + res->odf_max.bytes + res->dwi.bytes + res->stop.bytes +
 			     common_bytes(in) - 4ull * volume_voxels(inputs_grid(in)) +
 			     (inputs_boot(in) ? 4ull * boot_matrix_floats(inputs_boot_matrices(in)) : 0) +
 			     (res->odf_basis ? 4ull * res->sh_coefs * nv : 0);
@@ -513,7 +610,8 @@ uint32_t resident_sh_coefs(const struct resident *res)
 struct resident_bindings resident_bindings(const struct resident *res)
 {
 	return (struct resident_bindings){
-		.odf = res->odf.table, .odf_basis = res->odf_basis, .dwi = res->dwi.table,
+		.odf = res->odf.table, .odf_basis = res->odf_basis, .odf_max = res->odf_max.table,
+		.dwi = res->dwi.table,
 		.matrices = res->matrices, .stop = res->stop.table, .vertices = res->vertices,
 		.nbr_offset = res->nbr_offset, .nbr = res->nbr,
 	};
@@ -524,6 +622,7 @@ void resident_free(struct gpu_ctx *gpu, struct resident *res)
 	if (!res)
 		return;
 	paged_free(gpu, &res->odf);
+	paged_free(gpu, &res->odf_max);
 	paged_free(gpu, &res->dwi);
 	gpu_buffer_free(gpu, res->odf_basis);
 	paged_free(gpu, &res->stop);

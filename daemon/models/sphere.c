@@ -905,6 +905,44 @@ out:
 	return rc;
 }
 
+/* Whether vertex j lies within the cone of vertex i, with the margin. */
+static bool in_cone_list(const struct sphere *s, int i, int j, double cos_max, bool axial)
+{
+	const float *a = &s->vertices[3 * i], *b = &s->vertices[3 * j];
+	double c = (double)a[0] * b[0] + (double)a[1] * b[1] + (double)a[2] * b[2];
+
+	return (axial ? fabs(c) : c) >= cos_max - SPHERE_CONE_MARGIN;
+}
+
+int sphere_cone_lists(const struct sphere *s, double cos_max, bool axial, uint32_t **ret,
+		      size_t *n_words)
+{
+	size_t words = (size_t)s->nv + 1;
+	uint32_t *lists;
+
+	*ret = NULL;
+	*n_words = 0;
+	for (int i = 0; i < s->nv; i++)
+		for (int j = 0; j < s->nv; j++)
+			words += in_cone_list(s, i, j, cos_max, axial);
+	if (words > UINT32_MAX)
+		return -E2BIG;
+	lists = malloc(sizeof(*lists) * words);
+	if (!lists)
+		return -ENOMEM;
+	words = (size_t)s->nv + 1;
+	for (int i = 0; i < s->nv; i++) {
+		lists[i] = (uint32_t)words;
+		for (int j = 0; j < s->nv; j++)
+			if (in_cone_list(s, i, j, cos_max, axial))
+				lists[words++] = (uint32_t)j;
+	}
+	lists[s->nv] = (uint32_t)words;
+	*ret = lists;
+	*n_words = words;
+	return 0;
+}
+
 void sphere_free(struct sphere *s)
 {
 	free(s->vertices);

@@ -9,12 +9,15 @@
  * its faces from the convex hull, as DIPY's Sphere(xyz=...) does; a set of
  * vertices with no antipodal pairs is treated as DIPY's HemiSphere (hull of
  * the vertices and their antipodes, folded back onto the given indices).
+ * Also lists each vertex's neighbours within an angle (sphere_cone_lists).
  * Does not log.
  */
 #ifndef TRACTD_SPHERE_H
 #define TRACTD_SPHERE_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "base/errbuf.h"
 #include "models/sphere_data.h"   /* sphere_builtin_names */
@@ -39,6 +42,20 @@ int sphere_builtin(const char *name, struct sphere *ret, struct errbuf *err);
  * field names the input in errors. Returns 0, -EINVAL, -ENOMEM. */
 int sphere_from_vertices(const double *xyz, int nv, const char *field,
 			 struct sphere *ret, struct errbuf *err);
+
+/* How far below cos_max the cone lists reach: their user tests each listed
+ * vertex again in its own arithmetic, where a vertex on the cone's edge may
+ * round in. */
+#define SPHERE_CONE_MARGIN 1e-4
+
+/* The vertices near each vertex, for a search within a cone: per vertex i,
+ * every j (i included) whose cosine with i (its absolute value when axial)
+ * is at least cos_max less SPHERE_CONE_MARGIN, in index order. One array of
+ * *n_words words: nv + 1 offsets into the array itself (i's list runs from
+ * word [i] to word [i + 1]), then the lists. Takes nv^2 dot products.
+ * Returns 0, -ENOMEM, -E2BIG past 2^32 words. */
+int sphere_cone_lists(const struct sphere *s, double cos_max, bool axial, uint32_t **ret,
+		      size_t *n_words);
 
 /* Frees everything and zeroes *s; accepts zeroed or freed spheres. */
 void sphere_free(struct sphere *s);

@@ -566,6 +566,44 @@ static void test_free_accepts_zeroed_and_freed(void **state)
 	sphere_free(&s);
 }
 
+/* Each list holds exactly the vertices within the angle (and those within
+ * the margin below it), in index order, for the axis and for the direction. */
+static void test_cone_lists(void **state)
+{
+	struct sphere s;
+	const double cos_max = cos(30 * M_PI / 180);
+
+	(void)state;
+	assert_int_equal(sphere_builtin("repulsion724", &s, NULL), 0);
+	for (int axial = 0; axial < 2; axial++) {
+		uint32_t *lists;
+		size_t n_words, listed = 0;
+		assert_int_equal(sphere_cone_lists(&s, cos_max, axial, &lists, &n_words), 0);
+		assert_int_equal(lists[0], s.nv + 1);
+		assert_int_equal(lists[s.nv], n_words);
+		for (int i = 0; i < s.nv; i++) {
+			uint32_t at = lists[i];
+			for (int j = 0; j < s.nv; j++) {
+				const float *a = &s.vertices[3 * i], *b = &s.vertices[3 * j];
+				double c = (double)a[0] * b[0] + (double)a[1] * b[1] +
+					   (double)a[2] * b[2];
+				double near = axial ? fabs(c) : c;
+				if (near >= cos_max - SPHERE_CONE_MARGIN) {
+					assert_true(at < lists[i + 1]);
+					assert_int_equal(lists[at++], j);
+				}
+			}
+			assert_int_equal(at, lists[i + 1]);
+			listed += lists[i + 1] - lists[i];
+		}
+		/* A 30-degree cap holds 6.7 % of the sphere, the axis twice that. */
+		assert_true(listed > (size_t)(axial ? 0.12 : 0.06) * s.nv * s.nv);
+		assert_true(listed < (size_t)(axial ? 0.15 : 0.075) * s.nv * s.nv);
+		free(lists);
+	}
+	sphere_free(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -584,6 +622,7 @@ int main(void)
 		cmocka_unit_test(test_accepts_extreme_lengths),
 		cmocka_unit_test(test_rejects_flat_sets),
 		cmocka_unit_test(test_free_accepts_zeroed_and_freed),
+		cmocka_unit_test(test_cone_lists),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
