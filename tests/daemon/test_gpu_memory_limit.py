@@ -31,3 +31,31 @@ def test_limit_too_small_fails_the_job_naming_it(daemon_factory, phantom):
     assert doc["error"]["code"] == "too_large_for_device", doc
     assert doc["error"]["field"] == "gpu_memory_limit", doc
     assert "38.2 MiB as float16" in doc["error"]["message"], doc
+
+
+def test_warm_volumes_give_way_under_the_limit(daemon_factory, phantom):
+    """A budget and a cache whose sum passes the limit: the second job's
+    float32 ODF and work do not fit beside the first job's warm float16 one,
+    so the first's entry is evicted and the second runs as it would alone (it
+    failed naming gpu_memory_limit before). A third job, of auto storage,
+    then gets float32 as alone, not float16 for want of room beside warm
+    volumes."""
+    limit = 120 * MiB
+    d = daemon_factory(sets=[f"gpu_memory_limit={limit // MiB}M", "gpu_memory_budget=110M",
+                             f"volume_cache_bytes={limit // MiB}M"])
+    ids = upload_phantom(d.api, phantom)
+
+    def run(storage):
+        doc = wait_job(d.api, submit(d.api, server_job(phantom, ids, count=200,
+                                                       tracking={"odf_storage": storage})))
+        assert doc["status"] == "done", doc
+        cache = d.api.get_json("/v1/device")["cache"]
+        # Only this job's volumes stay warm.
+        assert cache["entries"] == 1, cache
+        assert cache["used_bytes"] == doc["memory"]["gpu_input_bytes"], (cache, doc["memory"])
+        return doc["memory"]["gpu_input_bytes"]
+
+    assert run("float16") < 40 * MiB
+    assert run("float32") > 76 * MiB
+    assert run("float16") < 40 * MiB
+    assert run("auto") > 76 * MiB
