@@ -1031,6 +1031,12 @@ static json_t *cache_json(struct api *api, const struct identity *who,
 			 (json_int_t)hits, "misses", (json_int_t)misses);
 }
 
+/* gpu_memory_limit as /v1/device tells it: null when none is set. */
+static json_t *memory_limit_json(const struct gpu_limits *device)
+{
+	return device->memory_limit ? json_integer((json_int_t)device->memory_limit) : json_null();
+}
+
 static enum MHD_Result device_info(struct api *api, struct MHD_Connection *conn,
 				   const struct identity *who)
 {
@@ -1038,7 +1044,7 @@ static enum MHD_Result device_info(struct api *api, struct MHD_Connection *conn,
 
 	jobs_status(api->cfg.jobs, &st);
 	return answer_json(api, conn, MHD_HTTP_OK, json_pack(
-		"{s:{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I}, s:o, s:{s:I, s:I}}",
+		"{s:{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:I, s:o, s:I}, s:o, s:{s:I, s:I}}",
 		"device", "name", st.device.device_name, "type", st.device.device_type,
 		"count", (json_int_t)st.devices,
 		"subgroup_size", (int)st.device.subgroup_size,
@@ -1046,6 +1052,8 @@ static enum MHD_Result device_info(struct api *api, struct MHD_Connection *conn,
 		"max_alloc_bytes", (json_int_t)st.device.max_alloc_bytes,
 		"device_local_bytes", (json_int_t)st.device.device_local_bytes,
 		"spare_bytes", (json_int_t)st.gpu_spare_bytes,
+		"gpu_memory_limit_bytes", memory_limit_json(&st.device),
+		"gpu_memory_budget_bytes", (json_int_t)st.job_budget,
 		"cache", cache_json(api, who, &st),
 		"queue", "queued", (json_int_t)st.queued, "running", (json_int_t)st.running));
 }

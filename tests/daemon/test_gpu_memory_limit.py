@@ -3,16 +3,26 @@ memory. The defaults of gpu_memory_budget (half) and volume_cache_bytes (a
 quarter) come from it, so the phantom's ODF (76.4 MiB as float32, 38.2 MiB as
 float16) goes up as float16 under a 160 MiB limit and its job stays within
 the budget; a limit whose half holds no storage fails the job naming
-gpu_memory_limit. See tests/engine/test_gpu_memory.py for the peak itself."""
-from .support import server_job, submit, upload_phantom, wait_job
+gpu_memory_limit. /v1/device and `tractctl device` show the limit and the
+budget taken from it. See tests/engine/test_gpu_memory.py for the peak
+itself."""
+import subprocess
+
+from .support import daemon_env, server_job, submit, upload_phantom, wait_job
 
 MiB = 1 << 20
 LIMIT = 160 * MiB
 
 
-def test_defaults_come_from_the_limit(daemon_factory, phantom):
+def test_defaults_come_from_the_limit(daemon_factory, phantom, tractctl):
     d = daemon_factory(sets=[f"gpu_memory_limit={LIMIT // MiB}M"])
-    assert d.api.get_json("/v1/device")["cache"]["budget_bytes"] == LIMIT // 4
+    device = d.api.get_json("/v1/device")
+    assert device["cache"]["budget_bytes"] == LIMIT // 4
+    assert device["device"]["gpu_memory_limit_bytes"] == LIMIT, device
+    assert device["device"]["gpu_memory_budget_bytes"] == LIMIT // 2, device
+    shown = subprocess.run([tractctl, *d.api.tractctl_args(), "device"], capture_output=True,
+                           text=True, timeout=60, env=daemon_env(), check=True).stdout
+    assert "limit     160.0 MiB (gpu_memory_limit); a job's budget 80.0 MiB" in shown, shown
     ids = upload_phantom(d.api, phantom)
     for rng_seed in (1, 2):   # the second on warm volumes and spare buffers
         doc = wait_job(d.api, submit(d.api, server_job(phantom, ids, count=200,
