@@ -8,6 +8,9 @@ budget taken from it. See tests/engine/test_gpu_memory.py for the peak
 itself."""
 import subprocess
 
+import pytest
+
+from conftest import Phantom, run_cli
 from .support import daemon_env, server_job, submit, upload_phantom, wait_job
 
 MiB = 1 << 20
@@ -69,3 +72,35 @@ def test_warm_volumes_give_way_under_the_limit(daemon_factory, phantom):
     assert run("float32") > 76 * MiB
     assert run("float16") < 40 * MiB
     assert run("auto") > 76 * MiB
+
+
+@pytest.fixture(scope="module")
+def small_phantom(tractd, tmp_path_factory):
+    """24x24x16: its ODF is 13 MiB as float32."""
+    outdir = tmp_path_factory.mktemp("small_phantom")
+    run_cli(tractd, ["phantom", outdir, "--dim", "24,24,16", "-q"], check=True)
+    return Phantom.from_dir(outdir)
+
+
+def test_warm_volumes_give_way_to_a_warm_job(daemon_factory, phantom, small_phantom):
+    """A job on warm volumes gets its budget too. The large phantom's float16
+    upload finds its budget left beside the small phantom's warm inputs, so
+    both stay warm; when the small phantom's job runs again (a hit), the
+    limit would leave it less than its budget beside both, so the other
+    job's entry is evicted and the hit keeps its own."""
+    d = daemon_factory(sets=["gpu_memory_limit=120M", "gpu_memory_budget=90M",
+                             "volume_cache_bytes=120M"])
+    small, large = upload_phantom(d.api, small_phantom), upload_phantom(d.api, phantom)
+
+    def run(ph, ids, storage):
+        doc = wait_job(d.api, submit(d.api, server_job(ph, ids, count=200,
+                                                       tracking={"odf_storage": storage})))
+        assert doc["status"] == "done", doc
+        return doc["memory"]["gpu_input_bytes"], d.api.get_json("/v1/device")["cache"]
+
+    small_bytes, _ = run(small_phantom, small, "float32")
+    large_bytes, cache = run(phantom, large, "float16")
+    assert cache["entries"] == 2, cache
+    assert cache["used_bytes"] == small_bytes + large_bytes, cache
+    _, cache = run(small_phantom, small, "float32")
+    assert (cache["entries"], cache["used_bytes"], cache["hits"]) == (1, small_bytes, 1), cache
