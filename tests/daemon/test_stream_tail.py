@@ -6,6 +6,9 @@ tracked; the result is the same bytes as `tractd run` whatever the chunks.
 A finished result is served whole with its length, from the file. No timed
 assertions: chunk sizes from the daemon's debug log, and bytes."""
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 from .support import (assert_same_trk, fetch_tractogram, local_job, run_to_completion,
                       server_job, upload_phantom, wait_job)
@@ -57,3 +60,19 @@ def test_finished_result_served_with_its_length(daemon, volumes, phantom):
     spooled = (daemon.state_dir / "spool" / f"{doc['id']}.tractogram").read_bytes()
     assert r.body == spooled == body
     assert fetch_tractogram(daemon.api, doc["id"]) == spooled
+
+
+def test_warm_jobs_bench_prints_the_tail(tractd, phantom):
+    """bench/warm_jobs.py (run on the GPU host by the lead) prints each step
+    of the jobs' timing, the client's first byte and how much of the result
+    it had by `tracked` and by `done`."""
+    bench = Path(__file__).resolve().parents[2] / "bench" / "warm_jobs.py"
+    out = subprocess.run([sys.executable, str(bench), tractd, str(phantom.dir), "--seeds", "300",
+                          "--runs", "2"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    for label in ("client wall time", "tracking -> first_output", "tracked -> synced",
+                  "done -> client has it", "request -> client's first byte", "by tracked",
+                  "by done", "result:"):
+        assert label in out.stdout, out.stdout
+    by_done = re.search(r"by done\s+([\d.]+)", out.stdout)
+    assert by_done and 0.0 <= float(by_done.group(1)) <= 100.0, out.stdout
