@@ -18,7 +18,7 @@ proto/API.md's `first_output`). Then the result's size and the job's memory
 the daemon holds after the runs).
 
 Usage: python3 bench/warm_jobs.py TRACTD PHANTOM_DIR [--seeds 1000]
-       [--runs 20] [--device D]
+       [--runs 20] [--device D] [--max-steps N]
 Standard library only; any python3 will do.
 """
 import argparse
@@ -127,6 +127,9 @@ def main():
     ap.add_argument("--seeds", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--device")
+    ap.add_argument("--max-steps", type=int,
+                    help="tracking.max_steps: short streamlines track a job on lavapipe in "
+                    "less than the daemon's half-second chunk, as a GPU tracks 100,000 seeds")
     args = ap.parse_args()
     state = tempfile.mkdtemp(prefix="tractd-warm-")
     sock = os.path.join(state, "s")
@@ -151,6 +154,8 @@ def main():
                "seeds": {"roi": upload(sock, volume(args.phantom, "seed_roi")),
                          "count": args.seeds, "rng_seed": 0},
                "tracking": {"sphere": sphere}}
+        if args.max_steps:
+            job["tracking"]["max_steps"] = args.max_steps
         run_job(sock, job)   # loads, uploads and compiles: not counted
         walls, docs = [], []
         for i in range(args.runs):
