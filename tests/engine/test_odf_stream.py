@@ -1,13 +1,15 @@
 """An uncompressed ODF read while it is uploaded (issue 24; job/odf_stream.h).
 
-`tractd run` reads a .nii ODF in slabs of 16 x-planes straight into the
-upload instead of whole into host memory first. The phantom here is 56 voxels
-along x: four slabs (16, 16, 16 and 8 planes). Every streamed run must give the
-bytes of the same ODF read whole (the .nii gzipped, which is never streamed):
-on one device, on two (each takes every slab as it is read), with pages that
-end inside a slab, and in float16. A slab skipped or put at the wrong voxels
-changes the tractogram. A non-finite value is refused as the whole read
-refuses it, naming the voxel.
+`tractd run` reads a .nii ODF in slabs of 16 z-planes (each one contiguous run
+of every volume of the file) straight into the upload instead of whole into
+host memory first. The phantom here is odd in every dimension and 37 voxels
+along z: three slabs (16, 16 and 5 planes), so that every z-column of the GPU
+pages takes three runs and the last slab is short. Every streamed run must
+give the bytes of the same ODF read whole (the .nii gzipped, which is never
+streamed): on one device, on two (each takes every slab as it is read), with
+pages that end inside a z-column, and in float16. A slab skipped, or a slab
+boundary put at the wrong z, changes the tractogram. A non-finite value is
+refused as the whole read refuses it, naming the voxel.
 """
 import gzip
 import json
@@ -21,15 +23,15 @@ from conftest import run_cli, run_job
 
 N_SEEDS = 300
 CHUNK = "50"
-SLABS = 4
+SLABS = 3
 EXIT_INVALID = 3
 
 
 @pytest.fixture(scope="module")
 def streamed(tractd, tmp_path_factory):
-    """A 56x24x16 phantom with an uncompressed ODF, and the same ODF gzipped."""
+    """A 21x19x37 phantom with an uncompressed ODF, and the same ODF gzipped."""
     directory = tmp_path_factory.mktemp("odf_stream")
-    run_cli(tractd, ["phantom", "--dim", "56,24,16", "--uncompressed", "--no-dwi",
+    run_cli(tractd, ["phantom", "--dim", "21,19,37", "--uncompressed", "--no-dwi",
                      directory / "ph"], check=True)
     ph = directory / "ph"
     with open(ph / "odf.nii", "rb") as src, gzip.open(ph / "odf_whole.nii.gz", "wb") as dst:
@@ -77,9 +79,10 @@ def test_two_devices_take_every_slab(tractd, streamed, whole):
 
 
 def test_pages_that_end_inside_a_slab(tractd, streamed, whole):
-    # 1 MiB pages hold 724 voxels of 362 values; a slab is 6144 voxels (8.5 pages).
+    # 1 MiB pages hold 724 voxels of 362 values: 19.6 z-columns of 37, so that
+    # a page ends inside a column and a column's run of a slab is split.
     proc, trk, _ = _run(tractd, streamed, "paged", "odf.nii", "--max-alloc-bytes", "1M")
-    assert "ODF on the GPU as float32: 30 pages" in proc.stderr, proc.stderr[-2000:]
+    assert "ODF on the GPU as float32: 21 pages" in proc.stderr, proc.stderr[-2000:]
     assert trk == whole
 
 
@@ -105,7 +108,7 @@ def _with_nan(directory, name, x, y, z, t):
 
 
 def test_non_finite_value_in_a_later_slab(tractd, streamed):
-    _with_nan(streamed, "nan", x=30, y=4, z=3, t=5)
+    _with_nan(streamed, "nan", x=13, y=4, z=33, t=5)
     messages = []
     for odf in ("nan.nii", "nan.nii.gz"):
         proc, trk, _ = run_job(tractd, _job(streamed, odf), streamed, name=odf, check=False,
@@ -113,6 +116,6 @@ def test_non_finite_value_in_a_later_slab(tractd, streamed):
         assert proc.returncode == EXIT_INVALID, proc.stderr
         assert not trk.exists()
         messages.append(proc.stderr.strip().splitlines()[-1].replace(".gz", ""))
-    assert "inputs.odf" in messages[0] and "voxel (30, 4, 3), volume 5" in messages[0], messages
+    assert "inputs.odf" in messages[0] and "voxel (13, 4, 33), volume 5" in messages[0], messages
     assert messages[0] == messages[1]
 
