@@ -93,6 +93,7 @@ struct gpu_ctx {
 	bool fault_armed;        /* TRACTD_FAULT_DEVICE_LOST_AFTER applies to this context */
 	uint64_t fault_after;    /* submits that succeed before the injected loss */
 	uint64_t submits;
+	bool staged_uploads;     /* TRACTD_STAGED_UPLOADS: mapped buffers filled as unmapped ones */
 };
 
 /* The test hook TRACTD_FAULT_DEVICE_LOST_AFTER=N: the first context the
@@ -116,6 +117,16 @@ static void arm_fault(struct gpu_ctx *ctx)
 	ctx->fault_armed = true;
 	ctx->fault_after = n;
 	log_debug("fault injection: the device is lost after %llu submits", n);
+}
+
+/* The test hook TRACTD_STAGED_UPLOADS=1: uploads to mapped device memory
+ * (lavapipe's) go through the staging buffers and the GPU's copies, as
+ * they do on a discrete GPU, so that tests here cover that path. */
+static bool staged_uploads(void)
+{
+	const char *value = getenv("TRACTD_STAGED_UPLOADS");
+
+	return value && strcmp(value, "1") == 0;
 }
 
 static const char *vk_result_name(VkResult r)
@@ -729,6 +740,7 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 		goto fail;
 	}
 	arm_fault(ctx);
+	ctx->staged_uploads = staged_uploads();
 	log_debug("device: %s (%s), subgroup %u, binding %llu B, allocation %llu B",
 		  ctx->limits.device_name, ctx->limits.device_type, ctx->limits.subgroup_size,
 		  (unsigned long long)ctx->limits.max_binding_bytes,
@@ -1425,7 +1437,7 @@ int gpu_upload_regions(struct gpu_ctx *ctx, struct gpu_buffer *dst,
 
 	if (r < 0 || total == 0)
 		return r;
-	if (dst->host) {
+	if (dst->host && !ctx->staged_uploads) {
 		fill_parallel(dst->host, regions, n_regions, 0, total, fill, userdata);
 		return sync_host_range(ctx, dst, true, err);
 	}

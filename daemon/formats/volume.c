@@ -396,12 +396,12 @@ static size_t rows_per_chunk(size_t row_bytes)
  * block of whole volumes while the others interleave the previous block's
  * planes. */
 
-/* A z-plane of nb consecutive volumes [t0, t0 + nb) as stored: volume
- * t0 + b's plane starts at raw + b * stride. */
+/* Rows [y0, y1) of a z-plane of nb consecutive volumes [t0, t0 + nb) as
+ * stored: volume t0 + b's plane starts at raw + b * stride. */
 struct plane_piece {
 	const unsigned char *raw;
 	size_t stride;
-	int64_t z;
+	int64_t z, y0, y1;
 	size_t t0, nb;
 };
 
@@ -430,7 +430,7 @@ static size_t interleave_plane(const struct plane_piece *p, const struct convers
 	size_t bad = SIZE_MAX;
 
 	for (int64_t x = 0; x < v->dim[0]; x++)
-		for (int64_t y = 0; y < ny; y++) {
+		for (int64_t y = p->y0; y < p->y1; y++) {
 			size_t i = (size_t)(y * nx + x);
 			const unsigned char *src = p->raw + i * cv->size;
 			float *dst = v->data + volume_index(v, x, y, p->z - z0) * nt + p->t0;
@@ -448,6 +448,26 @@ static size_t interleave_plane(const struct plane_piece *p, const struct convers
 	return bad;
 }
 
+/* interleave_plane of a piece BLOCK_VOLUMES volumes at a time: a piece of
+ * more (a row of every volume, volume_slabs_read) would read from as many
+ * pages at each voxel, more than the TLB and the prefetchers follow. */
+static size_t interleave_piece(const struct plane_piece *p, const struct conversion *cv,
+			       const int64_t file_dim[4], int64_t z0, struct volume *v)
+{
+	size_t bad = SIZE_MAX;
+
+	for (size_t b0 = 0; b0 < p->nb; b0 += BLOCK_VOLUMES) {
+		struct plane_piece part = *p;
+		size_t part_bad;
+		part.raw += b0 * p->stride;
+		part.t0 += b0;
+		part.nb = p->nb - b0 < BLOCK_VOLUMES ? p->nb - b0 : BLOCK_VOLUMES;
+		part_bad = interleave_plane(&part, cv, file_dim, z0, v);
+		bad = part_bad < bad ? part_bad : bad;
+	}
+	return bad;
+}
+
 /* What the load threads share: the pieces to do (taken in turn from next),
  * how to get one, and the first failure. */
 struct load_job {
@@ -457,12 +477,16 @@ struct load_job {
 	 * of them (z0 0, file_dim v->dim) unless read in slabs (volume_slabs). */
 	const int64_t *file_dim;
 	int64_t z0;
+	/* y-rows of a plane per piece: whole planes, or one row when read from
+	 * the mapping (volume_slabs_read). */
+	size_t rows;
 	size_t plane_bytes;       /* one z-plane of one volume, as stored */
 	size_t n_items;
 	atomic_size_t next;
 	atomic_bool failed;
-	/* An uncompressed file: item k is the plane z = k % nz of the k / nz-th
-	 * group of `block` volumes, read from fd, or in place from the mapped
+	/* An uncompressed file: item k is a piece of `rows` rows of plane
+	 * z = k / pieces % nz of the k / (pieces * nz)-th group of `block`
+	 * volumes (pieces per plane), read from fd, or in place from the mapped
 	 * file when mapped is not NULL. */
 	int fd;
 	const unsigned char *mapped;
@@ -485,15 +509,19 @@ static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *p
 {
 	const struct load_job *job = w->job;
 	size_t nz = (size_t)job->v->dim[2], nt = (size_t)job->v->dim[3];
-	size_t nvox = file_voxels(job->file_dim), t0 = k / nz * job->block;
+	size_t ny = (size_t)job->v->dim[1], pieces = (ny + job->rows - 1) / job->rows;
+	size_t plane = k / pieces, y0 = k % pieces * job->rows;
+	size_t y1 = ny - y0 < job->rows ? ny : y0 + job->rows;
+	size_t nvox = file_voxels(job->file_dim), t0 = plane / nz * job->block;
 	size_t nb = nt - t0 < job->block ? nt - t0 : job->block;
-	size_t z = (size_t)job->z0 + k % nz;
+	size_t z = (size_t)job->z0 + plane % nz;
 
 	if (job->mapped) {
 		*piece = (struct plane_piece){
 			.raw = job->mapped + job->data_offset + (t0 * nvox) * job->cv->size +
 			       z * job->plane_bytes,
-			.stride = nvox * job->cv->size, .z = (int64_t)z, .t0 = t0, .nb = nb,
+			.stride = nvox * job->cv->size, .z = (int64_t)z, .y0 = (int64_t)y0,
+			.y1 = (int64_t)y1, .t0 = t0, .nb = nb,
 		};
 		return 0;
 	}
@@ -507,8 +535,8 @@ static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *p
 	if (job->swapsize > 1)
 		nifti_swap_Nbytes((int64_t)(nb * job->plane_bytes / job->cv->size), job->swapsize,
 				  w->buf);
-	*piece = (struct plane_piece){ .raw = w->buf, .stride = job->plane_bytes,
-				       .z = (int64_t)z, .t0 = t0, .nb = nb };
+	*piece = (struct plane_piece){ .raw = w->buf, .stride = job->plane_bytes, .z = (int64_t)z,
+				       .y0 = 0, .y1 = (int64_t)ny, .t0 = t0, .nb = nb };
 	return 0;
 }
 
@@ -525,7 +553,8 @@ static void load_worker_main(void *arg)
 			piece = (struct plane_piece){
 				.raw = job->block_raw + k * job->plane_bytes,
 				.stride = file_voxels(job->file_dim) * job->cv->size,
-				.z = (int64_t)k, .t0 = job->block_t0, .nb = job->block_nb,
+				.z = (int64_t)k, .y0 = 0, .y1 = job->v->dim[1],
+				.t0 = job->block_t0, .nb = job->block_nb,
 			};
 		} else {
 			w->error = read_file_item(w, k, &piece);
@@ -534,7 +563,7 @@ static void load_worker_main(void *arg)
 				break;
 			}
 		}
-		bad = interleave_plane(&piece, job->cv, job->file_dim, job->z0, job->v);
+		bad = interleave_piece(&piece, job->cv, job->file_dim, job->z0, job->v);
 		w->bad = bad < w->bad ? bad : w->bad;
 	}
 }
@@ -720,13 +749,16 @@ static int check_voxel_data(const char *path, const char *field, const nifti_ima
 	return check_data_size(path, field, nim, f, data_bytes, err);
 }
 
-/* An uncompressed file's items: each z-plane of every block of volumes. */
-static struct load_job *plan_uncompressed(struct load_job *job)
+/* An uncompressed file's items: each piece of `rows` rows of each z-plane
+ * of every block of at most `block` volumes. */
+static struct load_job *plan_uncompressed(struct load_job *job, size_t block, size_t rows)
 {
-	size_t nt = (size_t)job->v->dim[3];
+	size_t nt = (size_t)job->v->dim[3], ny = (size_t)job->v->dim[1];
 
-	job->block = nt < BLOCK_VOLUMES ? nt : BLOCK_VOLUMES;
-	job->n_items = (nt + job->block - 1) / job->block * (size_t)job->v->dim[2];
+	job->block = nt < block ? nt : block;
+	job->rows = rows;
+	job->n_items = (nt + job->block - 1) / job->block * (size_t)job->v->dim[2] *
+		       ((ny + rows - 1) / rows);
 	return job;
 }
 
@@ -755,7 +787,8 @@ static int read_voxels(const char *path, const char *field, const nifti_image *n
 		job.n_items = (size_t)v->dim[2];
 		return read_compressed(path, field, nim, f, &job, err);
 	}
-	return read_uncompressed(path, field, plan_uncompressed(&job), err);
+	return read_uncompressed(path, field,
+				 plan_uncompressed(&job, BLOCK_VOLUMES, (size_t)v->dim[1]), err);
 }
 
 /* Up to len bytes from the start of f (inflated when f->gz) into buf;
@@ -1099,7 +1132,12 @@ int volume_slabs_read(struct volume_slabs *s, int64_t z0, struct volume *slab,
 
 	atomic_init(&job.next, 0);
 	atomic_init(&job.failed, false);
-	r = read_uncompressed(s->path, s->field, plan_uncompressed(&job), err);
+	/* A piece is one row of x of every volume: it reads a run of each
+	 * volume and writes whole voxels, both small enough to stay in the
+	 * caches and the TLB (a whole plane of a block of volumes, as
+	 * read_voxels takes, walks hundreds of pages for each row of x). */
+	r = read_uncompressed(s->path, s->field,
+			      plan_uncompressed(&job, (size_t)slab->dim[3], 1), err);
 	unmap_read_pages(s);
 	return r;
 }

@@ -17,10 +17,12 @@
 /* z-planes per slab. The file keeps each volume's z-planes one after
  * another, so a slab reads one contiguous run of each volume (the slabs
  * together read each page of the file once); on the GPU it is a run of this
- * many voxels of every z-column, 46 KB of float32 at 724 vertices, one copy
+ * many voxels of every z-column, 23 KB of float32 at 724 vertices, one copy
  * region each. An HCP-sized ODF (145 x 174 x 145 voxels x 724 vertices)
- * takes 10 slabs of up to 1.2 GB. */
-#define SLAB_PLANES 16
+ * takes 19 slabs of up to 585 MB: the host holds two, and the mapped pages
+ * of the one being read (16 planes cost 0.55 GB more host memory and no
+ * less time on lavapipe). */
+#define SLAB_PLANES 8
 
 struct slab_buffer {
 	struct volume v;          /* SLAB_PLANES z-planes (or the whole ODF when fewer) */

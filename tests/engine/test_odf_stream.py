@@ -1,10 +1,10 @@
 """An uncompressed ODF read while it is uploaded (issue 24; job/odf_stream.h).
 
-`tractd run` reads a .nii ODF in slabs of 16 z-planes (each one contiguous run
+`tractd run` reads a .nii ODF in slabs of 8 z-planes (each one contiguous run
 of every volume of the file) straight into the upload instead of whole into
 host memory first. The phantom here is odd in every dimension and 37 voxels
-along z: three slabs (16, 16 and 5 planes), so that every z-column of the GPU
-pages takes three runs and the last slab is short. Every streamed run must
+along z: five slabs (8, 8, 8, 8 and 5 planes), so that every z-column of the
+GPU pages takes five runs and the last slab is short. Every streamed run must
 give the bytes of the same ODF read whole (the .nii gzipped, which is never
 streamed): on one device, on two (each takes every slab as it is read), with
 pages that end inside a z-column, and in float16. A slab skipped, or a slab
@@ -17,14 +17,27 @@ import shutil
 import struct
 
 import nibabel as nib
+import numpy as np
 import pytest
 
 from conftest import run_cli, run_job
 
 N_SEEDS = 300
 CHUNK = "50"
-SLABS = 3
+SLABS = 5
 EXIT_INVALID = 3
+
+
+def _stack_along_z(ph):
+    """The phantom's bundles fill planes 15 to 21 of 37: every plane z gets
+    plane 15 + z % 7 (ODF, stop map and seeds), so that each slab holds
+    seeds and a plane unlike its neighbours at its boundaries, and a slab
+    read at the wrong z changes the tractogram."""
+    planes = [15 + z % 7 for z in range(37)]
+    for name in ("odf.nii", "fa.nii", "seed_roi.nii"):
+        img = nib.load(str(ph / name))
+        data = np.take(np.asarray(img.dataobj), planes, axis=2)
+        nib.save(nib.Nifti1Image(data, img.affine, img.header), str(ph / name))
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +47,7 @@ def streamed(tractd, tmp_path_factory):
     run_cli(tractd, ["phantom", "--dim", "21,19,37", "--uncompressed", "--no-dwi",
                      directory / "ph"], check=True)
     ph = directory / "ph"
+    _stack_along_z(ph)
     with open(ph / "odf.nii", "rb") as src, gzip.open(ph / "odf_whole.nii.gz", "wb") as dst:
         shutil.copyfileobj(src, dst)
     return directory
@@ -119,3 +133,17 @@ def test_non_finite_value_in_a_later_slab(tractd, streamed):
     assert "inputs.odf" in messages[0] and "voxel (13, 4, 33), volume 5" in messages[0], messages
     assert messages[0] == messages[1]
 
+
+
+@pytest.mark.parametrize("pages", [(), ("--max-alloc-bytes", "1M")], ids=["one_page", "1M_pages"])
+def test_staged_copies_of_the_slabs(tractd, streamed, whole, pages):
+    # lavapipe's device memory is mapped, so uploads fill it in place; a
+    # discrete GPU's goes through the staging buffers, whose copies scatter
+    # each slab's z-column runs (TRACTD_STAGED_UPLOADS makes lavapipe do the
+    # same). --gpu-memory 128M makes them 2 MiB: a slab (4.6 MB) takes three,
+    # and runs go on from one to the next.
+    proc, trk, _ = run_job(tractd, _job(streamed, "odf.nii"), streamed, name="staged" + str(len(pages)),
+                           extra_args=("-v", "--gpu-memory", "128M", *pages),
+                           env={"TRACTD_STAGED_UPLOADS": "1"})
+    assert f"ODF read in {SLABS} slabs" in proc.stderr, proc.stderr[-2000:]
+    assert trk.read_bytes() == whole
