@@ -536,7 +536,7 @@ static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *p
 		nifti_swap_Nbytes((int64_t)(nb * job->plane_bytes / job->cv->size), job->swapsize,
 				  w->buf);
 	*piece = (struct plane_piece){ .raw = w->buf, .stride = job->plane_bytes, .z = (int64_t)z,
-				       .y0 = 0, .y1 = (int64_t)ny, .t0 = t0, .nb = nb };
+				       .y0 = (int64_t)y0, .y1 = (int64_t)y1, .t0 = t0, .nb = nb };
 	return 0;
 }
 
