@@ -107,6 +107,14 @@ def test_float16_streamed(tractd, streamed):
     assert stats["odf_storage"] == "float16"
     assert "slabs" in proc.stderr
     assert trk == whole16
+    # The same through the staging buffers (see the test below): float16
+    # runs of a z-column scattered by the GPU's copies.
+    job = _job(streamed, "odf.nii", odf_storage="float16")
+    proc, trk, _ = run_job(tractd, job, streamed, name="staged16",
+                           extra_args=("-v", "--gpu-memory", "128M", "--max-alloc-bytes", "1M"),
+                           env={"TRACTD_STAGED_UPLOADS": "1"})
+    assert "slabs" in proc.stderr
+    assert trk.read_bytes() == whole16
 
 
 def _with_nan(directory, name, x, y, z, t):
