@@ -291,15 +291,15 @@ static int odf_values_get(struct odf_values *v, const struct inputs *in,
 	return v->r;
 }
 
-/* A streamed ODF's slabs as the runs of its pages. */
+/* A streamed ODF's z-slabs as the runs of its z-columns. */
 static int stream_get(void *userdata, size_t k, struct paged_run *ret, struct errbuf *err)
 {
 	struct odf_slab slab;
 	int r = odf_stream_get(userdata, k, &slab, err);
 
 	if (r == 0)
-		*ret = (struct paged_run){ .values = slab.values, .first_voxel = slab.first_voxel,
-					   .voxels = slab.voxels };
+		*ret = (struct paged_run){ .values = slab.values, .first_voxel = slab.first_z,
+					   .voxels = slab.planes };
 	return r;
 }
 
@@ -335,6 +335,7 @@ static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 		struct paged_runs runs = { .n_runs = odf_stream_slabs(up->odf_stream),
 					   .get = stream_get, .release = stream_release,
 					   .userdata = up->odf_stream };
+		odf_stream_columns(up->odf_stream, &runs.columns, &runs.column_voxels);
 		return paged_upload_runs(gpu, layout, &runs, &res->odf, err);
 	}
 	r = odf_values_get(values, in, fit, &odf, err);
