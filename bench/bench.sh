@@ -31,13 +31,8 @@ device_opt=""
 mkdir -p "$dir"
 # shellcheck source=bench/cases.sh
 . "$(dirname "$0")/cases.sh"
-
-json_number() { # FILE KEY -> value of the first "KEY": number
-	sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" "$1" | head -n 1
-}
-json_string() { # FILE KEY -> value of the first "KEY": "string"
-	sed -n "s/.*\"$2\": *\"\([^\"]*\)\".*/\1/p" "$1" | head -n 1
-}
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 device="(no case ran)"
 
 printf '%-9s %-13s %-13s %8s %11s %10s %12s %8s %8s %8s %8s %8s\n' case grid sphere seeds streamlines \
@@ -77,7 +72,6 @@ echo "device: $device (times in seconds, second run of each case; steps = points
 # linearised within 0.1 mm (output.compress).
 format_case=${BENCH_FORMAT_CASE:-small}
 ph="$dir/$format_case"
-now() { date +%s.%N; }
 if [ -f "$ph/job.json" ]; then
 	echo
 	echo "output formats, $format_case phantom:"

@@ -1,6 +1,6 @@
 # shellcheck shell=sh disable=SC2154  # tractd and dir: the sourcing script's
 # bench/cases.sh: the synthetic phantom cases the benchmarks share, sourced
-# by bench/bench.sh and bench/cluster.sh (after they set $tractd and $dir).
+# by bench/bench.sh, cluster.sh and trx.sh (after they set $tractd and $dir).
 # bench_case CASE sets grid, sphere and seeds (the seeds.count of the case's
 # job.json) for tiny (24x24x16, for the tests on lavapipe), small (48x48x24),
 # medium (64x64x40), stanford (81x106x76, Stanford HARDI's grid), mid

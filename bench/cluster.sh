@@ -26,7 +26,8 @@ dir=${BENCH_DIR:-build/bench}
 mkdir -p "$dir"
 # shellcheck source=bench/cases.sh
 . "$src/bench/cases.sh"
-now() { date +%s.%N; }
+# shellcheck source=bench/lib.sh
+. "$src/bench/lib.sh"
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
 
 # The GPUs `tractd devices` lists (its second column is the type), else 0.

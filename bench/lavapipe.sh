@@ -27,13 +27,8 @@ ph=${BENCH_DIR:-build/bench}/lavapipe_$(echo "$grid" | tr , x)_$seeds
 device_opt=""
 [ -n "${TRACTD_DEVICE:-}" ] && device_opt="--device $TRACTD_DEVICE"
 
-json_number() { # FILE KEY -> value of the first "KEY": number
-	sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" "$1" | head -n 1
-}
-json_string() { # FILE KEY -> value of the first "KEY": "string"
-	sed -n "s/.*\"$2\": *\"\([^\"]*\)\".*/\1/p" "$1" | head -n 1
-}
-now() { date +%s.%N; }
+# shellcheck source=bench/lib.sh
+. "$here/lib.sh"
 
 if [ ! -f "$ph/job_lavapipe.json" ]; then
 	echo "building the case once: phantom $grid, DIPY's CSD ODF, $seeds seeds..." >&2

@@ -13,6 +13,8 @@ dir=${REGIONS_DIR:-build/bench-regions}
 dim=${REGIONS_DIM:-96,96,48}
 seeds=${REGIONS_SEEDS:-200000}
 mkdir -p "$dir"
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 [ -f "$dir/ph/job.json" ] || "$tractd" -q phantom --dim "$dim" --no-dwi "$dir/ph"
 
 # job NAME MEMBERS TRACKING: the phantom's job.json with seeds.count, MEMBERS
@@ -23,9 +25,6 @@ job() {
 	    -e 's|"odf.nii.gz"|"ph/odf.nii.gz"|; s|"fa.nii.gz"|"ph/fa.nii.gz"|' \
 	    -e 's|"seed_roi.nii.gz"|"ph/seed_roi.nii.gz"|; s|"tracks.trk"|"'"$1"'.trk"|' \
 	    "$dir/ph/job.json" > "$dir/$1.json"
-}
-json_number() { # FILE KEY -> value of the first "KEY": number
-	sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" "$1" | head -n 1
 }
 rejected() { # FILE KEY -> the count of "rejected" (after stop_reasons), or -
 	sed -n "/\"rejected\"/,/}/s/.*\"$2\": *\([0-9]*\).*/\1/p" "$1" | grep . || echo -

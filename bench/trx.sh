@@ -18,14 +18,12 @@ case=${BENCH_TRX_CASE:-hcp}
 seeds=${BENCH_TRX_SEEDS:-10000000}
 runs=${BENCH_TRX_RUNS:-2}
 formats=${BENCH_TRX_FORMATS:-"trk trx-f16"}
-now() { date +%s.%N; }
-json_number() { # FILE KEY -> value of the first "KEY": number
-	sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" "$1" | head -n 1
-}
 
 tractd=$1
 # shellcheck source=bench/cases.sh
 . "$(dirname "$0")/cases.sh"
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 mkdir -p "$dir"
 bench_case "$case"
 abs=$(cd "$ph" && pwd)

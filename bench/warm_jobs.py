@@ -3,17 +3,22 @@
 Unix socket, uploads a phantom's odf, fa and seed ROI, runs one job to warm
 the volume cache and the pipelines, then RUNS times the same job with SEEDS
 seeds (new rng_seed each time), each submitted with ?wait=stream and read to
-the end, as a waiting client sees it. Prints the median and p90 of the
+the end as a waiting client that saves it does (what has come, up to 1 MiB
+at a time, none kept: http.client's read() of the whole body into one
+object costs the client more than the daemon takes to send it). Prints the median and p90 of the
 client's wall time, of the tracking (the job's `timing`: tracking ->
 tracked), of the overhead (wall less tracking) and of each step of the
 job's `timing` (proto/API.md): output_opened -> tracking is preparing the work
 buffers, tracked -> synced the result's fsync, done -> client has it the read
-of what was not streamed yet. Then the result's size and the job's memory
+of what was not streamed yet; then when the client's first byte came, and
+how much of the result it had by `tracked` and by `done` (the result
+streams while it is tracked when the daemon writes it in several chunks:
+proto/API.md's `first_output`). Then the result's size and the job's memory
 (work buffers, how much of them were spares of the job before, and the spares
 the daemon holds after the runs).
 
 Usage: python3 bench/warm_jobs.py TRACTD PHANTOM_DIR [--seeds 1000]
-       [--runs 20] [--device D]
+       [--runs 20] [--device D] [--max-steps N]
 Standard library only; any python3 will do.
 """
 import argparse
@@ -28,6 +33,7 @@ import sys
 import tempfile
 import time
 
+READ_BYTES = 1 << 20
 EVENTS = ["submitted", "validated", "queued", "started", "loaded", "output_opened",
           "tracking", "first_output", "tracked", "synced", "done"]
 
@@ -67,18 +73,41 @@ def volume(phantom, stem):
 
 
 def run_job(sock, job):
-    """One ?wait=stream job: (client seconds, the job's status document with
-    the bytes the client read as "client_bytes")."""
+    """One ?wait=stream job, read as a download is: in pieces of what has
+    come, up to READ_BYTES, none kept. Returns the client's seconds and the job's
+    status document, with the bytes the client read as "client_bytes" and,
+    as "client_arrivals", (seconds since the request, bytes by then) after
+    each piece."""
     t0 = time.monotonic()
-    resp, data = request(sock, "POST", "/v1/jobs?wait=stream", json.dumps(job))
-    wall = time.monotonic() - t0
+    conn = UnixConnection(sock)
+    conn.request("POST", "/v1/jobs?wait=stream", body=json.dumps(job))
+    resp = conn.getresponse()
     job_id = resp.getheader("X-Tractd-Job")
     if resp.status != 200 or not job_id:
-        sys.exit(f"job: {resp.status} {data[:300]!r}")
+        sys.exit(f"job: {resp.status} {resp.read()[:300]!r}")
+    got, arrivals = 0, []
+    while True:
+        n = len(resp.read1(READ_BYTES))   # what has come, up to READ_BYTES
+        if not n:
+            break
+        got += n
+        arrivals.append((time.monotonic() - t0, got))
+    wall = time.monotonic() - t0
+    conn.close()
     _, doc = request(sock, "GET", f"/v1/jobs/{job_id}")
     doc = json.loads(doc)
-    doc["client_bytes"] = len(data)
+    doc["client_bytes"] = got
+    doc["client_arrivals"] = arrivals
     return wall, doc
+
+
+def share_by(doc, moment):
+    """The share of the result the client had when the job reached moment
+    (the job's clock starts as the request arrives, the client's as it is
+    sent: the same instant within a fraction of a millisecond)."""
+    at = doc["timing"][moment]
+    had = max([b for t, b in doc["client_arrivals"] if t <= at], default=0)
+    return had / max(doc["client_bytes"], 1)
 
 
 def pct(values, p):
@@ -98,6 +127,9 @@ def main():
     ap.add_argument("--seeds", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--device")
+    ap.add_argument("--max-steps", type=int,
+                    help="tracking.max_steps: short streamlines track a job on lavapipe in "
+                    "less than the daemon's half-second chunk, as a GPU tracks 100,000 seeds")
     args = ap.parse_args()
     state = tempfile.mkdtemp(prefix="tractd-warm-")
     sock = os.path.join(state, "s")
@@ -122,6 +154,8 @@ def main():
                "seeds": {"roi": upload(sock, volume(args.phantom, "seed_roi")),
                          "count": args.seeds, "rng_seed": 0},
                "tracking": {"sphere": sphere}}
+        if args.max_steps:
+            job["tracking"]["max_steps"] = args.max_steps
         run_job(sock, job)   # loads, uploads and compiles: not counted
         walls, docs = [], []
         for i in range(args.runs):
@@ -147,6 +181,12 @@ def main():
     for a, b in zip(EVENTS, EVENTS[1:]):
         line(f"{a} -> {b}", [t[b] - t[a] for t in timings])
     line("done -> client has it", [w - t["done"] for w, t in zip(walls, timings)])
+    line("request -> client's first byte", [d["client_arrivals"][0][0] if d["client_arrivals"]
+                                            else w for w, d in zip(walls, docs)])
+    print(f"  {'':<28} {'median':>9} {'p90':>9}  (% of the result the client had)")
+    for moment in ("tracked", "done"):
+        shares = [100 * share_by(d, moment) for d in docs]
+        print(f"  {'by ' + moment:<28} {statistics.median(shares):9.1f} {pct(shares, 90):9.1f}")
     mib = statistics.median(d["client_bytes"] for d in docs) / 2**20
     print(f"  result: {mib:.1f} MiB read by the client ({args.seeds} seeds), "
           f"{statistics.median(d['result']['streamlines'] for d in docs)} streamlines")

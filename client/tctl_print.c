@@ -307,6 +307,22 @@ void print_job_list(const json_t *jobs)
 	}
 }
 
+/* The memory limit in effect (null: none) and a job's budget under it. */
+static void print_limit_line(const json_t *device)
+{
+	char line[256], limit[MSG_SIZE_LEN], budget[MSG_SIZE_LEN];
+	const json_t *limit_bytes = json_object_get(device, "gpu_memory_limit_bytes");
+
+	if (json_is_integer(limit_bytes))
+		snprintf(line, sizeof(line), "%s (gpu_memory_limit); a job's budget %s",
+			 msg_size(count_of(device, "gpu_memory_limit_bytes"), limit),
+			 msg_size(count_of(device, "gpu_memory_budget_bytes"), budget));
+	else
+		snprintf(line, sizeof(line), "none; a job's budget %s",
+			 msg_size(count_of(device, "gpu_memory_budget_bytes"), budget));
+	print_member_line("limit", line);
+}
+
 static void print_device_line(const json_t *device)
 {
 	char line[512], memory[MSG_SIZE_LEN], alloc[MSG_SIZE_LEN], binding[MSG_SIZE_LEN];
@@ -320,6 +336,7 @@ static void print_device_line(const json_t *device)
 		 msg_size(count_of(device, "max_alloc_bytes"), alloc),
 		 msg_size(count_of(device, "max_binding_bytes"), binding));
 	print_member_line("memory", line);
+	print_limit_line(device);
 }
 
 void print_volume_list(const json_t *doc)

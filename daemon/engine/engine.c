@@ -1643,10 +1643,16 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 }
 
 /* With a target chunk duration, the first chunk is small and later ones are
- * sized from the rate measured so far (never above the devices' limit). */
+ * sized from the rate measured so far (never above the devices' limit), and
+ * hold at most as many seeds as were handed out before them: a job tracked
+ * in less than the target (100,000 seeds on a large GPU) still goes out in
+ * rounds that double, so that most of its result is written, and streamed
+ * to a waiting client, while the rest is tracked rather than all at its
+ * end; a long job reaches its rate-sized chunks within a few rounds. */
 static uint64_t next_chunk_seeds(const struct run_shared *sh, uint64_t done, double elapsed)
 {
 	double target = sh->opts->chunk_seconds;
+	uint64_t seeds = done > FIRST_TIMED_CHUNK_SEEDS ? done : FIRST_TIMED_CHUNK_SEEDS;
 	double sized;
 
 	if (target <= 0.0)
@@ -1656,7 +1662,9 @@ static uint64_t next_chunk_seeds(const struct run_shared *sh, uint64_t done, dou
 	sized = (double)done / elapsed * target;
 	if (sized < (double)FIRST_TIMED_CHUNK_SEEDS)
 		return min_u64(sh->chunk_limit, FIRST_TIMED_CHUNK_SEEDS);
-	return sized >= (double)sh->chunk_limit ? sh->chunk_limit : (uint64_t)sized;
+	if (sized < (double)seeds)
+		seeds = (uint64_t)sized;
+	return min_u64(sh->chunk_limit, seeds);
 }
 
 /* With seeds.select, a chunk of about as many seeds as streamlines are

@@ -45,10 +45,6 @@ struct gpu_buffer {
 	struct gpu_buffer *next;
 };
 
-struct gpu_copy_region {
-	uint64_t src_offset, dst_offset, size;
-};
-
 struct gpu_pipeline {
 	char *key;             /* shader name + defines */
 	VkDescriptorSetLayout set_layout;
@@ -97,6 +93,7 @@ struct gpu_ctx {
 	bool fault_armed;        /* TRACTD_FAULT_DEVICE_LOST_AFTER applies to this context */
 	uint64_t fault_after;    /* submits that succeed before the injected loss */
 	uint64_t submits;
+	bool staged_uploads;     /* TRACTD_STAGED_UPLOADS: mapped buffers filled as unmapped ones */
 };
 
 /* The test hook TRACTD_FAULT_DEVICE_LOST_AFTER=N: the first context the
@@ -120,6 +117,16 @@ static void arm_fault(struct gpu_ctx *ctx)
 	ctx->fault_armed = true;
 	ctx->fault_after = n;
 	log_debug("fault injection: the device is lost after %llu submits", n);
+}
+
+/* The test hook TRACTD_STAGED_UPLOADS=1: uploads to mapped device memory
+ * (lavapipe's) go through the staging buffers and the GPU's copies, as
+ * they do on a discrete GPU, so that tests here cover that path. */
+static bool staged_uploads(void)
+{
+	const char *value = getenv("TRACTD_STAGED_UPLOADS");
+
+	return value && strcmp(value, "1") == 0;
 }
 
 static const char *vk_result_name(VkResult r)
@@ -733,6 +740,7 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 		goto fail;
 	}
 	arm_fault(ctx);
+	ctx->staged_uploads = staged_uploads();
 	log_debug("device: %s (%s), subgroup %u, binding %llu B, allocation %llu B",
 		  ctx->limits.device_name, ctx->limits.device_type, ctx->limits.subgroup_size,
 		  (unsigned long long)ctx->limits.max_binding_bytes,
@@ -1292,16 +1300,15 @@ static int settle_slots(struct gpu_ctx *ctx, int r, struct errbuf *err)
 	return r;
 }
 
-/* Records and submits the copy of a slot's first size bytes into dst at
- * offset, made visible to whatever the queue runs next. */
+/* Records and submits the copies of a slot's bytes into dst, made visible
+ * to whatever the queue runs next. */
 static int submit_slot_copy(struct gpu_ctx *ctx, struct upload_slot *slot, struct gpu_buffer *dst,
-			    uint64_t offset, uint64_t size, struct errbuf *err)
+			    const VkBufferCopy *copies, uint32_t n, struct errbuf *err)
 {
 	VkCommandBufferBeginInfo begin = {
 		.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
 		.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
 	};
-	VkBufferCopy region = { 0, offset, size };
 	VkMemoryBarrier done = {
 		.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
 		.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
@@ -1312,7 +1319,7 @@ static int submit_slot_copy(struct gpu_ctx *ctx, struct upload_slot *slot, struc
 
 	GPU_TRY(err, vkResetCommandBuffer(slot->cmd, 0));
 	GPU_TRY(err, vkBeginCommandBuffer(slot->cmd, &begin));
-	vkCmdCopyBuffer(slot->cmd, slot->staging->buffer, dst->buffer, 1, &region);
+	vkCmdCopyBuffer(slot->cmd, slot->staging->buffer, dst->buffer, n, copies);
 	vkCmdPipelineBarrier(slot->cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
 			     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
 			     0, 1, &done, 0, NULL, 0, NULL);
@@ -1322,26 +1329,57 @@ static int submit_slot_copy(struct gpu_ctx *ctx, struct upload_slot *slot, struc
 	return r;
 }
 
-/* One thread's part of a fill: [offset, offset + size) of the upload. */
+/* The regions' pieces that fall in bytes [from, to) of an upload's stream. */
+struct region_walk {
+	const struct gpu_copy_region *regions;
+	size_t n, next;
+	uint64_t from, to;
+};
+
+/* The next piece: stream bytes [*at, *at + *size) go to dst offset *dst;
+ * false after the last. */
+static bool next_piece(struct region_walk *w, uint64_t *at, uint64_t *dst, uint64_t *size)
+{
+	for (; w->next < w->n && w->regions[w->next].src_offset < w->to; w->next++) {
+		const struct gpu_copy_region *g = &w->regions[w->next];
+		uint64_t lo = g->src_offset > w->from ? g->src_offset : w->from;
+		uint64_t hi = g->src_offset + g->size < w->to ? g->src_offset + g->size : w->to;
+		if (hi > lo) {
+			*at = lo;
+			*dst = g->dst_offset + (lo - g->src_offset);
+			*size = hi - lo;
+			w->next++;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* One thread's part of a fill: stream bytes [offset, offset + size),
+ * written where the regions put them in base. */
 struct fill_part {
 	gpu_fill_fn *fill;
 	void *userdata;
-	char *dst;
+	char *base;
+	const struct gpu_copy_region *regions;
+	size_t n_regions;
 	uint64_t offset, size;
 };
 
 static void fill_part(void *arg)
 {
 	struct fill_part *p = arg;
+	struct region_walk w = { p->regions, p->n_regions, 0, p->offset, p->offset + p->size };
+	uint64_t at, dst, size;
 
-	if (p->size > 0)
-		p->fill(p->dst, p->offset, p->size, p->userdata);
+	while (next_piece(&w, &at, &dst, &size))
+		p->fill(p->base + dst, at, size, p->userdata);
 }
 
-/* Calls fill for [offset, offset + size) into dst, split over threads at
- * multiples of 64 bytes. */
-static void fill_parallel(char *dst, uint64_t offset, uint64_t size, gpu_fill_fn *fill,
-			  void *userdata)
+/* Calls fill for stream bytes [offset, offset + size) into base where the
+ * regions put them, split over threads at multiples of 64 bytes. */
+static void fill_parallel(char *base, const struct gpu_copy_region *regions, size_t n_regions,
+			  uint64_t offset, uint64_t size, gpu_fill_fn *fill, void *userdata)
 {
 	struct fill_part parts[PARALLEL_MAX_PARTS];
 	size_t n = parallel_parts(size, FILL_MIN_BYTES);
@@ -1349,38 +1387,93 @@ static void fill_parallel(char *dst, uint64_t offset, uint64_t size, gpu_fill_fn
 
 	for (size_t i = 0; i < n; i++) {
 		uint64_t len = size - at < share ? size - at : share;
-		parts[i] = (struct fill_part){ .fill = fill, .userdata = userdata, .dst = dst + at,
+		parts[i] = (struct fill_part){ .fill = fill, .userdata = userdata, .base = base,
+					       .regions = regions, .n_regions = n_regions,
 					       .offset = offset + at, .size = len };
 		at += len;
 	}
 	parallel_run(fill_part, parts, sizeof(parts[0]), n);
 }
 
-int gpu_upload_fill(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset, uint64_t size,
-		    gpu_fill_fn *fill, void *userdata, struct errbuf *err)
+/* The bytes the regions take from the stream; each must fit dst. */
+static int check_regions(const struct gpu_buffer *dst, const struct gpu_copy_region *regions,
+			 size_t n, uint64_t *total, struct errbuf *err)
 {
-	int r = check_range(dst, offset, size, err);
+	*total = 0;
+	for (size_t i = 0; i < n; i++) {
+		int r = check_range(dst, regions[i].dst_offset, regions[i].size, err);
+		if (r < 0)
+			return r;
+		if (regions[i].src_offset != *total)
+			return device_err(err, -EINVAL, "upload region %zu starts at byte %llu of "
+					  "its stream, not %llu", i,
+					  (unsigned long long)regions[i].src_offset,
+					  (unsigned long long)*total);
+		*total += regions[i].size;
+	}
+	return 0;
+}
 
-	if (r < 0)
+/* Staging slot piece [done, done + size) of the stream as copies into dst:
+ * the pieces of the regions, walked on from *walk. */
+static uint32_t slot_copies(struct region_walk *walk, uint64_t done, uint64_t size,
+			    VkBufferCopy *copies)
+{
+	uint64_t at, dst, len;
+	uint32_t m = 0;
+
+	walk->from = done;
+	walk->to = done + size;
+	if (walk->next > 0)
+		walk->next--;   /* the last region may go on in this piece */
+	while (next_piece(walk, &at, &dst, &len))
+		copies[m++] = (VkBufferCopy){ at - done, dst, len };
+	return m;
+}
+
+int gpu_upload_regions(struct gpu_ctx *ctx, struct gpu_buffer *dst,
+		       const struct gpu_copy_region *regions, size_t n_regions, gpu_fill_fn *fill,
+		       void *userdata, struct errbuf *err)
+{
+	struct region_walk walk = { regions, n_regions, 0, 0, 0 };
+	VkBufferCopy *copies;
+	uint64_t total;
+	int r = check_regions(dst, regions, n_regions, &total, err);
+
+	if (r < 0 || total == 0)
 		return r;
-	if (dst->host) {
-		fill_parallel((char *)dst->host + offset, 0, size, fill, userdata);
+	if (dst->host && !ctx->staged_uploads) {
+		fill_parallel(dst->host, regions, n_regions, 0, total, fill, userdata);
 		return sync_host_range(ctx, dst, true, err);
 	}
+	copies = malloc(n_regions * sizeof(*copies));
+	if (!copies)
+		return device_err(err, -ENOMEM, "out of memory");
 	r = ensure_slots(ctx, err);
-	for (uint64_t done = 0, k = 0; r == 0 && done < size; k++) {
+	for (uint64_t done = 0, k = 0; r == 0 && done < total; k++) {
 		struct upload_slot *slot = &ctx->slots[k % UPLOAD_SLOTS];
-		uint64_t n = size - done < slot->staging->size ? size - done : slot->staging->size;
+		uint64_t n = total - done < slot->staging->size ? total - done : slot->staging->size;
+		struct gpu_copy_region whole = { done, 0, n };
 		r = settle_slot(ctx, slot, err);
 		if (r < 0)
 			break;
-		fill_parallel(slot->staging->host, done, n, fill, userdata);
+		fill_parallel(slot->staging->host, &whole, 1, done, n, fill, userdata);
 		r = sync_host_range(ctx, slot->staging, true, err);
 		if (r == 0)
-			r = submit_slot_copy(ctx, slot, dst, offset + done, n, err);
+			r = submit_slot_copy(ctx, slot, dst, copies,
+					     slot_copies(&walk, done, n, copies), err);
 		done += n;
 	}
+	free(copies);
 	return settle_slots(ctx, r, err);
+}
+
+int gpu_upload_fill(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset, uint64_t size,
+		    gpu_fill_fn *fill, void *userdata, struct errbuf *err)
+{
+	struct gpu_copy_region whole = { 0, offset, size };
+
+	return gpu_upload_regions(ctx, dst, &whole, 1, fill, userdata, err);
 }
 
 static void fill_copy(void *dst, uint64_t offset, uint64_t size, void *src)

@@ -161,8 +161,8 @@ void *gpu_buffer_host(const struct gpu_buffer *buf);
 uint64_t gpu_buffer_address(struct gpu_ctx *ctx, const struct gpu_buffer *buf);
 
 /* Writes bytes [offset, offset + size) of an upload to dst. Called on
- * several threads at once, for disjoint ranges that start at multiples of
- * 64 bytes. */
+ * several threads at once, for disjoint ranges (gpu_upload_fill's start at
+ * multiples of 64 bytes). */
 typedef void gpu_fill_fn(void *dst, uint64_t offset, uint64_t size, void *userdata);
 
 /* Uploads the size bytes that fill writes into a buffer at offset:
@@ -171,6 +171,20 @@ typedef void gpu_fill_fn(void *dst, uint64_t offset, uint64_t size, void *userda
  * Returns when the data are in place: 0 or a negative errno. */
 int gpu_upload_fill(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset, uint64_t size,
 		    gpu_fill_fn *fill, void *userdata, struct errbuf *err);
+/* A piece of an upload: stream bytes [src_offset, src_offset + size) go to
+ * dst_offset (also a copy between buffers, src_offset in the source). */
+struct gpu_copy_region {
+	uint64_t src_offset, dst_offset, size;
+};
+/* gpu_upload_fill of a stream scattered into dst: the regions follow one
+ * another in the stream from byte 0 (sorted, no gaps), each put at its
+ * dst_offset; the GPU copies them out of the staging buffers in one command
+ * per buffer, so that many small regions cost no submit each. fill is
+ * called for pieces of one region at a time: disjoint ranges, not
+ * necessarily at multiples of 64 bytes. */
+int gpu_upload_regions(struct gpu_ctx *ctx, struct gpu_buffer *dst,
+		       const struct gpu_copy_region *regions, size_t n_regions, gpu_fill_fn *fill,
+		       void *userdata, struct errbuf *err);
 /* gpu_upload_fill of a copy of host data. */
 int gpu_upload(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset,
 	       const void *src, uint64_t size, struct errbuf *err);

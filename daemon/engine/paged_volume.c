@@ -74,21 +74,26 @@ uint64_t paged_bytes(const struct paged_layout *l)
 	       table_bytes(l->n_pages);
 }
 
-/* The float16 bytes of a page from its float32 values: byte 2i is value
- * i, and the pad value of an odd count is 0. */
-struct halves {
+/* A page's bytes from its float32 values: as they are, or as float16
+ * (byte 2i is value i, and the pad value of an odd count is 0). */
+struct page_values {
 	const float *src;
 	uint64_t n;
+	enum paged_type type;
 };
 
-static void fill_halves(void *dst, uint64_t offset, uint64_t size, void *userdata)
+static void fill_values(void *dst, uint64_t offset, uint64_t size, void *userdata)
 {
-	const struct halves *h = userdata;
+	const struct page_values *pv = userdata;
 	uint16_t *out = dst;
 	uint64_t first = offset / 2;
 
+	if (pv->type == PAGED_FLOAT32) {
+		memcpy(dst, (const char *)pv->src + offset, size);
+		return;
+	}
 	for (uint64_t i = 0; i < size / 2; i++)
-		out[i] = first + i < h->n ? half_from_float(h->src[first + i]) : 0;
+		out[i] = first + i < pv->n ? half_from_float(pv->src[first + i]) : 0;
 }
 
 /* Voxels of page k. */
@@ -99,70 +104,134 @@ static uint64_t page_voxels(const struct paged_layout *l, uint32_t k)
 	return l->voxels - first < l->voxels_per_page ? l->voxels - first : l->voxels_per_page;
 }
 
-/* n voxels of values into page from its voxel at. */
-static int upload_piece(struct gpu_ctx *gpu, const struct paged_layout *l, struct gpu_buffer *page,
-			uint64_t at, uint64_t n, const float *values, struct errbuf *err)
+/* A float16 piece must start on a word of its own, and only the last
+ * piece of a page may end inside one (its pad). */
+static int check_half_words(const struct paged_layout *l, uint32_t k, uint64_t at, uint64_t n,
+			    struct errbuf *err)
 {
-	uint64_t offset = page_bytes(l->type, l->channels, at);
-	uint64_t bytes = page_bytes(l->type, l->channels, n);
-	struct halves halves = { values, n * l->channels };
-
-	/* A float16 piece must start on a word of its own. */
-	if (l->type == PAGED_FLOAT16 && at * l->channels % 2)
+	if (l->type != PAGED_FLOAT16)
+		return 0;
+	if (at * l->channels % 2)
 		return errbuf_set_kind(err, ERR_KIND_DEVICE, -EINVAL, "device", "a float16 run "
 				       "starts within a 32-bit word of its page");
-	if (l->type == PAGED_FLOAT16)
-		return gpu_upload_fill(gpu, page, offset, bytes, fill_halves, &halves, err);
-	return gpu_upload(gpu, page, offset, values, bytes, err);
+	if (n * l->channels % 2 && at + n < page_voxels(l, k))
+		return errbuf_set_kind(err, ERR_KIND_DEVICE, -EINVAL, "device", "a float16 run "
+				       "ends within a 32-bit word of its page");
+	return 0;
 }
 
-/* Voxels [first, first + n) with their values into the pages they fall in. */
-static int upload_voxels(struct gpu_ctx *gpu, struct paged_volume *v, uint64_t first,
-			 uint64_t n, const float *values, struct errbuf *err)
+/* A run's pieces that fall in one page, in the order of the run's values:
+ * regions with their stream offsets from the page's first piece. */
+struct page_pieces {
+	uint32_t page;
+	uint64_t first_voxel;     /* of the run, where the page's stream starts */
+	uint64_t voxels;          /* the run's voxels in the page */
+	struct gpu_copy_region *regions;
+	size_t n;
+	uint64_t stream;          /* bytes so far */
+};
+
+static int upload_pieces(struct gpu_ctx *gpu, struct paged_volume *v, const struct paged_run *run,
+			 const struct page_pieces *p, struct errbuf *err)
 {
 	const struct paged_layout *l = &v->layout;
+	struct page_values pv = { run->values + p->first_voxel * l->channels,
+				  p->voxels * l->channels, l->type };
+
+	if (p->n == 0)
+		return 0;
+	return gpu_upload_regions(gpu, v->pages[p->page], p->regions, p->n, fill_values, &pv, err);
+}
+
+/* Voxels [at, at + n) of page k after the page's pieces so far; a piece
+ * that goes on from the last one extends it. */
+static void add_piece(const struct paged_layout *l, struct page_pieces *p, uint64_t at, uint64_t n)
+{
+	uint64_t dst = page_bytes(l->type, l->channels, at);
+	uint64_t size = page_bytes(l->type, l->channels, n);
+	struct gpu_copy_region *last = p->n ? &p->regions[p->n - 1] : NULL;
+
+	if (last && last->dst_offset + last->size == dst)
+		last->size += size;
+	else
+		p->regions[p->n++] = (struct gpu_copy_region){ p->stream, dst, size };
+	p->stream += size;
+	p->voxels += n;
+}
+
+/* Run's voxels of every column into the pages they fall in, one upload per
+ * page; regions has room for a piece of every column. */
+static int upload_run(struct gpu_ctx *gpu, struct paged_volume *v, const struct paged_runs *runs,
+		      const struct paged_run *run, struct gpu_copy_region *regions,
+		      struct errbuf *err)
+{
+	const struct paged_layout *l = &v->layout;
+	uint64_t done = 0;
+	struct page_pieces p = { .page = UINT32_MAX, .regions = regions };
 	int r = 0;
 
-	while (n > 0 && r == 0) {
-		uint32_t k = (uint32_t)(first / l->voxels_per_page);
-		uint64_t at = first - (uint64_t)k * l->voxels_per_page;
-		uint64_t take = page_voxels(l, k) - at < n ? page_voxels(l, k) - at : n;
-		r = upload_piece(gpu, l, v->pages[k], at, take, values, err);
-		first += take;
-		n -= take;
-		values += take * l->channels;
+	for (uint64_t c = 0; c < runs->columns && r == 0; c++) {
+		uint64_t first = c * runs->column_voxels + run->first_voxel, left = run->voxels;
+		while (left > 0 && r == 0) {
+			uint32_t k = (uint32_t)(first / l->voxels_per_page);
+			uint64_t at = first - (uint64_t)k * l->voxels_per_page;
+			uint64_t take = page_voxels(l, k) - at < left ? page_voxels(l, k) - at : left;
+			if (k != p.page) {
+				r = upload_pieces(gpu, v, run, &p, err);
+				p = (struct page_pieces){ .page = k, .first_voxel = done,
+							  .regions = regions };
+			}
+			if (r == 0)
+				r = check_half_words(l, k, at, take, err);
+			if (r == 0)
+				add_piece(l, &p, at, take);
+			first += take;
+			left -= take;
+			done += take;
+		}
 	}
-	return r;
+	return r < 0 ? r : upload_pieces(gpu, v, run, &p, err);
 }
 
 /* The runs into the allocated pages, each as it comes; they must cover
- * the volume in order. */
+ * the columns in order. */
 static int upload_runs(struct gpu_ctx *gpu, const struct paged_runs *runs, struct paged_volume *v,
 		       struct errbuf *err)
 {
 	uint64_t next = 0;
+	struct gpu_copy_region *regions;
 	int r = 0;
 
+	if (runs->columns == 0 || runs->columns * runs->column_voxels != v->layout.voxels)
+		return errbuf_set_kind(err, ERR_KIND_DEVICE, -EIO, "device", "%llu columns of %llu "
+				       "voxels do not make the volume's %llu voxels",
+				       (unsigned long long)runs->columns,
+				       (unsigned long long)runs->column_voxels,
+				       (unsigned long long)v->layout.voxels);
+	regions = calloc(runs->columns, sizeof(*regions));
+	if (!regions)
+		return errbuf_set_kind(err, ERR_KIND_DEVICE, -ENOMEM, "device", "out of memory");
 	for (size_t k = 0; k < runs->n_runs && r == 0; k++) {
 		struct paged_run run;
 		r = runs->get(runs->userdata, k, &run, err);
 		if (r < 0)
 			break;
-		if (run.first_voxel != next || run.voxels > v->layout.voxels - next)
+		if (run.first_voxel != next || run.voxels > runs->column_voxels - next)
 			r = errbuf_set_kind(err, ERR_KIND_DEVICE, -EIO, "device", "run %zu of the "
 					    "volume holds voxels from %llu, not %llu", k,
 					    (unsigned long long)run.first_voxel,
 					    (unsigned long long)next);
 		else
-			r = upload_voxels(gpu, v, run.first_voxel, run.voxels, run.values, err);
+			r = upload_run(gpu, v, runs, &run, regions, err);
 		next += run.voxels;
 		if (runs->release)
 			runs->release(runs->userdata, k);
 	}
-	if (r == 0 && next != v->layout.voxels)
+	free(regions);
+	if (r == 0 && next != runs->column_voxels)
 		r = errbuf_set_kind(err, ERR_KIND_DEVICE, -EIO, "device", "the runs of the volume "
 				    "end at voxel %llu of %llu", (unsigned long long)next,
-				    (unsigned long long)v->layout.voxels);
+				    (unsigned long long)runs->column_voxels);
 	return r;
 }
 
@@ -227,7 +296,8 @@ int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const f
 		 struct paged_volume *ret, struct errbuf *err)
 {
 	struct paged_run all = { .values = data, .first_voxel = 0, .voxels = layout->voxels };
-	struct paged_runs runs = { .n_runs = 1, .get = whole_run, .userdata = &all };
+	struct paged_runs runs = { .n_runs = 1, .columns = 1, .column_voxels = layout->voxels,
+				   .get = whole_run, .userdata = &all };
 
 	return paged_upload_runs(gpu, layout, &runs, ret, err);
 }

@@ -57,8 +57,11 @@ int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const f
 		 struct paged_volume *ret, struct errbuf *err);
 
 /* Values that arrive in runs of whole voxels (an ODF read while it is
- * uploaded, odf_stream.h): run k holds voxels [first_voxel, first_voxel +
- * voxels), channels values each; the runs cover the volume in order. */
+ * uploaded, odf_stream.h). The volume is `columns` columns of
+ * `column_voxels` consecutive voxels each (a grid's z-columns, or one column
+ * of every voxel); run k holds voxels [first_voxel, first_voxel + voxels)
+ * of every column, column after column, channels values each; the runs
+ * cover the columns in order. */
 struct paged_run {
 	const float *values;
 	uint64_t first_voxel;
@@ -67,6 +70,7 @@ struct paged_run {
 
 struct paged_runs {
 	size_t n_runs;
+	uint64_t columns, column_voxels;
 	/* Run k, waiting for it if need be; a failure ends the upload. */
 	int (*get)(void *userdata, size_t k, struct paged_run *ret, struct errbuf *err);
 	/* The upload is done with run k (called after every get that
@@ -75,9 +79,11 @@ struct paged_runs {
 	void *userdata;
 };
 
-/* paged_upload of runs, each copied to its pages as it comes (a float16
- * run must start on a whole 32-bit word of its page: an even channel count
- * does). -EIO (field "device") when the runs skip or repeat voxels. */
+/* paged_upload of runs, each scattered into its pages as it comes, one
+ * upload (gpu_upload_regions) per page it touches (a float16 run must start
+ * on a whole 32-bit word of its page, and with several columns hold an even
+ * count of values per column: an even channel count does). -EIO (field
+ * "device") when the runs skip or repeat voxels. */
 int paged_upload_runs(struct gpu_ctx *gpu, const struct paged_layout *layout,
 		      const struct paged_runs *runs, struct paged_volume *ret, struct errbuf *err);
 

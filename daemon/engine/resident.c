@@ -313,15 +313,15 @@ static int odf_values_get(struct odf_values *v, const struct inputs *in,
 	return v->r;
 }
 
-/* A streamed ODF's slabs as the runs of its pages. */
+/* A streamed ODF's z-slabs as the runs of its z-columns. */
 static int stream_get(void *userdata, size_t k, struct paged_run *ret, struct errbuf *err)
 {
 	struct odf_slab slab;
 	int r = odf_stream_get(userdata, k, &slab, err);
 
 	if (r == 0)
-		*ret = (struct paged_run){ .values = slab.values, .first_voxel = slab.first_voxel,
-					   .voxels = slab.voxels };
+		*ret = (struct paged_run){ .values = slab.values, .first_voxel = slab.first_z,
+					   .voxels = slab.planes };
 	return r;
 }
 
@@ -353,14 +353,17 @@ static void find_maxima(const struct odf_maxima *m, const float *values, uint64_
 	}
 }
 
-/* A streamed ODF's runs, their maxima found as they pass. */
+/* A streamed ODF's runs, their maxima found as they pass: a run holds the
+ * same voxels of each column (paged_volume.h). */
 static int maxima_get(void *userdata, size_t k, struct paged_run *ret, struct errbuf *err)
 {
 	const struct odf_maxima *m = userdata;
-	int r = m->runs->get(m->runs->userdata, k, ret, err);
+	const struct paged_runs *runs = m->runs;
+	int r = runs->get(runs->userdata, k, ret, err);
 
-	if (r == 0)
-		find_maxima(m, ret->values, ret->first_voxel, ret->voxels);
+	for (uint64_t c = 0; r == 0 && c < runs->columns; c++)
+		find_maxima(m, ret->values + c * ret->voxels * m->nv,
+			    c * runs->column_voxels + ret->first_voxel, ret->voxels);
 	return r;
 }
 
@@ -400,11 +403,16 @@ static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 		struct paged_runs runs = { .n_runs = odf_stream_slabs(up->odf_stream),
 					   .get = stream_get, .release = stream_release,
 					   .userdata = up->odf_stream };
-		struct paged_runs found = { .n_runs = runs.n_runs, .get = maxima_get,
-					    .release = maxima_release, .userdata = maxima };
-		if (maxima)
-			maxima->runs = &runs;
-		return paged_upload_runs(gpu, layout, maxima ? &found : &runs, &res->odf, err);
+		struct paged_runs found;
+		odf_stream_columns(up->odf_stream, &runs.columns, &runs.column_voxels);
+		if (!maxima)
+			return paged_upload_runs(gpu, layout, &runs, &res->odf, err);
+		found = runs;
+		found.get = maxima_get;
+		found.release = maxima_release;
+		found.userdata = maxima;
+		maxima->runs = &runs;
+		return paged_upload_runs(gpu, layout, &found, &res->odf, err);
 	}
 	r = odf_values_get(values, in, fit, &odf, err);
 	if (r == 0)

@@ -396,12 +396,12 @@ static size_t rows_per_chunk(size_t row_bytes)
  * block of whole volumes while the others interleave the previous block's
  * planes. */
 
-/* A z-plane of nb consecutive volumes [t0, t0 + nb) as stored: volume
- * t0 + b's plane starts at raw + b * stride. */
+/* Rows [y0, y1) of a z-plane of nb consecutive volumes [t0, t0 + nb) as
+ * stored: volume t0 + b's plane starts at raw + b * stride. */
 struct plane_piece {
 	const unsigned char *raw;
 	size_t stride;
-	int64_t z;
+	int64_t z, y0, y1;
 	size_t t0, nb;
 };
 
@@ -416,12 +416,12 @@ static size_t file_voxels(const int64_t dim[4])
 }
 
 /* Interleaves a piece of an image of shape file_dim into v's data, which
- * holds its x-planes [x0, x0 + v->dim[0]); returns the file index (t * nvox
+ * holds its z-planes [z0, z0 + v->dim[2]); returns the file index (t * nvox
  * + i) of its first non-finite value, or SIZE_MAX. Walks x, then y, so that
  * the piece's cache lines are reused along x and the data's writes stay
  * within one x-plane. */
 static size_t interleave_plane(const struct plane_piece *p, const struct conversion *cv,
-			       const int64_t file_dim[4], int64_t x0, struct volume *v)
+			       const int64_t file_dim[4], int64_t z0, struct volume *v)
 {
 	size_t nvox = file_voxels(file_dim), nt = (size_t)v->dim[3];
 	int64_t nx = file_dim[0], ny = v->dim[1];
@@ -430,10 +430,10 @@ static size_t interleave_plane(const struct plane_piece *p, const struct convers
 	size_t bad = SIZE_MAX;
 
 	for (int64_t x = 0; x < v->dim[0]; x++)
-		for (int64_t y = 0; y < ny; y++) {
-			size_t i = (size_t)(y * nx + x0 + x);
+		for (int64_t y = p->y0; y < p->y1; y++) {
+			size_t i = (size_t)(y * nx + x);
 			const unsigned char *src = p->raw + i * cv->size;
-			float *dst = v->data + volume_index(v, x, y, p->z) * nt + p->t0;
+			float *dst = v->data + volume_index(v, x, y, p->z - z0) * nt + p->t0;
 			for (size_t b = 0; b < p->nb; b++, src += p->stride) {
 				float f;
 				if (plain)
@@ -448,25 +448,48 @@ static size_t interleave_plane(const struct plane_piece *p, const struct convers
 	return bad;
 }
 
+/* interleave_plane of a piece BLOCK_VOLUMES volumes at a time: a piece of
+ * more (a row of every volume, volume_slabs_read) would read from as many
+ * pages at each voxel, more than the TLB and the prefetchers follow. */
+static size_t interleave_piece(const struct plane_piece *p, const struct conversion *cv,
+			       const int64_t file_dim[4], int64_t z0, struct volume *v)
+{
+	size_t bad = SIZE_MAX;
+
+	for (size_t b0 = 0; b0 < p->nb; b0 += BLOCK_VOLUMES) {
+		struct plane_piece part = *p;
+		size_t part_bad;
+		part.raw += b0 * p->stride;
+		part.t0 += b0;
+		part.nb = p->nb - b0 < BLOCK_VOLUMES ? p->nb - b0 : BLOCK_VOLUMES;
+		part_bad = interleave_plane(&part, cv, file_dim, z0, v);
+		bad = part_bad < bad ? part_bad : bad;
+	}
+	return bad;
+}
+
 /* What the load threads share: the pieces to do (taken in turn from next),
  * how to get one, and the first failure. */
 struct load_job {
 	const struct conversion *cv;
 	struct volume *v;
-	/* The image's shape: v holds its x-planes [x0, x0 + v->dim[0]), all
-	 * of them (x0 0, file_dim v->dim) unless read in slabs (volume_slabs). */
+	/* The image's shape: v holds its z-planes [z0, z0 + v->dim[2]), all
+	 * of them (z0 0, file_dim v->dim) unless read in slabs (volume_slabs). */
 	const int64_t *file_dim;
-	int64_t x0;
+	int64_t z0;
+	/* y-rows of a plane per piece: whole planes, or one row when read from
+	 * the mapping (volume_slabs_read). */
+	size_t rows;
 	size_t plane_bytes;       /* one z-plane of one volume, as stored */
 	size_t n_items;
 	atomic_size_t next;
 	atomic_bool failed;
-	/* An uncompressed file: item k is the plane z = k % nz of the k / nz-th
-	 * group of `block` volumes, read from fd, or in place from the mapped
+	/* An uncompressed file: item k is a piece of `rows` rows of plane
+	 * z = k / pieces % nz of the k / (pieces * nz)-th group of `block`
+	 * volumes (pieces per plane), read from fd, or in place from the mapped
 	 * file when mapped is not NULL. */
 	int fd;
 	const unsigned char *mapped;
-	atomic_size_t *planes_done;   /* mapped: per block, the z-planes done */
 	int64_t data_offset;
 	size_t block;
 	int swapsize;             /* bytes to swap per value, or 0 */
@@ -486,15 +509,19 @@ static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *p
 {
 	const struct load_job *job = w->job;
 	size_t nz = (size_t)job->v->dim[2], nt = (size_t)job->v->dim[3];
-	size_t nvox = file_voxels(job->file_dim), t0 = k / nz * job->block;
+	size_t ny = (size_t)job->v->dim[1], pieces = (ny + job->rows - 1) / job->rows;
+	size_t plane = k / pieces, y0 = k % pieces * job->rows;
+	size_t y1 = ny - y0 < job->rows ? ny : y0 + job->rows;
+	size_t nvox = file_voxels(job->file_dim), t0 = plane / nz * job->block;
 	size_t nb = nt - t0 < job->block ? nt - t0 : job->block;
-	size_t z = k % nz;
+	size_t z = (size_t)job->z0 + plane % nz;
 
 	if (job->mapped) {
 		*piece = (struct plane_piece){
 			.raw = job->mapped + job->data_offset + (t0 * nvox) * job->cv->size +
 			       z * job->plane_bytes,
-			.stride = nvox * job->cv->size, .z = (int64_t)z, .t0 = t0, .nb = nb,
+			.stride = nvox * job->cv->size, .z = (int64_t)z, .y0 = (int64_t)y0,
+			.y1 = (int64_t)y1, .t0 = t0, .nb = nb,
 		};
 		return 0;
 	}
@@ -508,29 +535,9 @@ static int read_file_item(struct load_worker *w, size_t k, struct plane_piece *p
 	if (job->swapsize > 1)
 		nifti_swap_Nbytes((int64_t)(nb * job->plane_bytes / job->cv->size), job->swapsize,
 				  w->buf);
-	*piece = (struct plane_piece){ .raw = w->buf, .stride = job->plane_bytes,
-				       .z = (int64_t)z, .t0 = t0, .nb = nb };
+	*piece = (struct plane_piece){ .raw = w->buf, .stride = job->plane_bytes, .z = (int64_t)z,
+				       .y0 = (int64_t)y0, .y1 = (int64_t)y1, .t0 = t0, .nb = nb };
 	return 0;
-}
-
-/* Once every z-plane of item k's block of volumes is done, drops the
- * block's whole pages from the process (the page cache keeps them): a slab
- * reads a little of every page of the file, and the mapping would
- * otherwise make the whole image resident. One call per block: a call per
- * plane costs every thread a TLB flush each time. */
-static void unmap_done_block(const struct load_job *job, size_t k)
-{
-	size_t nz = (size_t)job->v->dim[2], nt = (size_t)job->v->dim[3], t0 = k / nz * job->block;
-	size_t vol_bytes = file_voxels(job->file_dim) * job->cv->size;
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start, first, end;
-
-	if (atomic_fetch_add(&job->planes_done[k / nz], 1) + 1 < nz)
-		return;
-	start = (uintptr_t)(job->mapped + job->data_offset) + t0 * vol_bytes;
-	first = (start + page - 1) & ~(page - 1);
-	end = (start + (nt - t0 < job->block ? nt - t0 : job->block) * vol_bytes) & ~(page - 1);
-	if (end > first)
-		(void)madvise((void *)first, end - first, MADV_DONTNEED);   /* advice only */
 }
 
 static void load_worker_main(void *arg)
@@ -546,7 +553,8 @@ static void load_worker_main(void *arg)
 			piece = (struct plane_piece){
 				.raw = job->block_raw + k * job->plane_bytes,
 				.stride = file_voxels(job->file_dim) * job->cv->size,
-				.z = (int64_t)k, .t0 = job->block_t0, .nb = job->block_nb,
+				.z = (int64_t)k, .y0 = 0, .y1 = job->v->dim[1],
+				.t0 = job->block_t0, .nb = job->block_nb,
 			};
 		} else {
 			w->error = read_file_item(w, k, &piece);
@@ -555,10 +563,8 @@ static void load_worker_main(void *arg)
 				break;
 			}
 		}
-		bad = interleave_plane(&piece, job->cv, job->file_dim, job->x0, job->v);
+		bad = interleave_piece(&piece, job->cv, job->file_dim, job->z0, job->v);
 		w->bad = bad < w->bad ? bad : w->bad;
-		if (job->mapped)
-			unmap_done_block(job, k);
 	}
 }
 
@@ -743,13 +749,16 @@ static int check_voxel_data(const char *path, const char *field, const nifti_ima
 	return check_data_size(path, field, nim, f, data_bytes, err);
 }
 
-/* An uncompressed file's items: each z-plane of every block of volumes. */
-static struct load_job *plan_uncompressed(struct load_job *job)
+/* An uncompressed file's items: each piece of `rows` rows of each z-plane
+ * of every block of at most `block` volumes. */
+static struct load_job *plan_uncompressed(struct load_job *job, size_t block, size_t rows)
 {
-	size_t nt = (size_t)job->v->dim[3];
+	size_t nt = (size_t)job->v->dim[3], ny = (size_t)job->v->dim[1];
 
-	job->block = nt < BLOCK_VOLUMES ? nt : BLOCK_VOLUMES;
-	job->n_items = (nt + job->block - 1) / job->block * (size_t)job->v->dim[2];
+	job->block = nt < block ? nt : block;
+	job->rows = rows;
+	job->n_items = (nt + job->block - 1) / job->block * (size_t)job->v->dim[2] *
+		       ((ny + rows - 1) / rows);
 	return job;
 }
 
@@ -778,7 +787,8 @@ static int read_voxels(const char *path, const char *field, const nifti_image *n
 		job.n_items = (size_t)v->dim[2];
 		return read_compressed(path, field, nim, f, &job, err);
 	}
-	return read_uncompressed(path, field, plan_uncompressed(&job), err);
+	return read_uncompressed(path, field,
+				 plan_uncompressed(&job, BLOCK_VOLUMES, (size_t)v->dim[1]), err);
 }
 
 /* Up to len bytes from the start of f (inflated when f->gz) into buf;
@@ -1018,11 +1028,13 @@ int volume_probe(const char *path, const char *field, int64_t dim[4], size_t *st
 	return rc;
 }
 
-/* ---- reading in x-slabs ----
+/* ---- reading in z-slabs ----
  *
  * The file is mapped, and a slab's pieces (z-planes of blocks of volumes,
- * as read_uncompressed's) are interleaved straight from the mapping, each
- * touching only its x-range: no copy of the whole image is made. */
+ * as read_uncompressed's) are interleaved straight from the mapping: for
+ * each volume a slab is one contiguous run of the file, so the slabs
+ * together read each page of the file once, and no copy of the whole
+ * image is made. */
 
 struct volume_slabs {
 	struct conversion cv;
@@ -1095,29 +1107,38 @@ int volume_slabs_open(int fd, const char *path, const char *field, struct volume
 	return 0;
 }
 
-int volume_slabs_read(struct volume_slabs *s, int64_t x0, struct volume *slab,
+/* Drops the mapping's pages from the process (the page cache keeps them),
+ * so that it holds one slab's, not the whole image: one call per slab, as a
+ * call per piece would cost every thread a TLB flush each time. */
+static void unmap_read_pages(const struct volume_slabs *s)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t first = (uintptr_t)s->map & ~(page - 1);
+	uintptr_t end = ((uintptr_t)s->map + s->map_bytes) & ~(page - 1);
+
+	if (end > first)
+		(void)madvise((void *)first, end - first, MADV_DONTNEED);   /* advice only */
+}
+
+int volume_slabs_read(struct volume_slabs *s, int64_t z0, struct volume *slab,
 		      struct errbuf *err)
 {
 	struct load_job job = {
-		.cv = &s->cv, .v = slab, .file_dim = s->dim, .x0 = x0,
+		.cv = &s->cv, .v = slab, .file_dim = s->dim, .z0 = z0,
 		.plane_bytes = (size_t)s->dim[0] * (size_t)s->dim[1] * s->cv.size,
 		.fd = -1, .mapped = s->map, .data_offset = s->data_offset,
 	};
-
-	size_t blocks;
 	int r;
 
 	atomic_init(&job.next, 0);
 	atomic_init(&job.failed, false);
-	plan_uncompressed(&job);
-	blocks = job.n_items / (size_t)slab->dim[2];
-	job.planes_done = calloc(blocks, sizeof(*job.planes_done));
-	if (!job.planes_done)
-		return errbuf_set(err, -ENOMEM, s->field, "%s: out of memory", s->path);
-	for (size_t b = 0; b < blocks; b++)
-		atomic_init(&job.planes_done[b], 0);
-	r = read_uncompressed(s->path, s->field, &job, err);
-	free(job.planes_done);
+	/* A piece is one row of x of every volume: it reads a run of each
+	 * volume and writes whole voxels, both small enough to stay in the
+	 * caches and the TLB (a whole plane of a block of volumes, as
+	 * read_voxels takes, walks hundreds of pages for each row of x). */
+	r = read_uncompressed(s->path, s->field,
+			      plan_uncompressed(&job, (size_t)slab->dim[3], 1), err);
+	unmap_read_pages(s);
 	return r;
 }
 

@@ -75,10 +75,11 @@ int volume_probe_fd(int fd, const char *path, const char *field, int64_t dim[4],
 int volume_probe(const char *path, const char *field, int64_t dim[4], size_t *stored_size,
 		 struct errbuf *err);
 
-/* An uncompressed NIfTI image read in x-slabs: whole x-planes [x0, x0 + w)
+/* An uncompressed NIfTI image read in z-slabs: whole z-planes [z0, z0 + w)
  * of every volume at a time, straight from the file's mapping, so that the
- * whole image is never in host memory (the GPU upload streams it: the
- * volume's [x][y][z] order makes each slab a run of whole voxels). */
+ * whole image is never in host memory (the GPU upload streams it: in the
+ * volume's [x][y][z] order a slab holds a run of w voxels of every
+ * z-column; in the file, one contiguous run of each volume). */
 struct volume_slabs;
 
 /* Reads the header of the open file fd (not kept: the mapping holds the
@@ -90,11 +91,11 @@ struct volume_slabs;
 int volume_slabs_open(int fd, const char *path, const char *field, struct volume *header,
 		      struct volume_slabs **ret, struct errbuf *err);
 
-/* Reads x-planes [x0, x0 + slab->dim[0]) of every volume into slab (its
- * data allocated by the caller; dim[1..3] the image's), converted as
+/* Reads z-planes [z0, z0 + slab->dim[2]) of every volume into slab (its
+ * data allocated by the caller; dim 0, 1 and 3 the image's), converted as
  * volume_load_fd converts, on every load thread. Errors as volume_load_fd's
  * for non-finite values (the first of the slab is named). */
-int volume_slabs_read(struct volume_slabs *s, int64_t x0, struct volume *slab,
+int volume_slabs_read(struct volume_slabs *s, int64_t z0, struct volume *slab,
 		      struct errbuf *err);
 
 /* Unmaps the file. Accepts NULL. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * odf_stream: an ODF read in x-slabs while it is uploaded (see odf_stream.h).
+ * odf_stream: an ODF read in z-slabs while it is uploaded (see odf_stream.h).
  *
  * Flow: the reader thread takes slab k into buffer k % 2 once both
  * consumers' holds on it are gone -> reads it from the mapping, clips it and
@@ -14,15 +14,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* x-planes per slab. The file keeps x fastest: a slab reads this many
- * consecutive values of each file row, 64 bytes of float32, a whole cache
- * line, so that the slabs together read each line of the file about once.
- * An HCP-sized ODF (145 x 174 x 145 voxels x 724 vertices) then takes 9
- * slabs of 1.2 GB. */
-#define SLAB_PLANES 16
+/* z-planes per slab. The file keeps each volume's z-planes one after
+ * another, so a slab reads one contiguous run of each volume (the slabs
+ * together read each page of the file once); on the GPU it is a run of this
+ * many voxels of every z-column, 23 KB of float32 at 724 vertices, one copy
+ * region each. An HCP-sized ODF (145 x 174 x 145 voxels x 724 vertices)
+ * takes 19 slabs of up to 585 MB: the host holds two, and the mapped pages
+ * of the one being read (16 planes cost 0.55 GB more host memory and no
+ * less time on lavapipe). */
+#define SLAB_PLANES 8
 
 struct slab_buffer {
-	struct volume v;          /* SLAB_PLANES x-planes (or the whole ODF when fewer) */
+	struct volume v;          /* SLAB_PLANES z-planes (or the whole ODF when fewer) */
 	size_t slab;              /* the slab it holds, when ready */
 	bool ready;
 	size_t holders;           /* consumers yet to release it */
@@ -69,7 +72,7 @@ int odf_stream_open(int fd, const char *path, const struct sphere *s,
 	st->sphere = s;
 	/* Progress is the whole load's, not a slab's. */
 	st->fit.threads = fit ? fit->threads : 0;
-	st->n_slabs = (size_t)((header->dim[0] + SLAB_PLANES - 1) / SLAB_PLANES);
+	st->n_slabs = (size_t)((header->dim[2] + SLAB_PLANES - 1) / SLAB_PLANES);
 	st->symmetric = true;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_cond_init(&st->changed, NULL);
@@ -82,11 +85,17 @@ size_t odf_stream_slabs(const struct odf_stream *s)
 	return s->n_slabs;
 }
 
+void odf_stream_columns(const struct odf_stream *s, uint64_t *columns, uint64_t *column_voxels)
+{
+	*columns = (uint64_t)s->dim[0] * (uint64_t)s->dim[1];
+	*column_voxels = (uint64_t)s->dim[2];
+}
+
 static int64_t slab_planes(const struct odf_stream *s, size_t k)
 {
-	int64_t x0 = (int64_t)k * SLAB_PLANES;
+	int64_t z0 = (int64_t)k * SLAB_PLANES;
 
-	return s->dim[0] - x0 < SLAB_PLANES ? s->dim[0] - x0 : SLAB_PLANES;
+	return s->dim[2] - z0 < SLAB_PLANES ? s->dim[2] - z0 : SLAB_PLANES;
 }
 
 /* Slab k into b: read, clipped, its symmetry noted. */
@@ -96,7 +105,7 @@ static int read_slab(struct odf_stream *s, size_t k, struct slab_buffer *b, stru
 	bool symmetric;
 	int r;
 
-	view.dim[0] = slab_planes(s, k);
+	view.dim[2] = slab_planes(s, k);
 	r = volume_slabs_read(s->file, (int64_t)k * SLAB_PLANES, &view, err);
 	if (r == 0)
 		r = fit_prepare_odf(&view, s->sphere, &s->fit, &symmetric, err);
@@ -151,7 +160,7 @@ static void *reader_main(void *arg)
 
 int odf_stream_start(struct odf_stream *s, size_t consumers, struct errbuf *err)
 {
-	int64_t dim[4] = { s->dim[0] < SLAB_PLANES ? s->dim[0] : SLAB_PLANES, s->dim[1], s->dim[2],
+	int64_t dim[4] = { s->dim[0], s->dim[1], s->dim[2] < SLAB_PLANES ? s->dim[2] : SLAB_PLANES,
 			   s->dim[3] };
 
 	for (size_t i = 0; i < (s->n_slabs > 1 ? 2u : 1u); i++)
@@ -168,7 +177,6 @@ int odf_stream_start(struct odf_stream *s, size_t consumers, struct errbuf *err)
 int odf_stream_get(struct odf_stream *s, size_t k, struct odf_slab *ret, struct errbuf *err)
 {
 	struct slab_buffer *b = &s->buf[k % 2];
-	uint64_t plane = (uint64_t)s->dim[1] * (uint64_t)s->dim[2];
 	int r = 0;
 
 	pthread_mutex_lock(&s->lock);
@@ -182,9 +190,8 @@ int odf_stream_get(struct odf_stream *s, size_t k, struct odf_slab *ret, struct 
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (r == 0)
-		*ret = (struct odf_slab){ .values = b->v.data,
-					  .first_voxel = (uint64_t)k * SLAB_PLANES * plane,
-					  .voxels = (uint64_t)slab_planes(s, k) * plane };
+		*ret = (struct odf_slab){ .values = b->v.data, .first_z = (uint64_t)k * SLAB_PLANES,
+					  .planes = (uint64_t)slab_planes(s, k) };
 	return r;
 }
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * odf_stream: an uncompressed ODF input (inputs.odf, a .nii in the host's
- * byte order) read in x-slabs while the devices upload it (resident.h),
+ * byte order) read in z-slabs while the devices upload it (resident.h),
  * instead of whole into host memory first: reading overlaps the upload, and
  * the host holds two slabs, not the ODF.
  *
@@ -26,12 +26,13 @@
 
 struct odf_stream;
 
-/* One slab: voxels [first_voxel, first_voxel + voxels) of the grid in its
- * [x][y][z] order (whole x-planes), nv values each, clipped at zero. */
+/* One slab: z-planes [first_z, first_z + planes) of the grid, in its
+ * [x][y][z] order (a run of `planes` voxels of every z-column, column
+ * after column), nv values each, clipped at zero. */
 struct odf_slab {
 	const float *values;
-	uint64_t first_voxel;
-	uint64_t voxels;
+	uint64_t first_z;
+	uint64_t planes;
 };
 
 /* Maps the ODF image in the open file fd (not kept) and reads its header
@@ -44,6 +45,8 @@ int odf_stream_open(int fd, const char *path, const struct sphere *s,
 
 /* How many slabs the ODF takes. */
 size_t odf_stream_slabs(const struct odf_stream *s);
+/* The grid's z-columns: how many, and their voxels (the grid's z size). */
+void odf_stream_columns(const struct odf_stream *s, uint64_t *columns, uint64_t *column_voxels);
 
 /* Starts reading for consumers, each of which then takes every slab in
  * order: odf_stream_get, copies it out, odf_stream_release. Once only. */

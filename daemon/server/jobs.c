@@ -922,12 +922,13 @@ void jobs_set_spare_bytes(struct jobs *jobs, uint64_t bytes)
 }
 
 void jobs_set_devices(struct jobs *jobs, const struct gpu_limits *first, size_t n_devices,
-		      uint64_t cache_budget)
+		      uint64_t cache_budget, uint64_t job_budget)
 {
 	pthread_mutex_lock(&jobs->lock);
 	jobs->status.device = *first;
 	jobs->status.devices = n_devices;
 	jobs->status.cache_budget = cache_budget;
+	jobs->status.job_budget = job_budget;
 	pthread_mutex_unlock(&jobs->lock);
 }
 

@@ -67,6 +67,7 @@ struct jobs_status {
 	uint64_t seeds_total, streamlines_total;
 	double track_seconds_total;
 	uint64_t cache_hits, cache_misses, cache_entries, cache_bytes, cache_budget;
+	uint64_t job_budget;         /* GPU memory a job may use (resident_budget) */
 	uint64_t cache_host_bytes;   /* host copies of the warm volumes */
 	uint64_t gpu_spare_bytes;    /* the devices' spare work buffers (jobs_set_spare_bytes) */
 	uint64_t spool_bytes;
@@ -184,8 +185,8 @@ void jobs_set_cache_usage(struct jobs *jobs, uint64_t entries, uint64_t bytes,
 void jobs_set_spare_bytes(struct jobs *jobs, uint64_t bytes);
 
 /* The devices the worker opened: the first one's limits, their number, and
- * the cache's GPU budget, for jobs_status. */
+ * the GPU budgets of the cache and of a job on it, for jobs_status. */
 void jobs_set_devices(struct jobs *jobs, const struct gpu_limits *first, size_t n_devices,
-		      uint64_t cache_budget);
+		      uint64_t cache_budget, uint64_t job_budget);
 
 #endif

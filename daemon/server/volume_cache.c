@@ -185,18 +185,57 @@ static bool room_for(const struct volume_cache *cache, const struct volume_cache
 	       (!host || cache->usage.host_bytes + e->host_bytes <= host);
 }
 
+/* Evicts the least recently used entry but the one keyed keep (NULL:
+ * none); false when there is no other. why goes to the log. */
+static bool evict_lru(struct volume_cache *cache, const char *keep, const char *why)
+{
+	size_t lru = cache->n_entries;
+
+	for (size_t i = 0; i < cache->n_entries; i++)
+		if (cache->entries[i].key != keep && (lru == cache->n_entries ||
+		    cache->entries[i].last_used < cache->entries[lru].last_used))
+			lru = i;
+	if (lru == cache->n_entries)
+		return false;
+	log_debug("cache: evicting %llu bytes (%s)", (unsigned long long)cache->entries[lru].bytes,
+		  why);
+	evict(cache, lru);
+	return true;
+}
+
 /* Makes room for e by evicting least recently used entries. */
 static void make_room(struct volume_cache *cache, const struct volume_cache_entry *e)
 {
-	while (cache->n_entries > 0 && !room_for(cache, e)) {
-		size_t lru = 0;
-		for (size_t i = 1; i < cache->n_entries; i++)
-			if (cache->entries[i].last_used < cache->entries[lru].last_used)
-				lru = i;
-		log_debug("cache: evicting %llu bytes",
-			  (unsigned long long)cache->entries[lru].bytes);
-		evict(cache, lru);
+	while (!room_for(cache, e) && evict_lru(cache, NULL, "the cache's budget"))
+		;
+}
+
+/* Whether gpu_memory_limit leaves a job its budget (resident_budget) on
+ * every device, beside held bytes of its own warm inputs. Without a limit
+ * gpu_memory_free has no bound, and it always does. */
+static bool limit_leaves_budget(const struct volume_cache *cache, uint64_t held)
+{
+	for (size_t i = 0; i < *cache->cfg.n_gpus; i++) {
+		struct gpu_ctx *gpu = cache->cfg.gpus[i];
+		uint64_t budget = resident_budget(gpu_get_limits(gpu), cache->cfg.gpu_memory_budget);
+
+		if (budget > held && gpu_memory_free(gpu) < budget - held)
+			return false;
 	}
+	return true;
+}
+
+/* Under gpu_memory_limit, other jobs' warm volumes give way to a job (the
+ * one keyed keep, holding held bytes of warm inputs; NULL and 0 before its
+ * upload), least recently used first, until the limit leaves it its
+ * budget: it then picks the storage and gets the work room it would get
+ * alone, and fails naming gpu_memory_limit only when it could not fit
+ * alone. With the default budget (half the limit) and cache (a quarter)
+ * nothing goes; settings whose sum passes the limit make it evict. */
+static void give_way_to_job(struct volume_cache *cache, const char *keep, uint64_t held)
+{
+	while (!limit_leaves_budget(cache, held) && evict_lru(cache, keep, "gpu_memory_limit"))
+		;
 }
 
 static struct volume_cache_entry *find(struct volume_cache *cache, const char *key)
@@ -262,8 +301,10 @@ int volume_cache_acquire(struct volume_cache *cache, const struct jobspec *spec,
 	int r;
 
 	if (hit) {
+		give_way_to_job(cache, hit->key, hit->bytes);
+		/* Evictions move entries: the hit is found again. */
+		reuse(cache, find(cache, key), owner, use, timing);
 		free(key);
-		reuse(cache, hit, owner, use, timing);
 		return 0;
 	}
 	cache->cfg.counted(cache->cfg.userdata, owner, false);
@@ -273,6 +314,8 @@ int volume_cache_acquire(struct volume_cache *cache, const struct jobspec *spec,
 		r = inputs_load(spec, fit, &fresh.inputs, err);
 	t1 = timing_now();
 	timing->load_seconds = t1 - t0;
+	if (r == 0)
+		give_way_to_job(cache, NULL, 0);
 	if (r == 0)
 		r = resident_new_all(cache->cfg.gpus, *cache->cfg.n_gpus, fresh.inputs, &up,
 				     fresh.residents, err);

@@ -3,7 +3,9 @@
  * volume_cache: the worker's warm volumes between jobs. Owns an LRU list of
  * entries, each a job's loaded (and fitted) inputs with one upload per
  * device, under two budgets: GPU memory (cache_budget) and host memory for
- * the inputs' copies (max_job_host_memory). Remembers which owners used
+ * the inputs' copies (max_job_host_memory); under gpu_memory_limit, entries
+ * also give way to a job that the limit would leave less than its budget
+ * (volume_cache_acquire). Remembers which owners used
  * each entry, so that a job hears of a warm cache only from its own owner's
  * earlier jobs, and counts hits and misses.
  *
@@ -79,7 +81,9 @@ void volume_cache_free(struct volume_cache *cache);
 
 /* The loaded and uploaded volumes of spec for owner's job into *use: from
  * the cache, or read (within max_job_host_memory), uploaded with fit and
- * cached when they fit the budgets. timing's load and upload seconds are
+ * cached when they fit the budgets. Other jobs' entries are evicted first,
+ * least recently used first, while gpu_memory_limit would leave the job
+ * less than its budget (gpu_memory_budget) on a device. timing's load and upload seconds are
  * what the job tells: 0 on a reuse by the same owner. Errors are
  * inputs_load's and resident_new_all's. */
 int volume_cache_acquire(struct volume_cache *cache, const struct jobspec *spec,

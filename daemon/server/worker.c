@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "base/peak_rss.h"
 #include "base/timing.h"
+#include "engine/resident.h"
 #include "job/inputs.h"
 #include "models/fit.h"
 #include "run/runner.h"
@@ -371,7 +372,8 @@ int worker_start(const struct jobs_config *cfg, struct jobs *jobs, struct worker
 	limits = gpu_get_limits(w->gpus[0]);
 	cache_budget = cfg->volume_cache_bytes ? cfg->volume_cache_bytes
 					       : gpu_memory_bytes(limits) / 4;
-	jobs_set_devices(jobs, limits, w->n_gpus, cache_budget);
+	jobs_set_devices(jobs, limits, w->n_gpus, cache_budget,
+			 resident_budget(limits, cfg->gpu_memory_budget));
 	w->cache = volume_cache_new(&(struct volume_cache_config){
 		.gpus = w->gpus, .n_gpus = &w->n_gpus, .gpu_budget = cache_budget,
 		.max_job_host_memory = cfg->max_job_host_memory,

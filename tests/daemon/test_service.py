@@ -63,8 +63,12 @@ def test_device_on_both_sockets(daemon):
     assert set(doc) == {"device", "cache", "queue"}, doc
     dev = doc["device"]
     assert set(dev) == {"name", "type", "count", "subgroup_size", "max_binding_bytes",
-                        "max_alloc_bytes", "device_local_bytes", "spare_bytes"}, dev
+                        "max_alloc_bytes", "device_local_bytes", "spare_bytes",
+                        "gpu_memory_limit_bytes", "gpu_memory_budget_bytes"}, dev
     assert dev["spare_bytes"] == 0, dev   # no job has freed work buffers yet
+    # No limit set: a job's budget is half the device (see test_gpu_memory_limit).
+    assert dev["gpu_memory_limit_bytes"] is None, dev
+    assert dev["gpu_memory_budget_bytes"] == dev["device_local_bytes"] // 2, dev
     assert dev["count"] == 1, dev
     assert isinstance(dev["name"], str) and dev["name"], dev
     assert isinstance(dev["type"], str) and dev["type"], dev
