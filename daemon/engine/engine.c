@@ -406,7 +406,7 @@ static void boot_defines(const struct inputs *in, struct defines *d)
 static bool odf_pair_loads(const struct gpu_limits *lim, enum jobspec_odf_storage storage,
 			   int nv)
 {
-	return gpu_cpu_device(lim) && lim->shader_int64 &&
+	return gpu_cpu_kernels(lim) && lim->shader_int64 &&
 	       ((storage == JOBSPEC_ODF_FLOAT32 && nv % 2 == 0) ||
 		(storage == JOBSPEC_ODF_FLOAT16 && nv % 4 == 0));
 }
@@ -419,7 +419,7 @@ static bool odf_pair_loads(const struct gpu_limits *lim, enum jobspec_odf_storag
  * scan per block. */
 static bool skip_zero_scans(const struct gpu_limits *lim)
 {
-	return gpu_cpu_device(lim);
+	return gpu_cpu_kernels(lim);
 }
 
 /* odf.glsl's ODF_STORAGE codes. */

@@ -836,9 +836,18 @@ uint64_t gpu_memory_bytes(const struct gpu_limits *lim)
 	return lower_limit(lim->device_local_bytes, lim->memory_limit);
 }
 
-bool gpu_cpu_device(const struct gpu_limits *lim)
+/* The test hook TRACTD_GPU_KERNELS=1: CPU devices get the GPU's kernel
+ * variants, so that tests compare the two on lavapipe. */
+static bool gpu_kernels_hook(void)
 {
-	return strcmp(lim->device_type, "cpu") == 0;
+	const char *value = getenv("TRACTD_GPU_KERNELS");
+
+	return value && strcmp(value, "1") == 0;
+}
+
+bool gpu_cpu_kernels(const struct gpu_limits *lim)
+{
+	return strcmp(lim->device_type, "cpu") == 0 && !gpu_kernels_hook();
 }
 
 double gpu_compile_seconds(const struct gpu_ctx *ctx)

@@ -108,10 +108,10 @@ const struct gpu_limits *gpu_get_limits(const struct gpu_ctx *ctx);
  * heap, else that heap. */
 uint64_t gpu_memory_bytes(const struct gpu_limits *lim);
 
-/* Whether the device is a CPU (lavapipe), whose lanes load and scan one by
- * one: the kernels have CPU variants (engine.c), and the inputs a table
- * only those use (resident.c). */
-bool gpu_cpu_device(const struct gpu_limits *lim);
+/* Whether the device gets the kernels' CPU variants (engine.c) and the
+ * table only those use (resident.c): a CPU (lavapipe), whose lanes load and
+ * scan one by one, unless the test hook TRACTD_GPU_KERNELS=1 is set. */
+bool gpu_cpu_kernels(const struct gpu_limits *lim);
 
 /* The field an allocation over the memory limit names. */
 #define GPU_MEMORY_LIMIT_FIELD "gpu_memory_limit"

@@ -107,7 +107,7 @@ static const char *const storage_names[] = {
  * cone lists, used on CPU devices only, bound the PMF with it. */
 static bool wants_odf_max(const struct gpu_limits *lim, enum jobspec_odf_storage storage)
 {
-	return gpu_cpu_device(lim) && storage != JOBSPEC_ODF_SH;
+	return gpu_cpu_kernels(lim) && storage != JOBSPEC_ODF_SH;
 }
 
 /* The pages of each voxel's largest ODF value. */

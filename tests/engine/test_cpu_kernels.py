@@ -1,0 +1,77 @@
+"""The kernels' CPU variants (engine.c: ODF_PAIR_LOADS, SKIP_ZERO_SCANS and
+prob's CONE_LISTS, which reads the ODF within the cone only and settles the
+PMF floor with each voxel's largest value) track exactly what the GPU
+variants track. Both run here on lavapipe: the test hook TRACTD_GPU_KERNELS=1
+gives it the GPU's. On lavapipe each subgroup scan adds lane after lane, so
+the two are equal to the bit; the defines `tractd -v` logs show which ran.
+
+The cases step where the floor is decided both ways: the crossing phantom's
+cones often miss its stronger fibre (the floor then needs the whole sphere),
+at the default max_angle and a narrow one, in float16 storage, and with an
+asymmetric ODF (whose cone around a direction differs from the opposite's).
+"""
+import re
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from conftest import run_cli, write_job
+
+N_SEEDS = 300
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("cpu_kernels")
+
+
+@pytest.fixture(scope="module")
+def asymmetric_odf(phantom, workdir):
+    """The phantom's ODF with one value of its strongest voxel raised by its
+    maximum: far past the symmetry tolerance (test_odf_symmetry.py)."""
+    img = phantom.odf_img
+    odf = np.asarray(img.dataobj, dtype=np.float32).copy()
+    top = odf.max(axis=3)
+    x, y, z = np.unravel_index(np.argmax(top), top.shape)
+    odf[x, y, z, 7] += top[x, y, z]
+    path = workdir / "asymmetric_odf.nii"
+    nib.save(nib.Nifti1Image(odf, img.affine, img.header), str(path))
+    return path
+
+
+def _track(tractd, job, workdir, name, gpu_kernels):
+    job_path = write_job(workdir / f"{name}.json", job)
+    trk = workdir / f"{name}.trk"
+    env = {"TRACTD_GPU_KERNELS": "1"} if gpu_kernels else None
+    proc = run_cli(tractd, ["-v", "run", job_path, "-o", trk], env=env, check=True)
+    defines = re.findall(r"compiled prob_track\.comp (.*) in ", proc.stderr)
+    assert len(defines) == 1, proc.stderr
+    return trk.read_bytes(), defines[0]
+
+
+CASES = {
+    "float32": {},
+    "narrow_cone": {"max_angle": 25},
+    "float16": {"max_angle": 30, "odf_storage": "float16"},
+    "asymmetric": {"max_angle": 30},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_cpu_kernels_track_as_the_gpu_ones(tractd, phantom, workdir, asymmetric_odf, case):
+    job = phantom.job_with(seeds={"roi": str(phantom.path("seed_roi.nii.gz")),
+                                  "count": N_SEEDS, "rng_seed": 3})
+    job["tracking"].update(CASES[case])
+    if case == "asymmetric":
+        job["inputs"]["odf"] = str(asymmetric_odf)
+    cpu, cpu_defines = _track(tractd, job, workdir, f"{case}_cpu", gpu_kernels=False)
+    gpu, gpu_defines = _track(tractd, job, workdir, f"{case}_gpu", gpu_kernels=True)
+    assert "CONE_LISTS=1" in cpu_defines, cpu_defines
+    # Pair loads need whole 64-bit words per voxel: 362 float32 values, not
+    # float16 ones.
+    assert ("ODF_PAIR_LOADS=1" in cpu_defines) == (case != "float16"), cpu_defines
+    assert "CONE_LISTS=0" in gpu_defines and "ODF_PAIR_LOADS=0" in gpu_defines, gpu_defines
+    assert ("SYMMETRIC=0" in cpu_defines) == (case == "asymmetric"), cpu_defines
+    assert len(cpu) > 10000, f"{case}: only {len(cpu)} bytes tracked"
+    assert cpu == gpu, f"{case}: the CPU kernels' tractogram differs from the GPU ones'"
