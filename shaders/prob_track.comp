@@ -46,11 +46,10 @@ layout(std430, binding = 7) writeonly buffer Ranges { uint ranges[]; };
 #include "pmf.glsl"
 
 // A step's PMF is only needed within the cone around dir, where the next
-// direction is drawn: cone_pmf() leaves it compacted in the subgroup's
-// s_pmf row, entry k for the k-th vertex of the cone in index order, n
-// entries. The cone's vertices are looked for among candidates: the whole
-// sphere, or with CONE_LISTS the listed neighbours of the vertex dir stands
-// on.
+// direction is drawn. cone_pmf() leaves n entries in the subgroup's s_pmf
+// row: on GPUs the whole sphere, entry k for vertex k (running_sum leaves out
+// those outside the cone); with CONE_LISTS (CPU devices) only the cone's
+// vertices, compacted in index order (entry_vertex maps them back).
 
 // Whether vertex j lies outside the cone around dir (DIPY's cos_similarity
 // test; SYMMETRIC takes the axis).
@@ -59,13 +58,15 @@ bool outside_cone(uint j, vec3 dir)
 	return axis_cos(vertex(j), dir) < pc.cos_max_angle;
 }
 
-// The candidates: vertex candidate(c, a) for a in [first, end).
+#if CONE_LISTS
+// The cone's vertices are looked for among the listed neighbours of the
+// vertex dir stands on, or where that is not known among all vertices:
+// candidate(c, a) for a in [first, end).
 struct Candidates {
 	uint first, end;
 	bool listed;
 };
 
-#if CONE_LISTS
 // engine.c's cone lists: NV + 1 offsets into this buffer, then per vertex
 // the vertices within about max_angle of it (a margin wider: each is tested
 // again here), in index order.
@@ -94,21 +95,6 @@ uint candidate(Candidates c, uint a)
 {
 	return c.listed ? cone_lists[a] : a;
 }
-#else
-void set_dir_vertex(uint j)
-{
-}
-
-Candidates cone_candidates(vec3 dir)
-{
-	return Candidates(0u, NV, false);
-}
-
-uint candidate(Candidates c, uint a)
-{
-	return a;
-}
-#endif
 
 // Candidate a of c (past the end: the last one) and whether it lies in
 // the cone.
@@ -120,7 +106,7 @@ uint candidate_in_cone(Candidates c, uint a, vec3 dir, out bool inside)
 }
 
 // The vertex of entry k of the cone around dir (k below the cone's size).
-uint cone_vertex(vec3 dir, uint k)
+uint entry_vertex(uint k, vec3 dir)
 {
 	Candidates c = cone_candidates(dir);
 	for (uint at = c.first; at < c.end; at += SG) {
@@ -135,7 +121,12 @@ uint cone_vertex(vec3 dir, uint k)
 	return NV - 1u;   // not reached for k below the cone's size
 }
 
-#if CONE_LISTS
+// Every entry lies in the cone.
+bool entry_outside_cone(uint k, vec3 dir)
+{
+	return false;
+}
+
 // CPU devices with sampled storage: the ODF is read at the cone's vertices
 // only, the cone found among dir's listed neighbours (lavapipe runs every
 // lane's load on its own, and a step's loads set its time). The floor,
@@ -224,49 +215,52 @@ float cone_pmf(Corners c, vec3 dir, out uint n)
 	return pc.pmf_threshold * sphere_max(c, spots);
 }
 #else
-// The PMF on the whole sphere (its maximum sets the floor), read a block of
-// consecutive vertices per load as GPUs coalesce them, then its cone
-// entries moved down to the front of the row, block by block: an entry
-// only moves to a lower slot, read before any lane of the block writes.
+// GPUs: the PMF on the whole sphere, which also gives the floor, read a
+// block of consecutive vertices per load as they coalesce them.
 float cone_pmf(Corners c, vec3 dir, out uint n)
 {
-	uint sg = gl_SubgroupID;
-	float floor_value = pmf_floor_toward(dir, pmf_from_odf(c));
-	n = 0u;
-	for (uint base = 0u; base < NV; base += SG) {
-		uint j = base + gl_SubgroupInvocationID;
-		bool inside = j < NV && !outside_cone(j, dir);
-		float v = inside ? s_pmf[sg][j] : 0.0;
-		uvec4 cone = subgroupBallot(inside);
-		subgroupBarrier();
-		if (inside)
-			s_pmf[sg][n + subgroupBallotExclusiveBitCount(cone)] = v;
-		n += subgroupBallotBitCount(cone);
-	}
-	subgroupMemoryBarrierShared();
-	subgroupBarrier();
-	return floor_value;
+	n = NV;
+	return pmf_floor_toward(dir, pmf_from_odf(c));
+}
+
+uint entry_vertex(uint k, vec3 dir)
+{
+	return k;
+}
+
+bool entry_outside_cone(uint k, vec3 dir)
+{
+	return outside_cone(k, dir);
+}
+
+void set_dir_vertex(uint j)
+{
 }
 #endif
 
-// Turns the n cone entries into their running sum (entries below
-// floor_value count as zero), SG at a time (SKIP_ZERO_SCANS: a block whose
-// parts are all zero keeps running as it is). Returns the total, all lanes
-// alike; last_nonzero: the highest entry with a non-zero part.
-float running_sum(uint n, float floor_value, out int last_nonzero)
+// Turns the n entries into the running sum of their part within the cone
+// around dir (entries below floor_value or outside the cone count as zero),
+// SG at a time (SKIP_ZERO_SCANS: a block whose parts are all zero keeps
+// running as it is). Returns the total, all lanes alike; last_nonzero: the
+// highest entry with a non-zero part.
+float running_sum(uint n, vec3 dir, float floor_value, out int last_nonzero)
 {
 	uint sg = gl_SubgroupID;
 	float running = 0.0;
 	int lane_last = -1;
 	for (uint base = 0u; base < n; base += SG) {
 		uint k = base + gl_SubgroupInvocationID;
-		float v = k < n ? s_pmf[sg][k] : 0.0;
-		if (v < floor_value)
-			v = 0.0;
+		float v = 0.0;
+		if (k < n) {
+			v = s_pmf[sg][k];
+			if (v < floor_value || entry_outside_cone(k, dir))
+				v = 0.0;
+		}
 		float cdf = running;
 #if SKIP_ZERO_SCANS
 		// CPU devices (engine.c's skip_zero_scans) run the scan lane by
-		// lane, and a block under the floor adds exactly zero.
+		// lane, and a block under the floor or outside the cone adds
+		// exactly zero.
 		if (subgroupAny(v != 0.0))
 #endif
 			cdf += subgroupInclusiveAdd(v);
@@ -305,13 +299,13 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 	uint n;
 	float floor_value = cone_pmf(c, dir, n);
 	int last_nonzero;
-	float total = running_sum(n, floor_value, last_nonzero);
+	float total = running_sum(n, dir, floor_value, last_nonzero);
 	if (total <= 0.0)
 		return false;
 	counter.w = PHILOX_STREAM_PROB;
 	float x = philox_uniform(philox4x32_10(counter, pc.philox_key).x) * total;
 	// x < total always holds in exact arithmetic; rounding can break it.
-	uint j = cone_vertex(dir, first_above(x, n, uint(last_nonzero)));
+	uint j = entry_vertex(first_above(x, n, uint(last_nonzero)), dir);
 	vec3 v = vertex(j);
 	dir = dot(v, dir) > 0.0 ? v : -v;
 	set_dir_vertex(j);
