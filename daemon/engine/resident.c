@@ -117,31 +117,41 @@ static int plan_odf_max(const struct gpu_limits *lim, uint64_t voxels, struct pa
 	return paged_plan(voxels, 1, PAGED_FLOAT32, lim->max_alloc_bytes, ret, err);
 }
 
+/* GPU bytes of the maxima a storage brings where they are wanted, else 0. */
+static int odf_max_bytes(const struct gpu_limits *lim, const struct inputs *in,
+			 enum jobspec_odf_storage storage, uint64_t *ret, struct errbuf *err)
+{
+	struct paged_layout layout;
+	int r = 0;
+
+	*ret = 0;
+	if (wants_odf_max(lim, storage))
+		r = plan_odf_max(lim, volume_voxels(inputs_grid(in)), &layout, err);
+	if (r == 0 && wants_odf_max(lim, storage))
+		*ret = paged_bytes(&layout);
+	return r;
+}
+
 /* The pages of the ODF in a storage, and its GPU bytes with the SH
- * sampling matrix or the values' maxima. */
+ * sampling matrix. */
 static int plan_odf(const struct gpu_limits *lim, const struct inputs *in,
 		    enum jobspec_odf_storage storage, struct paged_layout *ret, uint64_t *bytes,
 		    struct errbuf *err)
 {
 	uint64_t voxels = volume_voxels(inputs_grid(in));
 	uint32_t nv = (uint32_t)inputs_sphere(in)->nv;
-	uint64_t extra = 0;
+	uint64_t basis = 0;
 	int r;
 
 	if (storage == JOBSPEC_ODF_SH) {
 		uint32_t nc = (uint32_t)inputs_sh(in)->dim[3];
-		extra = 4ull * nc * nv;
+		basis = 4ull * nc * nv;
 		r = paged_plan(voxels, nc, PAGED_FLOAT32, lim->max_alloc_bytes, ret, err);
 	} else {
-		struct paged_layout maxima;
 		r = paged_plan(voxels, nv, storage == JOBSPEC_ODF_FLOAT16 ? PAGED_FLOAT16 : PAGED_FLOAT32,
 			       lim->max_alloc_bytes, ret, err);
-		if (r == 0 && wants_odf_max(lim, storage))
-			r = plan_odf_max(lim, voxels, &maxima, err);
-		if (r == 0 && wants_odf_max(lim, storage))
-			extra = paged_bytes(&maxima);
 	}
-	*bytes = r == 0 ? paged_bytes(ret) + extra : 0;
+	*bytes = r == 0 ? paged_bytes(ret) + basis : 0;
 	return r;
 }
 
@@ -188,15 +198,18 @@ static int choose_odf_storage(const struct gpu_limits *lim, const struct inputs 
 	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
 		enum jobspec_odf_storage storage = order[k];
 		struct paged_layout layout;
+		uint64_t maxima;
 		int r;
 
 		if (storage == JOBSPEC_ODF_SH && !inputs_sh(in))
 			continue;
 		r = plan_odf(lim, in, storage, &layout, &need[storage], err);
+		if (r == 0)
+			r = odf_max_bytes(lim, in, storage, &maxima, err);
 		if (r < 0)
 			return r;
 		if ((requested == JOBSPEC_ODF_AUTO || requested == storage) &&
-		    fixed + need[storage] <= budget.bytes) {
+		    fixed + need[storage] + maxima <= budget.bytes) {
 			res->storage = storage;
 			if (storage == JOBSPEC_ODF_SH)
 				res->sh_coefs = layout.channels;
