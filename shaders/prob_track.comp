@@ -105,9 +105,12 @@ uint candidate_in_cone(Candidates c, uint a, vec3 dir, out bool inside)
 	return j;
 }
 
-// The vertex of entry k of the cone around dir (k below the cone's size).
-uint entry_vertex(uint k, vec3 dir)
+// The vertex of entry k of the n in the cone around dir: kept behind the
+// entries by cone_pmf where the row has room, else found again.
+uint entry_vertex(uint k, uint n, vec3 dir)
 {
+	if (2u * n <= NV)
+		return uint(s_pmf[gl_SubgroupID][NV - 1u - k]);
 	Candidates c = cone_candidates(dir);
 	for (uint at = c.first; at < c.end; at += SG) {
 		bool inside;
@@ -201,8 +204,13 @@ float cone_pmf(Corners c, vec3 dir, out uint n)
 	n = gather_cone(dir);
 	float lane_max = 0.0;
 	for (uint k = gl_SubgroupInvocationID; k < n; k += SG) {
-		float v = pmf_at(c, spots, uint(s_pmf[sg][k]));
+		uint j = uint(s_pmf[sg][k]);
+		float v = pmf_at(c, spots, j);
 		s_pmf[sg][k] = v;
+		// Where the row has room, the vertex goes behind the entries,
+		// past any still to be read, for entry_vertex.
+		if (2u * n <= NV)
+			s_pmf[sg][NV - 1u - k] = float(j);
 		lane_max = max(lane_max, v);
 	}
 	float low = pc.pmf_threshold * subgroupMax(lane_max);
@@ -223,7 +231,7 @@ float cone_pmf(Corners c, vec3 dir, out uint n)
 	return pmf_floor_toward(dir, pmf_from_odf(c));
 }
 
-uint entry_vertex(uint k, vec3 dir)
+uint entry_vertex(uint k, uint n, vec3 dir)
 {
 	return k;
 }
@@ -305,7 +313,7 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 	counter.w = PHILOX_STREAM_PROB;
 	float x = philox_uniform(philox4x32_10(counter, pc.philox_key).x) * total;
 	// x < total always holds in exact arithmetic; rounding can break it.
-	uint j = entry_vertex(first_above(x, n, uint(last_nonzero)), dir);
+	uint j = entry_vertex(first_above(x, n, uint(last_nonzero)), n, dir);
 	vec3 v = vertex(j);
 	dir = dot(v, dir) > 0.0 ? v : -v;
 	set_dir_vertex(j);

@@ -489,7 +489,7 @@ static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
 	const struct gpu_limits *lim = gpu_get_limits(gpu);
 	struct job_memory budget = job_memory(gpu, up->memory_budget);
 	uint64_t nv = (uint64_t)inputs_sphere(in)->nv;
-	struct paged_layout layout;
+	struct paged_layout layout = { 0 };
 	int r;
 
 	if (inputs_boot(in)) {
