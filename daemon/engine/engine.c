@@ -357,7 +357,7 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 
 /* Bindings of the kernels (see their .comp headers); prob binds the SH
  * sampling matrix after these with SH storage, and prob's track kernel the
- * ODF's maxima with the other storages. */
+ * ODF's maxima and the cone lists with CONE_LISTS. */
 #define PROB_INIT_BINDINGS 7
 #define PROB_TRACK_BINDINGS 9
 #define BOOT_INIT_BINDINGS 8

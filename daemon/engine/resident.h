@@ -6,8 +6,9 @@
  * map and the sphere with its neighbours.
  *
  * Owns the storage choice (the requested one, or the first that fits the
- * job's GPU memory budget with room to track), the uploads (with each
- * voxel's largest ODF value, found on the device) and the buffers,
+ * job's GPU memory budget with room to track), the uploads (on CPU
+ * devices with each voxel's largest ODF value, found on the host as the
+ * values go up) and the buffers,
  * from resident_new_all() to resident_free(). Volumes go up in pages that only
  * the memory budget bounds (paged_volume.h); an ODF left on disk
  * (odf_stream.h) goes up slab by slab as it is read, to all devices at once. The engine binds the buffers
@@ -72,8 +73,9 @@ uint32_t resident_sh_coefs(const struct resident *res);
 struct resident_bindings {
 	struct gpu_buffer *odf;       /* prob, ptt: the ODF's page table (paged_volume.h) */
 	struct gpu_buffer *odf_basis; /* SH storage: the sampling matrix */
-	struct gpu_buffer *odf_max;   /* float32, float16 storage: each voxel's largest
-				       * value's page table (prob_track's bound) */
+	struct gpu_buffer *odf_max;   /* CPU devices, float32 and float16 storage: each
+				       * voxel's largest value, a page table (the bound
+				       * of prob_track's cone lists) */
 	struct gpu_buffer *dwi;       /* boot: the DWI's page table */
 	struct gpu_buffer *matrices;  /* boot: boot.glsl's layout */
 	struct gpu_buffer *stop;      /* the stop map's page table; stopping act: its include
