@@ -177,7 +177,9 @@ static uint32_t shared_bytes(struct shared_use u, uint32_t items)
  * PMF (pmf.glsl), pass 1 and boot one more for peak marks (peaks.glsl); SH
  * storage adds the interpolated coefficients; boot adds two floats per
  * diffusion-weighted volume and its coefficients (boot.glsl). ptt's pass 2
- * keeps the sphere's vertices, a vec3 (16 bytes) each, per workgroup. */
+ * keeps the sphere's vertices, a vec3 (16 bytes) each, per workgroup.
+ * prob's pass 2 with CONE_LISTS keeps one word more per subgroup (the vertex
+ * it stands on), within what pass 1 takes: not counted. */
 static void kernel_shared_use(const struct jobspec *job, const struct inputs *in,
 			      const struct resident *res, struct shared_use use[2])
 {
