@@ -198,7 +198,7 @@ static int choose_odf_storage(const struct gpu_limits *lim, const struct inputs 
 	for (size_t k = 0; k < sizeof(order) / sizeof(order[0]); k++) {
 		enum jobspec_odf_storage storage = order[k];
 		struct paged_layout layout;
-		uint64_t maxima;
+		uint64_t maxima = 0;
 		int r;
 
 		if (storage == JOBSPEC_ODF_SH && !inputs_sh(in))
