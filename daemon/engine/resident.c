@@ -122,12 +122,13 @@ static int odf_max_bytes(const struct gpu_limits *lim, const struct inputs *in,
 			 enum jobspec_odf_storage storage, uint64_t *ret, struct errbuf *err)
 {
 	struct paged_layout layout;
-	int r = 0;
+	int r;
 
 	*ret = 0;
-	if (wants_odf_max(lim, storage))
-		r = plan_odf_max(lim, volume_voxels(inputs_grid(in)), &layout, err);
-	if (r == 0 && wants_odf_max(lim, storage))
+	if (!wants_odf_max(lim, storage))
+		return 0;
+	r = plan_odf_max(lim, volume_voxels(inputs_grid(in)), &layout, err);
+	if (r == 0)
 		*ret = paged_bytes(&layout);
 	return r;
 }
