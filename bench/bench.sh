@@ -376,9 +376,9 @@ bench_size() { # CASE
 	echo
 	echo "any size: prob, $1 phantom $(echo "$grid" | tr , x), $sphere," \
 		"odf_storage $storage, end to end"
-	printf '  %-5s %-9s %-8s %-9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n' \
+	printf '  %-5s %-9s %-8s %-9s %-8s %11s %8s %8s %8s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n' \
 		build seeds devices limit storage streamlines load upload compile track encode \
-		write kernels total seeds/s gpu_GiB host_GiB
+		write kernels on_gpu total seeds/s gpu_GiB host_GiB
 	# Each run: SEEDS:DEVICES:LIMIT:BUDGET, - for the default.
 	runs=""
 	for n in ${BENCH_SIZE_SEEDS:-1000000 10000000}; do runs="$runs $n:-:-:-"; last=$n; done
@@ -425,16 +425,19 @@ JOB
 		    -v t="$(json_number "$stats" track)" -v e="$(json_number "$stats" encode)" \
 		    -v w="$(json_number "$stats" write)" \
 		    -v k="$(json_number "$stats" kernels)" \
+		    -v dev="$(json_device_seconds "$stats" track)" \
 		    -v tot="$wall" -v g="$(json_number "$stats" gpu_peak_bytes)" \
 		    -v h="$(json_number "$stats" host_peak_bytes)" 'BEGIN {
-			printf "  %-5s %-9d %-8d %-9s %-8s %11d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %10.0f %9.2f %9.2f\n",
-			       b, n, d, lim, st, sl, l, u, co, t, e, w, k, tot, n / (t + e + w), g / 2^30, h / 2^30 }'
+			printf "  %-5s %-9d %-8d %-9s %-8s %11d %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8s %8.3f %10.0f %9.2f %9.2f\n",
+			       b, n, d, lim, st, sl, l, u, co, t, e, w, k, dev == "" ? "-" : sprintf("%.3f", dev),
+			       tot, n / (t + e + w), g / 2^30, h / 2^30 }'
 	done; done
 	echo "  device: $(json_string "$stats" device); limit = --gpu-memory[/--gpu-memory-budget];" \
 		"total = wall time of the whole command; the writer threads encode (on all cores)" \
 		"and write while the GPU tracks, so track + encode + write is the run's wall time" \
 		"and seeds/s is taken over it;" \
-		"kernels = time in the GPU's submits; gpu_GiB = the most tractd's buffers held on" \
+		"kernels = time in the GPU's submits; on_gpu = the track kernel's own time on the" \
+		"device's clock (its timestamps; - from a build without them); gpu_GiB = the most tractd's buffers held on" \
 		"a device (within the limit); host_GiB = the process's peak resident memory (on" \
 		"lavapipe the 'GPU' memory too); the TRK is deleted afterwards"
 	rm -f "$ph/tracks.trk"

@@ -9,4 +9,7 @@ json_number() { # FILE KEY -> value of the first "KEY": number
 json_string() { # FILE KEY -> value of the first "KEY": "string"
 	sed -n "s/.*\"$2\": *\"\([^\"]*\)\".*/\1/p" "$1" | head -n 1
 }
+json_device_seconds() { # STATS KERNEL -> seconds.device.KERNEL of a --stats-json
+	sed -n '/"device": {/,/}/p' "$1" | sed -n "s/.*\"$2\": *\([0-9.eE+-]*\).*/\1/p" | head -n 1
+}
 now() { date +%s.%N; }

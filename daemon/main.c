@@ -642,6 +642,21 @@ static int parse_option(struct cli *cli, int opt, const char *arg)
 	}
 }
 
+/* Each kernel's seconds on the devices' clocks, null where a device keeps none. */
+static json_t *device_seconds_json(const struct engine_stats *s)
+{
+	json_t *doc = json_object();
+
+	for (int k = 0; doc && k < ENGINE_KERNELS; k++)
+		if (json_object_set_new(doc, engine_kernel_key((enum engine_kernel)k),
+					s->device_seconds[k] < 0.0 ? json_null() :
+					json_real(s->device_seconds[k])) < 0) {
+			json_decref(doc);
+			doc = NULL;
+		}
+	return doc;
+}
+
 /* Peak memory: the host's from the kernel (ru_maxrss, KiB), the GPU's as
  * the buffers tractd allocated (driver overhead not included). */
 static int write_stats_json(const char *path, const struct engine_stats *s,
@@ -658,7 +673,7 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 			gpu_peak = gpu_peak_buffer_bytes(devs[i].gpu);
 	/* The CLI's own members: the device facts and the timings under "seconds". */
 	doc = stats_json_new(s, json_pack("{s:I, s:I, s:s, s:I, s:s, s:I, s:I, s:I, "
-					  "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f}}",
+					  "s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o}}",
 					  "pieces", (json_int_t)s->pieces,
 					  "submits", (json_int_t)s->submits,
 					  "device", gpu_get_limits(devs[0].gpu)->device_name,
@@ -671,7 +686,7 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
 					  "load", s->load_seconds, "upload", s->upload_seconds,
 					  "compile", s->compile_seconds, "track", s->track_seconds,
 					  "kernels", s->kernel_seconds, "encode", s->encode_seconds,
-					  "write", s->write_seconds));
+					  "write", s->write_seconds, "device", device_seconds_json(s)));
 	/* A shard's statistics are its own; merge sums them by this record. */
 	if (doc && shard->count &&
 	    json_object_set_new(doc, "shard", json_pack("{s:I, s:I}", "index",
@@ -862,6 +877,17 @@ static void log_stop_reasons(const struct engine_stats *s)
 		 (unsigned long long)s->seeds_without_direction);
 }
 
+/* The kernels' time on the devices' clocks, beside "kernels" (the host's
+ * wait for them): the gap is submits, waits and the host's work between. */
+static void log_device_seconds(const struct engine_stats *s)
+{
+	if (s->device_seconds[ENGINE_KERNEL_TRACK] < 0.0)
+		return;
+	log_info("on the device: init %.3f s, track %.3f s, compact %.3f s",
+		 s->device_seconds[ENGINE_KERNEL_INIT], s->device_seconds[ENGINE_KERNEL_TRACK],
+		 s->device_seconds[ENGINE_KERNEL_COMPACT]);
+}
+
 static void log_summary(const struct engine_stats *s, const char *device, size_t n_devices,
 			const char *path)
 {
@@ -877,6 +903,7 @@ static void log_summary(const struct engine_stats *s, const char *device, size_t
 		 s->upload_seconds, s->compile_seconds, s->track_seconds, s->kernel_seconds,
 		 s->encode_seconds, s->write_seconds,
 		 (unsigned long long)s->chunks, (unsigned long long)s->batches);
+	log_device_seconds(s);
 	log_stop_reasons(s);
 	if (s->has_regions)
 		log_info("regions rejected %llu streamline(s) that entered an exclude region and "

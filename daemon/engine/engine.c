@@ -815,7 +815,7 @@ struct job_run {
 	struct job_host h;
 	struct kernel_params params;
 	struct engine_stats stats;   /* this device's kernels, chunks, batches */
-	double rate[3];              /* items per second of track, compact, init */
+	double rate[ENGINE_KERNELS]; /* items per second of each kernel */
 	uint64_t chunk;              /* index of the chunk it tracks */
 	uint64_t chunk_lines;        /* its streamlines */
 	uint64_t batch_first_line;   /* the first of them in the batch being tracked */
@@ -958,14 +958,28 @@ static uint64_t items_per_submit(const struct job_run *run, double rate)
 /* Called after each submit of dispatch_items with the end of the items done. */
 typedef int submitted_fn(struct job_run *run, uint64_t items_done, struct errbuf *err);
 
-/* Dispatches items [first, n) of a kernel in submits of items_per_submit,
- * each split where the workgroup count limit requires it; *rate keeps the
- * kernel's items per second. Items carry their global index (first_item), so
- * the split changes no output. submitted may be NULL. */
-static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipeline *pipe,
-			  struct gpu_buffer *const *buffers, uint64_t first_item, uint64_t n,
-			  double *rate, submitted_fn *submitted, struct errbuf *err)
+/* Adds a finished batch's device time to the kernel's (stays -1 on a
+ * device that keeps no clock). */
+static void add_device_time(struct job_run *run, enum engine_kernel kernel)
 {
+	double took = gpu_batch_device_seconds(run->gpu);
+
+	if (took >= 0.0)
+		run->stats.device_seconds[kernel] += took;
+	else
+		run->stats.device_seconds[kernel] = -1.0;
+}
+
+/* Dispatches items [first, n) of a kernel in submits of items_per_submit,
+ * each split where the workgroup count limit requires it; run->rate keeps
+ * the kernel's items per second. Items carry their global index
+ * (first_item), so the split changes no output. submitted may be NULL. */
+static int dispatch_items(struct job_run *run, enum engine_kernel kernel,
+			  struct gpu_pipeline *pipe, struct gpu_buffer *const *buffers,
+			  uint64_t first_item, uint64_t n, submitted_fn *submitted,
+			  struct errbuf *err)
+{
+	double *rate = &run->rate[kernel];
 	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
 	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan.items;
 	uint64_t submits = 0;
@@ -987,6 +1001,8 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 		}
 		if (r == 0)
 			r = gpu_batch_submit_wait(run->gpu, err);
+		if (r == 0)
+			add_device_time(run, kernel);
 		took = timing_now() - t_submit;
 		if (took > 0.0)
 			*rate = (double)(end - start) / took;
@@ -996,7 +1012,7 @@ static int dispatch_items(struct job_run *run, const char *what, struct gpu_pipe
 	}
 	run->stats.submits += submits;
 	run->stats.kernel_seconds += timing_now() - t0;
-	log_debug("%s: %llu items in %llu submit(s), %.4f s", what,
+	log_debug("%s: %llu items in %llu submit(s), %.4f s", engine_kernel_key(kernel),
 		  (unsigned long long)(n - first_item), (unsigned long long)submits,
 		  timing_now() - t0);
 	return r;
@@ -1365,8 +1381,8 @@ static int post_piece(struct job_run *run, const struct batch_place *at, uint64_
 	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, w->readback };
 	r = gpu_upload(run->gpu, g->dest, 4 * first, h->dest + first, 4 * (end - first), err);
 	if (r == 0)
-		r = dispatch_items(run, "compact", g->compact, pack_buffers, first, end,
-				   &run->rate[1], NULL, err);
+		r = dispatch_items(run, ENGINE_KERNEL_COMPACT, g->compact,
+				   pack_buffers, first, end, NULL, err);
 	if (r < 0)
 		return r;
 	memcpy(w->ranges, h->ranges + RANGE_WORDS * first, 4 * RANGE_WORDS * (end - first));
@@ -1484,8 +1500,8 @@ static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, u
 		if (run->plan.resume_bytes_per_line)
 			r = gpu_upload(run->gpu, g->resume, 0, &none, sizeof(none), err);
 		if (r == 0)
-			r = dispatch_items(run, "track", g->track, buffers, 0, n_lines,
-					   &run->rate[0], pass == 0 ? report_tracked : NULL, err);
+			r = dispatch_items(run, ENGINE_KERNEL_TRACK, g->track, buffers,
+					   0, n_lines, pass == 0 ? report_tracked : NULL, err);
 		if (r == 0 && run->plan.resume_bytes_per_line)
 			r = gpu_download(run->gpu, g->resume, 0, &suspended, sizeof(suspended), err);
 		if (r == 0 && (suspended & RESUME_STALLED))
@@ -1620,8 +1636,8 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 				  (unsigned long long)(first_seed + n_seeds));
 	r = gpu_upload(run->gpu, g->seeds, 0, h->seed_xyz, 12 * n_seeds, err);
 	if (r == 0)
-		r = dispatch_items(run, "init", g->init, buffers, 0, n_seeds, &run->rate[2], NULL,
-				   err);
+		r = dispatch_items(run, ENGINE_KERNEL_INIT, g->init, buffers, 0, n_seeds,
+				   NULL, err);
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
 	if (r < 0)
@@ -2127,11 +2143,26 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 	total->batches += dev->batches;
 	total->pieces += dev->pieces;
 	total->kernel_seconds += dev->kernel_seconds;
+	for (int k = 0; k < ENGINE_KERNELS; k++)
+		total->device_seconds[k] = total->device_seconds[k] < 0.0 ||
+					   dev->device_seconds[k] < 0.0 ? -1.0 :
+					   total->device_seconds[k] + dev->device_seconds[k];
 	total->submits += dev->submits;
 	total->compile_seconds += dev->compile_seconds;
 	if (dev->gpu_work_bytes > total->gpu_work_bytes)
 		total->gpu_work_bytes = dev->gpu_work_bytes;
 	total->gpu_work_reused_bytes += dev->gpu_work_reused_bytes;
+}
+
+const char *engine_kernel_key(enum engine_kernel kernel)
+{
+	static const char *const keys[ENGINE_KERNELS] = {
+		[ENGINE_KERNEL_INIT] = "init",
+		[ENGINE_KERNEL_TRACK] = "track",
+		[ENGINE_KERNEL_COMPACT] = "compact",
+	};
+
+	return keys[kernel];
 }
 
 const char *engine_stop_key(enum engine_stop reason)

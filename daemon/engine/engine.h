@@ -92,6 +92,10 @@ enum engine_stop {
 	ENGINE_STOP_REASONS
 };
 
+/* The kernels a run dispatches: pass 1 (a seed's directions), pass 2 (a
+ * streamline's points) and the packing of kept points for read-back. */
+enum engine_kernel { ENGINE_KERNEL_INIT, ENGINE_KERNEL_TRACK, ENGINE_KERNEL_COMPACT, ENGINE_KERNELS };
+
 struct engine_stats {
 	uint64_t seeds;             /* used: all of them, or with seeds.select up to the
 				     * seed of the last streamline selected */
@@ -124,6 +128,10 @@ struct engine_stats {
 				     * GPU's time when there are several batches */
 	double kernel_seconds;      /* in the kernels' submits; overlaps
 				     * encode_seconds and write_seconds */
+	/* Each kernel's batches on the devices' own clocks (their timestamps:
+	 * the host's submits and waits left out), summed over the devices; -1
+	 * where a device keeps no clock. */
+	double device_seconds[ENGINE_KERNELS];
 	double encode_seconds;      /* the writer threads waiting for the encoders
 				     * (on all cores) to turn read-back points into
 				     * the format's records */
@@ -167,6 +175,9 @@ struct engine_device {
 int engine_run(const struct engine_device *devs, size_t n_devs, const struct jobspec *job,
 	       const struct inputs *in, struct seeds *seeds, const struct engine_options *opts,
 	       FILE *out, struct engine_stats *stats, struct errbuf *err);
+
+/* A kernel's key in the statistics' JSON and the log ("init"...); static. */
+const char *engine_kernel_key(enum engine_kernel kernel);
 
 /* A stop reason's key in the statistics' JSON ("stop_map"...) and its words
  * for people ("left the image"...); static strings. */

@@ -94,6 +94,17 @@ struct gpu_ctx {
 	uint64_t fault_after;    /* submits that succeed before the injected loss */
 	uint64_t submits;
 	bool staged_uploads;     /* TRACTD_STAGED_UPLOADS: mapped buffers filled as unmapped ones */
+	/* Each batch's start and end on the device's clock, where its queue
+	 * keeps one: what the batch took there, apart from the host's submit
+	 * and wait. */
+	VkQueryPool timestamps;  /* 2 queries, or VK_NULL_HANDLE */
+	uint64_t timestamp_mask; /* the bits the queue's timestamps hold */
+	double timestamp_ns;     /* nanoseconds a tick */
+	double batch_device_seconds;   /* the last batch's, or -1 */
+	/* VK_KHR_pipeline_executable_properties, on when the log is at debug
+	 * level: each compiled pipeline's registers, shared memory and the like
+	 * as the driver reports them. */
+	bool pipeline_statistics;
 };
 
 /* The test hook TRACTD_FAULT_DEVICE_LOST_AFTER=N: the first context the
@@ -399,7 +410,8 @@ static int pick_device(VkInstance instance, int index, const char *uuid, VkPhysi
 	return 0;
 }
 
-static int find_compute_queue(VkPhysicalDevice phys, uint32_t *ret, struct errbuf *err)
+static int find_compute_queue(VkPhysicalDevice phys, uint32_t *ret, uint32_t *ret_timestamp_bits,
+			      struct errbuf *err)
 {
 	uint32_t n = 0;
 	VkQueueFamilyProperties *q;
@@ -417,6 +429,8 @@ static int find_compute_queue(VkPhysicalDevice phys, uint32_t *ret, struct errbu
 	for (uint32_t i = 0; i < n && found < 0; i++)
 		if (q[i].queueFlags & VK_QUEUE_COMPUTE_BIT)
 			found = (int)i;
+	if (found >= 0)
+		*ret_timestamp_bits = q[found].timestampValidBits;
 	free(q);
 	if (found < 0)
 		return device_err(err, -ENODEV, "the device has no compute queue");
@@ -513,6 +527,30 @@ static int read_limits(struct gpu_ctx *ctx, const struct gpu_options *opts, stru
 	return 0;
 }
 
+static bool device_has_extension(VkPhysicalDevice phys, const char *name)
+{
+	uint32_t n = 0;
+	VkExtensionProperties *ext;
+	bool found = false;
+
+	if (vkEnumerateDeviceExtensionProperties(phys, NULL, &n, NULL) != VK_SUCCESS || n == 0)
+		return false;
+	ext = calloc(n, sizeof(*ext));
+	if (ext && vkEnumerateDeviceExtensionProperties(phys, NULL, &n, ext) == VK_SUCCESS)
+		for (uint32_t i = 0; i < n && !found; i++)
+			found = strcmp(ext[i].extensionName, name) == 0;
+	free(ext);
+	return found;
+}
+
+/* Pipeline statistics cost the driver a little at each compile, so they are
+ * asked for only when the log would show them. */
+static bool wants_pipeline_statistics(VkPhysicalDevice phys)
+{
+	return log_get_level() >= LOG_LEVEL_DEBUG &&
+	       device_has_extension(phys, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+}
+
 static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
 {
 	float priority = 1.0f;
@@ -542,6 +580,11 @@ static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
 		.bufferDeviceAddress = VK_TRUE,
 	};
+	VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR want_statistics = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+		.pipelineExecutableInfo = VK_TRUE,
+	};
+	const char *statistics_extension = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
 	VkPhysicalDeviceFeatures want10 = { 0 };
 	VkDeviceCreateInfo info = {
 		.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
@@ -564,6 +607,13 @@ static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
 		want12.pNext = &want13;
 	} else {
 		ctx->size_control = false;
+	}
+	ctx->pipeline_statistics = wants_pipeline_statistics(ctx->physical);
+	if (ctx->pipeline_statistics) {
+		want_statistics.pNext = &want12;
+		info.pNext = &want_statistics;
+		info.enabledExtensionCount = 1;
+		info.ppEnabledExtensionNames = &statistics_extension;
 	}
 	GPU_TRY(err, vkCreateDevice(ctx->physical, &info, NULL, &ctx->device));
 	vkGetDeviceQueue(ctx->device, ctx->queue_family, 0, &ctx->queue);
@@ -599,6 +649,26 @@ static int create_command_objects(struct gpu_ctx *ctx, struct errbuf *err)
 	GPU_TRY(err, vkAllocateCommandBuffers(ctx->device, &alloc, &ctx->cmd));
 	GPU_TRY(err, vkCreateFence(ctx->device, &fence, NULL, &ctx->fence));
 	GPU_TRY(err, vkCreateDescriptorPool(ctx->device, &dpool, NULL, &ctx->descriptor_pool));
+	return 0;
+}
+
+/* The batches' timestamps, where the queue keeps them (timestamp_bits > 0). */
+static int create_timestamps(struct gpu_ctx *ctx, uint32_t timestamp_bits, struct errbuf *err)
+{
+	VkQueryPoolCreateInfo info = {
+		.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+		.queryType = VK_QUERY_TYPE_TIMESTAMP,
+		.queryCount = 2,
+	};
+	VkPhysicalDeviceProperties props;
+
+	ctx->batch_device_seconds = -1.0;
+	if (timestamp_bits == 0)
+		return 0;
+	vkGetPhysicalDeviceProperties(ctx->physical, &props);
+	ctx->timestamp_ns = props.limits.timestampPeriod;
+	ctx->timestamp_mask = timestamp_bits >= 64 ? UINT64_MAX : (1ull << timestamp_bits) - 1;
+	GPU_TRY(err, vkCreateQueryPool(ctx->device, &info, NULL, &ctx->timestamps));
 	return 0;
 }
 
@@ -709,6 +779,7 @@ out:
 int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf *err)
 {
 	struct gpu_ctx *ctx = calloc(1, sizeof(*ctx));
+	uint32_t timestamp_bits = 0;
 	int r;
 
 	if (!ctx)
@@ -722,13 +793,15 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 	r = read_limits(ctx, opts, err);
 	if (r < 0)
 		goto fail;
-	r = find_compute_queue(ctx->physical, &ctx->queue_family, err);
+	r = find_compute_queue(ctx->physical, &ctx->queue_family, &timestamp_bits, err);
 	if (r < 0)
 		goto fail;
 	r = create_device(ctx, err);
 	if (r < 0)
 		goto fail;
 	r = create_command_objects(ctx, err);
+	if (r == 0)
+		r = create_timestamps(ctx, timestamp_bits, err);
 	if (r < 0)
 		goto fail;
 	r = create_pipeline_cache(ctx, opts->pipeline_cache_path, err);
@@ -811,6 +884,8 @@ void gpu_close(struct gpu_ctx *ctx)
 			vkDestroyDescriptorPool(ctx->device, ctx->descriptor_pool, NULL);
 		if (ctx->fence)
 			vkDestroyFence(ctx->device, ctx->fence, NULL);
+		if (ctx->timestamps)
+			vkDestroyQueryPool(ctx->device, ctx->timestamps, NULL);
 		for (int i = 0; i < UPLOAD_SLOTS; i++)
 			if (ctx->slots[i].fence)
 				vkDestroyFence(ctx->device, ctx->slots[i].fence, NULL);
@@ -1805,6 +1880,7 @@ static int create_compute_pipeline(struct gpu_ctx *ctx, struct gpu_pipeline *p,
 			.stage = VK_SHADER_STAGE_COMPUTE_BIT,
 			.pName = "main",
 		},
+		.flags = ctx->pipeline_statistics ? VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR : 0,
 		.layout = p->layout,
 	};
 	VkShaderModule module;
@@ -1818,6 +1894,57 @@ static int create_compute_pipeline(struct gpu_ctx *ctx, struct gpu_pipeline *p,
 		return device_err(err, vk_errno(vr), "vkCreateComputePipelines: %s",
 				  vk_result_name(vr));
 	return 0;
+}
+
+/* One statistic as "name value" into out. */
+static void format_statistic(const VkPipelineExecutableStatisticKHR *st, char *out, size_t len)
+{
+	switch (st->format) {
+	case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+		snprintf(out, len, "%s %s", st->name, st->value.b32 ? "yes" : "no");
+		break;
+	case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+		snprintf(out, len, "%s %lld", st->name, (long long)st->value.i64);
+		break;
+	case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+		snprintf(out, len, "%s %llu", st->name, (unsigned long long)st->value.u64);
+		break;
+	default:
+		snprintf(out, len, "%s %g", st->name, st->value.f64);
+		break;
+	}
+}
+
+/* Logs what the driver says of each of the pipeline's executables (its
+ * registers, shared memory, spills...): the figures occupancy follows from,
+ * where no profiler sees Vulkan kernels. Best effort: only a log. */
+static void log_pipeline_statistics(struct gpu_ctx *ctx, const struct gpu_pipeline *p)
+{
+	PFN_vkGetPipelineExecutableStatisticsKHR get_statistics = (PFN_vkGetPipelineExecutableStatisticsKHR)
+		vkGetDeviceProcAddr(ctx->device, "vkGetPipelineExecutableStatisticsKHR");
+	VkPipelineExecutableInfoKHR exe = {
+		.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
+		.pipeline = p->pipeline,
+	};
+	VkPipelineExecutableStatisticKHR st[32];
+	uint32_t n = 32;
+	char line[1024], item[160];
+	size_t used = 0;
+
+	if (!get_statistics)
+		return;
+	for (uint32_t i = 0; i < n; i++)
+		st[i] = (VkPipelineExecutableStatisticKHR){
+			.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR,
+		};
+	if (get_statistics(ctx->device, &exe, &n, st) < 0)
+		return;
+	line[0] = '\0';
+	for (uint32_t i = 0; i < n && used < sizeof(line); i++) {
+		format_statistic(&st[i], item, sizeof(item));
+		used += (size_t)snprintf(line + used, sizeof(line) - used, "%s%s", i ? ", " : "", item);
+	}
+	log_debug("pipeline %s: %s", p->key, line);
 }
 
 static int build_pipeline(struct gpu_ctx *ctx, const struct shader_source *src,
@@ -1897,6 +2024,8 @@ int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const 
 		return r;
 	}
 	log_debug("compiled %s in %.3f s", key, timing_now() - t0);
+	if (ctx->pipeline_statistics)
+		log_pipeline_statistics(ctx, p);
 	p->next = ctx->pipelines;
 	ctx->pipelines = p;
 	*ret = p;
@@ -1919,6 +2048,10 @@ int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err)
 	GPU_TRY(err, vkResetDescriptorPool(ctx->device, ctx->descriptor_pool, 0));
 	GPU_TRY(err, vkResetCommandBuffer(ctx->cmd, 0));
 	GPU_TRY(err, vkBeginCommandBuffer(ctx->cmd, &begin));
+	if (ctx->timestamps) {
+		vkCmdResetQueryPool(ctx->cmd, ctx->timestamps, 0, 2);
+		vkCmdWriteTimestamp(ctx->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, ctx->timestamps, 0);
+	}
 	ctx->recording = true;
 	ctx->batch_has_commands = false;
 	return 0;
@@ -2033,6 +2166,20 @@ static int batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_bu
 	return 0;
 }
 
+/* The finished batch's time on the device (-1 where it keeps no clock, or
+ * the read fails: the timing is only for statistics). */
+static void read_batch_time(struct gpu_ctx *ctx)
+{
+	uint64_t ticks[2];
+
+	ctx->batch_device_seconds = -1.0;
+	if (ctx->timestamps &&
+	    vkGetQueryPoolResults(ctx->device, ctx->timestamps, 0, 2, sizeof(ticks), ticks,
+				  sizeof(ticks[0]), VK_QUERY_RESULT_64_BIT) == VK_SUCCESS)
+		ctx->batch_device_seconds = (double)((ticks[1] - ticks[0]) & ctx->timestamp_mask) *
+					    ctx->timestamp_ns * 1e-9;
+}
+
 int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err)
 {
 	VkMemoryBarrier to_host = {
@@ -2048,9 +2195,20 @@ int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err)
 	vkCmdPipelineBarrier(ctx->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
 			     VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
 			     &to_host, 0, NULL, 0, NULL);
+	if (ctx->timestamps)
+		vkCmdWriteTimestamp(ctx->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, ctx->timestamps, 1);
 	GPU_TRY(err, vkEndCommandBuffer(ctx->cmd));
 	r = submit(ctx, ctx->cmd, ctx->fence, err);
-	return r < 0 ? r : wait_fence(ctx, ctx->fence, err);
+	if (r == 0)
+		r = wait_fence(ctx, ctx->fence, err);
+	if (r == 0)
+		read_batch_time(ctx);
+	return r;
+}
+
+double gpu_batch_device_seconds(const struct gpu_ctx *ctx)
+{
+	return ctx->batch_device_seconds;
 }
 
 bool gpu_lost(const struct gpu_ctx *ctx)

@@ -2,7 +2,8 @@
 /*
  * gpu: the Vulkan context. Owns the instance, the chosen physical and logical
  * device, one compute queue, a command pool, descriptor pool, two staging
- * buffers, every compiled pipeline (cached by shader name + defines for the life
+ * buffers, the query pool that times each batch on the device's clock, every
+ * compiled pipeline (cached by shader name + defines for the life
  * of the context, backed by a VkPipelineCache on disk and their SPIR-V in
  * DIR/spirv/ beside it) and the buffers it hands out (each buffer owns its
  * VkBuffer, memory and mapping).
@@ -18,7 +19,8 @@
  *
  * Errors: negative errno plus struct errbuf (field "device"); Vulkan result
  * codes are mapped (OUT_OF_*_MEMORY -> -ENOSPC / -ENOMEM, DEVICE_LOST -> -ENODEV).
- * Logs at debug level only.
+ * Logs at debug level only (with each compiled pipeline's statistics, where
+ * the driver has VK_KHR_pipeline_executable_properties).
  */
 #ifndef TRACTD_GPU_H
 #define TRACTD_GPU_H
@@ -219,6 +221,10 @@ int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 /* A submit that fails for another reason than memory (VK_ERROR_DEVICE_LOST)
  * marks the context lost: see gpu_lost. */
 int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
+/* The seconds the last batch took on the device, from timestamps written at
+ * its start and end (the host's submit and wait left out); -1 where the
+ * device keeps no timestamps on its queue. */
+double gpu_batch_device_seconds(const struct gpu_ctx *ctx);
 
 /* The most device memory the context's buffers and spares held at once so
  * far (their allocations' sizes; for statistics): never over the memory

@@ -19,8 +19,9 @@ SKIP_OTHERS = {"BENCH_FORMAT_CASE": "none", "BENCH_DAEMON_CASE": "none", "BENCH_
 
 
 def _size_row(out, label, storage):
-    """The any-size row of the limit label: its GPU peak in GiB."""
-    m = re.search(rf"^  this +{SEEDS} +1 +{re.escape(label)} +{storage} +[0-9]+ +(?:{NUMBER} +){{8}}"
+    """The any-size row of the limit label (its nine timings, on_gpu included):
+    its GPU peak in GiB."""
+    m = re.search(rf"^  this +{SEEDS} +1 +{re.escape(label)} +{storage} +[0-9]+ +(?:{NUMBER} +){{9}}"
                   rf"[0-9]+ +({NUMBER}) +{NUMBER}$", out, re.M)
     assert m, out
     return float(m.group(1))

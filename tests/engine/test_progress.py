@@ -57,6 +57,26 @@ def test_verbose_log_shows_progress_within_a_chunk(tractd, small_job, tmp_path):
     assert "\r" not in proc.stderr
 
 
+def test_device_seconds_are_the_kernels_on_the_devices_clock(tractd, small_job, tmp_path):
+    """--stats-json's seconds.device sums each kernel's batches by the
+    device's timestamps (lavapipe keeps a clock): every submit's share, so
+    within the host's wait for them ("kernels") but not far below it on a
+    device that runs nothing else; the summary line says the same."""
+    stats = tmp_path / "stats.json"
+    proc = run_cli(tractd, ["run", small_job, "-o", tmp_path / "out.trk", "--stats-json", stats,
+                            "--pipeline-cache", "none", *ONE_CHUNK], check=True)
+    doc = json.loads(stats.read_text())
+    seconds, device = doc["seconds"], doc["seconds"]["device"]
+    assert doc["submits"] > 3, doc
+    assert set(device) == {"init", "track", "compact"}, device
+    assert all(device[k] > 0 for k in device), device
+    on_device = sum(device.values())
+    assert on_device <= seconds["kernels"], seconds
+    assert on_device > 0.5 * seconds["kernels"], seconds
+    assert re.search(r"on the device: init [0-9.]+ s, track [0-9.]+ s, compact [0-9.]+ s",
+                     proc.stderr), proc.stderr
+
+
 def test_log_without_verbose_has_no_progress(tractd, small_job, tmp_path):
     """A log at the default level stays free of progress lines."""
     proc = run_cli(tractd, ["run", small_job, "-o", tmp_path / "out.trk",
