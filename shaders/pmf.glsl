@@ -82,14 +82,17 @@ float pmf_from_odf(Corners c)
 // in order 0..7. Lanes past NV read a valid vertex and store nothing.
 const uint PMF_BLOCK = 4u;
 
+#if ODF_PAIR_LOADS || ODF_VEC4_LOADS
+// A lane reads one word of WORD_VERTICES consecutive vertices' values per
+// load, word_at() below, and interpolates those vertices together. Lane l
+// takes the words l, l + SG, ...: it writes entries other lanes own, hence
+// the subgroup barrier at the end. Each vertex sums its corners in the same
+// order as the one-value path: on lavapipe the PMF is the same to the bit
+// (NVIDIA's compiler fuses the two paths' sums differently: the last bit).
 #if ODF_PAIR_LOADS
 // CPU devices (engine.c's odf_pair_loads): lavapipe turns every load of a
-// lane into a scalar load of its own, so each lane reads one 64-bit word of
-// WORD_VERTICES vertices' values per load: two float32 values, or four
-// float16 ones (the first in the low half). Lane l takes the words l, l + SG,
-// ...: it writes entries other lanes own, hence the subgroup barrier at the
-// end. Each vertex sums its corners in the same order as below, so the PMF is
-// the same to the bit.
+// lane into a scalar load of its own, so each lane reads one 64-bit word:
+// two float32 values, or four float16 ones (the first in the low half).
 #extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer PagePairs {
 	uint64_t v[];
@@ -112,13 +115,32 @@ vec4 word_values(uint64_t word)
 }
 #endif
 
+vec4 word_at(PageSpot s, uint word)
+{
+	return word_values(PagePairs(s.page).v[s.base / WORD_VERTICES + word]);
+}
+#else
+// GPUs with float32 storage (engine.c's odf_vec4_loads): four float32
+// values per 16-byte load, a quarter of the load instructions of a step;
+// a subgroup still reads consecutive words, which coalesce.
+layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer PageVec4 {
+	vec4 v[];
+};
+
+const uint WORD_VERTICES = 4u;
+
+vec4 word_at(PageSpot s, uint word)
+{
+	return PageVec4(s.page).v[s.base / WORD_VERTICES + word];
+}
+#endif
+
 // The PMF at the WORD_VERTICES vertices of word (the rest of the vec4 0).
 vec4 pmf_word(Corners c, PageSpot spots[8], uint word)
 {
 	vec4 v = vec4(0.0);
 	[[unroll]] for (int q = 0; q < 8; q++)
-		v += c.weight[q] * word_values(
-			PagePairs(spots[q].page).v[spots[q].base / WORD_VERTICES + word]);
+		v += c.weight[q] * word_at(spots[q], word);
 	return v;
 }
 

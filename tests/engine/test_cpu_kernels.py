@@ -1,7 +1,8 @@
 """The kernels' CPU variants (engine.c: ODF_PAIR_LOADS, SKIP_ZERO_SCANS and
 prob's CONE_LISTS, which reads the ODF within the cone only and settles the
 PMF floor with each voxel's largest value) track exactly what the GPU
-variants track. Both run here on lavapipe: the test hook TRACTD_GPU_KERNELS=1
+variants track (ODF_VEC4_LOADS, four float32 values a load, included: on a
+sphere of a multiple of 4 vertices). Both run here on lavapipe: the test hook TRACTD_GPU_KERNELS=1
 gives it the GPU's. On lavapipe each subgroup scan adds lane after lane, so
 the two are equal to the bit; the defines `tractd -v` logs show which ran.
 
@@ -10,6 +11,7 @@ cones often miss its stronger fibre (the floor then needs the whole sphere),
 at the default max_angle and a narrow one, in float16 storage, and with an
 asymmetric ODF (whose cone around a direction differs from the opposite's).
 """
+import json
 import re
 
 import nibabel as nib
@@ -75,3 +77,27 @@ def test_cpu_kernels_track_as_the_gpu_ones(tractd, phantom, workdir, asymmetric_
     assert ("SYMMETRIC=0" in cpu_defines) == (case == "asymmetric"), cpu_defines
     assert len(cpu) > 10000, f"{case}: only {len(cpu)} bytes tracked"
     assert cpu == gpu, f"{case}: the CPU kernels' tractogram differs from the GPU ones'"
+
+
+@pytest.fixture(scope="module")
+def repulsion100_dir(tractd, workdir):
+    """A phantom on repulsion100: 100 float32 values a voxel, whole 16-byte
+    words. Its job's paths are relative to this folder."""
+    outdir = workdir / "repulsion100"
+    run_cli(tractd, ["phantom", "--dim", "24,24,16", "--sphere", "repulsion100", "--seeds",
+                     N_SEEDS, outdir], check=True)
+    return outdir
+
+
+def test_vec4_loads_track_as_the_cpu_kernels(tractd, repulsion100_dir):
+    """The GPU's float32 path on a 100-vertex sphere reads four values a load,
+    and tracks what the CPU kernels track."""
+    job = json.loads((repulsion100_dir / "job.json").read_text())
+    job.pop("output", None)
+    cpu, cpu_defines = _track(tractd, job, repulsion100_dir, "vec4_cpu", gpu_kernels=False)
+    gpu, gpu_defines = _track(tractd, job, repulsion100_dir, "vec4_gpu", gpu_kernels=True)
+    assert "NV=100" in gpu_defines and "ODF_STORAGE=0" in gpu_defines, gpu_defines
+    assert "ODF_VEC4_LOADS=1" in gpu_defines and "ODF_VEC4_LOADS=0" in cpu_defines, \
+        (gpu_defines, cpu_defines)
+    assert len(cpu) > 10000, f"only {len(cpu)} bytes tracked"
+    assert cpu == gpu, "the GPU's four-value loads track otherwise than the CPU kernels"
