@@ -120,19 +120,32 @@ vec4 word_at(PageSpot s, uint word)
 	return word_values(PagePairs(s.page).v[s.base / WORD_VERTICES + word]);
 }
 #else
-// GPUs with float32 storage (engine.c's odf_vec4_loads): four float32
-// values per 16-byte load, a quarter of the load instructions of a step;
-// a subgroup still reads consecutive words, which coalesce.
+// GPUs (engine.c's odf_vec4_loads): four vertices' values per load, a
+// 16-byte word of float32 ones or an 8-byte word of float16 ones (the first
+// in the low half), a quarter of the load instructions of a step; a
+// subgroup still reads consecutive words, which coalesce.
+const uint WORD_VERTICES = 4u;
+
+#if ODF_STORAGE == ODF_FLOAT16
+layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer PageHalves4 {
+	uvec2 v[];
+};
+
+vec4 word_at(PageSpot s, uint word)
+{
+	uvec2 halves = PageHalves4(s.page).v[s.base / WORD_VERTICES + word];
+	return vec4(unpackHalf2x16(halves.x), unpackHalf2x16(halves.y));
+}
+#else
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer PageVec4 {
 	vec4 v[];
 };
-
-const uint WORD_VERTICES = 4u;
 
 vec4 word_at(PageSpot s, uint word)
 {
 	return PageVec4(s.page).v[s.base / WORD_VERTICES + word];
 }
+#endif
 #endif
 
 // The PMF at the WORD_VERTICES vertices of word (the rest of the vec4 0).

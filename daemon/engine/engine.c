@@ -413,15 +413,16 @@ static bool odf_pair_loads(const struct gpu_limits *lim, enum jobspec_odf_storag
 		(storage == JOBSPEC_ODF_FLOAT16 && nv % 4 == 0));
 }
 
-/* Whether the ODF kernels of a GPU read float32 storage four vertices per
- * 16-byte load (ODF_VEC4_LOADS, pmf.glsl), which a voxel's start allows when
- * the vertex count is a multiple of 4. On an H100 it took a quarter of the
- * load instructions and 8 % of the 10 M job's kernel time (5.62 -> 5.19 s,
- * registers 127 -> 118 in pass 2). CPU devices take the 64-bit words. */
+/* Whether the ODF kernels of a GPU read sampled storage four vertices per
+ * load (ODF_VEC4_LOADS, pmf.glsl): 16 bytes of float32 or 8 of float16, which
+ * a voxel's start allows when the vertex count is a multiple of 4. On an
+ * H100 float32 took a quarter of the load instructions and 8 % of the 10 M
+ * job's kernel time (5.62 -> 5.19 s, registers 127 -> 118 in pass 2). CPU
+ * devices take the 64-bit words. */
 static bool odf_vec4_loads(const struct gpu_limits *lim, enum jobspec_odf_storage storage,
 			   int nv)
 {
-	return !odf_pair_loads(lim, storage, nv) && storage == JOBSPEC_ODF_FLOAT32 && nv % 4 == 0;
+	return !odf_pair_loads(lim, storage, nv) && storage != JOBSPEC_ODF_SH && nv % 4 == 0;
 }
 
 /* Whether prob's running_sum skips the subgroup scan of a block whose parts

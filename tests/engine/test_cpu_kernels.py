@@ -89,14 +89,19 @@ def repulsion100_dir(tractd, workdir):
     return outdir
 
 
-def test_vec4_loads_track_as_the_cpu_kernels(tractd, repulsion100_dir):
-    """The GPU's float32 path on a 100-vertex sphere reads four values a load,
-    and tracks what the CPU kernels track."""
+@pytest.mark.parametrize("storage", ["float32", "float16"])
+def test_vec4_loads_track_as_the_cpu_kernels(tractd, repulsion100_dir, storage):
+    """The GPU's path on a 100-vertex sphere reads four values a load (16
+    bytes of float32, 8 of float16), and tracks what the CPU kernels track."""
     job = json.loads((repulsion100_dir / "job.json").read_text())
     job.pop("output", None)
-    cpu, cpu_defines = _track(tractd, job, repulsion100_dir, "vec4_cpu", gpu_kernels=False)
-    gpu, gpu_defines = _track(tractd, job, repulsion100_dir, "vec4_gpu", gpu_kernels=True)
-    assert "NV=100" in gpu_defines and "ODF_STORAGE=0" in gpu_defines, gpu_defines
+    job["tracking"]["odf_storage"] = storage
+    cpu, cpu_defines = _track(tractd, job, repulsion100_dir, f"vec4_{storage}_cpu",
+                              gpu_kernels=False)
+    gpu, gpu_defines = _track(tractd, job, repulsion100_dir, f"vec4_{storage}_gpu",
+                              gpu_kernels=True)
+    code = {"float32": 0, "float16": 1}[storage]
+    assert "NV=100" in gpu_defines and f"ODF_STORAGE={code}" in gpu_defines, gpu_defines
     assert "ODF_VEC4_LOADS=1" in gpu_defines and "ODF_VEC4_LOADS=0" in cpu_defines, \
         (gpu_defines, cpu_defines)
     assert len(cpu) > 10000, f"only {len(cpu)} bytes tracked"
