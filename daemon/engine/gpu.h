@@ -63,6 +63,7 @@ struct gpu_limits {
 	uint32_t max_push_constant_bytes;
 	bool loop_limited;           /* loops end after a fixed number of iterations (lavapipe) */
 	bool shader_int64;           /* 64-bit integers in shaders (enabled when present) */
+	bool shader_float64;         /* 64-bit floats in shaders (enabled when present) */
 };
 
 enum gpu_memory {
