@@ -41,7 +41,7 @@ struct transpose_params {
 enum { FLAG_ASYMMETRIC, FLAG_NONFINITE, N_FLAGS };
 
 /* One upload's device objects and what it has taken so far. */
-struct transpose {
+struct odf_transpose {
 	struct odf_stream *stream;
 	struct odf_raw raw;
 	uint64_t chunk_voxels;    /* the scratch buffer's */
@@ -63,17 +63,18 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 static uint64_t chunk_voxels(const struct gpu_ctx *gpu, const struct paged_layout *layout)
 {
 	const struct gpu_limits *lim = gpu_get_limits(gpu);
-	uint64_t free = gpu_memory_free(gpu), pages = paged_bytes(layout);
+	uint64_t left = gpu_memory_free(gpu), pages = paged_bytes(layout);
 	uint64_t bytes = min_u64(SCRATCH_BYTES, min_u64(lim->max_alloc_bytes,
 							lim->max_binding_bytes));
 
-	bytes = min_u64(bytes, free > pages ? (free - pages) / 2 : 0);
+	bytes = min_u64(bytes, left > pages ? (left - pages) / 2 : 0);
 	return min_u64(bytes / (4ull * layout->channels),
 		       (uint64_t)TRANSPOSE_TILE * lim->max_workgroup_count_x);
 }
 
-bool odf_transpose_usable(const struct gpu_ctx *gpu, const struct odf_stream *s,
-			  const struct paged_layout *layout)
+/* The cheap conditions, before anything is allocated. */
+static bool usable(const struct gpu_ctx *gpu, const struct odf_stream *s,
+		   const struct paged_layout *layout)
 {
 	const struct gpu_limits *lim = gpu_get_limits(gpu);
 	struct odf_raw raw;
@@ -84,7 +85,7 @@ bool odf_transpose_usable(const struct gpu_ctx *gpu, const struct odf_stream *s,
 	       chunk_voxels(gpu, layout) > 0;
 }
 
-static int upload_pairs(struct gpu_ctx *gpu, const struct sphere *sphere, struct transpose *t,
+static int upload_pairs(struct gpu_ctx *gpu, const struct sphere *sphere, struct odf_transpose *t,
 			struct errbuf *err)
 {
 	int *first, *second;
@@ -108,7 +109,7 @@ static int upload_pairs(struct gpu_ctx *gpu, const struct sphere *sphere, struct
 	return r;
 }
 
-static int get_pipeline(struct gpu_ctx *gpu, struct transpose *t, struct errbuf *err)
+static int get_pipeline(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbuf *err)
 {
 	char tolerance[64];
 	const char *defines[] = { tolerance, NULL };
@@ -121,14 +122,12 @@ static int get_pipeline(struct gpu_ctx *gpu, struct transpose *t, struct errbuf 
 }
 
 static int setup(struct gpu_ctx *gpu, const struct sphere *sphere,
-		 const struct paged_layout *layout, struct transpose *t, struct errbuf *err)
+		 const struct paged_layout *layout, struct odf_transpose *t, struct errbuf *err)
 {
 	uint32_t zero[N_FLAGS] = { 0 };
 	int r;
 
-	if (!odf_stream_raw(t->stream, &t->raw))
-		return errbuf_set_kind(err, ERR_KIND_DEVICE, -EINVAL, "device", "the ODF is "
-				       "not float32 as stored: it cannot be transposed on the GPU");
+	(void)odf_stream_raw(t->stream, &t->raw);   /* usable() saw it */
 	t->chunk_voxels = chunk_voxels(gpu, layout);
 	r = gpu_buffer_new(gpu, 4 * t->chunk_voxels * layout->channels, GPU_MEMORY_DEVICE,
 			   &t->scratch, err);
@@ -164,7 +163,7 @@ static void fill_chunk(void *dst, uint64_t offset, uint64_t size, void *userdata
 	}
 }
 
-static int transpose_chunk(struct gpu_ctx *gpu, struct paged_volume *v, struct transpose *t,
+static int transpose_chunk(struct gpu_ctx *gpu, struct paged_volume *v, struct odf_transpose *t,
 			   const struct chunk *c, struct errbuf *err)
 {
 	const struct paged_layout *l = &v->layout;
@@ -196,7 +195,7 @@ static int transpose_chunk(struct gpu_ctx *gpu, struct paged_volume *v, struct t
 }
 
 /* Slab k's voxels, chunk by chunk. */
-static int transpose_slab(struct gpu_ctx *gpu, struct paged_volume *v, struct transpose *t,
+static int transpose_slab(struct gpu_ctx *gpu, struct paged_volume *v, struct odf_transpose *t,
 			  size_t k, struct errbuf *err)
 {
 	uint64_t plane = (uint64_t)t->raw.dim[0] * (uint64_t)t->raw.dim[1];
@@ -216,7 +215,7 @@ static int transpose_slab(struct gpu_ctx *gpu, struct paged_volume *v, struct tr
 
 /* The flags the kernel set: the slabs' error for a non-finite value, and
  * the ODF's symmetry to the stream. */
-static int take_flags(struct gpu_ctx *gpu, struct transpose *t, struct errbuf *err)
+static int take_flags(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbuf *err)
 {
 	uint32_t flags[N_FLAGS];
 	int r = gpu_download(gpu, t->flags, 0, flags, sizeof(flags), err);
@@ -232,7 +231,7 @@ static int take_flags(struct gpu_ctx *gpu, struct transpose *t, struct errbuf *e
 static int fill_pages(struct gpu_ctx *gpu, struct paged_volume *v, void *userdata,
 		      struct errbuf *err)
 {
-	struct transpose *t = userdata;
+	struct odf_transpose *t = userdata;
 	int r = 0;
 
 	for (size_t k = 0; k < odf_stream_slabs(t->stream) && r == 0; k++)
@@ -240,25 +239,53 @@ static int fill_pages(struct gpu_ctx *gpu, struct paged_volume *v, void *userdat
 	return r < 0 ? r : take_flags(gpu, t, err);
 }
 
-int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_stream *s, const struct sphere *sphere,
+void odf_transpose_free(struct gpu_ctx *gpu, struct odf_transpose *t)
+{
+	if (!t)
+		return;
+	gpu_buffer_free(gpu, t->scratch);
+	gpu_buffer_free(gpu, t->pairs);
+	gpu_buffer_free(gpu, t->flags);
+	free(t);
+}
+
+struct odf_transpose *odf_transpose_new(struct gpu_ctx *gpu, struct odf_stream *s,
+					const struct sphere *sphere,
+					const struct paged_layout *layout)
+{
+	struct odf_transpose *t;
+	struct errbuf err = { 0 };
+	int r;
+
+	if (!usable(gpu, s, layout))
+		return NULL;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->stream = s;
+	r = setup(gpu, sphere, layout, t, &err);
+	if (r < 0) {
+		log_debug("the ODF's transpose on the GPU cannot start (%s): the host takes it",
+			  err.message);
+		odf_transpose_free(gpu, t);
+		return NULL;
+	}
+	return t;
+}
+
+int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_transpose *t,
 			 const struct paged_layout *layout, struct paged_volume *ret,
 			 struct errbuf *err)
 {
-	struct transpose t = { .stream = s };
 	double start = timing_now();
-	int r = setup(gpu, sphere, layout, &t, err);
+	int r = paged_upload_with(gpu, layout, fill_pages, t, ret, err);
 
-	if (r == 0)
-		r = paged_upload_with(gpu, layout, fill_pages, &t, ret, err);
-	gpu_buffer_free(gpu, t.scratch);
-	gpu_buffer_free(gpu, t.pairs);
-	gpu_buffer_free(gpu, t.flags);
 	if (r == 0)
 		log_debug("ODF transposed on the GPU (raw float32 upload): %zu slabs in %zu chunks "
 			  "of up to %llu voxels, %.3f s: staging (memcpy from the file on threads "
 			  "+ copy to the device) %.3f s, transpose kernels %.3f s (%.3f s on the "
-			  "device's clock)", odf_stream_slabs(s), t.chunks,
-			  (unsigned long long)t.chunk_voxels, timing_now() - start,
-			  t.stage_seconds, t.kernel_seconds, t.device_seconds);
+			  "device's clock)", odf_stream_slabs(t->stream), t->chunks,
+			  (unsigned long long)t->chunk_voxels, timing_now() - start,
+			  t->stage_seconds, t->kernel_seconds, t->device_seconds);
 	return r;
 }

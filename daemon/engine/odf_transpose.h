@@ -13,7 +13,8 @@
  * bytes.
  *
  * Owns, for one upload, the scratch buffer, the antipodal pairs and the
- * flags the kernel sets; a second producer of paged_volume's pages
+ * flags the kernel sets (allocated before the stream is joined, so that a
+ * device short of memory takes the slabs instead); a second producer of paged_volume's pages
  * (paged_upload_with), the slabs being the first. Logs the upload's times
  * at debug level.
  */
@@ -28,20 +29,28 @@
 #include "job/odf_stream.h"
 #include "models/sphere.h"
 
-/* Whether the device puts the stream's ODF into pages of layout itself: a
- * GPU device (not gpu_cpu_kernels; the test hook TRACTD_GPU_KERNELS=1 makes
- * lavapipe one), with 64-bit floats in shaders, float32 pages, a float32
- * file without scaling, and the memory limit leaving room for the scratch
- * buffer beside the pages. Anything else takes the slabs. */
-bool odf_transpose_usable(const struct gpu_ctx *gpu, const struct odf_stream *s,
-			  const struct paged_layout *layout);
+struct odf_transpose;
+
+/* The device's means to put the stream's ODF into pages of layout itself
+ * (scratch buffer, antipodal pairs, flags, kernel), or NULL where it takes
+ * the slabs: a CPU device (gpu_cpu_kernels; the test hook
+ * TRACTD_GPU_KERNELS=1 makes lavapipe a GPU), no 64-bit floats in shaders,
+ * float16 pages, a file that is not float32 as stored (or scaled), a
+ * memory limit that leaves no room for the scratch buffer beside the
+ * pages, or a failure to set them up (logged at debug). */
+struct odf_transpose *odf_transpose_new(struct gpu_ctx *gpu, struct odf_stream *s,
+					const struct sphere *sphere,
+					const struct paged_layout *layout);
 
 /* Uploads the stream's ODF into pages of layout (ret as paged_upload's),
  * telling the stream its symmetry (odf_stream_raw_symmetry). The caller
  * has joined the stream without slabs. Errors: the device's, or the
  * slabs' error for a non-finite value (inputs.odf). */
-int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_stream *s, const struct sphere *sphere,
+int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_transpose *t,
 			 const struct paged_layout *layout, struct paged_volume *ret,
 			 struct errbuf *err);
+
+/* Accepts NULL. */
+void odf_transpose_free(struct gpu_ctx *gpu, struct odf_transpose *t);
 
 #endif

@@ -421,11 +421,14 @@ static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 		struct paged_runs found;
 		/* A GPU transposes the file's values itself; CPU devices, and
 		 * what the kernel cannot take, get the slabs the host transposed. */
-		bool raw = !maxima && odf_transpose_usable(gpu, up->odf_stream, layout);
+		struct odf_transpose *raw = maxima ? NULL
+				: odf_transpose_new(gpu, up->odf_stream, inputs_sphere(in), layout);
 		odf_stream_join(up->odf_stream, !raw);
-		if (raw)
-			return odf_transpose_upload(gpu, up->odf_stream, inputs_sphere(in), layout,
-						    &res->odf, err);
+		if (raw) {
+			r = odf_transpose_upload(gpu, raw, layout, &res->odf, err);
+			odf_transpose_free(gpu, raw);
+			return r;
+		}
 		log_debug("ODF transposed on the host, slab by slab, for %s",
 			  gpu_get_limits(gpu)->device_name);
 		odf_stream_columns(up->odf_stream, &runs.columns, &runs.column_voxels);
