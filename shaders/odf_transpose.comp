@@ -14,7 +14,8 @@
 //   0 chunk   uint[channels * voxels]  value bits, channel after channel
 //   1 odf     page table (volume.glsl) of the pages written
 //   2 pairs   uvec2[n_pairs]           antipodal channel pairs (fit.c)
-//   3 flags   uint[2]                  out: [0] an asymmetric voxel, [1] a non-finite value
+//   3 flags   uint[3]                  out: [0] an asymmetric voxel, [1] a non-finite value,
+//                                      [2] a voxel whose largest value is under 2^-90
 //
 // Defines: ODF_SYMMETRY_TOLERANCE (a double literal, fit.h's).
 #version 450
@@ -23,6 +24,11 @@
 
 #define TILE 32u
 #define ROWS 8u
+// 2^-90 as float bits: a voxel whose largest value is under it may compare
+// otherwise than on the host where the GPU flushes subnormal floats (its
+// values near the tolerance are then no more than 2^24 subnormal steps
+// apart); the host decides for such an ODF (odf_transpose.c).
+#define TINY_TOP 0x12800000u
 
 layout(local_size_x = 256) in;
 
@@ -103,6 +109,8 @@ void check(uint first, uint lane, uint row)
 	// In double, as fit.c compares a float gap with 1e-3 * top.
 	if (double(gap) > ODF_SYMMETRY_TOLERANCE * double(uintBitsToFloat(top)))
 		atomicOr(flags[0], 1u);
+	if (top != 0u && top < TINY_TOP)
+		atomicOr(flags[2], 1u);
 }
 
 // The pages' voxel ([x][y][z]) of the chunk's voxel i.

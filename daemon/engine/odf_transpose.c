@@ -38,7 +38,8 @@ struct transpose_params {
 	uint32_t n_pairs;
 };
 
-enum { FLAG_ASYMMETRIC, FLAG_NONFINITE, N_FLAGS };
+/* odf_transpose.comp's flags. */
+enum { FLAG_ASYMMETRIC, FLAG_NONFINITE, FLAG_TINY, N_FLAGS };
 
 /* One upload's device objects and what it has taken so far. */
 struct odf_transpose {
@@ -49,6 +50,7 @@ struct odf_transpose {
 	struct gpu_pipeline *pipe;
 	int n_pairs;
 	size_t chunks;
+	bool host_symmetry;       /* the host decided the symmetry (FLAG_TINY) */
 	double stage_seconds, kernel_seconds, device_seconds;
 };
 
@@ -214,16 +216,22 @@ static int transpose_slab(struct gpu_ctx *gpu, struct paged_volume *v, struct od
 }
 
 /* The flags the kernel set: the slabs' error for a non-finite value, and
- * the ODF's symmetry to the stream. */
+ * the ODF's symmetry to the stream (the host's where a voxel's values are
+ * too small for the GPU to be sure). */
 static int take_flags(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbuf *err)
 {
 	uint32_t flags[N_FLAGS];
+	bool symmetric;
 	int r = gpu_download(gpu, t->flags, 0, flags, sizeof(flags), err);
 
+	symmetric = r == 0 && !flags[FLAG_ASYMMETRIC];
 	if (r == 0 && flags[FLAG_NONFINITE])
 		r = odf_stream_raw_check_finite(t->stream, err);
+	t->host_symmetry = r == 0 && flags[FLAG_TINY];
+	if (t->host_symmetry)
+		r = odf_stream_raw_host_symmetry(t->stream, &symmetric, err);
 	if (r == 0)
-		odf_stream_raw_symmetry(t->stream, !flags[FLAG_ASYMMETRIC]);
+		odf_stream_raw_symmetry(t->stream, symmetric);
 	return r;
 }
 
@@ -284,8 +292,10 @@ int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_transpose *t,
 		log_debug("ODF transposed on the GPU (raw float32 upload): %zu slabs in %zu chunks "
 			  "of up to %llu voxels, %.3f s: staging (memcpy from the file on threads "
 			  "+ copy to the device) %.3f s, transpose kernels %.3f s (%.3f s on the "
-			  "device's clock)", odf_stream_slabs(t->stream), t->chunks,
+			  "device's clock)%s", odf_stream_slabs(t->stream), t->chunks,
 			  (unsigned long long)t->chunk_voxels, timing_now() - start,
-			  t->stage_seconds, t->kernel_seconds, t->device_seconds);
+			  t->stage_seconds, t->kernel_seconds, t->device_seconds,
+			  t->host_symmetry ? "; symmetry checked on the host (a voxel's values "
+					     "under 2^-90)" : "");
 	return r;
 }

@@ -9,8 +9,9 @@
  * the mapping into the staging buffers, then into a scratch buffer on the
  * device, from which shaders/odf_transpose.comp writes each voxel into its
  * page, clipped at zero, checking symmetry and finiteness as the host does
- * (fit_prepare_odf, volume_slabs_read). The pages hold the host path's
- * bytes.
+ * (fit_prepare_odf, volume_slabs_read; where a voxel's values are too
+ * small for a GPU that flushes subnormal floats to be sure, the host reads
+ * the slabs to decide the symmetry). The pages hold the host path's bytes.
  *
  * Owns, for one upload, the scratch buffer, the antipodal pairs and the
  * flags the kernel sets (allocated before the stream is joined, so that a

@@ -102,20 +102,26 @@ static int64_t slab_planes(const struct odf_stream *s, size_t k)
 	return s->dim[2] - z0 < SLAB_PLANES ? s->dim[2] - z0 : SLAB_PLANES;
 }
 
-/* Slab k into b: read, clipped, its symmetry noted. */
-static int read_slab(struct odf_stream *s, size_t k, struct slab_buffer *b, struct errbuf *err)
+/* Slab k into v (room for SLAB_PLANES planes): read, clipped, its
+ * symmetry in *symmetric. */
+static int read_slab(const struct odf_stream *s, size_t k, const struct volume *v,
+		     bool *symmetric, struct errbuf *err)
 {
-	struct volume view = b->v;
-	bool symmetric;
+	struct volume view = *v;
 	int r;
 
 	view.dim[2] = slab_planes(s, k);
 	r = volume_slabs_read(s->file, (int64_t)k * SLAB_PLANES, &view, err);
 	if (r == 0)
-		r = fit_prepare_odf(&view, s->sphere, &s->fit, &symmetric, err);
-	if (r == 0 && !symmetric)
-		s->symmetric = false;   /* only the reader writes it, read after the join */
+		r = fit_prepare_odf(&view, s->sphere, &s->fit, symmetric, err);
 	return r;
+}
+
+/* A slab buffer's shape: SLAB_PLANES planes, or the whole ODF when fewer. */
+static void slab_dim(const struct odf_stream *s, int64_t dim[4])
+{
+	memcpy(dim, s->dim, 4 * sizeof(dim[0]));
+	dim[2] = s->dim[2] < SLAB_PLANES ? s->dim[2] : SLAB_PLANES;
 }
 
 /* Waits until no consumer holds b; false when the stream was cancelled. */
@@ -149,9 +155,9 @@ static size_t wait_joined(struct odf_stream *s)
 /* The two slab buffers (one when the ODF takes one slab). */
 static int alloc_buffers(struct odf_stream *s, struct errbuf *err)
 {
-	int64_t dim[4] = { s->dim[0], s->dim[1], s->dim[2] < SLAB_PLANES ? s->dim[2] : SLAB_PLANES,
-			   s->dim[3] };
+	int64_t dim[4];
 
+	slab_dim(s, dim);
 	for (size_t i = 0; i < (s->n_slabs > 1 ? 2u : 1u); i++)
 		if (volume_alloc(&s->buf[i].v, dim, 1.0) < 0)
 			return errbuf_set(err, -ENOMEM, "inputs.odf",
@@ -170,11 +176,14 @@ static void *reader_main(void *arg)
 	r = alloc_buffers(s, &err);
 	for (size_t k = 0; k < s->n_slabs && r == 0; k++) {
 		struct slab_buffer *b = &s->buf[k % 2];
+		bool symmetric;
 		if (!wait_free(s, b))
 			break;
-		r = read_slab(s, k, b, &err);
+		r = read_slab(s, k, &b->v, &symmetric, &err);
 		if (r < 0)
 			break;
+		if (!symmetric)
+			s->symmetric = false;   /* only the reader writes it, read after the join */
 		pthread_mutex_lock(&s->lock);
 		b->slab = k;
 		b->ready = true;
@@ -258,6 +267,26 @@ int odf_stream_raw_check_finite(const struct odf_stream *s, struct errbuf *err)
 	for (size_t k = 0; k < s->n_slabs && r == 0; k++)
 		r = volume_slabs_check_finite(s->file, (int64_t)k * SLAB_PLANES, slab_planes(s, k),
 					      err);
+	return r;
+}
+
+int odf_stream_raw_host_symmetry(const struct odf_stream *s, bool *symmetric,
+				 struct errbuf *err)
+{
+	struct volume v;
+	int64_t dim[4];
+	int r = 0;
+
+	slab_dim(s, dim);
+	if (volume_alloc(&v, dim, 1.0) < 0)
+		return errbuf_set(err, -ENOMEM, "inputs.odf", "out of memory for a slab of the ODF");
+	*symmetric = true;
+	for (size_t k = 0; k < s->n_slabs && r == 0; k++) {
+		bool slab_symmetric;
+		r = read_slab(s, k, &v, &slab_symmetric, err);
+		*symmetric = *symmetric && (r < 0 || slab_symmetric);
+	}
+	volume_free(&v);
 	return r;
 }
 

@@ -79,6 +79,11 @@ void odf_stream_raw_done(const struct odf_stream *s);
 /* A raw reader found a non-finite value: the error the slabs give, the
  * first in slab order (inputs.odf named). */
 int odf_stream_raw_check_finite(const struct odf_stream *s, struct errbuf *err);
+/* The symmetry fit_prepare_odf finds, slab by slab on the host, for a raw
+ * reader that cannot decide it (a voxel whose values are too small for a
+ * GPU that flushes subnormal floats). Errors as the slabs'. */
+int odf_stream_raw_host_symmetry(const struct odf_stream *s, bool *symmetric,
+				 struct errbuf *err);
 /* A raw reader's symmetry check (fit_prepare_odf's rule): a false makes
  * odf_stream_symmetric false. */
 void odf_stream_raw_symmetry(struct odf_stream *s, bool symmetric);

@@ -194,3 +194,20 @@ def test_non_finite_value_fails_as_the_slabs_do(tractd, phantom_dir):
         messages.append(errors[-1].replace(".gz", ""))
     assert "inputs.odf" in messages[0] and "voxel (13, 4, 33), volume 5" in messages[0], messages
     assert messages[0] == messages[1]
+
+
+def test_tiny_values_leave_the_symmetry_to_the_host(tractd, phantom_dir):
+    # A voxel whose largest value is under 2^-90: a GPU that flushes
+    # subnormal floats could judge it otherwise, so the host decides.
+    ph = phantom_dir / "ph"
+    img = nib.load(str(ph / "neg.nii"))
+    odf = np.asarray(img.dataobj, dtype=np.float32).copy()
+    odf[5, 5, 5, :] = np.float32(1e-30)
+    odf[5, 5, 5, 5] = np.float32(0)
+    _save(ph, "tiny", odf, img)
+    proc_whole, trk_whole, _ = _run(tractd, phantom_dir, "tiny_whole", "tiny.nii.gz")
+    proc, trk, _ = _run(tractd, phantom_dir, "tiny_raw", "tiny.nii")
+    assert "symmetry checked on the host" in proc.stderr, proc.stderr[-2000:]
+    assert not _symmetric(proc_whole)
+    assert not _symmetric(proc)
+    assert trk == trk_whole
