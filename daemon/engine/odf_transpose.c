@@ -22,10 +22,12 @@
 #include "base/timing.h"
 #include "models/fit.h"
 
-/* The scratch buffer: four staging buffers' worth, so that the threads fill
- * one while the GPU copies the last out, with a pause only between chunks
- * (each chunk's kernel waits for its copies). */
-#define SCRATCH_BYTES (256ull << 20)
+/* The scratch buffer at most: a whole slab of the HCP-sized ODF (8 planes
+ * of 145 x 174 voxels x 724 values, 584 MB), so that a slab is one chunk,
+ * its staging buffers filled by the threads while the GPU copies the last
+ * one out, with a pause only between chunks (each chunk's kernel waits for
+ * its copies). Never more than a slab: chunks do not span slabs. */
+#define SCRATCH_BYTES (1ull << 30)
 
 /* Voxels a workgroup of odf_transpose.comp takes. */
 #define TRANSPOSE_TILE 32u
@@ -60,17 +62,21 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 }
 
 /* Voxels of every volume the scratch buffer holds on this device, before
- * the pages are allocated: at most half the memory the limit leaves beside
- * them (the buffer goes once they are written). */
-static uint64_t chunk_voxels(const struct gpu_ctx *gpu, const struct paged_layout *layout)
+ * the pages are allocated: at most a slab's, and half the memory the limit
+ * leaves beside the pages (the buffer goes once they are written). */
+static uint64_t chunk_voxels(const struct gpu_ctx *gpu, const struct odf_stream *s,
+			     const struct paged_layout *layout)
 {
 	const struct gpu_limits *lim = gpu_get_limits(gpu);
 	uint64_t left = gpu_memory_free(gpu), pages = paged_bytes(layout);
 	uint64_t bytes = min_u64(SCRATCH_BYTES, min_u64(lim->max_alloc_bytes,
 							lim->max_binding_bytes));
+	uint64_t columns, column_voxels, first_z, planes;
 
+	odf_stream_columns(s, &columns, &column_voxels);
+	odf_stream_slab_span(s, 0, &first_z, &planes);
 	bytes = min_u64(bytes, left > pages ? (left - pages) / 2 : 0);
-	return min_u64(bytes / (4ull * layout->channels),
+	return min_u64(min_u64(bytes / (4ull * layout->channels), columns * planes),
 		       (uint64_t)TRANSPOSE_TILE * lim->max_workgroup_count_x);
 }
 
@@ -84,7 +90,7 @@ static bool usable(const struct gpu_ctx *gpu, const struct odf_stream *s,
 	/* The kernel's indices are 32-bit. */
 	return !gpu_cpu_kernels(lim) && lim->shader_float64 && layout->type == PAGED_FLOAT32 &&
 	       odf_stream_raw(s, &raw) && layout->voxels <= UINT32_MAX &&
-	       chunk_voxels(gpu, layout) > 0;
+	       chunk_voxels(gpu, s, layout) > 0;
 }
 
 static int upload_pairs(struct gpu_ctx *gpu, const struct sphere *sphere, struct odf_transpose *t,
@@ -130,7 +136,7 @@ static int setup(struct gpu_ctx *gpu, const struct sphere *sphere,
 	int r;
 
 	(void)odf_stream_raw(t->stream, &t->raw);   /* usable() saw it */
-	t->chunk_voxels = chunk_voxels(gpu, layout);
+	t->chunk_voxels = chunk_voxels(gpu, t->stream, layout);
 	r = gpu_buffer_new(gpu, 4 * t->chunk_voxels * layout->channels, GPU_MEMORY_DEVICE,
 			   &t->scratch, err);
 	if (r == 0)
