@@ -177,6 +177,7 @@ static void *reader_main(void *arg)
 	for (size_t k = 0; k < s->n_slabs && r == 0; k++) {
 		struct slab_buffer *b = &s->buf[k % 2];
 		bool symmetric;
+
 		if (!wait_free(s, b))
 			break;
 		r = read_slab(s, k, &b->v, &symmetric, &err);
