@@ -1378,6 +1378,7 @@ static int warm_up_in(struct cli *cli, const char *dir)
 	p.sphere = "repulsion724";
 	p.seed_count = 32;
 	p.write_dwi = 0;
+	p.compress = 0;   /* a streamed ODF: a GPU compiles its transpose too (odf_transpose.h) */
 	if (phantom_generate(&p, dir, &err) < 0) {
 		report(&err);
 		return exit_code_for(-EIO, &err);

@@ -598,6 +598,9 @@ static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
 	/* Optional: lavapipe's kernels read the ODF in 64-bit words (pmf.glsl). */
 	want10.shaderInt64 = have.features.shaderInt64;
 	ctx->limits.shader_int64 = want10.shaderInt64;
+	/* Optional: the ODF's transpose checks symmetry as fit.c does, in double. */
+	want10.shaderFloat64 = have.features.shaderFloat64;
+	ctx->limits.shader_float64 = want10.shaderFloat64;
 	if (!f12.bufferDeviceAddress)
 		return device_err(err, -ENOTSUP, "the device lacks bufferDeviceAddress "
 				  "(Vulkan 1.2), which tractd needs to read large volumes");

@@ -63,6 +63,7 @@ struct gpu_limits {
 	uint32_t max_push_constant_bytes;
 	bool loop_limited;           /* loops end after a fixed number of iterations (lavapipe) */
 	bool shader_int64;           /* 64-bit integers in shaders (enabled when present) */
+	bool shader_float64;         /* 64-bit floats in shaders (enabled when present) */
 };
 
 enum gpu_memory {
@@ -111,8 +112,9 @@ const struct gpu_limits *gpu_get_limits(const struct gpu_ctx *ctx);
 uint64_t gpu_memory_bytes(const struct gpu_limits *lim);
 
 /* Whether the device gets the kernels' CPU variants (engine.c) and the
- * table only those use (resident.c): a CPU (lavapipe), whose lanes load and
- * scan one by one, unless the test hook TRACTD_GPU_KERNELS=1 is set. */
+ * table only those use (resident.c), and the host's transpose of a streamed
+ * ODF (odf_transpose.h): a CPU (lavapipe), whose lanes load and scan one by
+ * one, unless the test hook TRACTD_GPU_KERNELS=1 is set. */
 bool gpu_cpu_kernels(const struct gpu_limits *lim);
 
 /* The field an allocation over the memory limit names. */

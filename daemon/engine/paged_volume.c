@@ -195,9 +195,10 @@ static int upload_run(struct gpu_ctx *gpu, struct paged_volume *v, const struct 
 
 /* The runs into the allocated pages, each as it comes; they must cover
  * the columns in order. */
-static int upload_runs(struct gpu_ctx *gpu, const struct paged_runs *runs, struct paged_volume *v,
+static int upload_runs(struct gpu_ctx *gpu, struct paged_volume *v, void *userdata,
 		       struct errbuf *err)
 {
+	const struct paged_runs *runs = userdata;
 	uint64_t next = 0;
 	struct gpu_copy_region *regions;
 	int r = 0;
@@ -257,8 +258,9 @@ static int upload_table(struct gpu_ctx *gpu, struct paged_volume *v, struct errb
 	return r;
 }
 
-int paged_upload_runs(struct gpu_ctx *gpu, const struct paged_layout *layout,
-		      const struct paged_runs *runs, struct paged_volume *ret, struct errbuf *err)
+int paged_upload_with(struct gpu_ctx *gpu, const struct paged_layout *layout,
+		      paged_fill_fn *fill, void *userdata, struct paged_volume *ret,
+		      struct errbuf *err)
 {
 	int r = 0;
 
@@ -272,15 +274,21 @@ int paged_upload_runs(struct gpu_ctx *gpu, const struct paged_layout *layout,
 						   page_voxels(layout, k)),
 				   GPU_MEMORY_DEVICE, &ret->pages[k], err);
 	if (r == 0)
-		r = upload_runs(gpu, runs, ret, err);
-	if (r == 0)
 		r = upload_table(gpu, ret, err);
+	if (r == 0)
+		r = fill(gpu, ret, userdata, err);
 	if (r < 0) {
 		paged_free(gpu, ret);
 		return r;
 	}
 	ret->bytes = paged_bytes(layout);
 	return 0;
+}
+
+int paged_upload_runs(struct gpu_ctx *gpu, const struct paged_layout *layout,
+		      const struct paged_runs *runs, struct paged_volume *ret, struct errbuf *err)
+{
+	return paged_upload_with(gpu, layout, upload_runs, (void *)runs, ret, err);
 }
 
 /* Host data: one run of every voxel. */

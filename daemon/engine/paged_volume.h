@@ -87,6 +87,19 @@ struct paged_runs {
 int paged_upload_runs(struct gpu_ctx *gpu, const struct paged_layout *layout,
 		      const struct paged_runs *runs, struct paged_volume *ret, struct errbuf *err);
 
+/* Fills the allocated pages of v (its table already on the device, for a
+ * kernel that writes through it): the producer of paged_upload_with. */
+typedef int paged_fill_fn(struct gpu_ctx *gpu, struct paged_volume *v, void *userdata,
+			  struct errbuf *err);
+
+/* paged_upload with the pages filled by fill (paged_upload_runs' runs, or
+ * a GPU kernel that writes them, engine/odf_transpose.h): allocates the
+ * pages, uploads the table, fills the pages; on failure nothing stays
+ * allocated. */
+int paged_upload_with(struct gpu_ctx *gpu, const struct paged_layout *layout,
+		      paged_fill_fn *fill, void *userdata, struct paged_volume *ret,
+		      struct errbuf *err);
+
 /* Accepts a zeroed volume. The device must be idle for it. */
 void paged_free(struct gpu_ctx *gpu, struct paged_volume *v);
 

@@ -19,6 +19,7 @@
 
 #include "models/boot.h"
 #include "base/log.h"
+#include "engine/odf_transpose.h"
 #include "engine/paged_volume.h"
 #include "formats/half.h"
 #include "base/parallel.h"
@@ -418,6 +419,18 @@ static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 					   .get = stream_get, .release = stream_release,
 					   .userdata = up->odf_stream };
 		struct paged_runs found;
+		/* A GPU transposes the file's values itself; CPU devices, and
+		 * what the kernel cannot take, get the slabs the host transposed. */
+		struct odf_transpose *raw = maxima ? NULL
+				: odf_transpose_new(gpu, up->odf_stream, inputs_sphere(in), layout);
+		odf_stream_join(up->odf_stream, !raw);
+		if (raw) {
+			r = odf_transpose_upload(gpu, raw, layout, &res->odf, err);
+			odf_transpose_free(gpu, raw);
+			return r;
+		}
+		log_debug("ODF transposed on the host, slab by slab, for %s",
+			  gpu_get_limits(gpu)->device_name);
 		odf_stream_columns(up->odf_stream, &runs.columns, &runs.column_voxels);
 		if (!maxima)
 			return paged_upload_runs(gpu, layout, &runs, &res->odf, err);

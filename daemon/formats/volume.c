@@ -575,12 +575,27 @@ static size_t load_threads(size_t items)
 	return parallel_parts(items, 1);
 }
 
+/* The error for the non-finite value at file index bad (t * nvox + i) of
+ * an image of shape dim; 0 when bad is SIZE_MAX. */
+static int nonfinite_err(const char *path, const char *field, const int64_t dim[4], size_t bad,
+			 struct errbuf *err)
+{
+	size_t nvox = file_voxels(dim), nx = (size_t)dim[0], i = bad % nvox;
+
+	if (bad == SIZE_MAX)
+		return 0;
+	return errbuf_set(err, -EINVAL, field,
+			  "%s: non-finite value at voxel (%zu, %zu, %zu), volume %zu", path,
+			  i % nx, i / nx % (size_t)dim[1], i / (nx * (size_t)dim[1]),
+			  bad / nvox);
+}
+
 /* The result of the workers: the first failure, or the first non-finite
  * value of an image of shape dim. */
 static int workers_result(const struct load_worker *w, size_t n, const char *path,
 			  const char *field, const int64_t dim[4], struct errbuf *err)
 {
-	size_t bad = SIZE_MAX, nvox = file_voxels(dim), i, nx = (size_t)dim[0];
+	size_t bad = SIZE_MAX;
 
 	for (size_t k = 0; k < n; k++) {
 		if (w[k].error == -EIO)
@@ -591,13 +606,7 @@ static int workers_result(const struct load_worker *w, size_t n, const char *pat
 					  strerror(-w[k].error));
 		bad = w[k].bad < bad ? w[k].bad : bad;
 	}
-	if (bad == SIZE_MAX)
-		return 0;
-	i = bad % nvox;
-	return errbuf_set(err, -EINVAL, field,
-			  "%s: non-finite value at voxel (%zu, %zu, %zu), volume %zu", path,
-			  i % nx, i / nx % (size_t)dim[1], i / (nx * (size_t)dim[1]),
-			  bad / nvox);
+	return nonfinite_err(path, field, dim, bad, err);
 }
 
 static void free_workers(struct load_worker *w, size_t n)
@@ -1140,6 +1149,34 @@ int volume_slabs_read(struct volume_slabs *s, int64_t z0, struct volume *slab,
 			      plan_uncompressed(&job, (size_t)slab->dim[3], 1), err);
 	unmap_read_pages(s);
 	return r;
+}
+
+const unsigned char *volume_slabs_float32(const struct volume_slabs *s)
+{
+	return plain_float32(&s->cv) ? s->map + s->data_offset : NULL;
+}
+
+void volume_slabs_drop_pages(const struct volume_slabs *s)
+{
+	unmap_read_pages(s);
+}
+
+int volume_slabs_check_finite(const struct volume_slabs *s, int64_t z0, int64_t planes,
+			      struct errbuf *err)
+{
+	size_t nvox = file_voxels(s->dim), first = (size_t)z0 * (size_t)s->dim[0] * (size_t)s->dim[1];
+	size_t n = (size_t)planes * (size_t)s->dim[0] * (size_t)s->dim[1];
+	const unsigned char *data = s->map + s->data_offset;
+
+	/* The first in file order (volume by volume), as volume_slabs_read names it. */
+	for (size_t t = 0; t < (size_t)s->dim[3]; t++)
+		for (size_t i = first; i < first + n; i++) {
+			float f;
+			memcpy(&f, data + (t * nvox + i) * sizeof(f), sizeof(f));
+			if (!isfinite(f))
+				return nonfinite_err(s->path, s->field, s->dim, t * nvox + i, err);
+		}
+	return 0;
 }
 
 void volume_slabs_close(struct volume_slabs *s)

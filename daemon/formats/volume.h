@@ -98,6 +98,21 @@ int volume_slabs_open(int fd, const char *path, const char *field, struct volume
 int volume_slabs_read(struct volume_slabs *s, int64_t z0, struct volume *slab,
 		      struct errbuf *err);
 
+/* The voxel data as stored (volume after volume, x fastest), where they
+ * are float32 as read (no scaling): the mapping, for a reader that
+ * converts nothing (a GPU that transposes them itself); NULL otherwise.
+ * Valid until volume_slabs_close. */
+const unsigned char *volume_slabs_float32(const struct volume_slabs *s);
+
+/* Drops the mapped pages read so far from the process, as each
+ * volume_slabs_read does (the page cache keeps them). */
+void volume_slabs_drop_pages(const struct volume_slabs *s);
+
+/* For a float32 image (volume_slabs_float32): the error volume_slabs_read
+ * gives for the first non-finite value of z-planes [z0, z0 + planes), or 0. */
+int volume_slabs_check_finite(const struct volume_slabs *s, int64_t z0, int64_t planes,
+			      struct errbuf *err);
+
 /* Unmaps the file. Accepts NULL. */
 void volume_slabs_close(struct volume_slabs *s);
 

@@ -2,10 +2,12 @@
 /*
  * odf_stream: an ODF read in z-slabs while it is uploaded (see odf_stream.h).
  *
- * Flow: the reader thread takes slab k into buffer k % 2 once both
- * consumers' holds on it are gone -> reads it from the mapping, clips it and
- * checks its symmetry -> hands it to the consumers, who copy it to their
- * devices while the reader goes on with slab k + 1.
+ * Flow: every consumer joins, taking slabs or not (a GPU that reads the
+ * file itself, odf_stream_raw) -> where one takes slabs, the reader thread
+ * takes slab k into buffer k % 2 once both consumers' holds on it are gone
+ * -> reads it from the mapping, clips it and checks its symmetry -> hands
+ * it to the consumers, who copy it to their devices while the reader goes
+ * on with slab k + 1.
  */
 #include "job/odf_stream.h"
 
@@ -39,7 +41,9 @@ struct odf_stream {
 	size_t n_slabs;
 	struct slab_buffer buf[2];
 	size_t consumers;
+	size_t joined, slab_consumers;   /* consumers that joined; of them, those taking slabs */
 	bool symmetric;
+	bool raw_asymmetric;      /* a consumer reading the file itself found an asymmetry */
 
 	pthread_mutex_t lock;
 	pthread_cond_t changed;
@@ -98,20 +102,26 @@ static int64_t slab_planes(const struct odf_stream *s, size_t k)
 	return s->dim[2] - z0 < SLAB_PLANES ? s->dim[2] - z0 : SLAB_PLANES;
 }
 
-/* Slab k into b: read, clipped, its symmetry noted. */
-static int read_slab(struct odf_stream *s, size_t k, struct slab_buffer *b, struct errbuf *err)
+/* Slab k into v (room for SLAB_PLANES planes): read, clipped, its
+ * symmetry in *symmetric. */
+static int read_slab(const struct odf_stream *s, size_t k, const struct volume *v,
+		     bool *symmetric, struct errbuf *err)
 {
-	struct volume view = b->v;
-	bool symmetric;
+	struct volume view = *v;
 	int r;
 
 	view.dim[2] = slab_planes(s, k);
 	r = volume_slabs_read(s->file, (int64_t)k * SLAB_PLANES, &view, err);
 	if (r == 0)
-		r = fit_prepare_odf(&view, s->sphere, &s->fit, &symmetric, err);
-	if (r == 0 && !symmetric)
-		s->symmetric = false;   /* only the reader writes it, read after the join */
+		r = fit_prepare_odf(&view, s->sphere, &s->fit, symmetric, err);
 	return r;
+}
+
+/* A slab buffer's shape: SLAB_PLANES planes, or the whole ODF when fewer. */
+static void slab_dim(const struct odf_stream *s, int64_t dim[4])
+{
+	memcpy(dim, s->dim, 4 * sizeof(dim[0]));
+	dim[2] = s->dim[2] < SLAB_PLANES ? s->dim[2] : SLAB_PLANES;
 }
 
 /* Waits until no consumer holds b; false when the stream was cancelled. */
@@ -128,45 +138,73 @@ static bool wait_free(struct odf_stream *s, struct slab_buffer *b)
 	return go;
 }
 
+/* Waits until every consumer joined; the count of those taking slabs (0
+ * when the stream was cancelled). */
+static size_t wait_joined(struct odf_stream *s)
+{
+	size_t n;
+
+	pthread_mutex_lock(&s->lock);
+	while (s->joined < s->consumers && !s->cancelled)
+		pthread_cond_wait(&s->changed, &s->lock);
+	n = s->cancelled ? 0 : s->slab_consumers;
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
+/* The two slab buffers (one when the ODF takes one slab). */
+static int alloc_buffers(struct odf_stream *s, struct errbuf *err)
+{
+	int64_t dim[4];
+
+	slab_dim(s, dim);
+	for (size_t i = 0; i < (s->n_slabs > 1 ? 2u : 1u); i++)
+		if (volume_alloc(&s->buf[i].v, dim, 1.0) < 0)
+			return errbuf_set(err, -ENOMEM, "inputs.odf",
+					  "out of memory for a slab of the ODF");
+	return 0;
+}
+
 static void *reader_main(void *arg)
 {
 	struct odf_stream *s = arg;
+	struct errbuf err = { 0 };
+	int r;
 
-	for (size_t k = 0; k < s->n_slabs; k++) {
+	if (wait_joined(s) == 0)
+		return NULL;
+	r = alloc_buffers(s, &err);
+	for (size_t k = 0; k < s->n_slabs && r == 0; k++) {
 		struct slab_buffer *b = &s->buf[k % 2];
-		struct errbuf err = { 0 };
-		int r;
+		bool symmetric;
 
 		if (!wait_free(s, b))
 			break;
-		r = read_slab(s, k, b, &err);
-		pthread_mutex_lock(&s->lock);
-		if (r < 0) {
-			s->failed = true;
-			s->r = r;
-			s->err = err;
-		} else {
-			b->slab = k;
-			b->ready = true;
-			b->holders = s->consumers;
-		}
-		pthread_cond_broadcast(&s->changed);
-		pthread_mutex_unlock(&s->lock);
+		r = read_slab(s, k, &b->v, &symmetric, &err);
 		if (r < 0)
 			break;
+		if (!symmetric)
+			s->symmetric = false;   /* only the reader writes it, read after the join */
+		pthread_mutex_lock(&s->lock);
+		b->slab = k;
+		b->ready = true;
+		b->holders = s->slab_consumers;
+		pthread_cond_broadcast(&s->changed);
+		pthread_mutex_unlock(&s->lock);
+	}
+	if (r < 0) {
+		pthread_mutex_lock(&s->lock);
+		s->failed = true;
+		s->r = r;
+		s->err = err;
+		pthread_cond_broadcast(&s->changed);
+		pthread_mutex_unlock(&s->lock);
 	}
 	return NULL;
 }
 
 int odf_stream_start(struct odf_stream *s, size_t consumers, struct errbuf *err)
 {
-	int64_t dim[4] = { s->dim[0], s->dim[1], s->dim[2] < SLAB_PLANES ? s->dim[2] : SLAB_PLANES,
-			   s->dim[3] };
-
-	for (size_t i = 0; i < (s->n_slabs > 1 ? 2u : 1u); i++)
-		if (volume_alloc(&s->buf[i].v, dim, 1.0) < 0)
-			return errbuf_set(err, -ENOMEM, "inputs.odf",
-					  "out of memory for a slab of the ODF");
 	s->consumers = consumers;
 	if (pthread_create(&s->reader, NULL, reader_main, s) != 0)
 		return errbuf_set(err, -EAGAIN, "inputs.odf", "cannot start the ODF reader thread");
@@ -193,6 +231,71 @@ int odf_stream_get(struct odf_stream *s, size_t k, struct odf_slab *ret, struct 
 		*ret = (struct odf_slab){ .values = b->v.data, .first_z = (uint64_t)k * SLAB_PLANES,
 					  .planes = (uint64_t)slab_planes(s, k) };
 	return r;
+}
+
+void odf_stream_join(struct odf_stream *s, bool takes_slabs)
+{
+	pthread_mutex_lock(&s->lock);
+	s->joined++;
+	s->slab_consumers += takes_slabs;
+	pthread_cond_broadcast(&s->changed);
+	pthread_mutex_unlock(&s->lock);
+}
+
+bool odf_stream_raw(const struct odf_stream *s, struct odf_raw *ret)
+{
+	ret->data = volume_slabs_float32(s->file);
+	memcpy(ret->dim, s->dim, sizeof(ret->dim));
+	return ret->data != NULL;
+}
+
+void odf_stream_slab_span(const struct odf_stream *s, size_t k, uint64_t *first_z,
+			  uint64_t *planes)
+{
+	*first_z = (uint64_t)k * SLAB_PLANES;
+	*planes = (uint64_t)slab_planes(s, k);
+}
+
+void odf_stream_raw_done(const struct odf_stream *s)
+{
+	volume_slabs_drop_pages(s->file);
+}
+
+int odf_stream_raw_check_finite(const struct odf_stream *s, struct errbuf *err)
+{
+	int r = 0;
+
+	for (size_t k = 0; k < s->n_slabs && r == 0; k++)
+		r = volume_slabs_check_finite(s->file, (int64_t)k * SLAB_PLANES, slab_planes(s, k),
+					      err);
+	return r;
+}
+
+int odf_stream_raw_host_symmetry(const struct odf_stream *s, bool *symmetric,
+				 struct errbuf *err)
+{
+	struct volume v;
+	int64_t dim[4];
+	int r = 0;
+
+	slab_dim(s, dim);
+	if (volume_alloc(&v, dim, 1.0) < 0)
+		return errbuf_set(err, -ENOMEM, "inputs.odf", "out of memory for a slab of the ODF");
+	*symmetric = true;
+	for (size_t k = 0; k < s->n_slabs && r == 0; k++) {
+		bool slab_symmetric;
+		r = read_slab(s, k, &v, &slab_symmetric, err);
+		*symmetric = *symmetric && (r < 0 || slab_symmetric);
+	}
+	volume_free(&v);
+	return r;
+}
+
+void odf_stream_raw_symmetry(struct odf_stream *s, bool symmetric)
+{
+	pthread_mutex_lock(&s->lock);
+	s->raw_asymmetric |= !symmetric;
+	pthread_mutex_unlock(&s->lock);
 }
 
 void odf_stream_release(struct odf_stream *s, size_t k)
@@ -222,7 +325,7 @@ void odf_stream_finish(struct odf_stream *s)
 
 bool odf_stream_symmetric(const struct odf_stream *s)
 {
-	return s->symmetric;
+	return s->symmetric && !s->raw_asymmetric;
 }
 
 void odf_stream_free(struct odf_stream *s)

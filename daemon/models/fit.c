@@ -481,7 +481,7 @@ static void sample_block(struct voxel_loop *loop, int worker, size_t begin, size
 
 /* ---- an ODF as given --------------------------------------------------------- */
 
-#define ODF_SYMMETRY_TOLERANCE 1e-3
+#define ODF_SYMMETRY_TOLERANCE FIT_ODF_SYMMETRY_TOLERANCE
 
 struct odf_ctx {
 	struct volume *odf;
@@ -529,6 +529,25 @@ static int antipodal_pairs(const struct sphere *s, struct odf_ctx *c)
 		}
 	free(anti);
 	return ok ? 0 : -ENOMEM;
+}
+
+int fit_antipodal_pairs(const struct sphere *s, int **first, int **second, int *n_pairs)
+{
+	struct odf_ctx c = { 0 };
+
+	*first = *second = NULL;
+	*n_pairs = 0;
+	if (!s->antipodal)
+		return 0;
+	if (antipodal_pairs(s, &c) < 0) {
+		free(c.first);
+		free(c.second);
+		return -ENOMEM;
+	}
+	*first = c.first;
+	*second = c.second;
+	*n_pairs = c.n_pairs;
+	return 0;
 }
 
 /* The largest difference between antipodal values. Branch-free over all

@@ -93,6 +93,15 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 int fit_prepare_odf(struct volume *odf, const struct sphere *s, const struct fit_options *o,
 		    bool *symmetric, struct errbuf *err);
 
+/* fit_prepare_odf's rule, for a reader that checks an ODF elsewhere (the
+ * GPU, engine/odf_transpose.h): a voxel is asymmetric when the largest
+ * |difference| of its values at an antipodal pair, after clipping, passes
+ * this (a double) times its largest value; the pairs it compares, each
+ * once (none on a hemisphere: *first and *second NULL), malloc'd for the
+ * caller to free. -ENOMEM. */
+#define FIT_ODF_SYMMETRY_TOLERANCE 1e-3
+int fit_antipodal_pairs(const struct sphere *s, int **first, int **second, int *n_pairs);
+
 /* The matrix that samples coefficients of the basis and even order at the
  * sphere's vertices (mapped by to_sh_frame as in fit_sample_sh): nc x nv
  * floats, row c holding basis function c at every vertex. NULL when out of

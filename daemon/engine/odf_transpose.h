@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * odf_transpose: a streamed ODF (job/odf_stream.h) put into its pages by
+ * the GPU. The file keeps the values volume after volume; the pages want
+ * each voxel's values together ([x][y][z] voxels, channels fastest). On the
+ * host that transpose, latency-bound, costs more than the upload itself, so
+ * a GPU device takes the file's float32 values as they are: pieces of every
+ * volume (a range of voxels of one slab's z-planes) copied on threads from
+ * the mapping into the staging buffers, then into a scratch buffer on the
+ * device, from which shaders/odf_transpose.comp writes each voxel into its
+ * page, clipped at zero, checking symmetry and finiteness as the host does
+ * (fit_prepare_odf, volume_slabs_read; where a voxel's values are too
+ * small for a GPU that flushes subnormal floats to be sure, the host reads
+ * the slabs to decide the symmetry). The pages hold the host path's bytes.
+ *
+ * Owns, for one upload, the scratch buffer, the antipodal pairs and the
+ * flags the kernel sets (allocated before the stream is joined, so that a
+ * device short of memory takes the slabs instead); a second producer of paged_volume's pages
+ * (paged_upload_with), the slabs being the first. Logs the upload's times
+ * at debug level.
+ */
+#ifndef TRACTD_ODF_TRANSPOSE_H
+#define TRACTD_ODF_TRANSPOSE_H
+
+#include <stdbool.h>
+
+#include "base/errbuf.h"
+#include "engine/gpu.h"
+#include "engine/paged_volume.h"
+#include "job/odf_stream.h"
+#include "models/sphere.h"
+
+struct odf_transpose;
+
+/* The device's means to put the stream's ODF into pages of layout itself
+ * (scratch buffer, antipodal pairs, flags, kernel), or NULL where it takes
+ * the slabs: a CPU device (gpu_cpu_kernels; the test hook
+ * TRACTD_GPU_KERNELS=1 makes lavapipe a GPU), no 64-bit floats in shaders,
+ * float16 pages, a file that is not float32 as stored (or scaled), a
+ * memory limit that leaves no room for the scratch buffer beside the
+ * pages, or a failure to set them up (logged at debug). */
+struct odf_transpose *odf_transpose_new(struct gpu_ctx *gpu, struct odf_stream *s,
+					const struct sphere *sphere,
+					const struct paged_layout *layout);
+
+/* Uploads the stream's ODF into pages of layout (ret as paged_upload's),
+ * telling the stream its symmetry (odf_stream_raw_symmetry). The caller
+ * has joined the stream without slabs. Errors: the device's, or the
+ * slabs' error for a non-finite value (inputs.odf). */
+int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_transpose *t,
+			 const struct paged_layout *layout, struct paged_volume *ret,
+			 struct errbuf *err);
+
+/* Accepts NULL. */
+void odf_transpose_free(struct gpu_ctx *gpu, struct odf_transpose *t);
+
+#endif
