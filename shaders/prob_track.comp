@@ -197,12 +197,25 @@ float cone_pmf(Corners c, vec3 dir, out uint n)
 	uint sg = gl_SubgroupID;
 	PageSpot spots[8];
 	float bound = 0.0;
+#if CORNER_LANES
+	uint lane_voxel = lane_corner_voxel(c);
+	PageSpot lane_spot = PAGE_SPOT(odf, lane_voxel);
+	[[unroll]] for (uint q = 0u; q < 8u; q++)
+		spots[q] = PageSpot(subgroupBroadcast(lane_spot.page, q),
+				    subgroupBroadcast(lane_spot.base, q));
+	bound = corner_lanes_sum(c, page_f32(PAGE_SPOT(odf_max, lane_voxel), 0u));
+#else
 	[[unroll]] for (int q = 0; q < 8; q++) {
 		spots[q] = PAGE_SPOT(odf, c.voxel[q]);
 		bound += c.weight[q] * page_f32(PAGE_SPOT(odf_max, c.voxel[q]), 0u);
 	}
+#endif
+	float high = pc.pmf_threshold * (bound * BOUND_SLACK);
 	n = gather_cone(dir);
 	float lane_max = 0.0;
+	// This lane's largest value below high: a value lies between the
+	// bounds exactly when the largest below high is at least low.
+	float lane_below_high = -1.0;
 	for (uint k = gl_SubgroupInvocationID; k < n; k += SG) {
 		uint j = uint(s_pmf[sg][k]);
 		float v = pmf_at(c, spots, j);
@@ -212,13 +225,11 @@ float cone_pmf(Corners c, vec3 dir, out uint n)
 		if (2u * n <= NV)
 			s_pmf[sg][NV - 1u - k] = float(j);
 		lane_max = max(lane_max, v);
+		if (v < high)
+			lane_below_high = max(lane_below_high, v);
 	}
 	float low = pc.pmf_threshold * subgroupMax(lane_max);
-	float high = pc.pmf_threshold * (bound * BOUND_SLACK);
-	bool undecided = false;
-	for (uint k = gl_SubgroupInvocationID; k < n; k += SG)
-		undecided = undecided || (s_pmf[sg][k] >= low && s_pmf[sg][k] < high);
-	if (!subgroupAny(undecided))
+	if (subgroupMax(lane_below_high) < low)
 		return low;
 	return pc.pmf_threshold * sphere_max(c, spots);
 }
