@@ -91,17 +91,31 @@ Candidates cone_candidates(vec3 dir)
 	return Candidates(0u, NV, false);
 }
 
-uint candidate(Candidates c, uint a)
+// sphere.h's SPHERE_CONE_INSIDE: a listed vertex inside the cone in any
+// rounding, which needs no test (nor its vertex loaded).
+const uint CONE_INSIDE = 1u << 31;
+
+// Candidate a's word: its vertex, with CONE_INSIDE where listed so.
+uint candidate_word(Candidates c, uint a)
 {
 	return c.listed ? cone_lists[a] : a;
+}
+
+uint candidate(Candidates c, uint a)
+{
+	return candidate_word(c, a) & ~CONE_INSIDE;
 }
 
 // Candidate a of c (past the end: the last one) and whether it lies in
 // the cone.
 uint candidate_in_cone(Candidates c, uint a, vec3 dir, out bool inside)
 {
-	uint j = candidate(c, min(a, c.end - 1u));
-	inside = a < c.end && !outside_cone(j, dir);
+	uint word = candidate_word(c, min(a, c.end - 1u));
+	uint j = word & ~CONE_INSIDE;
+	inside = (word & CONE_INSIDE) != 0u;
+	if (!inside)
+		inside = !outside_cone(j, dir);
+	inside = inside && a < c.end;
 	return j;
 }
 
