@@ -83,10 +83,41 @@ void set_dir_vertex(uint j)
 	s_dir_vertex[gl_SubgroupID] = j;
 }
 
+// Whether dir stands on vertex i (or its opposite where SYMMETRIC makes
+// the cone the same).
+bool on_vertex(uint i, vec3 dir)
+{
+	return vertex(i) == dir || (SYMMETRIC != 0 && vertex(i) == -dir);
+}
+
+// The vertex dir stands on, NV where none: a half starts on a peak of pass
+// 1, a vertex, and a resumed step on the vertex its last step drew. Lanes
+// load the rest of a vertex only where its x matches, so the search costs
+// about a load per vertex, where the whole sphere's cone search costs three
+// and the ODF at half the sphere's cone.
+uint find_dir_vertex(vec3 dir)
+{
+	for (uint base = 0u; base < NV; base += SG) {
+		uint j = min(base + gl_SubgroupInvocationID, NV - 1u);
+		float x = vertices[3u * j];
+		bool hit = false;
+		if (x == dir.x || (SYMMETRIC != 0 && x == -dir.x))
+			hit = on_vertex(j, dir);
+		uvec4 hits = subgroupBallot(hit);
+		if (subgroupBallotBitCount(hits) > 0u)
+			return base + subgroupBallotFindLSB(hits);
+	}
+	return NV;
+}
+
 Candidates cone_candidates(vec3 dir)
 {
 	uint i = s_dir_vertex[gl_SubgroupID];
-	if (i < NV && (vertex(i) == dir || (SYMMETRIC != 0 && vertex(i) == -dir)))
+	if (!(i < NV && on_vertex(i, dir))) {
+		i = find_dir_vertex(dir);
+		set_dir_vertex(i);
+	}
+	if (i < NV)
 		return Candidates(cone_lists[i], cone_lists[i + 1u], true);
 	return Candidates(0u, NV, false);
 }
@@ -119,13 +150,20 @@ uint candidate_in_cone(Candidates c, uint a, vec3 dir, out bool inside)
 	return j;
 }
 
+// Whether the row keeps each entry's vertex behind the entries: where it
+// has room for as many as there are candidates.
+bool keeps_vertices(Candidates c)
+{
+	return 2u * (c.end - c.first) <= NV;
+}
+
 // The vertex of entry k of the n in the cone around dir: kept behind the
-// entries by cone_pmf where the row has room, else found again.
+// entries by cone_values where the row has room, else found again.
 uint entry_vertex(uint k, uint n, vec3 dir)
 {
-	if (2u * n <= NV)
-		return uint(s_pmf[gl_SubgroupID][NV - 1u - k]);
 	Candidates c = cone_candidates(dir);
+	if (keeps_vertices(c))
+		return uint(s_pmf[gl_SubgroupID][NV - 1u - k]);
 	for (uint at = c.first; at < c.end; at += SG) {
 		bool inside;
 		candidate_in_cone(c, at + gl_SubgroupInvocationID, dir, inside);
@@ -169,19 +207,34 @@ float pmf_at(Corners c, PageSpot spots[8], uint j)
 	return v;
 }
 
-// The cone's vertices into the row (as floats, exact below 2^24), in index
-// order; returns how many.
-uint gather_cone(vec3 dir)
+// The PMF at the cone's vertices into the row, in index order, and where
+// keeps_vertices each entry's vertex behind them (as a float, exact below
+// 2^24): the two never meet, as an entry's index stays below the
+// candidates' count. Returns how many; lane_max: this lane's largest value,
+// lane_below: its largest below high (-1 where none).
+uint cone_values(Corners c, PageSpot spots[8], vec3 dir, float high, out float lane_max,
+		 out float lane_below)
 {
 	uint sg = gl_SubgroupID;
-	Candidates c = cone_candidates(dir);
+	Candidates cand = cone_candidates(dir);
+	bool keep = keeps_vertices(cand);
 	uint n = 0u;
-	for (uint at = c.first; at < c.end; at += SG) {
+	lane_max = 0.0;
+	lane_below = -1.0;
+	for (uint at = cand.first; at < cand.end; at += SG) {
 		bool inside;
-		uint j = candidate_in_cone(c, at + gl_SubgroupInvocationID, dir, inside);
+		uint j = candidate_in_cone(cand, at + gl_SubgroupInvocationID, dir, inside);
 		uvec4 cone = subgroupBallot(inside);
-		if (inside)
-			s_pmf[sg][n + subgroupBallotExclusiveBitCount(cone)] = float(j);
+		if (inside) {
+			uint k = n + subgroupBallotExclusiveBitCount(cone);
+			float v = pmf_at(c, spots, j);
+			s_pmf[sg][k] = v;
+			if (keep)
+				s_pmf[sg][NV - 1u - k] = float(j);
+			lane_max = max(lane_max, v);
+			if (v < high)
+				lane_below = max(lane_below, v);
+		}
 		n += subgroupBallotBitCount(cone);
 	}
 	subgroupMemoryBarrierShared();
@@ -208,7 +261,6 @@ float sphere_max(Corners c, PageSpot spots[8])
 
 float cone_pmf(Corners c, vec3 dir, out uint n)
 {
-	uint sg = gl_SubgroupID;
 	PageSpot spots[8];
 	float bound = 0.0;
 #if CORNER_LANES
@@ -225,25 +277,12 @@ float cone_pmf(Corners c, vec3 dir, out uint n)
 	}
 #endif
 	float high = pc.pmf_threshold * (bound * BOUND_SLACK);
-	n = gather_cone(dir);
-	float lane_max = 0.0;
-	// This lane's largest value below high: a value lies between the
-	// bounds exactly when the largest below high is at least low.
-	float lane_below_high = -1.0;
-	for (uint k = gl_SubgroupInvocationID; k < n; k += SG) {
-		uint j = uint(s_pmf[sg][k]);
-		float v = pmf_at(c, spots, j);
-		s_pmf[sg][k] = v;
-		// Where the row has room, the vertex goes behind the entries,
-		// past any still to be read, for entry_vertex.
-		if (2u * n <= NV)
-			s_pmf[sg][NV - 1u - k] = float(j);
-		lane_max = max(lane_max, v);
-		if (v < high)
-			lane_below_high = max(lane_below_high, v);
-	}
+	float lane_max, lane_below;
+	n = cone_values(c, spots, dir, high, lane_max, lane_below);
 	float low = pc.pmf_threshold * subgroupMax(lane_max);
-	if (subgroupMax(lane_below_high) < low)
+	// A value lies between the bounds exactly when the largest below high
+	// is at least low.
+	if (subgroupMax(lane_below) < low)
 		return low;
 	return pc.pmf_threshold * sphere_max(c, spots);
 }
