@@ -191,7 +191,7 @@ bool entry_outside_cone(uint k, vec3 dir)
 // pmf_threshold times odf_max interpolated (an upper bound: the PMF sums
 // non-negative weights times values, each at most its corner's largest):
 // every cone value then falls on the same side of either bound as of the
-// true floor. Otherwise the whole sphere's maximum is computed.
+// true floor. Otherwise the sphere is scanned for its maximum (sphere_max).
 PAGED_TABLE(odf_max, ODF_MAX_BINDING);
 
 // Rounding slack on the upper bound: the bound and the PMF may round their
@@ -242,20 +242,39 @@ uint cone_values(Corners c, PageSpot spots[8], vec3 dir, float high, out float l
 	return n;
 }
 
-// The largest PMF value on the whole sphere, all lanes alike (with
-// ODF_PAIR_LOADS a word of vertices per load, as pmf_from_odf()).
-float sphere_max(Corners c, PageSpot spots[8])
-{
-	float lane_max = 0.0;
 #if ODF_PAIR_LOADS
-	for (uint word = gl_SubgroupInvocationID; word < NV / WORD_VERTICES; word += SG) {
-		vec4 v = pmf_word(c, spots, word);
-		lane_max = max(lane_max, max(max(v.x, v.y), max(v.z, v.w)));
-	}
+const uint SPHERE_WORDS = NV / WORD_VERTICES;
 #else
-	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG)
-		lane_max = max(lane_max, pmf_at(c, spots, j));
+const uint SPHERE_WORDS = NV;
 #endif
+
+// The largest PMF value of a word of vertices (with ODF_PAIR_LOADS as
+// pmf_from_odf() reads them, else one vertex).
+float word_max(Corners c, PageSpot spots[8], uint word)
+{
+#if ODF_PAIR_LOADS
+	vec4 v = pmf_word(c, spots, word);
+	return max(max(v.x, v.y), max(v.z, v.w));
+#else
+	return pmf_at(c, spots, word);
+#endif
+}
+
+// The largest PMF value on the whole sphere, all lanes alike, or a smaller
+// one, at least cone_max, once pmf_threshold times it exceeds undecided (the
+// largest cone value between the bounds): that floor leaves every cone value
+// on the side the whole sphere's floor does (those between the bounds below
+// both, the rest outside the bounds), and the scan stops early.
+float sphere_max(Corners c, PageSpot spots[8], float cone_max, float undecided)
+{
+	float lane_max = cone_max;
+	for (uint base = 0u; base < SPHERE_WORDS; base += SG) {
+		uint word = base + gl_SubgroupInvocationID;
+		if (word < SPHERE_WORDS)
+			lane_max = max(lane_max, word_max(c, spots, word));
+		if (subgroupAny(pc.pmf_threshold * lane_max > undecided))
+			break;
+	}
 	return subgroupMax(lane_max);
 }
 
@@ -279,12 +298,14 @@ float cone_pmf(Corners c, vec3 dir, out uint n)
 	float high = pc.pmf_threshold * (bound * BOUND_SLACK);
 	float lane_max, lane_below;
 	n = cone_values(c, spots, dir, high, lane_max, lane_below);
-	float low = pc.pmf_threshold * subgroupMax(lane_max);
+	float cone_max = subgroupMax(lane_max);
+	float low = pc.pmf_threshold * cone_max;
 	// A value lies between the bounds exactly when the largest below high
 	// is at least low.
-	if (subgroupMax(lane_below) < low)
+	float undecided = subgroupMax(lane_below);
+	if (undecided < low)
 		return low;
-	return pc.pmf_threshold * sphere_max(c, spots);
+	return pc.pmf_threshold * sphere_max(c, spots, cone_max, undecided);
 }
 #else
 // GPUs: the PMF on the whole sphere, which also gives the floor, read a
