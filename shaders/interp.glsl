@@ -29,3 +29,30 @@ bool corners_at(vec3 p, ivec3 dim, out Corners c)
 	}
 	return true;
 }
+
+#if CORNER_LANES
+// CPU devices (engine.c's corner_lanes): lavapipe runs every lane's load on
+// its own, so a value at a corner, which every lane of the subgroup needs,
+// is loaded once: lane q loads corner q (lanes past 7 corner 7) and the
+// lanes pass the values around (corner_lanes_sum). SG >= 8.
+
+// The voxel of the corner this lane loads for the subgroup.
+uint lane_corner_voxel(Corners c)
+{
+	uint v = c.voxel[7];
+	[[unroll]] for (uint q = 0u; q < 7u; q++)
+		v = gl_SubgroupInvocationID == q ? c.voxel[q] : v;
+	return v;
+}
+
+// The corners' values (this lane's: its corner's) interpolated, summed over
+// the corners in order 0..7 as the loops that load every corner in every
+// lane sum them, so the value is the same to the bit.
+float corner_lanes_sum(Corners c, float lane_value)
+{
+	float v = 0.0;
+	[[unroll]] for (uint q = 0u; q < 8u; q++)
+		v += c.weight[q] * subgroupBroadcast(lane_value, q);
+	return v;
+}
+#endif

@@ -83,35 +83,87 @@ void set_dir_vertex(uint j)
 	s_dir_vertex[gl_SubgroupID] = j;
 }
 
+// Whether dir stands on vertex i (or its opposite where SYMMETRIC makes
+// the cone the same).
+bool on_vertex(uint i, vec3 dir)
+{
+	return vertex(i) == dir || (SYMMETRIC != 0 && vertex(i) == -dir);
+}
+
+// The vertex dir stands on, NV where none: a half starts on a peak of pass
+// 1, a vertex, and a resumed step on the vertex its last step drew. Lanes
+// load the rest of a vertex only where its x matches, so the search costs
+// about a load per vertex, where the whole sphere's cone search costs three
+// and the ODF at half the sphere's cone.
+uint find_dir_vertex(vec3 dir)
+{
+	for (uint base = 0u; base < NV; base += SG) {
+		uint j = min(base + gl_SubgroupInvocationID, NV - 1u);
+		float x = vertices[3u * j];
+		bool hit = false;
+		if (x == dir.x || (SYMMETRIC != 0 && x == -dir.x))
+			hit = on_vertex(j, dir);
+		uvec4 hits = subgroupBallot(hit);
+		if (subgroupBallotBitCount(hits) > 0u)
+			return base + subgroupBallotFindLSB(hits);
+	}
+	return NV;
+}
+
 Candidates cone_candidates(vec3 dir)
 {
 	uint i = s_dir_vertex[gl_SubgroupID];
-	if (i < NV && (vertex(i) == dir || (SYMMETRIC != 0 && vertex(i) == -dir)))
+	if (!(i < NV && on_vertex(i, dir))) {
+		i = find_dir_vertex(dir);
+		set_dir_vertex(i);
+	}
+	if (i < NV)
 		return Candidates(cone_lists[i], cone_lists[i + 1u], true);
 	return Candidates(0u, NV, false);
 }
 
-uint candidate(Candidates c, uint a)
+// sphere.h's SPHERE_CONE_INSIDE: a listed vertex inside the cone in any
+// rounding, which needs no test (nor its vertex loaded).
+const uint CONE_INSIDE = 1u << 31;
+
+// Candidate a's word: its vertex, with CONE_INSIDE where listed so.
+uint candidate_word(Candidates c, uint a)
 {
 	return c.listed ? cone_lists[a] : a;
+}
+
+uint candidate(Candidates c, uint a)
+{
+	return candidate_word(c, a) & ~CONE_INSIDE;
 }
 
 // Candidate a of c (past the end: the last one) and whether it lies in
 // the cone.
 uint candidate_in_cone(Candidates c, uint a, vec3 dir, out bool inside)
 {
-	uint j = candidate(c, min(a, c.end - 1u));
-	inside = a < c.end && !outside_cone(j, dir);
+	uint word = candidate_word(c, min(a, c.end - 1u));
+	uint j = word & ~CONE_INSIDE;
+	inside = (word & CONE_INSIDE) != 0u;
+	if (!inside)
+		inside = !outside_cone(j, dir);
+	inside = inside && a < c.end;
 	return j;
 }
 
+// Whether the row keeps each entry's vertex behind the entries: where it
+// has room for as many as there are candidates.
+bool keeps_vertices(Candidates c)
+{
+	return 2u * (c.end - c.first) <= NV;
+}
+
 // The vertex of entry k of the n in the cone around dir: kept behind the
-// entries by cone_pmf where the row has room, else found again.
+// entries by cone_values where the row has room, else found again.
 uint entry_vertex(uint k, uint n, vec3 dir)
 {
-	if (2u * n <= NV)
-		return uint(s_pmf[gl_SubgroupID][NV - 1u - k]);
 	Candidates c = cone_candidates(dir);
+	if (keeps_vertices(c))
+		return uint(s_pmf[gl_SubgroupID][NV - 1u - k]);
 	for (uint at = c.first; at < c.end; at += SG) {
 		bool inside;
 		candidate_in_cone(c, at + gl_SubgroupInvocationID, dir, inside);
@@ -139,7 +191,7 @@ bool entry_outside_cone(uint k, vec3 dir)
 // pmf_threshold times odf_max interpolated (an upper bound: the PMF sums
 // non-negative weights times values, each at most its corner's largest):
 // every cone value then falls on the same side of either bound as of the
-// true floor. Otherwise the whole sphere's maximum is computed.
+// true floor. Otherwise the sphere is scanned for its maximum (sphere_max).
 PAGED_TABLE(odf_max, ODF_MAX_BINDING);
 
 // Rounding slack on the upper bound: the bound and the PMF may round their
@@ -155,19 +207,34 @@ float pmf_at(Corners c, PageSpot spots[8], uint j)
 	return v;
 }
 
-// The cone's vertices into the row (as floats, exact below 2^24), in index
-// order; returns how many.
-uint gather_cone(vec3 dir)
+// The PMF at the cone's vertices into the row, in index order, and where
+// keeps_vertices each entry's vertex behind them (as a float, exact below
+// 2^24): the two never meet, as an entry's index stays below the
+// candidates' count. Returns how many; lane_max: this lane's largest value,
+// lane_below: its largest below high (-1 where none).
+uint cone_values(Corners c, PageSpot spots[8], vec3 dir, float high, out float lane_max,
+		 out float lane_below)
 {
 	uint sg = gl_SubgroupID;
-	Candidates c = cone_candidates(dir);
+	Candidates cand = cone_candidates(dir);
+	bool keep = keeps_vertices(cand);
 	uint n = 0u;
-	for (uint at = c.first; at < c.end; at += SG) {
+	lane_max = 0.0;
+	lane_below = -1.0;
+	for (uint at = cand.first; at < cand.end; at += SG) {
 		bool inside;
-		uint j = candidate_in_cone(c, at + gl_SubgroupInvocationID, dir, inside);
+		uint j = candidate_in_cone(cand, at + gl_SubgroupInvocationID, dir, inside);
 		uvec4 cone = subgroupBallot(inside);
-		if (inside)
-			s_pmf[sg][n + subgroupBallotExclusiveBitCount(cone)] = float(j);
+		if (inside) {
+			uint k = n + subgroupBallotExclusiveBitCount(cone);
+			float v = pmf_at(c, spots, j);
+			s_pmf[sg][k] = v;
+			if (keep)
+				s_pmf[sg][NV - 1u - k] = float(j);
+			lane_max = max(lane_max, v);
+			if (v < high)
+				lane_below = max(lane_below, v);
+		}
 		n += subgroupBallotBitCount(cone);
 	}
 	subgroupMemoryBarrierShared();
@@ -175,52 +242,70 @@ uint gather_cone(vec3 dir)
 	return n;
 }
 
-// The largest PMF value on the whole sphere, all lanes alike (with
-// ODF_PAIR_LOADS a word of vertices per load, as pmf_from_odf()).
-float sphere_max(Corners c, PageSpot spots[8])
-{
-	float lane_max = 0.0;
 #if ODF_PAIR_LOADS
-	for (uint word = gl_SubgroupInvocationID; word < NV / WORD_VERTICES; word += SG) {
-		vec4 v = pmf_word(c, spots, word);
-		lane_max = max(lane_max, max(max(v.x, v.y), max(v.z, v.w)));
-	}
+const uint SPHERE_WORDS = NV / WORD_VERTICES;
 #else
-	for (uint j = gl_SubgroupInvocationID; j < NV; j += SG)
-		lane_max = max(lane_max, pmf_at(c, spots, j));
+const uint SPHERE_WORDS = NV;
 #endif
+
+// The largest PMF value of a word of vertices (with ODF_PAIR_LOADS as
+// pmf_from_odf() reads them, else one vertex).
+float word_max(Corners c, PageSpot spots[8], uint word)
+{
+#if ODF_PAIR_LOADS
+	vec4 v = pmf_word(c, spots, word);
+	return max(max(v.x, v.y), max(v.z, v.w));
+#else
+	return pmf_at(c, spots, word);
+#endif
+}
+
+// The largest PMF value on the whole sphere, all lanes alike, or a smaller
+// one, at least cone_max, once pmf_threshold times it exceeds undecided (the
+// largest cone value between the bounds): that floor leaves every cone value
+// on the side the whole sphere's floor does (those between the bounds below
+// both, the rest outside the bounds), and the scan stops early.
+float sphere_max(Corners c, PageSpot spots[8], float cone_max, float undecided)
+{
+	float lane_max = cone_max;
+	for (uint base = 0u; base < SPHERE_WORDS; base += SG) {
+		uint word = base + gl_SubgroupInvocationID;
+		if (word < SPHERE_WORDS)
+			lane_max = max(lane_max, word_max(c, spots, word));
+		if (subgroupAny(pc.pmf_threshold * lane_max > undecided))
+			break;
+	}
 	return subgroupMax(lane_max);
 }
 
 float cone_pmf(Corners c, vec3 dir, out uint n)
 {
-	uint sg = gl_SubgroupID;
 	PageSpot spots[8];
 	float bound = 0.0;
+#if CORNER_LANES
+	uint lane_voxel = lane_corner_voxel(c);
+	PageSpot lane_spot = PAGE_SPOT(odf, lane_voxel);
+	[[unroll]] for (uint q = 0u; q < 8u; q++)
+		spots[q] = PageSpot(subgroupBroadcast(lane_spot.page, q),
+				    subgroupBroadcast(lane_spot.base, q));
+	bound = corner_lanes_sum(c, page_f32(PAGE_SPOT(odf_max, lane_voxel), 0u));
+#else
 	[[unroll]] for (int q = 0; q < 8; q++) {
 		spots[q] = PAGE_SPOT(odf, c.voxel[q]);
 		bound += c.weight[q] * page_f32(PAGE_SPOT(odf_max, c.voxel[q]), 0u);
 	}
-	n = gather_cone(dir);
-	float lane_max = 0.0;
-	for (uint k = gl_SubgroupInvocationID; k < n; k += SG) {
-		uint j = uint(s_pmf[sg][k]);
-		float v = pmf_at(c, spots, j);
-		s_pmf[sg][k] = v;
-		// Where the row has room, the vertex goes behind the entries,
-		// past any still to be read, for entry_vertex.
-		if (2u * n <= NV)
-			s_pmf[sg][NV - 1u - k] = float(j);
-		lane_max = max(lane_max, v);
-	}
-	float low = pc.pmf_threshold * subgroupMax(lane_max);
+#endif
 	float high = pc.pmf_threshold * (bound * BOUND_SLACK);
-	bool undecided = false;
-	for (uint k = gl_SubgroupInvocationID; k < n; k += SG)
-		undecided = undecided || (s_pmf[sg][k] >= low && s_pmf[sg][k] < high);
-	if (!subgroupAny(undecided))
+	float lane_max, lane_below;
+	n = cone_values(c, spots, dir, high, lane_max, lane_below);
+	float cone_max = subgroupMax(lane_max);
+	float low = pc.pmf_threshold * cone_max;
+	// A value lies between the bounds exactly when the largest below high
+	// is at least low.
+	float undecided = subgroupMax(lane_below);
+	if (undecided < low)
 		return low;
-	return pc.pmf_threshold * sphere_max(c, spots);
+	return pc.pmf_threshold * sphere_max(c, spots, cone_max, undecided);
 }
 #else
 // GPUs: the PMF on the whole sphere, which also gives the floor, read a

@@ -203,9 +203,13 @@ uint stop_reason_at(vec3 p, uvec4 counter)
 	Corners c;
 	if (!corners_at(p, pc.dim, c))
 		return STOP_OUTSIDE;
+#if CORNER_LANES
+	float v = corner_lanes_sum(c, page_f32(PAGE_SPOT(fa, lane_corner_voxel(c)), 0));
+#else
 	float v = 0.0;
 	for (int q = 0; q < 8; q++)
 		v += c.weight[q] * page_f32(PAGE_SPOT(fa, c.voxel[q]), 0);
+#endif
 	return v > pc.fa_threshold ? STILL_TRACKING : STOP_MAP;
 }
 #endif

@@ -436,6 +436,19 @@ static bool skip_zero_scans(const struct gpu_limits *lim)
 	return gpu_cpu_kernels(lim);
 }
 
+/* Whether a value at the 8 corners of an interpolation, which every lane of
+ * a subgroup needs (the stop map's, the ODF's page spots and maxima), is
+ * loaded once per corner, lane q loading corner q, and passed between the
+ * lanes (CORNER_LANES, interp.glsl): on CPU devices (lavapipe) each lane's
+ * load is a scalar load of its own, so every lane loading all 8 corners costs
+ * 8 times the loads. The corners are summed in the same order, so the
+ * streamlines stay the same to the bit. Needs a lane per corner. GPUs load
+ * a subgroup's equal addresses together and keep the plain loops. */
+static bool corner_lanes(const struct gpu_limits *lim, uint32_t subgroup)
+{
+	return gpu_cpu_kernels(lim) && subgroup >= 8;
+}
+
 /* odf.glsl's ODF_STORAGE codes. */
 static int odf_storage_code(enum jobspec_odf_storage storage)
 {
@@ -588,6 +601,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 	define(&d, "MAX_PEAKS", plan->max_peaks);
 	define(&d, "SYMMETRIC", inputs_symmetric(in));
 	define(&d, "LOOP_LIMITED", gpu_get_limits(src->gpu)->loop_limited);
+	define(&d, "CORNER_LANES", corner_lanes(gpu_get_limits(src->gpu), plan->subgroup));
 	define(&d, "STOPPING", job->stopping);
 	/* Off, the kernels are today's; on, the weight is a push constant, so
 	 * that each weight does not compile a pipeline of its own. */

@@ -905,13 +905,27 @@ out:
 	return rc;
 }
 
-/* Whether vertex j lies within the cone of vertex i, with the margin. */
-static bool in_cone_list(const struct sphere *s, int i, int j, double cos_max, bool axial)
+/* The cosine of vertices i and j (its absolute value when axial). */
+static double cone_cos(const struct sphere *s, int i, int j, bool axial)
 {
 	const float *a = &s->vertices[3 * i], *b = &s->vertices[3 * j];
 	double c = (double)a[0] * b[0] + (double)a[1] * b[1] + (double)a[2] * b[2];
 
-	return (axial ? fabs(c) : c) >= cos_max - SPHERE_CONE_MARGIN;
+	return axial ? fabs(c) : c;
+}
+
+/* Whether vertex j lies within the cone of vertex i, with the margin. */
+static bool in_cone_list(const struct sphere *s, int i, int j, double cos_max, bool axial)
+{
+	return cone_cos(s, i, j, axial) >= cos_max - SPHERE_CONE_MARGIN;
+}
+
+/* j's word in i's list: SPHERE_CONE_INSIDE where no rounding takes j out. */
+static uint32_t cone_list_word(const struct sphere *s, int i, int j, double cos_max, bool axial)
+{
+	bool surely = cone_cos(s, i, j, axial) >= cos_max + SPHERE_CONE_MARGIN;
+
+	return (uint32_t)j | (surely ? SPHERE_CONE_INSIDE : 0u);
 }
 
 int sphere_cone_lists(const struct sphere *s, double cos_max, bool axial, uint32_t **ret,
@@ -935,7 +949,7 @@ int sphere_cone_lists(const struct sphere *s, double cos_max, bool axial, uint32
 		lists[i] = (uint32_t)words;
 		for (int j = 0; j < s->nv; j++)
 			if (in_cone_list(s, i, j, cos_max, axial))
-				lists[words++] = (uint32_t)j;
+				lists[words++] = cone_list_word(s, i, j, cos_max, axial);
 	}
 	lists[s->nv] = (uint32_t)words;
 	*ret = lists;

@@ -48,9 +48,15 @@ int sphere_from_vertices(const double *xyz, int nv, const char *field,
  * round in. */
 #define SPHERE_CONE_MARGIN 1e-4
 
+/* Marks a listed vertex whose cosine is at least cos_max plus
+ * SPHERE_CONE_MARGIN: inside the cone in any float arithmetic, so that its
+ * user need not test it again (on CPU devices each test loads the vertex). */
+#define SPHERE_CONE_INSIDE (1u << 31)
+
 /* The vertices near each vertex, for a search within a cone: per vertex i,
  * every j (i included) whose cosine with i (its absolute value when axial)
- * is at least cos_max less SPHERE_CONE_MARGIN, in index order. One array of
+ * is at least cos_max less SPHERE_CONE_MARGIN, in index order, those at
+ * least cos_max plus the margin or'ed with SPHERE_CONE_INSIDE. One array of
  * *n_words words: nv + 1 offsets into the array itself (i's list runs from
  * word [i] to word [i + 1]), then the lists. Takes nv^2 dot products.
  * Returns 0, -ENOMEM, -E2BIG past 2^32 words. */

@@ -567,7 +567,8 @@ static void test_free_accepts_zeroed_and_freed(void **state)
 }
 
 /* Each list holds exactly the vertices within the angle (and those within
- * the margin below it), in index order, for the axis and for the direction. */
+ * the margin below it), in index order, for the axis and for the direction,
+ * those a margin inside marked. */
 static void test_cone_lists(void **state)
 {
 	struct sphere s;
@@ -577,7 +578,7 @@ static void test_cone_lists(void **state)
 	assert_int_equal(sphere_builtin("repulsion724", &s, NULL), 0);
 	for (int axial = 0; axial < 2; axial++) {
 		uint32_t *lists;
-		size_t n_words, listed = 0;
+		size_t n_words, listed = 0, inside = 0;
 		assert_int_equal(sphere_cone_lists(&s, cos_max, axial, &lists, &n_words), 0);
 		assert_int_equal(lists[0], s.nv + 1);
 		assert_int_equal(lists[s.nv], n_words);
@@ -589,8 +590,11 @@ static void test_cone_lists(void **state)
 					   (double)a[2] * b[2];
 				double near = axial ? fabs(c) : c;
 				if (near >= cos_max - SPHERE_CONE_MARGIN) {
+					uint32_t surely = near >= cos_max + SPHERE_CONE_MARGIN ?
+								  SPHERE_CONE_INSIDE : 0u;
 					assert_true(at < lists[i + 1]);
-					assert_int_equal(lists[at++], j);
+					assert_int_equal(lists[at++], (uint32_t)j | surely);
+					inside += surely != 0;
 				}
 			}
 			assert_int_equal(at, lists[i + 1]);
@@ -600,6 +604,8 @@ static void test_cone_lists(void **state)
 		double share = (double)listed / ((double)s.nv * s.nv);
 		assert_true(share > (axial ? 0.12 : 0.06));
 		assert_true(share < (axial ? 0.15 : 0.075));
+		/* Only vertices on the cone's edge are left to test. */
+		assert_true(inside > listed * 9 / 10);
 		free(lists);
 	}
 	sphere_free(&s);
