@@ -103,13 +103,14 @@ static int64_t slab_planes(const struct odf_stream *s, size_t k)
 }
 
 /* Slab k into v (room for SLAB_PLANES planes): read, clipped, its
- * symmetry in *symmetric. */
+ * symmetry in *symmetric (true where the read fails). */
 static int read_slab(const struct odf_stream *s, size_t k, const struct volume *v,
 		     bool *symmetric, struct errbuf *err)
 {
 	struct volume view = *v;
 	int r;
 
+	*symmetric = true;
 	view.dim[2] = slab_planes(s, k);
 	r = volume_slabs_read(s->file, (int64_t)k * SLAB_PLANES, &view, err);
 	if (r == 0)
