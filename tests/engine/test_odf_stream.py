@@ -64,9 +64,9 @@ def _job(directory, odf, **tracking):
     return job
 
 
-def _run(tractd, directory, name, odf, *args, **tracking):
+def _run(tractd, directory, name, odf, *args, env=None, **tracking):
     proc, trk, stats = run_job(tractd, _job(directory, odf, **tracking), directory, name=name,
-                               extra_args=("--max-chunk-seeds", CHUNK, "-v", *args))
+                               extra_args=("--max-chunk-seeds", CHUNK, "-v", *args), env=env)
     return proc, trk.read_bytes(), json.loads(stats.read_text())
 
 

@@ -16,7 +16,6 @@ The phantom is 21x19x37 (slabs of 8, 8, 8, 8 and 5 planes), its planes
 varied along z as test_odf_stream.py's are.
 """
 import gzip
-import json
 import re
 import shutil
 from pathlib import Path
@@ -26,10 +25,9 @@ import numpy as np
 import pytest
 
 from conftest import run_cli, run_job
-from test_odf_stream import _stack_along_z, _with_nan
+from test_odf_stream import N_SEEDS, _job, _stack_along_z, _with_nan
+from test_odf_stream import _run as stream_run
 
-N_SEEDS = 300
-CHUNK = "50"
 EXIT_INVALID = 3
 GPU = {"TRACTD_GPU_KERNELS": "1"}
 RAW = "ODF transposed on the GPU"
@@ -80,22 +78,10 @@ def phantom_dir(tractd, tmp_path_factory):
     return directory
 
 
-def _job(directory, odf, **tracking):
-    job = json.loads((directory / "ph" / "job.json").read_text())
-    for key in ("odf", "stop_map"):
-        job["inputs"][key] = str(directory / "ph" / job["inputs"][key])
-    job["inputs"]["odf"] = str(directory / "ph" / odf)
-    job["seeds"] = {"roi": str(directory / "ph" / job["seeds"]["roi"]), "count": N_SEEDS,
-                    "rng_seed": 0}
-    job["tracking"].update(tracking)
-    return job
-
-
 def _run(tractd, directory, name, odf, *args, env=None, **tracking):
-    proc, trk, stats = run_job(tractd, _job(directory, odf, **tracking), directory, name=name,
-                               extra_args=("--max-chunk-seeds", CHUNK, "-v", *args),
-                               env=dict(GPU, **(env or {})))
-    return proc, trk.read_bytes(), json.loads(stats.read_text())
+    """test_odf_stream's run of the phantom's job, with lavapipe as a GPU device."""
+    return stream_run(tractd, directory, name, odf, *args, env=dict(GPU, **(env or {})),
+                      **tracking)
 
 
 def _symmetric(proc):
