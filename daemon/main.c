@@ -706,9 +706,13 @@ static int write_stats_json(const char *path, const struct engine_stats *s,
  * succeeded, so a failed job never leaves a truncated tractogram behind.
  * A TCK job's seeds (output.save_seeds) go the same way to FILE.seeds.txt:
  * a name derived from the output, so -o and output.path both place it
- * without another option, and it sits next to the tractogram it indexes. */
+ * without another option, and it sits next to the tractogram it indexes.
+ * stdout ("-"), and a path that names no regular file (/dev/null, a FIFO),
+ * are written in place: FILE.tmp would be a new regular file, renamed over
+ * the device at the end (and /dev/ is no place to create one). */
 struct output_file {
 	FILE *f;
+	bool in_place;          /* written where it is, no FILE.tmp */
 	char tmp[PATH_MAX];
 	const char *path;
 	FILE *seeds;            /* NULL unless a TCK job saves seeds */
@@ -716,12 +720,26 @@ struct output_file {
 	char seeds_path[PATH_MAX];
 };
 
+/* Whether path exists as something other than a regular file. */
+static bool names_no_regular_file(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+}
+
 static int output_open(struct output_file *o, const char *path)
 {
 	o->path = path;
 	if (strcmp(path, "-") == 0) {
 		o->f = stdout;
+		o->in_place = true;
 		return 0;
+	}
+	if (names_no_regular_file(path)) {
+		o->f = fopen(path, "wb");
+		o->in_place = true;
+		return o->f ? 0 : -errno;
 	}
 	if (snprintf(o->tmp, sizeof(o->tmp), "%s.tmp", path) >= (int)sizeof(o->tmp))
 		return -ENAMETOOLONG;
@@ -735,9 +753,10 @@ static int seeds_open(struct output_file *o, const struct jobspec *spec, struct 
 {
 	if (!spec->save_seeds || spec->output_format != OUTPUT_TCK)
 		return 0;
-	if (o->f == stdout)
+	if (o->in_place)
 		return errbuf_set(err, -EINVAL, "output.save_seeds", "a TCK job writes its seeds to "
-				  "OUTPUT.seeds.txt, which needs an output file, not stdout");
+				  "OUTPUT.seeds.txt, which needs a regular output file, not %s",
+				  o->f == stdout ? "stdout" : o->path);
 	if (snprintf(o->seeds_path, sizeof(o->seeds_path), "%s.seeds.txt", o->path) >=
 		    (int)sizeof(o->seeds_path) ||
 	    snprintf(o->seeds_tmp, sizeof(o->seeds_tmp), "%s.tmp", o->seeds_path) >=
@@ -775,6 +794,8 @@ static int output_close(struct output_file *o, bool success)
 
 	if (o->f == stdout)
 		return fflush(stdout) == 0 ? 0 : -EIO;
+	if (o->in_place)
+		return fclose(o->f) == 0 ? 0 : -EIO;
 	if (fclose(o->f) != 0)
 		r = -EIO;
 	/* The seeds first: a tractogram in place without its seeds would look whole. */

@@ -4,7 +4,8 @@
 - Vulkan problems (no driver, bad --device) fail with exit 1 and a message
   naming the device, leaving no output behind;
 - the pipeline cache option (a path, 'none');
-- output handling: standard output, atomic writes, unwritable paths;
+- output handling: standard output, atomic writes, unwritable paths, paths
+  that are no regular file (a FIFO, a directory);
 - the documented command-line contract: --help, --version, usage errors,
   `tractd phantom` and its errors (scripts/demo.sh: test_examples.py).
 
@@ -273,6 +274,41 @@ def test_failed_job_leaves_no_output(tractd, phantom, tmp_path, case):
     assert_fails(proc, code, pattern)
     assert files_in(outdir) == ["tracks.trk"]
     assert out.read_bytes() == old
+
+
+def test_output_to_a_fifo(tractd, job_file, reference, tmp_path):
+    """A path that is no regular file (a FIFO here; /dev/null is the common
+    one) is written in place: the reader gets the file run's TRK, and the FIFO
+    is still a FIFO afterwards, with no FIFO.tmp beside it. Written through
+    FIFO.tmp and renamed, the reader would wait for ever and the FIFO would
+    become a regular file (as root, `-o /dev/null` replaced /dev/null)."""
+    ref_trk, _ = reference
+    outdir, copy = tmp_path / "out", tmp_path / "read.trk"
+    outdir.mkdir()
+    fifo = outdir / "tracks.trk"
+    os.mkfifo(fifo)
+    with open(copy, "wb") as sink, subprocess.Popen(["cat", str(fifo)], stdout=sink) as reader:
+        proc = run_cli(tractd, ["run", job_file, "-o", fifo, "--pipeline-cache", "none"])
+        try:
+            reader.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            reader.kill()
+            raise AssertionError(f"the FIFO's reader got no end; tractd: {proc.stderr}")
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert Path(fifo).is_fifo() and files_in(outdir) == ["tracks.trk"]
+    # Not seekable: n_count may stay 0, as through a pipe.
+    got, ref = copy.read_bytes(), ref_trk.read_bytes()
+    assert got[:TRK_N_COUNT.start] == ref[:TRK_N_COUNT.start]
+    assert got[TRK_N_COUNT.stop:] == ref[TRK_N_COUNT.stop:]
+
+
+def test_output_to_a_directory(tractd, job_file, tmp_path):
+    """-o naming a directory fails before tracking, naming output.path and
+    the reason, and leaves the directory as it was."""
+    proc = run_cli(tractd, ["run", job_file, "-o", tmp_path, "--pipeline-cache", "none"])
+    # "cannot create": at the open, not "cannot write" at the end of the job.
+    assert_fails(proc, EXIT_RUNTIME, r"output\.path: cannot create .*Is a directory")
+    assert files_in(tmp_path) == []
 
 
 def test_output_into_missing_directory(tractd, job_file, tmp_path):
