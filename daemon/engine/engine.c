@@ -853,6 +853,11 @@ struct job_run {
 	struct write_slot slots[WRITE_SLOTS];
 	unsigned next_fill, next_write;   /* the slot tracked into next, written next */
 	bool tracking_done;          /* no more slots will be filled */
+	/* Where the device's threads waited (its debug line at the end):
+	 * tracking for a slot its writer still writes; the writer for the
+	 * chunks before its own, tracked by other devices, to be written. */
+	double slot_wait_seconds, turn_wait_seconds;
+	double tracked_seconds, written_seconds;   /* its threads' ends, from the run's start */
 	struct errbuf err;           /* the tracking thread's */
 	struct errbuf write_err;     /* the writer thread's */
 	pthread_t thread, writer;
@@ -1340,6 +1345,7 @@ static void init_bindings(const struct job_run *run, struct gpu_buffer **b)
 static int wait_turn(struct job_run *run, uint64_t chunk, struct errbuf *err)
 {
 	struct run_shared *sh = run->sh;
+	double t0 = timing_now();
 	int r = 0;
 
 	pthread_mutex_lock(&sh->lock);
@@ -1348,6 +1354,7 @@ static int wait_turn(struct job_run *run, uint64_t chunk, struct errbuf *err)
 	if (sh->turn != chunk)
 		r = errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
 	pthread_mutex_unlock(&sh->lock);
+	run->turn_wait_seconds += timing_now() - t0;
 	return r;
 }
 
@@ -1357,6 +1364,7 @@ static struct write_slot *take_slot(struct job_run *run)
 {
 	struct run_shared *sh = run->sh;
 	struct write_slot *w;
+	double t0 = timing_now();
 
 	pthread_mutex_lock(&sh->lock);
 	while (run->slots[run->next_fill].full && !sh->error)
@@ -1364,6 +1372,7 @@ static struct write_slot *take_slot(struct job_run *run)
 	w = sh->error ? NULL : &run->slots[run->next_fill];
 	run->next_fill = (run->next_fill + 1) % WRITE_SLOTS;
 	pthread_mutex_unlock(&sh->lock);
+	run->slot_wait_seconds += timing_now() - t0;
 	return w;
 }
 
@@ -1856,12 +1865,14 @@ static void *track_chunks(void *arg)
 		r = run_chunk(run, first, n, &run->err);
 	if (r < 0)
 		fail_run(sh, r, &run->err);
+	run->tracked_seconds = timing_now() - sh->t0;
 	pthread_mutex_lock(&sh->lock);
 	run->tracking_done = true;
 	pthread_cond_broadcast(&sh->changed);
 	pthread_mutex_unlock(&sh->lock);
 	if (run->writer_started)
 		pthread_join(run->writer, NULL);
+	run->written_seconds = timing_now() - sh->t0;
 	return NULL;
 }
 
@@ -2183,6 +2194,17 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 	total->gpu_work_reused_bytes += dev->gpu_work_reused_bytes;
 }
 
+/* Where a device's time went: with several devices, what keeps the run's
+ * wall time above each one's kernels. */
+static void log_device_waits(const struct job_run *run, size_t index)
+{
+	log_debug("device %zu: %llu chunk(s), tracked by %.3f s and written by %.3f s from the "
+		  "run's start; kernels %.3f s; its tracking waited %.3f s for a write slot, its "
+		  "writer %.3f s for the chunks before its own", index,
+		  (unsigned long long)run->stats.chunks, run->tracked_seconds, run->written_seconds,
+		  run->stats.kernel_seconds, run->slot_wait_seconds, run->turn_wait_seconds);
+}
+
 const char *engine_kernel_key(enum engine_kernel kernel)
 {
 	static const char *const keys[ENGINE_KERNELS] = {
@@ -2283,8 +2305,10 @@ int engine_run(const struct engine_device *devs, size_t n_devs, const struct job
 					    "cannot finish the tractogram: %s", strerror(-fr));
 	}
 	for (size_t i = 0; i < n_devs; i++) {
-		if (runs[i].gpu)
+		if (runs[i].gpu) {
+			log_device_waits(&runs[i], i);
 			free_device_run(&runs[i]);
+		}
 		add_device_stats(stats, &runs[i].stats);
 	}
 	pthread_cond_destroy(&sh.changed);

@@ -77,6 +77,30 @@ def test_device_seconds_are_the_kernels_on_the_devices_clock(tractd, small_job, 
                      proc.stderr), proc.stderr
 
 
+def test_each_device_says_where_its_time_went(tractd, small_job, tmp_path):
+    """-v: each device's line at the end of a run (two logical devices on
+    lavapipe here) gives its chunks, when its tracking and its writing ended,
+    its kernels' seconds and its threads' waits, consistent with the run's
+    statistics: the chunks add up, each device's kernels are within its
+    tracking's time, and the waits within the run."""
+    stats = tmp_path / "stats.json"
+    proc = run_cli(tractd, ["-v", "run", small_job, "-o", tmp_path / "out.trk", "--stats-json",
+                            stats, "--pipeline-cache", "none", "--device", "0,0",
+                            "--max-chunk-seeds", "50"], check=True)
+    doc = json.loads(stats.read_text())
+    lines = re.findall(r"device (\d+): (\d+) chunk\(s\), tracked by ([0-9.]+) s and written by "
+                       r"([0-9.]+) s from the run's start; kernels ([0-9.]+) s; its tracking "
+                       r"waited ([0-9.]+) s for a write slot, its writer ([0-9.]+) s for the "
+                       r"chunks before its own", proc.stderr)
+    assert [int(line[0]) for line in lines] == [0, 1], proc.stderr
+    assert sum(int(line[1]) for line in lines) == doc["chunks"], (lines, doc)
+    assert abs(sum(float(line[4]) for line in lines) - doc["seconds"]["kernels"]) < 0.01, lines
+    run_wall = doc["seconds"]["track"] + doc["seconds"]["encode"] + doc["seconds"]["write"]
+    for _, _, tracked, written, kernels, slot_wait, turn_wait in lines:
+        assert 0 < float(kernels) <= float(tracked) <= float(written) <= run_wall + 0.01, lines
+        assert float(slot_wait) + float(turn_wait) <= run_wall, lines
+
+
 def test_log_without_verbose_has_no_progress(tractd, small_job, tmp_path):
     """A log at the default level stays free of progress lines."""
     proc = run_cli(tractd, ["run", small_job, "-o", tmp_path / "out.trk",
