@@ -746,6 +746,14 @@ static int mkdir_parents(const char *path)
 	return r;
 }
 
+/* A temporary name beside path, for a file renamed over it once written:
+ * one per process and context, since two devices of one process (closed
+ * at once, or compiling the same shader) may write the same path. */
+static void temporary_name(char *tmp, size_t len, const char *path, const struct gpu_ctx *ctx)
+{
+	snprintf(tmp, len, "%s.%d.%lx.tmp", path, (int)getpid(), (unsigned long)(uintptr_t)ctx);
+}
+
 /* Best effort: a cache that cannot be written only costs compile time later. */
 static void save_pipeline_cache(struct gpu_ctx *ctx)
 {
@@ -764,7 +772,7 @@ static void save_pipeline_cache(struct gpu_ctx *ctx)
 		goto out;
 	if (mkdir_parents(ctx->pipeline_cache_path) < 0)
 		goto out;
-	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", ctx->pipeline_cache_path, (int)getpid());
+	temporary_name(tmp, sizeof(tmp), ctx->pipeline_cache_path, ctx);
 	f = fopen(tmp, "wb");
 	if (!f)
 		goto out;
@@ -1771,7 +1779,7 @@ static void spirv_cache_save(const struct gpu_ctx *ctx, const char *key, const u
 
 	if (!spirv_cache_path(ctx, key, path, sizeof(path)) || mkdir_parents(path) < 0)
 		return;
-	snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+	temporary_name(tmp, sizeof(tmp), path, ctx);
 	f = fopen(tmp, "wb");
 	if (!f)
 		return;
