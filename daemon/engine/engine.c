@@ -857,6 +857,7 @@ struct job_run {
 	 * tracking for a slot its writer still writes; the writer for the
 	 * chunks before its own, tracked by other devices, to be written. */
 	double slot_wait_seconds, turn_wait_seconds;
+	double listing_seconds;      /* its chunks' seeds and lists, pass 1 left out */
 	double tracked_seconds, written_seconds;   /* its threads' ends, from the run's start */
 	struct errbuf err;           /* the tracking thread's */
 	struct errbuf write_err;     /* the writer thread's */
@@ -1662,7 +1663,7 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 	struct job_host *h = &run->h;
 	struct gpu_buffer *buffers[MAX_BINDINGS];
 	uint64_t n_lines;
-	double t0 = timing_now();
+	double t0 = timing_now(), t_init, t_listing;
 	int r = seeds_fill(run->sh->seeds, first_seed, n_seeds, h->seed_xyz);
 
 	init_bindings(run, buffers);
@@ -1673,15 +1674,18 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 				  (unsigned long long)first_seed,
 				  (unsigned long long)(first_seed + n_seeds));
 	r = gpu_upload(run->gpu, g->seeds, 0, h->seed_xyz, 12 * n_seeds, err);
+	t_init = timing_now();
 	if (r == 0)
 		r = dispatch_items(run, ENGINE_KERNEL_INIT, g->init, buffers, 0, n_seeds,
 				   NULL, err);
+	t_listing = timing_now();
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ndirs, 0, h->ndirs, 4 * n_seeds, err);
 	if (r < 0)
 		return r;
 	n_lines = build_lines(run, first_seed, n_seeds);
 	run->chunk_lines = n_lines;
+	run->listing_seconds += (t_init - t0) + (timing_now() - t_listing);
 	log_debug("chunk %llu: %llu seeds, %llu streamlines, listed in %.4f s",
 		  (unsigned long long)run->chunk, (unsigned long long)n_seeds,
 		  (unsigned long long)n_lines, timing_now() - t0);
@@ -2199,10 +2203,11 @@ static void add_device_stats(struct engine_stats *total, const struct engine_sta
 static void log_device_waits(const struct job_run *run, size_t index)
 {
 	log_debug("device %zu: %llu chunk(s), tracked by %.3f s and written by %.3f s from the "
-		  "run's start; kernels %.3f s; its tracking waited %.3f s for a write slot, its "
-		  "writer %.3f s for the chunks before its own", index,
-		  (unsigned long long)run->stats.chunks, run->tracked_seconds, run->written_seconds,
-		  run->stats.kernel_seconds, run->slot_wait_seconds, run->turn_wait_seconds);
+		  "run's start; kernels %.3f s; its chunks' seeds and lists %.3f s; its tracking "
+		  "waited %.3f s for a write slot, its writer %.3f s for the chunks before its own",
+		  index, (unsigned long long)run->stats.chunks, run->tracked_seconds,
+		  run->written_seconds, run->stats.kernel_seconds, run->listing_seconds,
+		  run->slot_wait_seconds, run->turn_wait_seconds);
 }
 
 const char *engine_kernel_key(enum engine_kernel kernel)

@@ -89,16 +89,17 @@ def test_each_device_says_where_its_time_went(tractd, small_job, tmp_path):
                             "--max-chunk-seeds", "50"], check=True)
     doc = json.loads(stats.read_text())
     lines = re.findall(r"device (\d+): (\d+) chunk\(s\), tracked by ([0-9.]+) s and written by "
-                       r"([0-9.]+) s from the run's start; kernels ([0-9.]+) s; its tracking "
-                       r"waited ([0-9.]+) s for a write slot, its writer ([0-9.]+) s for the "
+                       r"([0-9.]+) s from the run's start; kernels ([0-9.]+) s; its chunks' seeds and "
+                       r"lists ([0-9.]+) s; its tracking waited ([0-9.]+) s for a write slot, its writer ([0-9.]+) s for the "
                        r"chunks before its own", proc.stderr)
     assert [int(line[0]) for line in lines] == [0, 1], proc.stderr
     assert sum(int(line[1]) for line in lines) == doc["chunks"], (lines, doc)
     assert abs(sum(float(line[4]) for line in lines) - doc["seconds"]["kernels"]) < 0.01, lines
     run_wall = doc["seconds"]["track"] + doc["seconds"]["encode"] + doc["seconds"]["write"]
-    for _, _, tracked, written, kernels, slot_wait, turn_wait in lines:
+    for _, _, tracked, written, kernels, listing, slot_wait, turn_wait in lines:
         assert 0 < float(kernels) <= float(tracked) <= float(written) <= run_wall + 0.01, lines
-        assert float(slot_wait) + float(turn_wait) <= run_wall, lines
+        assert float(kernels) + float(listing) + float(slot_wait) <= float(tracked) + 0.01, lines
+        assert float(turn_wait) <= run_wall, lines
 
 
 def test_log_without_verbose_has_no_progress(tractd, small_job, tmp_path):
