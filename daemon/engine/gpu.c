@@ -873,6 +873,8 @@ void gpu_drop_spares(struct gpu_ctx *ctx)
 
 void gpu_close(struct gpu_ctx *ctx)
 {
+	double t0 = timing_now(), t_buffers = t0, t_device = t0;
+
 	if (!ctx)
 		return;
 	if (ctx->device) {
@@ -883,12 +885,14 @@ void gpu_close(struct gpu_ctx *ctx)
 			destroy_pipeline(ctx->device, ctx->pipelines);
 			ctx->pipelines = next;
 		}
+		t_buffers = timing_now();
 		while (ctx->buffers) {
 			struct gpu_buffer *next = ctx->buffers->next;
 			destroy_buffer(ctx->device, ctx->buffers);
 			ctx->buffers = next;
 		}
 		gpu_drop_spares(ctx);
+		t_device = timing_now();
 		if (ctx->pipeline_cache)
 			vkDestroyPipelineCache(ctx->device, ctx->pipeline_cache, NULL);
 		if (ctx->descriptor_pool)
@@ -903,6 +907,9 @@ void gpu_close(struct gpu_ctx *ctx)
 		if (ctx->command_pool)
 			vkDestroyCommandPool(ctx->device, ctx->command_pool, NULL);
 		vkDestroyDevice(ctx->device, NULL);
+		log_debug("%s closed in %.3f s: its buffers freed in %.3f s, the device destroyed "
+			  "in %.3f s", ctx->limits.device_name, timing_now() - t0,
+			  t_device - t_buffers, timing_now() - t_device);
 	}
 	if (ctx->instance)
 		vkDestroyInstance(ctx->instance, NULL);
