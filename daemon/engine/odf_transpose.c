@@ -236,43 +236,54 @@ static void drop_shared(struct gpu_ctx *gpu, struct odf_transpose *t)
 	}
 }
 
+/* This device's imports of the shared buffers; false (logged) where it
+ * cannot import them. */
+static bool import_shared(struct gpu_ctx *gpu, struct odf_transpose *t,
+			  const struct odf_share *share, double *seconds)
+{
+	struct errbuf err = { 0 };
+	double t0 = timing_now();
+	int r = 0;
+
+	for (size_t i = 0; i < ODF_SHARE_BUFFERS && r == 0; i++)
+		r = gpu_buffer_import_host(gpu, share->buffers[i], share->bytes, &t->shared[i], &err);
+	*seconds = timing_now() - t0;
+	if (r < 0)
+		log_debug("%s cannot import the ODF's shared host copy (%s)",
+			  gpu_get_limits(gpu)->device_name, err.message);
+	return r == 0;
+}
+
 /* Imports the stream's shared host copies where two or more devices read
- * the file raw and every one can (chunks then the same on all: the
- * smallest scratch buffer's), else this device reads the file itself.
- * Errors: -ECANCELED only (another device failed). */
+ * the file raw and every one can (chunks then the same on all), else this
+ * device reads the file itself. Errors: -ECANCELED only (another device
+ * failed). */
 static int share_host_copy(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbuf *err)
 {
+	const char *device = gpu_get_limits(gpu)->device_name, *why_not = NULL;
 	struct odf_share share;
-	struct errbuf import_err = { 0 };
-	const char *why_not = NULL;
+	double seconds;
 	int r = odf_stream_share_offer(t->stream, t->chunk_voxels, gpu_host_import_alignment(gpu),
 				       &share, err);
 
 	if (r < 0 || share.readers == 0) {
 		if (r == 0 && share.why_not)
-			log_debug("%s reads the ODF's file itself: %s",
-				  gpu_get_limits(gpu)->device_name, share.why_not);
+			log_debug("%s reads the ODF's file itself: %s", device, share.why_not);
 		return r;
 	}
-	for (size_t i = 0; i < ODF_SHARE_BUFFERS && r == 0; i++)
-		r = gpu_buffer_import_host(gpu, share.buffers[i], share.bytes, &t->shared[i],
-					   &import_err);
-	if (r < 0)
-		log_debug("%s cannot import the ODF's shared host copy (%s)",
-			  gpu_get_limits(gpu)->device_name, import_err.message);
-	r = odf_stream_share_agree(t->stream, r == 0, &why_not, err);
+	r = odf_stream_share_agree(t->stream, import_shared(gpu, t, &share, &seconds), &why_not,
+				   err);
 	if (r <= 0) {
 		drop_shared(gpu, t);
 		if (r == 0)
-			log_debug("%s reads the ODF's file itself: %s",
-				  gpu_get_limits(gpu)->device_name, why_not);
+			log_debug("%s reads the ODF's file itself: %s", device, why_not);
 		return r;
 	}
 	t->sharers = share.readers;
 	t->chunk_voxels = share.chunk_voxels;
 	log_debug("%s reads the ODF from the host copy shared by %zu devices (%d buffers of "
-		  "%.1f MiB, chunks of %llu voxels)", gpu_get_limits(gpu)->device_name,
-		  t->sharers, ODF_SHARE_BUFFERS, (double)share.bytes / (1 << 20),
+		  "%.1f MiB imported in %.3f s, chunks of %llu voxels)", device, t->sharers,
+		  ODF_SHARE_BUFFERS, (double)share.bytes / (1 << 20), seconds,
 		  (unsigned long long)t->chunk_voxels);
 	return 0;
 }

@@ -33,6 +33,14 @@
 /* The least a thread of the filler copies (odf_stream_share_*). */
 #define SHARE_FILL_MIN_BYTES (4u << 20)
 
+/* A shared buffer at most: its chunk's copy from the file, on threads,
+ * overlaps the devices' copies of the one before and their kernels; the
+ * buffers are pinned by each import (the first import faulting their
+ * pages in), so two whole HCP-sized slabs (1.2 GB) would cost more there
+ * than the smaller chunks' extra submits (80 chunks, not 19, of the
+ * HCP-sized ODF; not yet measured on a GPU). */
+#define SHARE_BUFFER_BYTES (128u << 20)
+
 struct slab_buffer {
 	struct volume v;          /* SLAB_PLANES z-planes (or the whole ODF when fewer) */
 	size_t slab;              /* the slab it holds, when ready */
@@ -470,15 +478,20 @@ static void *filler_main(void *arg)
 	return NULL;
 }
 
-/* The shared buffers, for chunks of sh->chunk_voxels voxels (under the
- * lock, once every reader offered): why_not set where they are not. */
+/* The shared buffers, for chunks of sh->chunk_voxels voxels, or fewer
+ * where those would take more than SHARE_BUFFER_BYTES (under the lock,
+ * once every reader offered): why_not set where they are not. */
 static void allocate_share(struct odf_stream *s)
 {
 	struct share *sh = &s->share;
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t align = sh->alignment > page ? sh->alignment : page;
-	uint64_t bytes = 4 * sh->chunk_voxels * (uint64_t)s->dim[3];
+	uint64_t voxel_bytes = 4 * (uint64_t)s->dim[3], bytes;
 
+	if (sh->chunk_voxels * voxel_bytes > SHARE_BUFFER_BYTES)
+		sh->chunk_voxels = SHARE_BUFFER_BYTES / voxel_bytes ? SHARE_BUFFER_BYTES / voxel_bytes
+								   : 1;
+	bytes = sh->chunk_voxels * voxel_bytes;
 	sh->bytes = (bytes + align - 1) / align * align;
 	for (size_t i = 0; i < ODF_SHARE_BUFFERS && !sh->why_not; i++)
 		if (posix_memalign(&sh->buf[i].host, align, sh->bytes) != 0) {

@@ -123,15 +123,17 @@ struct odf_share {
 	const char *why_not;      /* where readers is 0 and more than one reads raw */
 	void *buffers[ODF_SHARE_BUFFERS];   /* page-aligned, alignment-aligned */
 	uint64_t bytes;           /* each buffer's: a multiple of the alignment */
-	uint64_t chunk_voxels;    /* every reader's chunks (odf_stream_next_chunk) */
+	uint64_t chunk_voxels;    /* every reader's chunks (odf_stream_next_chunk):
+				   * the smallest offered, at most a buffer of
+				   * 128 MiB's */
 };
 
 /* A raw reader (joined without slabs) that can take chunks of up to
  * max_voxels voxels offers to share; alignment: what its imports of host
  * memory must be a multiple of (0: it cannot import). Waits for every raw
  * reader's offer; then, where two or more offered, every one can import
- * and the buffers could be allocated, *ret has them (chunks of the
- * smallest max_voxels offered) for the reader to import. -ECANCELED. */
+ * and the buffers could be allocated, *ret has them for the reader to
+ * import. -ECANCELED. */
 int odf_stream_share_offer(struct odf_stream *s, uint64_t max_voxels, uint64_t alignment,
 			   struct odf_share *ret, struct errbuf *err);
 /* A reader that got buffers says whether it imported them; waits for the
