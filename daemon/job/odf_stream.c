@@ -62,6 +62,7 @@ struct share {
 	size_t offered, agreed;
 	bool decided;             /* every reader offered: readers known, buffers allocated or not */
 	size_t readers;           /* the raw readers, once decided */
+	bool offered_buffers;     /* decided so: the readers import them and agree */
 	bool agreement_done;
 	bool on;                  /* every reader agreed and the filler runs */
 	const char *why_not;      /* why the readers do not share */
@@ -500,14 +501,17 @@ static void allocate_share(struct odf_stream *s)
 		}
 }
 
+/* What every reader gets from its offer: the decision alone (an agreement
+ * under way changes why_not, not the offer's outcome). */
 static void describe_share(const struct share *sh, struct odf_share *ret)
 {
 	memset(ret, 0, sizeof(*ret));
 	if (sh->readers < 2)
 		return;
-	ret->why_not = sh->why_not;
-	if (sh->why_not)
+	if (!sh->offered_buffers) {
+		ret->why_not = sh->why_not;
 		return;
+	}
 	ret->readers = sh->readers;
 	for (size_t i = 0; i < ODF_SHARE_BUFFERS; i++)
 		ret->buffers[i] = sh->buf[i].host;
@@ -538,6 +542,7 @@ int odf_stream_share_offer(struct odf_stream *s, uint64_t max_voxels, uint64_t a
 		sh->readers = sh->offered;
 		if (sh->readers >= 2 && !sh->why_not)
 			allocate_share(s);
+		sh->offered_buffers = sh->readers >= 2 && !sh->why_not;
 	}
 	if (r == 0)
 		describe_share(sh, ret);
