@@ -204,8 +204,10 @@ uint64_t gpu_host_import_alignment(const struct gpu_ctx *ctx);
 /* A buffer over size bytes of the caller's host memory at host (both
  * multiples of gpu_host_import_alignment; anonymous memory: drivers may
  * refuse a file's mapping), which the device copies from (gpu_batch_copy)
- * without a staging buffer. The memory must outlive the buffer; it holds
- * none of the device's (the memory limit does not count it). -ENOTSUP
+ * without a staging buffer. The memory must outlive the buffer, which goes
+ * with gpu_buffer_free (never gpu_buffer_recycle: a spare would keep the
+ * caller's memory); it holds none of the device's (the memory limit does
+ * not count it). -ENOTSUP
  * where the device cannot import it (test hook: TRACTD_FAULT_HOST_IMPORT=N
  * fails the process's imports after its first N), -EINVAL when unaligned,
  * or the driver's error. */
