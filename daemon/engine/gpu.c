@@ -105,6 +105,11 @@ struct gpu_ctx {
 	 * level: each compiled pipeline's registers, shared memory and the like
 	 * as the driver reports them. */
 	bool pipeline_statistics;
+	/* VK_EXT_external_memory_host, where the device has it: host memory
+	 * imported as a buffer (gpu_buffer_import_host) must start and end at
+	 * multiples of this (0: not enabled). */
+	uint64_t host_import_alignment;
+	PFN_vkGetMemoryHostPointerPropertiesEXT host_pointer_properties;
 };
 
 /* The test hook TRACTD_FAULT_DEVICE_LOST_AFTER=N: the first context the
@@ -551,6 +556,26 @@ static bool wants_pipeline_statistics(VkPhysicalDevice phys)
 	       device_has_extension(phys, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
 }
 
+/* The alignment and entry point of host memory imports, with
+ * VK_EXT_external_memory_host enabled (none where the driver lacks the
+ * entry point). */
+static void enable_host_import(struct gpu_ctx *ctx)
+{
+	VkPhysicalDeviceExternalMemoryHostPropertiesEXT host = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT,
+	};
+	VkPhysicalDeviceProperties2 props = {
+		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+		.pNext = &host,
+	};
+
+	vkGetPhysicalDeviceProperties2(ctx->physical, &props);
+	ctx->host_pointer_properties = (PFN_vkGetMemoryHostPointerPropertiesEXT)
+		vkGetDeviceProcAddr(ctx->device, "vkGetMemoryHostPointerPropertiesEXT");
+	if (ctx->host_pointer_properties)
+		ctx->host_import_alignment = host.minImportedHostPointerAlignment;
+}
+
 static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
 {
 	float priority = 1.0f;
@@ -584,7 +609,10 @@ static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
 		.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
 		.pipelineExecutableInfo = VK_TRUE,
 	};
-	const char *statistics_extension = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
+	const char *extensions[2];
+	/* Optional: several devices read one host copy of a streamed ODF. */
+	bool host_import = device_has_extension(ctx->physical,
+						VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
 	VkPhysicalDeviceFeatures want10 = { 0 };
 	VkDeviceCreateInfo info = {
 		.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
@@ -615,11 +643,16 @@ static int create_device(struct gpu_ctx *ctx, struct errbuf *err)
 	if (ctx->pipeline_statistics) {
 		want_statistics.pNext = &want12;
 		info.pNext = &want_statistics;
-		info.enabledExtensionCount = 1;
-		info.ppEnabledExtensionNames = &statistics_extension;
+		extensions[info.enabledExtensionCount++] =
+			VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
 	}
+	if (host_import)
+		extensions[info.enabledExtensionCount++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
+	info.ppEnabledExtensionNames = extensions;
 	GPU_TRY(err, vkCreateDevice(ctx->physical, &info, NULL, &ctx->device));
 	vkGetDeviceQueue(ctx->device, ctx->queue_family, 0, &ctx->queue);
+	if (host_import)
+		enable_host_import(ctx);
 	return 0;
 }
 
@@ -1163,6 +1196,130 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 		*ret = b;
 	}
 	return r;
+}
+
+/* The test hook TRACTD_FAULT_HOST_IMPORT=N: the process's imports of host
+ * memory after its first N fail, as a driver's may (NVIDIA's refuses a
+ * file's mapping), so that tests here cover the fallback. */
+static atomic_ulong host_imports;
+
+static bool host_import_refused(void)
+{
+	const char *value = getenv("TRACTD_FAULT_HOST_IMPORT");
+	char *end;
+	unsigned long n;
+
+	if (!value || !value[0])
+		return false;
+	errno = 0;
+	n = strtoul(value, &end, 10);
+	return !errno && !*end && atomic_fetch_add(&host_imports, 1) >= n;
+}
+
+uint64_t gpu_host_import_alignment(const struct gpu_ctx *ctx)
+{
+	return ctx->host_import_alignment;
+}
+
+/* The first of bits' memory types that the host sees coherently (the
+ * device reads what the host wrote before the submit, with no flush), or -1. */
+static int host_coherent_type(const struct gpu_ctx *ctx, uint32_t bits)
+{
+	VkMemoryPropertyFlags want = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+				     VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+
+	for (uint32_t i = 0; i < ctx->memory_props.memoryTypeCount; i++)
+		if ((bits & (1u << i)) &&
+		    (ctx->memory_props.memoryTypes[i].propertyFlags & want) == want)
+			return (int)i;
+	return -1;
+}
+
+/* b's memory: the host range at host imported, bound to b's buffer. */
+static VkResult import_host_memory(struct gpu_ctx *ctx, struct gpu_buffer *b, void *host,
+				   bool *no_type)
+{
+	VkImportMemoryHostPointerInfoEXT import = {
+		.sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
+		.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+		.pHostPointer = host,
+	};
+	VkMemoryAllocateInfo alloc = {
+		.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+		.pNext = &import,
+		.allocationSize = b->size,
+	};
+	VkMemoryHostPointerPropertiesEXT pointer = {
+		.sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT,
+	};
+	VkMemoryRequirements req;
+	VkResult vr = ctx->host_pointer_properties(ctx->device,
+						   VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+						   host, &pointer);
+	int type;
+
+	if (vr != VK_SUCCESS)
+		return vr;
+	vkGetBufferMemoryRequirements(ctx->device, b->buffer, &req);
+	type = host_coherent_type(ctx, req.memoryTypeBits & pointer.memoryTypeBits);
+	*no_type = type < 0 || req.size > b->size;
+	if (*no_type)
+		return VK_ERROR_FEATURE_NOT_PRESENT;
+	alloc.memoryTypeIndex = (uint32_t)type;
+	vr = vkAllocateMemory(ctx->device, &alloc, NULL, &b->memory);
+	return vr == VK_SUCCESS ? vkBindBufferMemory(ctx->device, b->buffer, b->memory, 0) : vr;
+}
+
+int gpu_buffer_import_host(struct gpu_ctx *ctx, void *host, uint64_t size,
+			   struct gpu_buffer **ret, struct errbuf *err)
+{
+	VkExternalMemoryBufferCreateInfo external = {
+		.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
+		.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
+	};
+	VkBufferCreateInfo info = {
+		.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+		.pNext = &external,
+		.size = size,
+		.usage = VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
+		.sharingMode = VK_SHARING_MODE_EXCLUSIVE,
+	};
+	uint64_t align = ctx->host_import_alignment;
+	struct gpu_buffer *b;
+	bool no_type = false;
+	VkResult vr;
+
+	if (!align)
+		return device_err(err, -ENOTSUP, "the device cannot import host memory "
+				  "(no VK_EXT_external_memory_host)");
+	if (size == 0 || size % align || (uintptr_t)host % align)
+		return device_err(err, -EINVAL, "host memory of %llu bytes is not aligned to the "
+				  "device's %llu bytes", (unsigned long long)size,
+				  (unsigned long long)align);
+	if (host_import_refused())
+		return device_err(err, -ENOTSUP, "the import of host memory was refused "
+				  "(TRACTD_FAULT_HOST_IMPORT)");
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return device_err(err, -ENOMEM, "out of memory");
+	/* Host memory: b->bytes stays 0, as nothing of the device's is held,
+	 * and b->host NULL, as the caller owns the mapping. */
+	b->size = size;
+	b->kind = GPU_MEMORY_READBACK;
+	vr = vkCreateBuffer(ctx->device, &info, NULL, &b->buffer);
+	if (vr == VK_SUCCESS)
+		vr = import_host_memory(ctx, b, host, &no_type);
+	if (vr != VK_SUCCESS) {
+		destroy_buffer(ctx->device, b);
+		if (no_type)
+			return device_err(err, -ENOTSUP, "no host-coherent memory type can import "
+					  "host memory for a buffer");
+		return device_err(err, vk_errno(vr), "cannot import %llu bytes of host memory: %s",
+				  (unsigned long long)size, vk_result_name(vr));
+	}
+	track_buffer(ctx, b);
+	*ret = b;
+	return 0;
 }
 
 void gpu_buffer_free(struct gpu_ctx *ctx, struct gpu_buffer *buf)
@@ -2182,6 +2339,12 @@ static int batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_bu
 	vkCmdCopyBuffer(ctx->cmd, src->buffer, dst->buffer, n_regions, copies);
 	free(copies);
 	return 0;
+}
+
+int gpu_batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
+		   const struct gpu_copy_region *region, struct errbuf *err)
+{
+	return batch_copy(ctx, src, dst, region, 1, err);
 }
 
 /* The finished batch's time on the device (-1 where it keeps no clock, or

@@ -197,6 +197,22 @@ int gpu_upload(struct gpu_ctx *ctx, struct gpu_buffer *dst, uint64_t offset,
  * failure *ret is the buffer, for the caller to free. */
 int gpu_upload_new(struct gpu_ctx *ctx, const void *src, uint64_t size,
 			  struct gpu_buffer **ret, struct errbuf *err);
+/* What host memory imported as a buffer must start and end at a multiple
+ * of (minImportedHostPointerAlignment); 0 where the device cannot import
+ * it (no VK_EXT_external_memory_host, enabled at gpu_open where present). */
+uint64_t gpu_host_import_alignment(const struct gpu_ctx *ctx);
+/* A buffer over size bytes of the caller's host memory at host (both
+ * multiples of gpu_host_import_alignment; anonymous memory: drivers may
+ * refuse a file's mapping), which the device copies from (gpu_batch_copy)
+ * without a staging buffer. The memory must outlive the buffer, which goes
+ * with gpu_buffer_free (never gpu_buffer_recycle: a spare would keep the
+ * caller's memory); it holds none of the device's (the memory limit does
+ * not count it). -ENOTSUP
+ * where the device cannot import it (test hook: TRACTD_FAULT_HOST_IMPORT=N
+ * fails the process's imports after its first N), -EINVAL when unaligned,
+ * or the driver's error. */
+int gpu_buffer_import_host(struct gpu_ctx *ctx, void *host, uint64_t size,
+			   struct gpu_buffer **ret, struct errbuf *err);
 /* Copies buffer contents to host memory, waiting for completion. */
 int gpu_download(struct gpu_ctx *ctx, struct gpu_buffer *src, uint64_t offset,
 		 void *dst, uint64_t size, struct errbuf *err);
@@ -220,6 +236,9 @@ int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err);
 int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
 		       struct errbuf *err);
+/* Adds a copy of region from src to dst to the batch. */
+int gpu_batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
+		   const struct gpu_copy_region *region, struct errbuf *err);
 /* A submit that fails for another reason than memory (VK_ERROR_DEVICE_LOST)
  * marks the context lost: see gpu_lost. */
 int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);

@@ -2,14 +2,18 @@
 /*
  * odf_transpose: a streamed ODF transposed on the GPU (see odf_transpose.h).
  *
- * Flow: the antipodal pairs and zeroed flags go up -> for each slab of the
+ * Flow: the antipodal pairs and zeroed flags go up -> where other devices
+ * read the file raw too, the stream's shared host copies are imported
+ * (every device then takes the same chunks) -> for each slab of the
  * stream, chunk by chunk (as many voxels of its z-planes as the scratch
  * buffer holds in every volume): the chunk's run of each volume is copied
- * from the mapping through the staging buffers into the scratch buffer
- * (gpu_upload_regions, on threads), then the kernel writes its voxels into
- * the pages -> the slab's mapped pages are dropped -> the flags come back:
- * a non-finite value fails the upload as the slabs would, an asymmetric
- * voxel goes to the stream.
+ * into the scratch buffer, from the mapping through the staging buffers
+ * (gpu_upload_regions, on threads), or from the shared copy's import in
+ * one GPU copy (the stream's filler thread wrote it, once for all
+ * devices), then the kernel writes its voxels into the pages -> the slab's
+ * mapped pages are dropped -> the flags come back: a non-finite value
+ * fails the upload as the slabs would, an asymmetric voxel goes to the
+ * stream.
  */
 #include "engine/odf_transpose.h"
 
@@ -54,6 +58,11 @@ struct odf_transpose {
 	size_t chunks;
 	bool host_symmetry;       /* the host decided the symmetry (FLAG_TINY) */
 	double stage_seconds, kernel_seconds, device_seconds;
+	/* The stream's host copies shared with the other devices, imported
+	 * (odf_stream_share_*): sharers 0 where this device reads the file. */
+	size_t sharers;
+	struct gpu_buffer *shared[ODF_SHARE_BUFFERS];
+	double wait_seconds;      /* of stage_seconds, waiting for the shared copy */
 };
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
@@ -148,34 +157,50 @@ static int setup(struct gpu_ctx *gpu, const struct sphere *sphere,
 	return r;
 }
 
-/* A chunk: voxels [first, first + voxels) of every volume, in the file's
- * order, into the scratch buffer volume after volume. */
-struct chunk {
-	const unsigned char *data;
-	uint64_t volume_bytes;
-	uint64_t first, voxels;
+/* A chunk of the stream, for gpu_upload_regions' fill. */
+struct chunk_fill {
+	const struct odf_stream *stream;
+	const struct odf_chunk *chunk;
 };
 
 static void fill_chunk(void *dst, uint64_t offset, uint64_t size, void *userdata)
 {
-	const struct chunk *c = userdata;
-	uint64_t run = 4 * c->voxels;
-	char *out = dst;
+	const struct chunk_fill *f = userdata;
 
-	while (size > 0) {
-		uint64_t volume = offset / run, at = offset % run, take = min_u64(size, run - at);
-		memcpy(out, c->data + volume * c->volume_bytes + 4 * c->first + at, take);
-		out += take;
-		offset += take;
-		size -= take;
-	}
+	odf_stream_copy_chunk(f->stream, f->chunk, offset, size, dst);
+}
+
+/* Chunk j's values into the scratch buffer, volume after volume: copied
+ * from the file on threads through the staging buffers, or from the
+ * shared host copy's import, released once copied out. */
+static int stage_chunk(struct gpu_ctx *gpu, struct odf_transpose *t, const struct odf_chunk *c,
+		       uint64_t channels, struct errbuf *err)
+{
+	struct gpu_copy_region whole = { 0, 0, 4 * c->voxels * channels };
+	struct chunk_fill fill = { t->stream, c };
+	double t0 = timing_now();
+	size_t buffer;
+	int r;
+
+	if (!t->sharers)
+		return gpu_upload_regions(gpu, t->scratch, &whole, 1, fill_chunk, &fill, err);
+	r = odf_stream_share_get(t->stream, t->chunks, &buffer, err);
+	t->wait_seconds += timing_now() - t0;
+	if (r < 0)
+		return r;
+	r = gpu_batch_begin(gpu, err);
+	if (r == 0)
+		r = gpu_batch_copy(gpu, t->shared[buffer], t->scratch, &whole, err);
+	if (r == 0)
+		r = gpu_batch_submit_wait(gpu, err);
+	odf_stream_share_release(t->stream, t->chunks);
+	return r;
 }
 
 static int transpose_chunk(struct gpu_ctx *gpu, struct paged_volume *v, struct odf_transpose *t,
-			   const struct chunk *c, struct errbuf *err)
+			   const struct odf_chunk *c, struct errbuf *err)
 {
 	const struct paged_layout *l = &v->layout;
-	struct gpu_copy_region whole = { 0, 0, 4 * c->voxels * l->channels };
 	struct transpose_params p = {
 		.first = (uint32_t)c->first, .voxels = (uint32_t)c->voxels,
 		.nx = (uint32_t)t->raw.dim[0], .ny = (uint32_t)t->raw.dim[1],
@@ -185,7 +210,7 @@ static int transpose_chunk(struct gpu_ctx *gpu, struct paged_volume *v, struct o
 	struct gpu_buffer *buffers[] = { t->scratch, v->table, t->pairs, t->flags };
 	uint32_t groups = (uint32_t)((c->voxels + TRANSPOSE_TILE - 1) / TRANSPOSE_TILE);
 	double t0 = timing_now(), t1;
-	int r = gpu_upload_regions(gpu, t->scratch, &whole, 1, fill_chunk, (void *)c, err);
+	int r = stage_chunk(gpu, t, c, l->channels, err);
 
 	t1 = timing_now();
 	t->stage_seconds += t1 - t0;
@@ -202,23 +227,65 @@ static int transpose_chunk(struct gpu_ctx *gpu, struct paged_volume *v, struct o
 	return r;
 }
 
-/* Slab k's voxels, chunk by chunk. */
-static int transpose_slab(struct gpu_ctx *gpu, struct paged_volume *v, struct odf_transpose *t,
-			  size_t k, struct errbuf *err)
+/* The imports of the shared host copies go (sharing or not). */
+static void drop_shared(struct gpu_ctx *gpu, struct odf_transpose *t)
 {
-	uint64_t plane = (uint64_t)t->raw.dim[0] * (uint64_t)t->raw.dim[1];
-	uint64_t first_z, planes, end;
-	struct chunk c = { .data = t->raw.data, .volume_bytes = 4 * plane * (uint64_t)t->raw.dim[2] };
+	for (size_t i = 0; i < ODF_SHARE_BUFFERS; i++) {
+		gpu_buffer_free(gpu, t->shared[i]);
+		t->shared[i] = NULL;
+	}
+}
+
+/* This device's imports of the shared buffers; false (logged) where it
+ * cannot import them. */
+static bool import_shared(struct gpu_ctx *gpu, struct odf_transpose *t,
+			  const struct odf_share *share, double *seconds)
+{
+	struct errbuf err = { 0 };
+	double t0 = timing_now();
 	int r = 0;
 
-	odf_stream_slab_span(t->stream, k, &first_z, &planes);
-	end = (first_z + planes) * plane;
-	for (c.first = first_z * plane; c.first < end && r == 0; c.first += c.voxels) {
-		c.voxels = min_u64(t->chunk_voxels, end - c.first);
-		r = transpose_chunk(gpu, v, t, &c, err);
+	for (size_t i = 0; i < ODF_SHARE_BUFFERS && r == 0; i++)
+		r = gpu_buffer_import_host(gpu, share->buffers[i], share->bytes, &t->shared[i], &err);
+	*seconds = timing_now() - t0;
+	if (r < 0)
+		log_debug("%s cannot import the ODF's shared host copy (%s)",
+			  gpu_get_limits(gpu)->device_name, err.message);
+	return r == 0;
+}
+
+/* Imports the stream's shared host copies where two or more devices read
+ * the file raw and every one can (chunks then the same on all), else this
+ * device reads the file itself. Errors: -ECANCELED only (another device
+ * failed). */
+static int share_host_copy(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbuf *err)
+{
+	const char *device = gpu_get_limits(gpu)->device_name, *why_not = NULL;
+	struct odf_share share;
+	double seconds;
+	int r = odf_stream_share_offer(t->stream, t->chunk_voxels, gpu_host_import_alignment(gpu),
+				       &share, err);
+
+	if (r < 0 || share.readers == 0) {
+		if (r == 0 && share.why_not)
+			log_debug("%s reads the ODF's file itself: %s", device, share.why_not);
+		return r;
 	}
-	odf_stream_raw_done(t->stream);
-	return r;
+	r = odf_stream_share_agree(t->stream, import_shared(gpu, t, &share, &seconds), &why_not,
+				   err);
+	if (r <= 0) {
+		drop_shared(gpu, t);
+		if (r == 0)
+			log_debug("%s reads the ODF's file itself: %s", device, why_not);
+		return r;
+	}
+	t->sharers = share.readers;
+	t->chunk_voxels = share.chunk_voxels;
+	log_debug("%s reads the ODF from the host copy shared by %zu devices (%d buffers of "
+		  "%.1f MiB imported in %.3f s, chunks of %llu voxels)", device, t->sharers,
+		  ODF_SHARE_BUFFERS, (double)share.bytes / (1 << 20), seconds,
+		  (unsigned long long)t->chunk_voxels);
+	return 0;
 }
 
 /* The flags the kernel set: the slabs' error for a non-finite value, and
@@ -241,15 +308,22 @@ static int take_flags(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbu
 	return r;
 }
 
-/* paged_upload_with's producer: every slab, then the flags. */
+/* paged_upload_with's producer: every chunk, then the flags. */
 static int fill_pages(struct gpu_ctx *gpu, struct paged_volume *v, void *userdata,
 		      struct errbuf *err)
 {
 	struct odf_transpose *t = userdata;
-	int r = 0;
+	struct odf_chunk c = { 0 };
+	int r = share_host_copy(gpu, t, err);
 
-	for (size_t k = 0; k < odf_stream_slabs(t->stream) && r == 0; k++)
-		r = transpose_slab(gpu, v, t, k, err);
+	while (r == 0 && odf_stream_next_chunk(t->stream, t->chunk_voxels, &c)) {
+		r = transpose_chunk(gpu, v, t, &c, err);
+		/* A device reading the file itself drops the slab's pages; the
+		 * shared copies' filler does where it reads for all. */
+		if (!t->sharers && c.ends_slab)
+			odf_stream_raw_done(t->stream);
+	}
+	drop_shared(gpu, t);
 	return r < 0 ? r : take_flags(gpu, t, err);
 }
 
@@ -287,6 +361,36 @@ struct odf_transpose *odf_transpose_new(struct gpu_ctx *gpu, struct odf_stream *
 	return t;
 }
 
+/* The staging's part of the upload's log line: the shared host copy's
+ * wait and copies, or the device's own memcpy and copies. */
+static void describe_staging(struct odf_transpose *t, char *out, size_t size)
+{
+	if (!t->sharers) {
+		snprintf(out, size, "staging (memcpy from the file on threads + copy to the "
+			 "device) %.3f s", t->stage_seconds);
+		return;
+	}
+	snprintf(out, size, "staging from the host copy shared by %zu devices %.3f s (waiting "
+		 "for it %.3f s + copy to the device %.3f s; the host copy, memcpy from the file "
+		 "on threads once for all, %.3f s so far)", t->sharers, t->stage_seconds,
+		 t->wait_seconds, t->stage_seconds - t->wait_seconds,
+		 odf_stream_share_fill_seconds(t->stream));
+}
+
+static void log_upload(struct odf_transpose *t, double seconds)
+{
+	char staging[320];
+
+	describe_staging(t, staging, sizeof(staging));
+	log_debug("ODF transposed on the GPU (raw float32 upload%s): %zu slabs in %zu chunks "
+		  "of up to %llu voxels, %.3f s: %s, transpose kernels %.3f s (%.3f s on the "
+		  "device's clock)%s", t->sharers ? ", one host copy shared" : "",
+		  odf_stream_slabs(t->stream), t->chunks, (unsigned long long)t->chunk_voxels,
+		  seconds, staging, t->kernel_seconds, t->device_seconds,
+		  t->host_symmetry ? "; symmetry checked on the host (a voxel's values "
+				     "under 2^-90)" : "");
+}
+
 int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_transpose *t,
 			 const struct paged_layout *layout, struct paged_volume *ret,
 			 struct errbuf *err)
@@ -295,13 +399,6 @@ int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_transpose *t,
 	int r = paged_upload_with(gpu, layout, fill_pages, t, ret, err);
 
 	if (r == 0)
-		log_debug("ODF transposed on the GPU (raw float32 upload): %zu slabs in %zu chunks "
-			  "of up to %llu voxels, %.3f s: staging (memcpy from the file on threads "
-			  "+ copy to the device) %.3f s, transpose kernels %.3f s (%.3f s on the "
-			  "device's clock)%s", odf_stream_slabs(t->stream), t->chunks,
-			  (unsigned long long)t->chunk_voxels, timing_now() - start,
-			  t->stage_seconds, t->kernel_seconds, t->device_seconds,
-			  t->host_symmetry ? "; symmetry checked on the host (a voxel's values "
-					     "under 2^-90)" : "");
+		log_upload(t, timing_now() - start);
 	return r;
 }

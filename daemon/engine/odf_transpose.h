@@ -12,10 +12,15 @@
  * (fit_prepare_odf, volume_slabs_read; where a voxel's values are too
  * small for a GPU that flushes subnormal floats to be sure, the host reads
  * the slabs to decide the symmetry). The pages hold the host path's bytes.
+ * Where several devices read the file raw, the chunk is copied once, into
+ * the stream's shared host buffers, which each device imports
+ * (gpu_buffer_import_host) and copies from instead (odf_stream_share_*);
+ * where a device cannot import them, each copies the file itself.
  *
  * Owns, for one upload, the scratch buffer, the antipodal pairs and the
  * flags the kernel sets (allocated before the stream is joined, so that a
- * device short of memory takes the slabs instead); a second producer of paged_volume's pages
+ * device short of memory takes the slabs instead) and its imports of the
+ * stream's shared host copies; a second producer of paged_volume's pages
  * (paged_upload_with), the slabs being the first. Logs the upload's times
  * at debug level.
  */

@@ -15,6 +15,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "base/parallel.h"
+#include "base/timing.h"
 
 /* z-planes per slab. The file keeps each volume's z-planes one after
  * another, so a slab reads one contiguous run of each volume (the slabs
@@ -26,11 +30,46 @@
  * less time on lavapipe). */
 #define SLAB_PLANES 8
 
+/* The least a thread of the filler copies (odf_stream_share_*). */
+#define SHARE_FILL_MIN_BYTES (4u << 20)
+
+/* A shared buffer at most: its chunk's copy from the file, on threads,
+ * overlaps the devices' copies of the one before and their kernels; the
+ * buffers are pinned by each import (the first import faulting their
+ * pages in), so two whole HCP-sized slabs (1.2 GB) would cost more there
+ * than the smaller chunks' extra submits (80 chunks, not 19, of the
+ * HCP-sized ODF; not yet measured on a GPU). */
+#define SHARE_BUFFER_BYTES (128u << 20)
+
 struct slab_buffer {
 	struct volume v;          /* SLAB_PLANES z-planes (or the whole ODF when fewer) */
 	size_t slab;              /* the slab it holds, when ready */
 	bool ready;
 	size_t holders;           /* consumers yet to release it */
+};
+
+/* A host buffer the raw readers share (odf_stream_share_*). */
+struct share_buffer {
+	void *host;
+	size_t chunk;             /* the chunk it holds, when ready */
+	bool ready;
+	size_t holders;           /* readers yet to release it */
+};
+
+/* The raw readers' shared host copies: the offers, the agreement, the
+ * buffers and the filler thread (under the stream's lock). */
+struct share {
+	size_t offered, agreed;
+	bool decided;             /* every reader offered: readers known, buffers allocated or not */
+	size_t readers;           /* the raw readers, once decided */
+	bool offered_buffers;     /* decided so: the readers import them and agree */
+	bool agreement_done;
+	bool on;                  /* every reader agreed and the filler runs */
+	const char *why_not;      /* why the readers do not share */
+	uint64_t chunk_voxels, alignment, bytes;
+	struct share_buffer buf[ODF_SHARE_BUFFERS];
+	pthread_t filler;
+	double fill_seconds;
 };
 
 struct odf_stream {
@@ -49,6 +88,7 @@ struct odf_stream {
 	pthread_cond_t changed;
 	pthread_t reader;
 	bool started;
+	struct share share;
 	bool failed;              /* the reader's error is in r and err */
 	bool cancelled;
 	int r;
@@ -213,6 +253,11 @@ int odf_stream_start(struct odf_stream *s, size_t consumers, struct errbuf *err)
 	return 0;
 }
 
+static int cancelled_err(struct errbuf *err)
+{
+	return errbuf_set(err, -ECANCELED, "device", "the upload to another device failed");
+}
+
 int odf_stream_get(struct odf_stream *s, size_t k, struct odf_slab *ret, struct errbuf *err)
 {
 	struct slab_buffer *b = &s->buf[k % 2];
@@ -225,7 +270,7 @@ int odf_stream_get(struct odf_stream *s, size_t k, struct odf_slab *ret, struct 
 		r = s->r;
 		*err = s->err;
 	} else if (s->cancelled) {
-		r = errbuf_set(err, -ECANCELED, "device", "the upload to another device failed");
+		r = cancelled_err(err);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (r == 0)
@@ -315,6 +360,269 @@ void odf_stream_cancel(struct odf_stream *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* ---- raw readers: chunks, and the host copies they share --------------- */
+
+bool odf_stream_next_chunk(const struct odf_stream *s, uint64_t max_voxels,
+			   struct odf_chunk *c)
+{
+	uint64_t plane = (uint64_t)s->dim[0] * (uint64_t)s->dim[1];
+	uint64_t first_z, planes, end;
+
+	/* The slabs' voxels follow one another: slab k + 1 starts where k ends. */
+	if (c->voxels == 0) {
+		*c = (struct odf_chunk){ 0 };
+	} else {
+		c->first += c->voxels;
+		c->slab += c->ends_slab;
+	}
+	if (c->slab >= s->n_slabs)
+		return false;
+	odf_stream_slab_span(s, c->slab, &first_z, &planes);
+	end = (first_z + planes) * plane;
+	c->voxels = end - c->first < max_voxels ? end - c->first : max_voxels;
+	c->ends_slab = c->first + c->voxels == end;
+	return true;
+}
+
+void odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c,
+			   uint64_t offset, uint64_t size, void *dst)
+{
+	const unsigned char *data = volume_slabs_float32(s->file);
+	uint64_t volume_bytes = 4ull * (uint64_t)s->dim[0] * (uint64_t)s->dim[1] *
+				(uint64_t)s->dim[2];
+	uint64_t run = 4 * c->voxels;
+	char *out = dst;
+
+	while (size > 0) {
+		uint64_t volume = offset / run, at = offset % run;
+		uint64_t take = size < run - at ? size : run - at;
+
+		memcpy(out, data + volume * volume_bytes + 4 * c->first + at, take);
+		out += take;
+		offset += take;
+		size -= take;
+	}
+}
+
+/* A piece of a chunk's copy into a shared buffer, on a thread of its own. */
+struct fill_part {
+	const struct odf_stream *s;
+	const struct odf_chunk *c;
+	unsigned char *dst;
+	uint64_t offset, size;
+};
+
+static void fill_part(void *arg)
+{
+	const struct fill_part *p = arg;
+
+	odf_stream_copy_chunk(p->s, p->c, p->offset, p->size, p->dst + p->offset);
+}
+
+/* Chunk c into dst on threads, in pieces of whole 64-byte units. */
+static void fill_shared(const struct odf_stream *s, const struct odf_chunk *c, void *dst)
+{
+	struct fill_part parts[PARALLEL_MAX_PARTS];
+	uint64_t bytes = 4 * c->voxels * (uint64_t)s->dim[3], at = 0;
+	size_t n = parallel_parts(bytes, SHARE_FILL_MIN_BYTES);
+	uint64_t piece = (bytes / n + 63) & ~63ull;
+
+	for (size_t i = 0; i < n; i++) {
+		uint64_t size = bytes - at < piece ? bytes - at : piece;
+
+		parts[i] = (struct fill_part){ .s = s, .c = c, .dst = dst, .offset = at, .size = size };
+		at += size;
+	}
+	parallel_run(fill_part, parts, sizeof(parts[0]), n);
+}
+
+/* Waits until no reader holds b; false when the stream was cancelled. */
+static bool wait_share_free(struct odf_stream *s, struct share_buffer *b)
+{
+	bool go;
+
+	pthread_mutex_lock(&s->lock);
+	while (b->holders > 0 && !s->cancelled)
+		pthread_cond_wait(&s->changed, &s->lock);
+	go = !s->cancelled;
+	b->ready = false;
+	pthread_mutex_unlock(&s->lock);
+	return go;
+}
+
+/* The filler: chunk j into buffer j % ODF_SHARE_BUFFERS once the readers
+ * released it, the slab's mapped pages dropped after its last chunk. */
+static void *filler_main(void *arg)
+{
+	struct odf_stream *s = arg;
+	struct share *sh = &s->share;
+	struct odf_chunk c = { 0 };
+
+	for (size_t j = 0; odf_stream_next_chunk(s, sh->chunk_voxels, &c); j++) {
+		struct share_buffer *b = &sh->buf[j % ODF_SHARE_BUFFERS];
+		double t0;
+
+		if (!wait_share_free(s, b))
+			break;
+		t0 = timing_now();
+		fill_shared(s, &c, b->host);
+		if (c.ends_slab)
+			volume_slabs_drop_pages(s->file);
+		pthread_mutex_lock(&s->lock);
+		sh->fill_seconds += timing_now() - t0;
+		b->chunk = j;
+		b->ready = true;
+		b->holders = sh->readers;
+		pthread_cond_broadcast(&s->changed);
+		pthread_mutex_unlock(&s->lock);
+	}
+	return NULL;
+}
+
+/* The shared buffers, for chunks of sh->chunk_voxels voxels, or fewer
+ * where those would take more than SHARE_BUFFER_BYTES (under the lock,
+ * once every reader offered): why_not set where they are not. */
+static void allocate_share(struct odf_stream *s)
+{
+	struct share *sh = &s->share;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t align = sh->alignment > page ? sh->alignment : page;
+	uint64_t voxel_bytes = 4 * (uint64_t)s->dim[3], bytes;
+
+	if (sh->chunk_voxels * voxel_bytes > SHARE_BUFFER_BYTES)
+		sh->chunk_voxels = SHARE_BUFFER_BYTES / voxel_bytes ? SHARE_BUFFER_BYTES / voxel_bytes
+								   : 1;
+	bytes = sh->chunk_voxels * voxel_bytes;
+	sh->bytes = (bytes + align - 1) / align * align;
+	for (size_t i = 0; i < ODF_SHARE_BUFFERS && !sh->why_not; i++)
+		if (posix_memalign(&sh->buf[i].host, align, sh->bytes) != 0) {
+			sh->buf[i].host = NULL;
+			sh->why_not = "out of host memory for the shared copies";
+		}
+}
+
+/* What every reader gets from its offer: the decision alone (an agreement
+ * under way changes why_not, not the offer's outcome). */
+static void describe_share(const struct share *sh, struct odf_share *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	if (sh->readers < 2)
+		return;
+	if (!sh->offered_buffers) {
+		ret->why_not = sh->why_not;
+		return;
+	}
+	ret->readers = sh->readers;
+	for (size_t i = 0; i < ODF_SHARE_BUFFERS; i++)
+		ret->buffers[i] = sh->buf[i].host;
+	ret->bytes = sh->bytes;
+	ret->chunk_voxels = sh->chunk_voxels;
+}
+
+int odf_stream_share_offer(struct odf_stream *s, uint64_t max_voxels, uint64_t alignment,
+			   struct odf_share *ret, struct errbuf *err)
+{
+	struct share *sh = &s->share;
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	sh->chunk_voxels = sh->offered++ == 0 || max_voxels < sh->chunk_voxels ? max_voxels
+										 : sh->chunk_voxels;
+	if (alignment == 0)
+		sh->why_not = "a device cannot import host memory (no VK_EXT_external_memory_host)";
+	sh->alignment = alignment > sh->alignment ? alignment : sh->alignment;
+	pthread_cond_broadcast(&s->changed);
+	while (!s->cancelled &&
+	       !(s->joined == s->consumers && sh->offered == s->joined - s->slab_consumers))
+		pthread_cond_wait(&s->changed, &s->lock);
+	if (s->cancelled) {
+		r = cancelled_err(err);
+	} else if (!sh->decided) {
+		sh->decided = true;
+		sh->readers = sh->offered;
+		if (sh->readers >= 2 && !sh->why_not)
+			allocate_share(s);
+		sh->offered_buffers = sh->readers >= 2 && !sh->why_not;
+	}
+	if (r == 0)
+		describe_share(sh, ret);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int odf_stream_share_agree(struct odf_stream *s, bool imported, const char **why_not,
+			   struct errbuf *err)
+{
+	struct share *sh = &s->share;
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	sh->agreed++;
+	if (!imported)
+		sh->why_not = "a device could not import the shared host buffers";
+	pthread_cond_broadcast(&s->changed);
+	while (!s->cancelled && sh->agreed < sh->readers)
+		pthread_cond_wait(&s->changed, &s->lock);
+	if (!s->cancelled && !sh->agreement_done) {
+		sh->agreement_done = true;
+		sh->on = !sh->why_not && pthread_create(&sh->filler, NULL, filler_main, s) == 0;
+		if (!sh->on && !sh->why_not)
+			sh->why_not = "cannot start the thread that fills the shared copies";
+	}
+	r = s->cancelled ? cancelled_err(err) : sh->on;
+	*why_not = sh->why_not;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+int odf_stream_share_get(struct odf_stream *s, size_t j, size_t *buffer, struct errbuf *err)
+{
+	struct share_buffer *b = &s->share.buf[j % ODF_SHARE_BUFFERS];
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	while (!(b->ready && b->chunk == j) && !s->cancelled)
+		pthread_cond_wait(&s->changed, &s->lock);
+	if (s->cancelled)
+		r = cancelled_err(err);
+	pthread_mutex_unlock(&s->lock);
+	*buffer = j % ODF_SHARE_BUFFERS;
+	return r;
+}
+
+void odf_stream_share_release(struct odf_stream *s, size_t j)
+{
+	pthread_mutex_lock(&s->lock);
+	s->share.buf[j % ODF_SHARE_BUFFERS].holders--;
+	pthread_cond_broadcast(&s->changed);
+	pthread_mutex_unlock(&s->lock);
+}
+
+double odf_stream_share_fill_seconds(struct odf_stream *s)
+{
+	double seconds;
+
+	pthread_mutex_lock(&s->lock);
+	seconds = s->share.fill_seconds;
+	pthread_mutex_unlock(&s->lock);
+	return seconds;
+}
+
+/* Waits for the filler and frees the shared buffers (the readers' imports
+ * of them are gone: every consumer has finished). */
+static void finish_share(struct odf_stream *s)
+{
+	struct share *sh = &s->share;
+
+	if (sh->on)
+		pthread_join(sh->filler, NULL);
+	sh->on = false;
+	for (size_t i = 0; i < ODF_SHARE_BUFFERS; i++) {
+		free(sh->buf[i].host);
+		sh->buf[i].host = NULL;
+	}
+}
+
 void odf_stream_finish(struct odf_stream *s)
 {
 	if (s->started)
@@ -322,6 +630,7 @@ void odf_stream_finish(struct odf_stream *s)
 	s->started = false;
 	for (size_t i = 0; i < 2; i++)
 		volume_free(&s->buf[i].v);
+	finish_share(s);
 }
 
 bool odf_stream_symmetric(const struct odf_stream *s)

@@ -12,7 +12,10 @@
  * read again once every consumer has released its slab. A consumer may
  * instead read the file's float32 values itself (odf_stream_raw: a GPU
  * that transposes them, engine/odf_transpose.h); the reader reads no slab
- * that no consumer takes. Does not log; failures reach the consumers
+ * that no consumer takes. Where two or more consumers read the raw file,
+ * the stream also owns host copies of it they share (odf_stream_share_*):
+ * two page-aligned chunk buffers and the filler thread that copies the
+ * file into them once for all. Does not log; failures reach the consumers
  * through errbuf.
  */
 #ifndef TRACTD_ODF_STREAM_H
@@ -87,6 +90,65 @@ int odf_stream_raw_host_symmetry(const struct odf_stream *s, bool *symmetric,
 /* A raw reader's symmetry check (fit_prepare_odf's rule): a false makes
  * odf_stream_symmetric false. */
 void odf_stream_raw_symmetry(struct odf_stream *s, bool symmetric);
+
+/* A chunk of a raw read: voxels [first, first + voxels) of every volume
+ * (the file's voxel order, x fastest), all within slab `slab`. */
+struct odf_chunk {
+	size_t slab;
+	uint64_t first, voxels;
+	bool ends_slab;           /* the slab's last chunk */
+};
+
+/* The chunk after *c of up to max_voxels (> 0) voxels, the first where c
+ * is zeroed; false past the last. Every raw reader walks the same chunks
+ * for the same max_voxels. */
+bool odf_stream_next_chunk(const struct odf_stream *s, uint64_t max_voxels,
+			   struct odf_chunk *c);
+/* Bytes [offset, offset + size) of chunk c as a raw reader stages it (its
+ * run of each volume, volume after volume, 4 * c->voxels bytes each) into
+ * dst, from the file. Safe on several threads for disjoint ranges. */
+void odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c,
+			   uint64_t offset, uint64_t size, void *dst);
+
+/* Host copies of the chunks that two or more raw readers share, so that
+ * the file's values are copied once, not once per reader: the stream's
+ * filler thread copies chunk j into buffer j % ODF_SHARE_BUFFERS once every
+ * reader has released chunk j - ODF_SHARE_BUFFERS, while the readers copy
+ * chunk j - 1 out. Each raw reader offers (odf_stream_share_offer), then
+ * agrees or not (odf_stream_share_agree); sharing is on where all agree. */
+#define ODF_SHARE_BUFFERS 2
+
+struct odf_share {
+	size_t readers;           /* raw readers sharing; 0: no sharing */
+	const char *why_not;      /* where readers is 0 and more than one reads raw */
+	void *buffers[ODF_SHARE_BUFFERS];   /* page-aligned, alignment-aligned */
+	uint64_t bytes;           /* each buffer's: a multiple of the alignment */
+	uint64_t chunk_voxels;    /* every reader's chunks (odf_stream_next_chunk):
+				   * the smallest offered, at most a buffer of
+				   * 128 MiB's */
+};
+
+/* A raw reader (joined without slabs) that can take chunks of up to
+ * max_voxels voxels offers to share; alignment: what its imports of host
+ * memory must be a multiple of (0: it cannot import). Waits for every raw
+ * reader's offer; then, where two or more offered, every one can import
+ * and the buffers could be allocated, *ret has them for the reader to
+ * import. -ECANCELED. */
+int odf_stream_share_offer(struct odf_stream *s, uint64_t max_voxels, uint64_t alignment,
+			   struct odf_share *ret, struct errbuf *err);
+/* A reader that got buffers says whether it imported them; waits for the
+ * others: 1 when sharing is on (every reader agreed; the filler runs),
+ * 0 when it is off (each reader reads the file itself; *why_not says
+ * why), -ECANCELED. */
+int odf_stream_share_agree(struct odf_stream *s, bool imported, const char **why_not,
+			   struct errbuf *err);
+/* Chunk j (the j-th of the walk), once in its shared buffer: that
+ * buffer's index in *buffer. Errors as odf_stream_get. */
+int odf_stream_share_get(struct odf_stream *s, size_t j, size_t *buffer, struct errbuf *err);
+/* The reader has copied chunk j out of its buffer. */
+void odf_stream_share_release(struct odf_stream *s, size_t j);
+/* Seconds the filler spent copying from the file so far. */
+double odf_stream_share_fill_seconds(struct odf_stream *s);
 
 /* Slab k, once read. The reader's error (a bad value: inputs.odf named),
  * or -ECANCELED when a consumer gave up (odf_stream_cancel). */
