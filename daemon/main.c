@@ -32,7 +32,6 @@
 #include "job/inputs.h"
 #include "job/jobspec.h"
 #include "base/log.h"
-#include "base/parallel.h"
 #include "demo/phantom.h"
 #include "engine/resident.h"
 #include "run/device_open.h"
@@ -949,31 +948,17 @@ struct cli_job {
 	struct output_file out;
 };
 
-/* A device and what was uploaded to it, closed on a thread of its own. */
-struct device_release {
-	struct gpu_ctx *gpu;
-	struct resident *resident;
-};
-
-static void release_device(void *arg)
-{
-	struct device_release *d = arg;
-
-	resident_free(d->gpu, d->resident);
-	gpu_close(d->gpu);
-}
-
 static void cli_job_free(struct cli_job *j)
 {
-	struct device_release release[GPU_MAX_DEVICES];
 	double t0 = timing_now(), t1;
 
 	device_open_cancel(&j->opening);
-	/* All at once: freeing a device's 15 GiB of buffers and the device
-	 * itself takes the driver about half a second (an H100). */
-	for (size_t i = 0; i < j->n_devices; i++)
-		release[i] = (struct device_release){ j->devices[i].gpu, j->residents[i] };
-	parallel_run(release_device, release, sizeof(release[0]), j->n_devices);
+	/* One after the other: NVIDIA's driver frees two devices' memory no
+	 * faster on two threads (0.88 s for two H100s either way). */
+	for (size_t i = 0; i < j->n_devices; i++) {
+		resident_free(j->devices[i].gpu, j->residents[i]);
+		gpu_close(j->devices[i].gpu);
+	}
 	t1 = timing_now();
 	inputs_free(j->inputs);
 	jobspec_free(&j->spec);
