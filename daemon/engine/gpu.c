@@ -906,11 +906,11 @@ void gpu_drop_spares(struct gpu_ctx *ctx)
 
 void gpu_close(struct gpu_ctx *ctx)
 {
-	double t0 = timing_now(), t_buffers = t0, t_device = t0;
-
 	if (!ctx)
 		return;
 	if (ctx->device) {
+		double t0 = timing_now(), t_buffers, t_device;
+
 		vkDeviceWaitIdle(ctx->device);
 		save_pipeline_cache(ctx);
 		while (ctx->pipelines) {
