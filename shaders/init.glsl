@@ -18,7 +18,7 @@ vec3 seed_point(uint item)
 }
 
 #if PEAK_LISTS
-// Stores the n peaks that find_peaks() listed (peaks.glsl), in the slots of
+// Stores the n peaks that find_peaks_above() listed (peaks.glsl), in the slots of
 // their ranks, the list's order.
 void store_peaks(uint item, uint n)
 {
