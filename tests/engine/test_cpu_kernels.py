@@ -74,8 +74,9 @@ CASES = {
     "asymmetric": {"max_angle": 30},
     # Pass 1's peaks among dozens of local maxima (PEAK_LISTS: listed, taken
     # in order, dropped near a kept one), with and without a floor; a step
-    # each way along each peak, as longer ones on this noise differ in the
-    # last bits (cone lists, also at main before PEAK_LISTS).
+    # each way along each peak, as on this noise pass 2's CPU and GPU
+    # kernels drew another direction at a step of one streamline in 12,348
+    # (at main before PEAK_LISTS too: not yet understood).
     "many_peaks": {"max_angle": 30, "relative_peak_threshold": 0.5,
                    "min_separation_angle": 30, "max_steps": 1},
     "many_peaks_no_floor": {"max_angle": 30, "pmf_threshold": 0, "relative_peak_threshold": 0,
