@@ -17,6 +17,22 @@ vec3 seed_point(uint item)
 	return vec3(seeds[3 * item], seeds[3 * item + 1], seeds[3 * item + 2]);
 }
 
+#if PEAK_LISTS
+// Stores the n peaks that find_peaks_above() listed (peaks.glsl), in the slots of
+// their ranks, the list's order.
+void store_peaks(uint item, uint n)
+{
+	if (gl_SubgroupInvocationID == 0)
+		ndirs[item] = n;
+	for (uint rank = gl_SubgroupInvocationID; rank < n; rank += SG) {
+		uint slot = 3 * (item * MAX_PEAKS + rank);
+		vec3 v = vertex(listed_vertex(rank));
+		dirs[slot] = v.x;
+		dirs[slot + 1] = v.y;
+		dirs[slot + 2] = v.z;
+	}
+}
+#else
 // Stores the n peaks that find_peaks() marked, each by the lane that owns
 // its vertex, in the slot of its rank.
 void store_peaks(uint item, uint n)
@@ -35,3 +51,4 @@ void store_peaks(uint item, uint n)
 		}
 	}
 }
+#endif

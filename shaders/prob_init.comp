@@ -37,8 +37,12 @@ void main()
 	Corners c;
 	uint n = 0;
 	if (corners_at(seed_point(item), pc.dim, c)) {
+#if PEAK_LISTS
+		n = find_peaks_above(pmf_floor(pmf_from_odf(c)));
+#else
 		zero_below(pmf_floor(pmf_from_odf(c)));
 		n = find_peaks();
+#endif
 	}
 	store_peaks(item, n);
 }

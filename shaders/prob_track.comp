@@ -122,6 +122,15 @@ Candidates cone_candidates(vec3 dir)
 	return Candidates(0u, NV, false);
 }
 
+// What cone_values() found for the step being drawn, for entry_vertex(): the
+// candidates, and the entries before step_aligned, which are candidates
+// first, first + 1, ... in order, as every candidate before them lay in the
+// cone: their vertices are loaded again (one load for the subgroup, lavapipe
+// loading an address every lane shares once) instead of stored at each
+// entry (a store per lane) and cone_candidates() is not run again.
+Candidates step_candidates;
+uint step_aligned;
+
 // sphere.h's SPHERE_CONE_INSIDE: a listed vertex inside the cone in any
 // rounding, which needs no test (nor its vertex loaded).
 const uint CONE_INSIDE = 1u << 31;
@@ -157,11 +166,14 @@ bool keeps_vertices(Candidates c)
 	return 2u * (c.end - c.first) <= NV;
 }
 
-// The vertex of entry k of the n in the cone around dir: kept behind the
-// entries by cone_values where the row has room, else found again.
+// The vertex of entry k of the n in the cone around dir: a candidate's
+// before step_aligned, after it kept behind the entries by cone_values where
+// the row has room, else found again.
 uint entry_vertex(uint k, uint n, vec3 dir)
 {
-	Candidates c = cone_candidates(dir);
+	Candidates c = step_candidates;
+	if (k < step_aligned)
+		return candidate(c, c.first + k);
 	if (keeps_vertices(c))
 		return uint(s_pmf[gl_SubgroupID][NV - 1u - k]);
 	for (uint at = c.first; at < c.end; at += SG) {
@@ -208,28 +220,33 @@ float pmf_at(Corners c, PageSpot spots[8], uint j)
 }
 
 // The PMF at the cone's vertices into the row, in index order, and where
-// keeps_vertices each entry's vertex behind them (as a float, exact below
-// 2^24): the two never meet, as an entry's index stays below the
-// candidates' count. Returns how many; lane_max: this lane's largest value,
+// keeps_vertices the vertex of each entry from step_aligned on behind them
+// (as a float, exact below 2^24): the two never meet, as an entry's index
+// stays below the candidates' count. step_aligned: the first entry of the
+// first group of candidates with one outside the cone. Returns how many; lane_max: this lane's largest value,
 // lane_below: its largest below high (-1 where none).
 uint cone_values(Corners c, PageSpot spots[8], vec3 dir, float high, out float lane_max,
 		 out float lane_below)
 {
 	uint sg = gl_SubgroupID;
 	Candidates cand = cone_candidates(dir);
+	step_candidates = cand;
 	bool keep = keeps_vertices(cand);
 	uint n = 0u;
 	lane_max = 0.0;
 	lane_below = -1.0;
+	step_aligned = NV;
 	for (uint at = cand.first; at < cand.end; at += SG) {
 		bool inside;
 		uint j = candidate_in_cone(cand, at + gl_SubgroupInvocationID, dir, inside);
 		uvec4 cone = subgroupBallot(inside);
+		if (step_aligned == NV && subgroupBallotBitCount(cone) < min(SG, cand.end - at))
+			step_aligned = n;
 		if (inside) {
 			uint k = n + subgroupBallotExclusiveBitCount(cone);
 			float v = pmf_at(c, spots, j);
 			s_pmf[sg][k] = v;
-			if (keep)
+			if (keep && k >= step_aligned)
 				s_pmf[sg][NV - 1u - k] = float(j);
 			lane_max = max(lane_max, v);
 			if (v < high)

@@ -449,6 +449,18 @@ static bool corner_lanes(const struct gpu_limits *lim, uint32_t subgroup)
 	return gpu_cpu_kernels(lim) && subgroup >= 8;
 }
 
+/* Whether prob's pass 1 lists each seed's local maxima and takes its peaks
+ * from that list (PEAK_LISTS, peaks.glsl) instead of marking them by vertex
+ * and reading every vertex's mark in each round of the peak selection: on
+ * CPU devices (lavapipe) each lane's load is a scalar load of its own, and a
+ * seed has a handful of maxima among the sphere's vertices. The same peaks
+ * in the same order. boot keeps the marks, which its steps read by vertex;
+ * GPUs read a subgroup's consecutive marks together and keep them too. */
+static bool peak_lists(const struct gpu_limits *lim, const struct inputs *in)
+{
+	return gpu_cpu_kernels(lim) && !inputs_boot(in);
+}
+
 /* odf.glsl's ODF_STORAGE codes. */
 static int odf_storage_code(enum jobspec_odf_storage storage)
 {
@@ -602,6 +614,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 	define(&d, "SYMMETRIC", inputs_symmetric(in));
 	define(&d, "LOOP_LIMITED", gpu_get_limits(src->gpu)->loop_limited);
 	define(&d, "CORNER_LANES", corner_lanes(gpu_get_limits(src->gpu), plan->subgroup));
+	define(&d, "PEAK_LISTS", peak_lists(gpu_get_limits(src->gpu), in));
 	define(&d, "STOPPING", job->stopping);
 	/* Off, the kernels are today's; on, the weight is a push constant, so
 	 * that each weight does not compile a pipeline of its own. */
