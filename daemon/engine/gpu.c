@@ -109,6 +109,7 @@ struct gpu_ctx {
 	 * imported as a buffer (gpu_buffer_import_host) must start and end at
 	 * multiples of this (0: not enabled). */
 	uint64_t host_import_alignment;
+	long host_import_rank;    /* the test hook's: -1 until its first import */
 	PFN_vkGetMemoryHostPointerPropertiesEXT host_pointer_properties;
 };
 
@@ -828,6 +829,7 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 
 	if (!ctx)
 		return device_err(err, -ENOMEM, "out of memory");
+	ctx->host_import_rank = -1;
 	r = create_instance(&ctx->instance, err);
 	if (r < 0)
 		goto fail;
@@ -1198,12 +1200,14 @@ int gpu_buffer_new(struct gpu_ctx *ctx, uint64_t size, enum gpu_memory memory,
 	return r;
 }
 
-/* The test hook TRACTD_FAULT_HOST_IMPORT=N: the process's imports of host
- * memory after its first N fail, as a driver's may (NVIDIA's refuses a
- * file's mapping), so that tests here cover the fallback. */
-static atomic_ulong host_imports;
+/* The test hook TRACTD_FAULT_HOST_IMPORT=N: the imports of host memory of
+ * every device after the process's first N to import fail, as a driver's
+ * may (NVIDIA's refuses a file's mapping), so that tests here cover the
+ * fallback. Devices, not imports: devices import at once, on threads of
+ * their own, and which of their imports come first is the scheduler's. */
+static atomic_long host_importers;
 
-static bool host_import_refused(void)
+static bool host_import_refused(struct gpu_ctx *ctx)
 {
 	const char *value = getenv("TRACTD_FAULT_HOST_IMPORT");
 	char *end;
@@ -1213,7 +1217,11 @@ static bool host_import_refused(void)
 		return false;
 	errno = 0;
 	n = strtoul(value, &end, 10);
-	return !errno && !*end && atomic_fetch_add(&host_imports, 1) >= n;
+	if (errno || *end)
+		return false;
+	if (ctx->host_import_rank < 0)
+		ctx->host_import_rank = atomic_fetch_add(&host_importers, 1);
+	return (unsigned long)ctx->host_import_rank >= n;
 }
 
 uint64_t gpu_host_import_alignment(const struct gpu_ctx *ctx)
@@ -1296,7 +1304,7 @@ int gpu_buffer_import_host(struct gpu_ctx *ctx, void *host, uint64_t size,
 		return device_err(err, -EINVAL, "host memory of %llu bytes is not aligned to the "
 				  "device's %llu bytes", (unsigned long long)size,
 				  (unsigned long long)align);
-	if (host_import_refused())
+	if (host_import_refused(ctx))
 		return device_err(err, -ENOTSUP, "the import of host memory was refused "
 				  "(TRACTD_FAULT_HOST_IMPORT)");
 	b = calloc(1, sizeof(*b));

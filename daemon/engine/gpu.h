@@ -209,7 +209,8 @@ uint64_t gpu_host_import_alignment(const struct gpu_ctx *ctx);
  * caller's memory); it holds none of the device's (the memory limit does
  * not count it). -ENOTSUP
  * where the device cannot import it (test hook: TRACTD_FAULT_HOST_IMPORT=N
- * fails the process's imports after its first N), -EINVAL when unaligned,
+ * fails the imports of the devices after the process's first N to
+ * import), -EINVAL when unaligned,
  * or the driver's error. */
 int gpu_buffer_import_host(struct gpu_ctx *ctx, void *host, uint64_t size,
 			   struct gpu_buffer **ret, struct errbuf *err);
