@@ -165,16 +165,18 @@ static void slab_dim(const struct odf_stream *s, int64_t dim[4])
 	dim[2] = s->dim[2] < SLAB_PLANES ? s->dim[2] : SLAB_PLANES;
 }
 
-/* Waits until no consumer holds b; false when the stream was cancelled. */
-static bool wait_free(struct odf_stream *s, struct slab_buffer *b)
+/* Waits until no consumer holds a buffer (a slab's, or a shared copy's:
+ * its holders and ready), then marks it not ready for refilling; false
+ * when the stream was cancelled. */
+static bool wait_free(struct odf_stream *s, const size_t *holders, bool *ready)
 {
 	bool go;
 
 	pthread_mutex_lock(&s->lock);
-	while (b->holders > 0 && !s->cancelled)
+	while (*holders > 0 && !s->cancelled)
 		pthread_cond_wait(&s->changed, &s->lock);
 	go = !s->cancelled;
-	b->ready = false;
+	*ready = false;
 	pthread_mutex_unlock(&s->lock);
 	return go;
 }
@@ -219,7 +221,7 @@ static void *reader_main(void *arg)
 		struct slab_buffer *b = &s->buf[k % 2];
 		bool symmetric;
 
-		if (!wait_free(s, b))
+		if (!wait_free(s, &b->holders, &b->ready))
 			break;
 		r = read_slab(s, k, &b->v, &symmetric, &err);
 		if (r < 0)
@@ -436,20 +438,6 @@ static void fill_shared(const struct odf_stream *s, const struct odf_chunk *c, v
 	parallel_run(fill_part, parts, sizeof(parts[0]), n);
 }
 
-/* Waits until no reader holds b; false when the stream was cancelled. */
-static bool wait_share_free(struct odf_stream *s, struct share_buffer *b)
-{
-	bool go;
-
-	pthread_mutex_lock(&s->lock);
-	while (b->holders > 0 && !s->cancelled)
-		pthread_cond_wait(&s->changed, &s->lock);
-	go = !s->cancelled;
-	b->ready = false;
-	pthread_mutex_unlock(&s->lock);
-	return go;
-}
-
 /* The filler: chunk j into buffer j % ODF_SHARE_BUFFERS once the readers
  * released it, the slab's mapped pages dropped after its last chunk. */
 static void *filler_main(void *arg)
@@ -462,7 +450,7 @@ static void *filler_main(void *arg)
 		struct share_buffer *b = &sh->buf[j % ODF_SHARE_BUFFERS];
 		double t0;
 
-		if (!wait_share_free(s, b))
+		if (!wait_free(s, &b->holders, &b->ready))
 			break;
 		t0 = timing_now();
 		fill_shared(s, &c, b->host);
