@@ -950,7 +950,7 @@ struct cli_job {
 
 static void cli_job_free(struct cli_job *j)
 {
-	double t0 = timing_now(), t1;
+	double t0 = timing_now(), t1, t2;
 
 	device_open_cancel(&j->opening);
 	/* One after the other: NVIDIA's driver frees two devices' memory no
@@ -962,8 +962,9 @@ static void cli_job_free(struct cli_job *j)
 	t1 = timing_now();
 	inputs_free(j->inputs);
 	jobspec_free(&j->spec);
+	t2 = timing_now();
 	log_debug("inputs and devices released in %.3f s (the devices %.3f s, the inputs %.3f s)",
-		  timing_now() - t0, t1 - t0, timing_now() - t1);
+		  t2 - t0, t1 - t0, t2 - t1);
 }
 
 /* Takes the devices of --device (or the best one), opened while the inputs
