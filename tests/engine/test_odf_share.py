@@ -13,13 +13,11 @@ to the same bytes. The phantom is test_odf_transpose.py's (5 slabs).
 """
 import re
 
-import nibabel as nib
-import numpy as np
 import pytest
 
 from conftest import run_job
 from test_odf_stream import _job, _with_nan
-from test_odf_transpose import (EDGE, GPU, RAW, _antipodes, _run, _save, _symmetric,
+from test_odf_transpose import (EDGE, GPU, RAW, _run, _save_with_gap, _symmetric,
                                 phantom_dir, whole)  # noqa: F401
 
 EXIT_INVALID = 3
@@ -62,13 +60,7 @@ def test_many_chunks_take_turns_in_the_buffers(tractd, phantom_dir, whole):  # n
 
 def test_asymmetric_odf_gives_the_same_verdict(tractd, phantom_dir):  # noqa: F811
     # test_odf_transpose's voxel just over the symmetry tolerance.
-    ph = phantom_dir / "ph"
-    img = nib.load(str(ph / "neg.nii"))
-    odf = np.asarray(img.dataobj, dtype=np.float32).copy()
-    anti = _antipodes()
-    odf[10, 9, 30, :] = np.float32(1024)
-    odf[10, 9, 30, 5], odf[10, 9, 30, anti[5]] = np.float32(0), EDGE
-    _save(ph, "asym_shared", odf, img)
+    _save_with_gap(phantom_dir / "ph", "asym_shared", EDGE)
     proc_whole, trk_whole, _ = _run(tractd, phantom_dir, "asym_whole", "asym_shared.nii.gz")
     proc, trk, _ = _run(tractd, phantom_dir, "asym_shared", "asym_shared.nii",
                         "--device", "0,0")

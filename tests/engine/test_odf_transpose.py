@@ -147,18 +147,23 @@ def test_float16_takes_the_host_slabs(tractd, phantom_dir):
 EDGE = np.float32(1.024)
 
 
-@pytest.mark.parametrize("gap, symmetric", [(EDGE, False),
-                                            (np.nextafter(EDGE, np.float32(0)), True)],
-                         ids=["just_over", "just_within"])
-def test_symmetry_at_the_tolerance(tractd, phantom_dir, gap, symmetric):
-    ph = phantom_dir / "ph"
+def _save_with_gap(ph, name, gap):
+    """The phantom's ODF with voxel (10, 9, 30) at 1024 but for vertex 5 at 0
+    and its antipode at gap, saved as NAME.nii and NAME.nii.gz."""
     img = nib.load(str(ph / "neg.nii"))
     odf = np.asarray(img.dataobj, dtype=np.float32).copy()
     anti = _antipodes()
     odf[10, 9, 30, :] = np.float32(1024)
     odf[10, 9, 30, 5], odf[10, 9, 30, anti[5]] = np.float32(0), gap
-    name = f"edge{int(symmetric)}"
     _save(ph, name, odf, img)
+
+
+@pytest.mark.parametrize("gap, symmetric", [(EDGE, False),
+                                            (np.nextafter(EDGE, np.float32(0)), True)],
+                         ids=["just_over", "just_within"])
+def test_symmetry_at_the_tolerance(tractd, phantom_dir, gap, symmetric):
+    name = f"edge{int(symmetric)}"
+    _save_with_gap(phantom_dir / "ph", name, gap)
     proc_whole, trk_whole, _ = _run(tractd, phantom_dir, name + "_whole", name + ".nii.gz")
     proc, trk, _ = _run(tractd, phantom_dir, name + "_raw", name + ".nii")
     assert RAW in proc.stderr
