@@ -20,6 +20,8 @@
 //   9 odf_max    page table       CONE_LISTS only: per voxel its largest
 //                                 ODF value (odf_max.comp)
 //  10 cone_lists uint[]           CONE_LISTS only (engine.c's cone lists)
+//   9 cone_masks uint[]           CONE_MASKS only (engine.c's cone masks; 10
+//                                 with ODF_SH)
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -58,23 +60,27 @@ bool outside_cone(uint j, vec3 dir)
 	return axis_cos(vertex(j), dir) < pc.cos_max_angle;
 }
 
-#if CONE_LISTS
-// The cone's vertices are looked for among the listed neighbours of the
-// vertex dir stands on, or where that is not known among all vertices:
-// candidate(c, a) for a in [first, end).
-struct Candidates {
-	uint first, end;
-	bool listed;
-};
+// Which of the count (at most 32) entries from k on lie in the cone around
+// dir, a bit each, given those that surely do (inside) and those that must
+// be tested (near, outside_cone): the tests run here, before running_sum's
+// loop, which then holds no vertex loads (a GPU would issue them for every
+// entry: the compiler hoists them out of a rarely taken branch).
+uint cone_bits(uint k, uint count, vec3 dir, uint inside, uint near)
+{
+	uint untested = near & ~inside & (count < 32u ? (1u << count) - 1u : ~0u);
+	while (untested != 0u) {
+		int i = findLSB(untested);
+		untested &= untested - 1u;
+		if (!outside_cone(k + uint(i), dir))
+			inside |= 1u << i;
+	}
+	return inside;
+}
 
-// engine.c's cone lists: NV + 1 offsets into this buffer, then per vertex
-// the vertices within about max_angle of it (a margin wider: each is tested
-// again here), in index order.
-layout(std430, binding = CONE_LISTS_BINDING) readonly buffer ConeLists { uint cone_lists[]; };
-
+#if CONE_LISTS || CONE_MASKS
 // Per subgroup the vertex its streamline's last step drew, so that the next
-// step knows which list its dir (that vertex, or its opposite where SYMMETRIC
-// makes the cone the same) has; checked against dir before use, as a new
+// step knows which list or masks its dir (that vertex, or its opposite where
+// SYMMETRIC makes the cone the same) has; checked against dir before use, as a new
 // half or a resumed step starts elsewhere.
 shared uint s_dir_vertex[ITEMS];
 
@@ -110,13 +116,35 @@ uint find_dir_vertex(vec3 dir)
 	return NV;
 }
 
-Candidates cone_candidates(vec3 dir)
+// The vertex dir stands on, NV where none.
+uint dir_vertex(vec3 dir)
 {
 	uint i = s_dir_vertex[gl_SubgroupID];
 	if (!(i < NV && on_vertex(i, dir))) {
 		i = find_dir_vertex(dir);
 		set_dir_vertex(i);
 	}
+	return i;
+}
+#endif
+
+#if CONE_LISTS
+// The cone's vertices are looked for among the listed neighbours of the
+// vertex dir stands on, or where that is not known among all vertices:
+// candidate(c, a) for a in [first, end).
+struct Candidates {
+	uint first, end;
+	bool listed;
+};
+
+// engine.c's cone lists: NV + 1 offsets into this buffer, then per vertex
+// the vertices within about max_angle of it (a margin wider: each is tested
+// again here), in index order.
+layout(std430, binding = CONE_LISTS_BINDING) readonly buffer ConeLists { uint cone_lists[]; };
+
+Candidates cone_candidates(vec3 dir)
+{
+	uint i = dir_vertex(dir);
 	if (i < NV)
 		return Candidates(cone_lists[i], cone_lists[i + 1u], true);
 	return Candidates(0u, NV, false);
@@ -189,9 +217,9 @@ uint entry_vertex(uint k, uint n, vec3 dir)
 }
 
 // Every entry lies in the cone.
-bool entry_outside_cone(uint k, vec3 dir)
+uint cone_window(uint k, uint count, vec3 dir)
 {
-	return false;
+	return ~0u;
 }
 
 // CPU devices with sampled storage: the ODF is read at the cone's vertices
@@ -327,20 +355,56 @@ float cone_pmf(Corners c, vec3 dir, out uint n)
 #else
 // GPUs: the PMF on the whole sphere, which also gives the floor, read a
 // block of consecutive vertices per load as they coalesce them.
-float cone_pmf(Corners c, vec3 dir, out uint n)
+#if CONE_MASKS
+// engine.c's cone masks: per vertex i, MASK_WORDS words with bit j % 32 of
+// word j / 32 set where vertex j lies near i's cone (the cone lists' margin
+// wider), then MASK_WORDS with it set where j lies inside in any rounding:
+// only the vertices near the edge are tested (a vertex's load and a dot
+// product each, otherwise taken for every vertex the floor keeps), and a
+// lane reads the bits of its next 32 entries in two words.
+#if ODF_STORAGE == ODF_SH
+#define CONE_MASKS_BINDING 10
+#else
+#define CONE_MASKS_BINDING 9
+#endif
+layout(std430, binding = CONE_MASKS_BINDING) readonly buffer ConeMasks { uint cone_masks[]; };
+const uint MASK_WORDS = (NV + 31u) / 32u;
+
+// The vertex the step's dir stands on, NV where none.
+uint step_vertex;
+
+void find_step_vertex(vec3 dir)
 {
-	n = NV;
-	return pmf_floor_toward(dir, pmf_from_odf(c));
+	step_vertex = dir_vertex(dir);
 }
 
-uint entry_vertex(uint k, uint n, vec3 dir)
+// Bits k to k + 31 of the step vertex's mask that starts at word at.
+uint mask_bits(uint at, uint k)
 {
-	return k;
+	uint word = k / 32u, shift = k % 32u;
+	uint low = cone_masks[at + word] >> shift;
+	if (shift == 0u)
+		return low;
+	return low | cone_masks[at + min(word + 1u, MASK_WORDS - 1u)] << (32u - shift);
 }
 
-bool entry_outside_cone(uint k, vec3 dir)
+// Where dir stands on no vertex, every entry is tested.
+uint cone_window(uint k, uint count, vec3 dir)
 {
-	return outside_cone(k, dir);
+	if (step_vertex == NV)
+		return cone_bits(k, count, dir, 0u, ~0u);
+	uint at = 2u * MASK_WORDS * step_vertex;
+	return cone_bits(k, count, dir, mask_bits(at + MASK_WORDS, k), mask_bits(at, k));
+}
+#else
+void find_step_vertex(vec3 dir)
+{
+}
+
+// Every entry is tested.
+uint cone_window(uint k, uint count, vec3 dir)
+{
+	return cone_bits(k, count, dir, 0u, ~0u);
 }
 
 void set_dir_vertex(uint j)
@@ -348,54 +412,94 @@ void set_dir_vertex(uint j)
 }
 #endif
 
-// Turns the n entries into the running sum of their part within the cone
-// around dir (entries below floor_value or outside the cone count as zero),
-// SG at a time (SKIP_ZERO_SCANS: a block whose parts are all zero keeps
-// running as it is). Returns the total, all lanes alike; last_nonzero: the
-// highest entry with a non-zero part.
-float running_sum(uint n, vec3 dir, float floor_value, out int last_nonzero)
+float cone_pmf(Corners c, vec3 dir, out uint n)
+{
+	n = NV;
+	find_step_vertex(dir);
+	return pmf_floor_toward(dir, pmf_from_odf(c));
+}
+
+uint entry_vertex(uint k, uint n, vec3 dir)
+{
+	return k;
+}
+#endif
+
+// The running sum is taken in runs: lane l sums the run of run_length(n)
+// consecutive entries from l * run_length(n) on by itself, and one scan of
+// the lanes' totals gives each run the sum of those ahead of it. A step's
+// chain of dependent operations is then a run's additions and one scan,
+// where a scan per SG entries chained 23 scans on a GPU's 724 vertices; an
+// odd run length keeps the lanes' shared-memory reads in distinct banks.
+uint run_length(uint n)
+{
+	return ((n + SG - 1u) / SG) | 1u;
+}
+
+// The entries [first, end) of lane's run among n.
+uvec2 lane_run(uint lane, uint n)
+{
+	uint first = min(lane * run_length(n), n);
+	return uvec2(first, min(first + run_length(n), n));
+}
+
+// Turns each of the n entries into the running sum, within its run, of the
+// entries' parts within the cone around dir (entries below floor_value or
+// outside the cone count as zero). Returns the total, all lanes alike;
+// before: the sum of the runs ahead of this lane's, so that entry k of it
+// stands for before + s_pmf[k]; last_nonzero: the highest entry with a
+// non-zero part.
+float running_sum(uint n, vec3 dir, float floor_value, out float before, out int last_nonzero)
 {
 	uint sg = gl_SubgroupID;
-	float running = 0.0;
+	uvec2 run = lane_run(gl_SubgroupInvocationID, n);
+	float sum = 0.0;
 	int lane_last = -1;
-	for (uint base = 0u; base < n; base += SG) {
-		uint k = base + gl_SubgroupInvocationID;
-		float v = 0.0;
-		if (k < n) {
-			v = s_pmf[sg][k];
-			if (v < floor_value || entry_outside_cone(k, dir))
-				v = 0.0;
-		}
-		float cdf = running;
-#if SKIP_ZERO_SCANS
-		// CPU devices (engine.c's skip_zero_scans) run the scan lane by
-		// lane, and a block under the floor or outside the cone adds
-		// exactly zero.
-		if (subgroupAny(v != 0.0))
-#endif
-			cdf += subgroupInclusiveAdd(v);
-		if (k < n)
-			s_pmf[sg][k] = cdf;
+	// Entries another lane wrote (a lane's run is not its vertices).
+	subgroupMemoryBarrierShared();
+	subgroupBarrier();
+	uint in_cone;
+	for (uint k = run.x; k < run.y; k++) {
+		uint i = (k - run.x) % 32u;
+		if (i == 0u)
+			in_cone = cone_window(k, run.y - k, dir);
+		float v = s_pmf[sg][k];
+		if (v < floor_value || (in_cone >> i & 1u) == 0u)
+			v = 0.0;
+		sum += v;
+		s_pmf[sg][k] = sum;
 		if (v > 0.0)
 			lane_last = int(k);
-		running = subgroupBroadcast(cdf, SG - 1);
 	}
+	before = subgroupExclusiveAdd(sum);
 	last_nonzero = subgroupMax(lane_last);
-	return running;
+	subgroupMemoryBarrierShared();
+	subgroupBarrier();
+	return subgroupBroadcast(before + sum, SG - 1);
 }
 
 // The first of the n entries whose running sum exceeds x (DIPY's search),
-// or fallback when rounding leaves none.
-uint first_above(float x, uint n, uint fallback)
+// or fallback when rounding leaves none: the first run whose last sum
+// exceeds x holds it; its entries are then searched SG at a time.
+uint first_above(float x, uint n, float before, uint fallback)
 {
 	uint sg = gl_SubgroupID;
-	for (uint base = 0u; base < n; base += SG) {
+	uvec2 run = lane_run(gl_SubgroupInvocationID, n);
+	uvec4 runs = subgroupBallot(run.x < run.y && x < before + s_pmf[sg][max(run.y, 1u) - 1u]);
+	if (subgroupBallotBitCount(runs) == 0u)
+		return fallback;
+	uint owner = subgroupBallotFindLSB(runs);
+	// The owner's before, exactly: the others add zero to its maximum.
+	float owner_before = subgroupMax(gl_SubgroupInvocationID == owner ? before : 0.0);
+	uvec2 owned = lane_run(owner, n);
+	for (uint base = owned.x; base < owned.y; base += SG) {
 		uint k = base + gl_SubgroupInvocationID;
-		uvec4 hit = subgroupBallot(k < n && x < s_pmf[sg][min(k, n - 1u)]);
-		if (subgroupBallotBitCount(hit) > 0)
+		uvec4 hit = subgroupBallot(k < owned.y &&
+					   x < owner_before + s_pmf[sg][min(k, owned.y - 1u)]);
+		if (subgroupBallotBitCount(hit) > 0u)
 			return base + subgroupBallotFindLSB(hit);
 	}
-	return fallback;
+	return fallback;   // not reached: the run's last sum exceeds x
 }
 
 // Samples a vertex from the PMF restricted to the cone around dir, in vertex
@@ -408,14 +512,15 @@ bool next_direction(vec3 p, inout vec3 dir, uvec4 counter)
 		return false;
 	uint n;
 	float floor_value = cone_pmf(c, dir, n);
+	float before;
 	int last_nonzero;
-	float total = running_sum(n, dir, floor_value, last_nonzero);
+	float total = running_sum(n, dir, floor_value, before, last_nonzero);
 	if (total <= 0.0)
 		return false;
 	counter.w = PHILOX_STREAM_PROB;
 	float x = philox_uniform(philox4x32_10(counter, pc.philox_key).x) * total;
 	// x < total always holds in exact arithmetic; rounding can break it.
-	uint j = entry_vertex(first_above(x, n, uint(last_nonzero)), n, dir);
+	uint j = entry_vertex(first_above(x, n, before, uint(last_nonzero)), n, dir);
 	vec3 v = vertex(j);
 	dir = dot(v, dir) > 0.0 ? v : -v;
 	set_dir_vertex(j);

@@ -83,7 +83,8 @@ struct job_gpu {
 	struct paged_volume odf_scale;        /* ptt: daemon/engine/ptt.h's tables for this job */
 	struct gpu_buffer *lut;
 	struct gpu_buffer *regions;         /* the job's regions (upload_regions), or NULL */
-	struct gpu_buffer *cone_lists;      /* CONE_LISTS: upload_cone_lists, else NULL */
+	struct gpu_buffer *cone_table;      /* CONE_LISTS' lists or CONE_MASKS' masks
+					     * (upload_cone_table), else NULL */
 };
 
 /* A streamline's words in the track kernels' ranges (shaders/track.glsl). */
@@ -178,8 +179,8 @@ static uint32_t shared_bytes(struct shared_use u, uint32_t items)
  * storage adds the interpolated coefficients; boot adds two floats per
  * diffusion-weighted volume and its coefficients (boot.glsl). ptt's pass 2
  * keeps the sphere's vertices, a vec3 (16 bytes) each, per workgroup.
- * prob's pass 2 with CONE_LISTS keeps one word more per subgroup (the vertex
- * it stands on), within what pass 1 takes: not counted. */
+ * prob's pass 2 with CONE_LISTS or CONE_MASKS keeps one word more per
+ * subgroup (the vertex it stands on), within what pass 1 takes: not counted. */
 static void kernel_shared_use(const struct jobspec *job, const struct inputs *in,
 			      const struct resident *res, struct shared_use use[2])
 {
@@ -359,7 +360,8 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 
 /* Bindings of the kernels (see their .comp headers); prob binds the SH
  * sampling matrix after these with SH storage, and prob's track kernel the
- * ODF's maxima and the cone lists with CONE_LISTS. */
+ * ODF's maxima and the cone lists with CONE_LISTS, or the cone masks with
+ * CONE_MASKS. */
 #define PROB_INIT_BINDINGS 7
 #define PROB_TRACK_BINDINGS 9
 #define BOOT_INIT_BINDINGS 8
@@ -425,17 +427,6 @@ static bool odf_vec4_loads(const struct gpu_limits *lim, enum jobspec_odf_storag
 	return !odf_pair_loads(lim, storage, nv) && storage != JOBSPEC_ODF_SH && nv % 4 == 0;
 }
 
-/* Whether prob's running_sum skips the subgroup scan of a block whose parts
- * are all zero (SKIP_ZERO_SCANS, prob_track.comp): on CPU devices (lavapipe)
- * a scan runs lane by lane through the stack, and many blocks of a step lie
- * under the PMF threshold; their scan adds exactly zero, so the streamlines
- * stay the same to the bit. GPUs scan in a few instructions and keep one
- * scan per block. */
-static bool skip_zero_scans(const struct gpu_limits *lim)
-{
-	return gpu_cpu_kernels(lim);
-}
-
 /* Whether a value at the 8 corners of an interpolation, which every lane of
  * a subgroup needs (the stop map's, the ODF's page spots and maxima), is
  * loaded once per corner, lane q loading corner q, and passed between the
@@ -472,9 +463,9 @@ static uint32_t prob_bindings(const struct resident *res, uint32_t base)
 	return base + (resident_odf_storage(res) == JOBSPEC_ODF_SH);
 }
 
-/* Spheres up to this size get cone lists (their nv^2 dot products take
- * about 20 ms at the bound). */
-#define CONE_LISTS_MAX_VERTICES 4096
+/* Spheres up to this size get cone lists or masks (their nv^2 dot products
+ * take about 20 ms at the bound; the masks are 4 MiB there). */
+#define CONE_TABLE_MAX_VERTICES 4096
 
 /* Whether prob's track kernel reads the ODF within the cone only, found
  * among each vertex's listed neighbours (CONE_LISTS, prob_track.comp): on
@@ -487,7 +478,28 @@ static bool cone_lists(const struct jobspec *job, const struct inputs *in,
 {
 	return job->direction_getter == JOBSPEC_DG_PROB && !inputs_boot(in) &&
 	       resident_bindings(res).odf_max && job->angular_weight <= 0 &&
-	       inputs_sphere(in)->nv <= CONE_LISTS_MAX_VERTICES;
+	       inputs_sphere(in)->nv <= CONE_TABLE_MAX_VERTICES;
+}
+
+/* Whether prob's track kernel, reading the whole sphere, tells which
+ * vertices lie in the cone from masks of each vertex's neighbours
+ * (CONE_MASKS, prob_track.comp) instead of a dot product per vertex: where
+ * it takes no cone lists. A step's direction stands on a vertex, whose
+ * masks give the answer for all but the vertices on the cone's edge. On an
+ * H100 pass 2 took 0.634 s with the dot products, 0.574 s with the masks
+ * (README, "The kernels on the device's clock"). */
+static bool cone_masks(const struct jobspec *job, const struct inputs *in,
+		       const struct resident *res)
+{
+	return job->direction_getter == JOBSPEC_DG_PROB && !inputs_boot(in) &&
+	       !cone_lists(job, in, res) && inputs_sphere(in)->nv <= CONE_TABLE_MAX_VERTICES;
+}
+
+/* The bindings of prob's cone tables. */
+static uint32_t cone_table_bindings(const struct jobspec *job, const struct inputs *in,
+				    const struct resident *res)
+{
+	return cone_lists(job, in, res) ? 2 : cone_masks(job, in, res) ? 1 : 0;
 }
 
 static void ptt_defines(const struct jobspec *job, const struct inputs *in,
@@ -555,7 +567,7 @@ static uint32_t track_binding_count(const struct jobspec *job, const struct inpu
 		return BOOT_TRACK_BINDINGS;
 	if (job->direction_getter == JOBSPEC_DG_PTT)
 		return prob_bindings(res, PTT_TRACK_BINDINGS);
-	return prob_bindings(res, PROB_TRACK_BINDINGS) + (cone_lists(job, in, res) ? 2 : 0);
+	return prob_bindings(res, PROB_TRACK_BINDINGS) + cone_table_bindings(job, in, res);
 }
 
 /* The buffers a track kernel binds after its getter's own, and their
@@ -628,9 +640,9 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 		define(&d, "ODF_VEC4_LOADS", odf_vec4_loads(gpu_get_limits(src->gpu),
 							    resident_odf_storage(res),
 							    inputs_sphere(in)->nv));
-		define(&d, "SKIP_ZERO_SCANS", skip_zero_scans(gpu_get_limits(src->gpu)));
 		define(&d, "NC", resident_sh_coefs(res));
 		define(&d, "CONE_LISTS", cone_lists(job, in, res));
+		define(&d, "CONE_MASKS", cone_masks(job, in, res));
 		if (r == 0)
 			r = get_pipeline(src, "prob_init.comp", &d,
 					 prob_bindings(res, PROB_INIT_BINDINGS), &g->init, err);
@@ -756,7 +768,7 @@ static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
 	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
 				     g->ranges, g->dest, g->resume, g->pft, g->lut, g->regions,
-				     g->cone_lists };
+				     g->cone_table };
 
 	/* Kept for the next run of the same shape (a warm daemon's next job). */
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
@@ -1307,13 +1319,14 @@ static void getter_track_bindings(const struct job_run *run, struct gpu_buffer *
 		struct gpu_buffer *prob[PROB_TRACK_BINDINGS + 2] = {
 			res.odf, res.stop, res.vertices, g->seeds, g->dirs, g->line_id,
 			g->points, g->ranges, g->resume, NULL, NULL };
-		/* After the common ones: SH storage's basis or the cone's tables. */
+		/* After the common ones: SH storage's basis, then the cone's
+		 * tables: the maxima and lists, or the masks. */
+		uint32_t n = PROB_TRACK_BINDINGS;
 		if (res.odf_basis)
-			prob[PROB_TRACK_BINDINGS] = res.odf_basis;
-		else if (g->cone_lists) {
-			prob[PROB_TRACK_BINDINGS] = res.odf_max;
-			prob[PROB_TRACK_BINDINGS + 1] = g->cone_lists;
-		}
+			prob[n++] = res.odf_basis;
+		if (cone_lists(run->job, run->in, g->res))
+			prob[n++] = res.odf_max;
+		prob[n] = g->cone_table;
 		memcpy(b, prob, sizeof(prob));
 		return;
 	}
@@ -1983,29 +1996,33 @@ static int upload_regions(struct job_run *run, struct errbuf *err)
 	return r;
 }
 
-/* prob_track's cone lists (sphere_cone_lists) for the job's max_angle,
- * where it takes them (cone_lists). */
-static int upload_cone_lists(struct job_run *run, struct errbuf *err)
+/* prob_track's cone lists (sphere_cone_lists) or masks (sphere_cone_masks)
+ * for the job's max_angle, where it takes them (cone_lists, cone_masks). */
+static int upload_cone_table(struct job_run *run, struct errbuf *err)
 {
-	uint32_t *lists;
+	const struct sphere *sphere = inputs_sphere(run->in);
+	bool lists = cone_lists(run->job, run->in, run->res);
+	uint32_t *table;
 	size_t words;
 	int r;
 
-	if (!cone_lists(run->job, run->in, run->res))
+	if (!lists && !cone_masks(run->job, run->in, run->res))
 		return 0;
-	r = sphere_cone_lists(inputs_sphere(run->in), cos_max_angle(run->job),
-			      inputs_symmetric(run->in), &lists, &words);
+	r = lists ? sphere_cone_lists(sphere, cos_max_angle(run->job), inputs_symmetric(run->in),
+				      &table, &words)
+		  : sphere_cone_masks(sphere, cos_max_angle(run->job), inputs_symmetric(run->in),
+				      &table, &words);
 	if (r < 0)
 		return errbuf_set(err, r, "tracking.max_angle", "cannot list the sphere's "
 				  "vertices within max_angle: %s", strerror(-r));
-	r = new_buffer(run->gpu, 4ull * words, GPU_MEMORY_DEVICE, &run->g.cone_lists, err);
+	r = new_buffer(run->gpu, 4ull * words, GPU_MEMORY_DEVICE, &run->g.cone_table, err);
 	if (r == 0)
-		r = gpu_upload(run->gpu, run->g.cone_lists, 0, lists, 4ull * words, err);
-	free(lists);
+		r = gpu_upload(run->gpu, run->g.cone_table, 0, table, 4ull * words, err);
+	free(table);
 	return r;
 }
 
-/* The job's tables first (ptt's, the regions, the cone lists): the plan
+/* The job's tables first (ptt's, the regions, the cone's): the plan
  * sizes the work buffers from the GPU memory they leave. */
 static int prepare_gpu(struct job_run *run, struct errbuf *err)
 {
@@ -2019,7 +2036,7 @@ static int prepare_gpu(struct job_run *run, struct errbuf *err)
 	if (r == 0)
 		r = upload_regions(run, err);
 	if (r == 0)
-		r = upload_cone_lists(run, err);
+		r = upload_cone_table(run, err);
 	if (r == 0)
 		r = work_room(run->gpu, run->in, run->res, run->sh->opts,
 			      gpu_buffer_bytes(run->gpu) - run->bytes_before, &room, err);

@@ -920,12 +920,16 @@ static bool in_cone_list(const struct sphere *s, int i, int j, double cos_max, b
 	return cone_cos(s, i, j, axial) >= cos_max - SPHERE_CONE_MARGIN;
 }
 
+/* Whether vertex j lies within the cone of vertex i in any rounding. */
+static bool surely_in_cone(const struct sphere *s, int i, int j, double cos_max, bool axial)
+{
+	return cone_cos(s, i, j, axial) >= cos_max + SPHERE_CONE_MARGIN;
+}
+
 /* j's word in i's list: SPHERE_CONE_INSIDE where no rounding takes j out. */
 static uint32_t cone_list_word(const struct sphere *s, int i, int j, double cos_max, bool axial)
 {
-	bool surely = cone_cos(s, i, j, axial) >= cos_max + SPHERE_CONE_MARGIN;
-
-	return (uint32_t)j | (surely ? SPHERE_CONE_INSIDE : 0u);
+	return (uint32_t)j | (surely_in_cone(s, i, j, cos_max, axial) ? SPHERE_CONE_INSIDE : 0u);
 }
 
 int sphere_cone_lists(const struct sphere *s, double cos_max, bool axial, uint32_t **ret,
@@ -954,6 +958,36 @@ int sphere_cone_lists(const struct sphere *s, double cos_max, bool axial, uint32
 	lists[s->nv] = (uint32_t)words;
 	*ret = lists;
 	*n_words = words;
+	return 0;
+}
+
+size_t sphere_cone_mask_words(int nv)
+{
+	return ((size_t)nv + 31) / 32;
+}
+
+int sphere_cone_masks(const struct sphere *s, double cos_max, bool axial, uint32_t **ret,
+		      size_t *n_words)
+{
+	size_t words = sphere_cone_mask_words(s->nv);
+	uint32_t *masks = calloc(2 * words * (size_t)s->nv, sizeof(*masks));
+
+	*ret = NULL;
+	*n_words = 0;
+	if (!masks)
+		return -ENOMEM;
+	for (int i = 0; i < s->nv; i++) {
+		uint32_t *near = masks + 2 * words * (size_t)i, *inside = near + words;
+		for (int j = 0; j < s->nv; j++) {
+			uint32_t bit = 1u << (j % 32);
+			if (in_cone_list(s, i, j, cos_max, axial))
+				near[j / 32] |= bit;
+			if (surely_in_cone(s, i, j, cos_max, axial))
+				inside[j / 32] |= bit;
+		}
+	}
+	*ret = masks;
+	*n_words = 2 * words * (size_t)s->nv;
 	return 0;
 }
 

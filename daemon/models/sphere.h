@@ -63,6 +63,17 @@ int sphere_from_vertices(const double *xyz, int nv, const char *field,
 int sphere_cone_lists(const struct sphere *s, double cos_max, bool axial, uint32_t **ret,
 		      size_t *n_words);
 
+/* The words of one mask of sphere_cone_masks: a bit per vertex. */
+size_t sphere_cone_mask_words(int nv);
+
+/* The same neighbours as bit masks, for a test of any vertex: per vertex i,
+ * sphere_cone_mask_words(nv) words with bit j % 32 of word j / 32 set where
+ * j is listed near i (sphere_cone_lists), then as many with it set where j
+ * would be marked SPHERE_CONE_INSIDE. *n_words words in all. Takes nv^2 dot
+ * products. Returns 0 or -ENOMEM. */
+int sphere_cone_masks(const struct sphere *s, double cos_max, bool axial, uint32_t **ret,
+		      size_t *n_words);
+
 /* Frees everything and zeroes *s; accepts zeroed or freed spheres. */
 void sphere_free(struct sphere *s);
 

@@ -1,11 +1,12 @@
-"""The kernels' CPU variants (engine.c: ODF_PAIR_LOADS, SKIP_ZERO_SCANS,
-prob's CONE_LISTS, which reads the ODF within the cone only and settles the
-PMF floor with each voxel's largest value, and PEAK_LISTS, pass 1's peaks
-taken from a list of the local maxima) track exactly what the GPU
-variants track (ODF_VEC4_LOADS, four float32 values a load, included: on a
-sphere of a multiple of 4 vertices). Both run here on lavapipe: the test hook TRACTD_GPU_KERNELS=1
-gives it the GPU's. On lavapipe each subgroup scan adds lane after lane, so
-the two are equal to the bit; the defines `tractd -v` logs show which ran.
+"""The kernels' CPU variants (engine.c: ODF_PAIR_LOADS, prob's CONE_LISTS,
+which reads the ODF within the cone only and settles the PMF floor with each
+voxel's largest value, and PEAK_LISTS, pass 1's peaks taken from a list of the
+local maxima) track exactly what the GPU variants track (ODF_VEC4_LOADS, four
+float32 values a load, included: on a sphere of a multiple of 4 vertices; and
+prob's CONE_MASKS, the cone told from each vertex's masks). Both run here on
+lavapipe: the test hook TRACTD_GPU_KERNELS=1 gives it the GPU's. On lavapipe
+each subgroup scan adds lane after lane, and the two are equal to the bit on
+these cases; the defines `tractd -v` logs show which ran.
 
 The cases step where the floor is decided both ways: the crossing phantom's
 cones often miss its stronger fibre (the floor then needs the whole sphere),

@@ -2,9 +2,9 @@
 
 On a CPU device the ODF kernels read the ODF a 64-bit word per load, two
 float32 or four float16 vertices (ODF_PAIR_LOADS, engine.c's odf_pair_loads;
-the tests run on lavapipe), and
-prob's cone_cdf skips the scan of all-zero blocks (SKIP_ZERO_SCANS): -vv
-names each kernel's defines. That the streamlines stay the same to the bit is
+the tests run on lavapipe), and prob's pass 2 takes the cone from a table
+(CONE_LISTS on CPU devices, CONE_MASKS on GPUs): -vv names each kernel's
+defines. That the streamlines stay the same to the bit is
 scripts/compare-outputs.sh's check against the one-float build.
 `make bench-lavapipe` (bench/lavapipe.sh) runs here at a tiny size.
 """
@@ -43,17 +43,21 @@ def test_word_loads_chosen_on_cpu(tractd, small_phantom, tmp_path, storage, pair
     assert f"ODF_PAIR_LOADS={pairs}" in defines.group(1).split(), defines.group(1)
 
 
-def test_zero_scans_skipped_on_cpu(tractd, small_phantom, tmp_path):
-    """cone_cdf skips the scan of all-zero blocks on CPU devices
-    (SKIP_ZERO_SCANS, engine.c's skip_zero_scans); the same streamlines to
-    the bit is scripts/compare-outputs.sh's check."""
+@pytest.mark.parametrize("gpu_kernels, lists, masks", [("0", 1, 0), ("1", 0, 1)])
+def test_cone_table_chosen(tractd, small_phantom, tmp_path, gpu_kernels, lists, masks):
+    """prob's pass 2 tells the cone from a table: a CPU device reads the ODF
+    at its listed cone only (CONE_LISTS), a GPU reads the whole sphere and
+    takes the cone from masks (CONE_MASKS); TRACTD_GPU_KERNELS=1 gives
+    lavapipe the GPU's variants. That both track alike is test_cpu_kernels'."""
     job = json.loads((small_phantom / "job.json").read_text())
     job.pop("output", None)
-    path = write_job(small_phantom / "job_scans.json", job)
-    proc = run_cli(tractd, ["-vv", "run", path, "-o", tmp_path / "out.trk"], check=True)
+    path = write_job(small_phantom / "job_cone.json", job)
+    proc = run_cli(tractd, ["-vv", "run", path, "-o", tmp_path / "out.trk"], check=True,
+                   env={"TRACTD_GPU_KERNELS": gpu_kernels})
     defines = TRACK_DEFINES.search(proc.stderr)
     assert defines, "-vv did not name prob_track.comp's defines:\n" + proc.stderr
-    assert "SKIP_ZERO_SCANS=1" in defines.group(1).split(), defines.group(1)
+    assert f"CONE_LISTS={lists}" in defines.group(1).split(), defines.group(1)
+    assert f"CONE_MASKS={masks}" in defines.group(1).split(), defines.group(1)
 
 
 def test_bench_lavapipe_prints_both_sides(tractd, dipy_python, tmp_path):

@@ -611,6 +611,41 @@ static void test_cone_lists(void **state)
 	sphere_free(&s);
 }
 
+/* The masks set the bits of the lists: near where listed, inside where
+ * marked SPHERE_CONE_INSIDE, and no bit past the last vertex. */
+static void test_cone_masks_match_lists(void **state)
+{
+	struct sphere s;
+	const double cos_max = cos(30 * M_PI / 180);
+
+	(void)state;
+	assert_int_equal(sphere_builtin("repulsion724", &s, NULL), 0);
+	const size_t words = sphere_cone_mask_words(s.nv);
+	assert_int_equal(words, 23);
+	for (int axial = 0; axial < 2; axial++) {
+		uint32_t *lists, *masks;
+		size_t n_list_words, n_mask_words;
+		assert_int_equal(sphere_cone_lists(&s, cos_max, axial, &lists, &n_list_words), 0);
+		assert_int_equal(sphere_cone_masks(&s, cos_max, axial, &masks, &n_mask_words), 0);
+		assert_int_equal(n_mask_words, 2 * words * s.nv);
+		for (int i = 0; i < s.nv; i++) {
+			const uint32_t *near = masks + 2 * words * i, *inside = near + words;
+			uint32_t want_near[23] = {0}, want_inside[23] = {0};
+			for (uint32_t at = lists[i]; at < lists[i + 1]; at++) {
+				uint32_t j = lists[at] & ~SPHERE_CONE_INSIDE;
+				want_near[j / 32] |= 1u << (j % 32);
+				if (lists[at] & SPHERE_CONE_INSIDE)
+					want_inside[j / 32] |= 1u << (j % 32);
+			}
+			assert_memory_equal(near, want_near, sizeof(want_near));
+			assert_memory_equal(inside, want_inside, sizeof(want_inside));
+		}
+		free(lists);
+		free(masks);
+	}
+	sphere_free(&s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -630,6 +665,7 @@ int main(void)
 		cmocka_unit_test(test_rejects_flat_sets),
 		cmocka_unit_test(test_free_accepts_zeroed_and_freed),
 		cmocka_unit_test(test_cone_lists),
+		cmocka_unit_test(test_cone_masks_match_lists),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
