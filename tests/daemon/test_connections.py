@@ -14,11 +14,13 @@ import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from .support import CurlError, get_metrics, server_job, upload_phantom
+from .support import (JOB_TIMEOUT_S, CurlError, get_metrics, server_job, submit,
+                      upload_phantom, wait_running)
 
 NOBODY = 65534
 OTHER = 23456
@@ -27,6 +29,12 @@ OTHER = 23456
 CAP = 32
 EXTRA = 268
 HALF = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n"
+# A job that keeps the daemon's GPU worker busy far longer than the test
+# waits (about 90 s of tracking on lavapipe); it is cancelled.
+BLOCKER_SEEDS = 200000
+# How long the stream's connection stays silent, its job queued: over twice
+# header_timeout_seconds.
+STREAM_WAIT_S = 2.5
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0,
                                 reason="connects as other uids (setuid): needs root")
@@ -120,8 +128,10 @@ def test_one_user_cannot_take_every_connection(daemon_factory):
 
 def test_silent_connections_time_out_but_streams_do_not(daemon_factory, phantom):
     """header_timeout_seconds=1: a connection that sent half its headers is
-    closed within a few seconds; a ?wait=stream job that runs longer than
-    that still answers its tractogram."""
+    closed within a few seconds; a ?wait=stream job that waits longer than
+    that (queued behind another job, its connection silent) still answers
+    its tractogram. The wait is the blocker's, cancelled after STREAM_WAIT_S,
+    so that no tracking speed makes the stream end before the timeout."""
     d = daemon_factory(tcp=False, sets=["header_timeout_seconds=1"])
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
@@ -133,11 +143,23 @@ def test_silent_connections_time_out_but_streams_do_not(daemon_factory, phantom)
     s.close()
 
     ids = upload_phantom(d.api, phantom)
+    blocker = submit(d.api, server_job(phantom, ids, count=BLOCKER_SEEDS, rng_seed=5))
+    wait_running(d.api, blocker)
+    answer = {}
+    stream = threading.Thread(target=lambda: answer.update(r=d.api.post_json(
+        "/v1/jobs?wait=stream", server_job(phantom, ids, count=2000))))
     start = time.monotonic()
-    r = d.api.post_json("/v1/jobs?wait=stream", server_job(phantom, ids, count=8000))
+    stream.start()
+    time.sleep(STREAM_WAIT_S)
+    assert stream.is_alive(), f"the stream ended while its job was queued: {answer}"
+    r = d.api.request("DELETE", f"/v1/jobs/{blocker}")
+    assert r.status == 202, str(r)
+    stream.join(timeout=JOB_TIMEOUT_S)
+    assert not stream.is_alive(), "the stream did not answer"
+    r = answer["r"]
     assert r.status == 200, str(r)
     assert r.body[:5] == b"TRACK", r.body[:16]
-    assert time.monotonic() - start > 2, "the job ended before the timeout could matter"
+    assert time.monotonic() - start > STREAM_WAIT_S
 
 
 def _closed_by_peer(socks, wait_s=2):
