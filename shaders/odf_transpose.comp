@@ -4,7 +4,10 @@
 // values together, clipped at zero, with the host's symmetry check
 // (fit.c's odf_block) and the non-finite values volume_slabs_read refuses
 // flagged. Values move as their bits, so that no compiler turns the clip into
-// a max() that changes NaN or -0, and the pages hold the host path's bytes.
+// a max() that changes NaN or -0, and the pages hold the host path's bytes;
+// float16 pages (HALF_PAGES) take each value rounded as formats/half.c's
+// half_from_float rounds it, on the bits too (packHalf2x16 may round
+// otherwise).
 //
 // A workgroup takes 32 voxels of the chunk: checks each (8 threads a voxel),
 // then moves 32 x 32 tiles of voxels x channels through shared memory, read
@@ -17,7 +20,9 @@
 //   3 flags   uint[3]                  out: [0] an asymmetric voxel, [1] a non-finite value,
 //                                      [2] a voxel whose largest value is under 2^-90
 //
-// Defines: ODF_SYMMETRY_TOLERANCE (a double literal, fit.h's).
+// Defines: ODF_SYMMETRY_TOLERANCE (a double literal, fit.h's); HALF_PAGES
+// (1: the pages hold float16 values, two a word, the first in the low half;
+// the channel count is even, so a voxel starts on a word).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #include "volume.glsl"
@@ -113,6 +118,32 @@ void check(uint first, uint lane, uint row)
 		atomicOr(flags[2], 1u);
 }
 
+#if HALF_PAGES
+// v >> shift rounded to the nearest, ties to even (half.c's).
+uint shift_round_even(uint v, uint shift)
+{
+	return (v + ((1u << (shift - 1u)) - 1u) + ((v >> shift) & 1u)) >> shift;
+}
+
+// half_from_float of the float with these bits: NaN kept quiet with its top
+// payload bits, overflow to infinity, normal and subnormal halves rounded to
+// the nearest even, the rest to zero; the sign kept.
+uint half_bits(uint bits)
+{
+	uint sign = (bits >> 16u) & 0x8000u, a = bits & 0x7fffffffu;
+
+	if (a > 0x7f800000u)
+		return sign | 0x7e00u | ((a >> 13u) & 0x3ffu);
+	if (a >= 0x477ff000u)   // 65520: ties to even give infinity from here
+		return sign | 0x7c00u;
+	if (a >= 0x38800000u)   // 2^-14, the smallest normal half
+		return sign | shift_round_even(a - 0x38000000u, 13u);
+	if (a <= 0x33000000u)   // 2^-25: zero, the even neighbour of the tie
+		return sign;
+	return sign | shift_round_even((a & 0x7fffffu) | 0x800000u, 126u - (a >> 23u));
+}
+#endif
+
 // The pages' voxel ([x][y][z]) of the chunk's voxel i.
 uint page_voxel(uint i)
 {
@@ -134,10 +165,18 @@ void transpose(uint first, uint lane, uint row)
 		barrier();
 		for (uint k = row; k < TILE; k += ROWS) {
 			uint channel = c0 + lane, voxel = first + k;
-			if (voxel < pc.voxels && channel < pc.channels) {
-				PageSpot s = PAGE_SPOT(odf, page_voxel(voxel));
-				PageOut(s.page).v[s.base + channel] = tile[lane][k];
-			}
+			if (voxel >= pc.voxels || channel >= pc.channels)
+				continue;
+			PageSpot s = PAGE_SPOT(odf, page_voxel(voxel));
+#if HALF_PAGES
+			// Even lanes write a word of two channels (the tile's
+			// width and the channel count are even).
+			if (lane % 2u == 0u)
+				PageOut(s.page).v[(s.base + channel) / 2u] =
+					half_bits(tile[lane][k]) | half_bits(tile[lane + 1u][k]) << 16u;
+#else
+			PageOut(s.page).v[s.base + channel] = tile[lane][k];
+#endif
 		}
 	}
 }

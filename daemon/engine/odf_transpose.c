@@ -96,8 +96,11 @@ static bool usable(const struct gpu_ctx *gpu, const struct odf_stream *s,
 	const struct gpu_limits *lim = gpu_get_limits(gpu);
 	struct odf_raw raw;
 
-	/* The kernel's indices are 32-bit. */
-	return !gpu_cpu_kernels(lim) && lim->shader_float64 && layout->type == PAGED_FLOAT32 &&
+	/* The kernel's indices are 32-bit; float16 pages take a word of two
+	 * channels at a time. */
+	return !gpu_cpu_kernels(lim) && lim->shader_float64 &&
+	       (layout->type == PAGED_FLOAT32 ||
+		(layout->type == PAGED_FLOAT16 && layout->channels % 2 == 0)) &&
 	       odf_stream_raw(s, &raw) && layout->voxels <= UINT32_MAX &&
 	       chunk_voxels(gpu, s, layout) > 0;
 }
@@ -126,10 +129,12 @@ static int upload_pairs(struct gpu_ctx *gpu, const struct sphere *sphere, struct
 	return r;
 }
 
-static int get_pipeline(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbuf *err)
+static int get_pipeline(struct gpu_ctx *gpu, const struct paged_layout *layout,
+			struct odf_transpose *t, struct errbuf *err)
 {
 	char tolerance[64];
-	const char *defines[] = { tolerance, NULL };
+	const char *defines[] = { tolerance, layout->type == PAGED_FLOAT16 ? "HALF_PAGES=1" :
+						"HALF_PAGES=0", NULL };
 
 	/* Every digit, so that the shader's double is fit.c's. */
 	snprintf(tolerance, sizeof(tolerance), "ODF_SYMMETRY_TOLERANCE=%.17gLF",
@@ -153,7 +158,7 @@ static int setup(struct gpu_ctx *gpu, const struct sphere *sphere,
 	if (r == 0)
 		r = gpu_upload_new(gpu, zero, sizeof(zero), &t->flags, err);
 	if (r == 0)
-		r = get_pipeline(gpu, t, err);
+		r = get_pipeline(gpu, layout, t, err);
 	return r;
 }
 
@@ -377,14 +382,17 @@ static void describe_staging(struct odf_transpose *t, char *out, size_t size)
 		 odf_stream_share_fill_seconds(t->stream));
 }
 
-static void log_upload(struct odf_transpose *t, double seconds)
+static void log_upload(struct odf_transpose *t, const struct paged_layout *layout,
+		       double seconds)
 {
 	char staging[320];
 
 	describe_staging(t, staging, sizeof(staging));
-	log_debug("ODF transposed on the GPU (raw float32 upload%s): %zu slabs in %zu chunks "
+	log_debug("ODF transposed on the GPU (raw float32 upload%s%s): %zu slabs in %zu chunks "
 		  "of up to %llu voxels, %.3f s: %s, transpose kernels %.3f s (%.3f s on the "
-		  "device's clock)%s", t->sharers ? ", one host copy shared" : "",
+		  "device's clock)%s",
+		  layout->type == PAGED_FLOAT16 ? " into float16 pages" : "",
+		  t->sharers ? ", one host copy shared" : "",
 		  odf_stream_slabs(t->stream), t->chunks, (unsigned long long)t->chunk_voxels,
 		  seconds, staging, t->kernel_seconds, t->device_seconds,
 		  t->host_symmetry ? "; symmetry checked on the host (a voxel's values "
@@ -399,6 +407,6 @@ int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_transpose *t,
 	int r = paged_upload_with(gpu, layout, fill_pages, t, ret, err);
 
 	if (r == 0)
-		log_upload(t, timing_now() - start);
+		log_upload(t, layout, timing_now() - start);
 	return r;
 }

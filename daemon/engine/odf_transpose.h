@@ -8,10 +8,12 @@
  * volume (a range of voxels of one slab's z-planes) copied on threads from
  * the mapping into the staging buffers, then into a scratch buffer on the
  * device, from which shaders/odf_transpose.comp writes each voxel into its
- * page, clipped at zero, checking symmetry and finiteness as the host does
- * (fit_prepare_odf, volume_slabs_read; where a voxel's values are too
- * small for a GPU that flushes subnormal floats to be sure, the host reads
- * the slabs to decide the symmetry). The pages hold the host path's bytes.
+ * page (float32, or float16 rounded as half_from_float rounds; a sphere of
+ * an even vertex count), clipped at zero, checking symmetry and finiteness
+ * as the host does (fit_prepare_odf, volume_slabs_read; where a voxel's
+ * values are too small for a GPU that flushes subnormal floats to be sure,
+ * the host reads the slabs to decide the symmetry). The pages hold the host
+ * path's bytes.
  * Where several devices read the file raw, the chunk is copied once, into
  * the stream's shared host buffers, which each device imports
  * (gpu_buffer_import_host) and copies from instead (odf_stream_share_*);

@@ -9,8 +9,8 @@ the same ODF read whole (gzipped: never streamed, so transposed on the host):
 with chunks that split z-planes and pages that split z-columns, on two
 devices, through the staging buffers, with negative values (clipped before
 the check), and at the symmetry tolerance's edge, where a float compare
-would decide otherwise than fit.c's double one. float16 storage takes the
-host's slabs instead. A non-finite value fails as the slabs fail.
+would decide otherwise than fit.c's double one, and in float16 pages. A
+non-finite value fails as the slabs fail.
 
 The phantom is 21x19x37 (slabs of 8, 8, 8, 8 and 5 planes), its planes
 varied along z as test_odf_stream.py's are.
@@ -132,12 +132,31 @@ def test_through_the_staging_buffers(tractd, phantom_dir, whole):
     assert trk == whole[0]
 
 
-def test_float16_takes_the_host_slabs(tractd, phantom_dir):
-    _, whole16, _ = _run(tractd, phantom_dir, "whole16", "neg.nii.gz", odf_storage="float16")
-    proc, trk, stats = _run(tractd, phantom_dir, "streamed16", "neg.nii",
-                            odf_storage="float16")
+@pytest.fixture(scope="module")
+def subnormal_dir(phantom_dir):
+    """The phantom's ODF times 2^-20: its values (about 1e-6 and less) are
+    subnormal halves, rounded in the kernel's last branch."""
+    img = nib.load(str(phantom_dir / "ph" / "neg.nii"))
+    odf = np.asarray(img.dataobj, dtype=np.float32) * np.float32(2.0 ** -20)
+    _save(phantom_dir / "ph", "subnormal", odf, img)
+    return phantom_dir
+
+
+@pytest.mark.parametrize("odf, pmf_threshold", [("neg", 0.1), ("neg", 0.0),
+                                                ("subnormal", 0.1)])
+def test_float16_pages_give_the_host_bytes(tractd, subnormal_dir, odf, pmf_threshold):
+    """float16 storage: the kernel rounds each value to half as the host's
+    half_from_float does (pmf_threshold 0 lets the smallest values weigh in
+    every draw; the scaled ODF is all subnormal halves)."""
+    name = f"{odf}_{pmf_threshold}"
+    _, whole16, _ = _run(tractd, subnormal_dir, f"whole16_{name}", f"{odf}.nii.gz",
+                         odf_storage="float16", pmf_threshold=pmf_threshold)
+    proc, trk, stats = _run(tractd, subnormal_dir, f"streamed16_{name}", f"{odf}.nii",
+                            odf_storage="float16", pmf_threshold=pmf_threshold)
     assert stats["odf_storage"] == "float16"
-    assert HOST in proc.stderr and RAW not in proc.stderr, proc.stderr[-2000:]
+    assert stats["streamlines"] > N_SEEDS // 2
+    assert f"{RAW} (raw float32 upload into float16 pages)" in proc.stderr, \
+        proc.stderr[-2000:]
     assert trk == whole16
 
 
