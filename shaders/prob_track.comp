@@ -80,8 +80,8 @@ uint cone_bits(uint k, uint count, vec3 dir, uint inside, uint near)
 #if CONE_LISTS || CONE_MASKS
 // Per subgroup the vertex its streamline's last step drew, so that the next
 // step knows which list or masks its dir (that vertex, or its opposite where
-// SYMMETRIC makes the cone the same) has; checked against dir before use, as a new
-// half or a resumed step starts elsewhere.
+// SYMMETRIC makes the cone the same) has; checked against dir before use, as
+// a new half or a resumed step starts elsewhere.
 shared uint s_dir_vertex[ITEMS];
 
 void set_dir_vertex(uint j)
