@@ -883,6 +883,10 @@ struct job_run {
 	 * chunks before its own, tracked by other devices, to be written. */
 	double slot_wait_seconds, turn_wait_seconds;
 	double listing_seconds;      /* its chunks' seeds and lists, pass 1 left out */
+	/* Its batches' host steps around the track kernel: the line ids up,
+	 * the ranges down, and the pieces (their compaction included); and
+	 * growing the line buffers and write slots. */
+	double ids_seconds, ranges_seconds, pieces_seconds, grow_seconds;
 	double tracked_seconds, written_seconds;   /* its threads' ends, from the run's start */
 	struct errbuf err;           /* the tracking thread's */
 	struct errbuf write_err;     /* the writer thread's */
@@ -1585,20 +1589,27 @@ static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t
 {
 	struct job_gpu *g = &run->g;
 	struct gpu_buffer *buffers[MAX_BINDINGS];
+	double t0 = timing_now(), t_ids, t_tracked, t_ranges;
 	int r = gpu_upload(run->gpu, g->line_id, 0, run->h.line_id + 2 * first_line, 8 * n_lines,
 			   err);
 
 	track_bindings(run, buffers);
 	run->batch_first_line = first_line;
+	t_ids = timing_now();
 	if (r == 0)
 		r = track_lines(run, buffers, n_lines, err);
+	t_tracked = timing_now();
 	if (r == 0)
 		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 4 * RANGE_WORDS * n_lines,
 				 err);
+	t_ranges = timing_now();
 	for (uint64_t first = 0, end; r == 0 && first < n_lines; first = end) {
 		end = assign_piece(run, first, n_lines);
 		r = post_piece(run, at, first_line, first, end, end == n_lines, err);
 	}
+	run->ids_seconds += t_ids - t0;
+	run->ranges_seconds += t_ranges - t_tracked;
+	run->pieces_seconds += timing_now() - t_ranges;
 	run->stats.batches++;
 	return r;
 }
@@ -1669,6 +1680,7 @@ static int wait_slots_written(struct job_run *run, struct errbuf *err)
 static int grow_line_buffers(struct job_run *run, uint64_t n_lines, struct errbuf *err)
 {
 	uint64_t capacity = line_capacity_for(&run->plan, n_lines);
+	double t0 = timing_now(), t_lines;
 	int r;
 
 	if (capacity <= run->line_capacity)
@@ -1680,7 +1692,13 @@ static int grow_line_buffers(struct job_run *run, uint64_t n_lines, struct errbu
 	free_line_buffers(run->gpu, &run->g, &run->h);
 	run->line_capacity = capacity;
 	r = alloc_line_buffers(run->gpu, &run->plan, capacity, &run->g, &run->h, err);
-	return r == 0 ? alloc_slots(run, capacity, err) : r;
+	t_lines = timing_now();
+	if (r == 0)
+		r = alloc_slots(run, capacity, err);
+	log_debug("line buffers for %llu streamlines allocated in %.3f s, write slots in %.3f s",
+		  (unsigned long long)capacity, t_lines - t0, timing_now() - t_lines);
+	run->grow_seconds += timing_now() - t0;
+	return r;
 }
 
 static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds, struct errbuf *err)
@@ -2234,10 +2252,13 @@ static void log_device_waits(const struct job_run *run, size_t index)
 {
 	log_debug("device %zu: %llu chunk(s), tracked by %.3f s and written by %.3f s from the "
 		  "run's start; kernels %.3f s; its chunks' seeds and lists %.3f s; its tracking "
-		  "waited %.3f s for a write slot, its writer %.3f s for the chunks before its own",
+		  "waited %.3f s for a write slot, its writer %.3f s for the chunks before its own; "
+		  "its buffers grown in %.3f s; its batches' line ids up %.3f s, ranges down "
+		  "%.3f s, pieces %.3f s (their compaction and slot waits included)",
 		  index, (unsigned long long)run->stats.chunks, run->tracked_seconds,
 		  run->written_seconds, run->stats.kernel_seconds, run->listing_seconds,
-		  run->slot_wait_seconds, run->turn_wait_seconds);
+		  run->slot_wait_seconds, run->turn_wait_seconds, run->grow_seconds,
+		  run->ids_seconds, run->ranges_seconds, run->pieces_seconds);
 }
 
 const char *engine_kernel_key(enum engine_kernel kernel)
