@@ -17,8 +17,9 @@
 //   0 chunk   uint[channels * voxels]  value bits, channel after channel
 //   1 odf     page table (volume.glsl) of the pages written
 //   2 pairs   uvec2[n_pairs]           antipodal channel pairs (fit.c)
-//   3 flags   uint[3]                  out: [0] an asymmetric voxel, [1] a non-finite value,
-//                                      [2] a voxel whose largest value is under 2^-90
+//   3 flags   uint[4]                  out: [0] an asymmetric voxel, [1] a non-finite value,
+//                                      [2] a voxel whose largest value is under 2^-90,
+//                                      [3] an antipodal pair of unequal values
 //
 // Defines: ODF_SYMMETRY_TOLERANCE (a double literal, fit.h's); HALF_PAGES
 // (1: the pages hold float16 values, two a word, the first in the low half;
@@ -72,6 +73,15 @@ float value(uint channel, uint voxel)
 	return uintBitsToFloat(clipped(chunk[channel * pc.voxels + voxel]));
 }
 
+// A value's bits after clipping, -0 as 0: equal exactly where the values
+// are equal as fit.c compares them (on the bits: a GPU may flush subnormal
+// floats).
+uint equal_bits(uint channel, uint voxel)
+{
+	uint bits = clipped(chunk[channel * pc.voxels + voxel]);
+	return bits == 0x80000000u ? 0u : bits;
+}
+
 // This thread's share of its voxel's check: the largest clipped value (as
 // bits: non-negative floats order as their bits; NaN and -0 left out, as
 // odf_block's compares leave them) and the largest antipodal gap.
@@ -87,12 +97,16 @@ void check_share(uint voxel, uint row, out uint top, out float gap)
 		finite = finite && finite_bits(bits);
 		top = c <= 0x7f800000u ? max(top, c) : top;
 	}
+	bool mirrored = true;
 	for (uint p = row; p < pc.n_pairs; p += ROWS) {
 		float d = abs(value(pairs[p].x, voxel) - value(pairs[p].y, voxel));
 		gap = d > gap ? d : gap;
+		mirrored = mirrored && equal_bits(pairs[p].x, voxel) == equal_bits(pairs[p].y, voxel);
 	}
 	if (!finite)
 		atomicOr(flags[1], 1u);
+	if (!mirrored)
+		atomicOr(flags[3], 1u);
 }
 
 void check(uint first, uint lane, uint row)

@@ -48,6 +48,25 @@ void zero_below(float floor_value)
 }
 
 #ifdef ODF_BINDING
+// ODF_MIRRORED (engine.c's odf_mirrored): every voxel's value at vertex
+// j + NV/2, the antipode of vertex j, equals its value at j to the bit, so
+// the first half of the sphere is read and its PMF copied to the second: the
+// same PMF from half the loads.
+#if ODF_MIRRORED
+const uint READ_VERTICES = NV / 2u;
+#else
+const uint READ_VERTICES = NV;
+#endif
+
+// Stores the PMF at vertex j < READ_VERTICES, and at its antipode.
+void store_pmf(uint sg, uint j, float v)
+{
+	s_pmf[sg][j] = v;
+#if ODF_MIRRORED
+	s_pmf[sg][j + NV / 2u] = v;
+#endif
+}
+
 #if ODF_STORAGE == ODF_SH
 shared float s_odf_coef[ITEMS][NC];
 
@@ -148,6 +167,10 @@ vec4 word_at(PageSpot s, uint word)
 #endif
 #endif
 
+// The words that hold the vertices read (with ODF_MIRRORED the last may
+// hold a few of the second half's too, read and left).
+const uint READ_WORDS = (READ_VERTICES + WORD_VERTICES - 1u) / WORD_VERTICES;
+
 // The PMF at the WORD_VERTICES vertices of word (the rest of the vec4 0).
 vec4 pmf_word(Corners c, PageSpot spots[8], uint word)
 {
@@ -164,11 +187,14 @@ float pmf_from_odf(Corners c)
 	[[unroll]] for (int q = 0; q < 8; q++)
 		spots[q] = PAGE_SPOT(odf, c.voxel[q]);
 	float lane_max = 0.0;
-	for (uint word = gl_SubgroupInvocationID; word < NV / WORD_VERTICES; word += SG) {
+	for (uint word = gl_SubgroupInvocationID; word < READ_WORDS; word += SG) {
 		vec4 v = pmf_word(c, spots, word);
 		[[unroll]] for (uint k = 0u; k < WORD_VERTICES; k++) {
-			s_pmf[sg][WORD_VERTICES * word + k] = v[k];
-			lane_max = max(lane_max, v[k]);
+			uint j = WORD_VERTICES * word + k;
+			if (j < READ_VERTICES) {
+				store_pmf(sg, j, v[k]);
+				lane_max = max(lane_max, v[k]);
+			}
 		}
 	}
 	subgroupMemoryBarrierShared();
@@ -183,21 +209,27 @@ float pmf_from_odf(Corners c)
 	[[unroll]] for (int q = 0; q < 8; q++)
 		spots[q] = PAGE_SPOT(odf, c.voxel[q]);
 	float lane_max = 0.0;
-	for (uint base = gl_SubgroupInvocationID; base < NV; base += PMF_BLOCK * SG) {
+	for (uint base = gl_SubgroupInvocationID; base < READ_VERTICES; base += PMF_BLOCK * SG) {
 		float v[PMF_BLOCK];
 		[[unroll]] for (uint b = 0u; b < PMF_BLOCK; b++)
 			v[b] = 0.0;
 		[[unroll]] for (int q = 0; q < 8; q++)
 			[[unroll]] for (uint b = 0u; b < PMF_BLOCK; b++)
-				v[b] += c.weight[q] * odf_value(spots[q], min(base + b * SG, NV - 1u));
+				v[b] += c.weight[q] * odf_value(spots[q], min(base + b * SG,
+									      READ_VERTICES - 1u));
 		[[unroll]] for (uint b = 0u; b < PMF_BLOCK; b++) {
 			uint j = base + b * SG;
-			if (j < NV) {
-				s_pmf[sg][j] = v[b];
+			if (j < READ_VERTICES) {
+				store_pmf(sg, j, v[b]);
 				lane_max = max(lane_max, v[b]);
 			}
 		}
 	}
+#if ODF_MIRRORED
+	// The antipodes' entries are other lanes'.
+	subgroupMemoryBarrierShared();
+	subgroupBarrier();
+#endif
 	return lane_max;
 }
 #endif

@@ -142,12 +142,18 @@ struct Candidates {
 // again here), in index order.
 layout(std430, binding = CONE_LISTS_BINDING) readonly buffer ConeLists { uint cone_lists[]; };
 
+// With ODF_MIRRORED only the first half's: a symmetric cone's list holds
+// vertex j + NV/2 exactly where it holds j (sphere.c; the sphere's second
+// half is its first negated), after the first half's, in the same order.
 Candidates cone_candidates(vec3 dir)
 {
 	uint i = dir_vertex(dir);
-	if (i < NV)
-		return Candidates(cone_lists[i], cone_lists[i + 1u], true);
-	return Candidates(0u, NV, false);
+	Candidates c = i < NV ? Candidates(cone_lists[i], cone_lists[i + 1u], true)
+			      : Candidates(0u, NV, false);
+#if ODF_MIRRORED
+	c.end = (c.first + c.end) / 2u;
+#endif
+	return c;
 }
 
 // What cone_values() found for the step being drawn, for entry_vertex(): the
@@ -187,17 +193,25 @@ uint candidate_in_cone(Candidates c, uint a, vec3 dir, out bool inside)
 	return j;
 }
 
+// The entries per candidate: with ODF_MIRRORED each candidate's value
+// stands for its antipode too.
+#if ODF_MIRRORED
+const uint CANDIDATE_ENTRIES = 2u;
+#else
+const uint CANDIDATE_ENTRIES = 1u;
+#endif
+
 // Whether the row keeps each entry's vertex behind the entries: where it
 // has room for as many as there are candidates.
 bool keeps_vertices(Candidates c)
 {
-	return 2u * (c.end - c.first) <= NV;
+	return (CANDIDATE_ENTRIES + 1u) * (c.end - c.first) <= NV;
 }
 
-// The vertex of entry k of the n in the cone around dir: a candidate's
-// before step_aligned, after it kept behind the entries by cone_values where
-// the row has room, else found again.
-uint entry_vertex(uint k, uint n, vec3 dir)
+// The vertex of entry k of the candidates' entries in the cone around dir: a
+// candidate's before step_aligned, after it kept behind the entries by
+// cone_values where the row has room, else found again.
+uint candidate_entry_vertex(uint k, vec3 dir)
 {
 	Candidates c = step_candidates;
 	if (k < step_aligned)
@@ -214,6 +228,17 @@ uint entry_vertex(uint k, uint n, vec3 dir)
 		k -= subgroupBallotBitCount(cone);
 	}
 	return NV - 1u;   // not reached for k below the cone's size
+}
+
+// The vertex of entry k of the n in the cone around dir; with ODF_MIRRORED
+// the second half of the entries are the first's antipodes.
+uint entry_vertex(uint k, uint n, vec3 dir)
+{
+#if ODF_MIRRORED
+	if (k >= n / 2u)
+		return candidate_entry_vertex(k - n / 2u, dir) + NV / 2u;
+#endif
+	return candidate_entry_vertex(k, dir);
 }
 
 // Every entry lies in the cone.
@@ -250,9 +275,11 @@ float pmf_at(Corners c, PageSpot spots[8], uint j)
 // The PMF at the cone's vertices into the row, in index order, and where
 // keeps_vertices the vertex of each entry from step_aligned on behind them
 // (as a float, exact below 2^24): the two never meet, as an entry's index
-// stays below the candidates' count. step_aligned: the first entry of the
-// first group of candidates with one outside the cone. Returns how many; lane_max: this lane's largest value,
-// lane_below: its largest below high (-1 where none).
+// stays below the candidates' count (with ODF_MIRRORED the antipodes'
+// entries after them too: keeps_vertices). step_aligned: the first entry of
+// the first group of candidates with one outside the cone. Returns how many
+// entries; lane_max: this lane's largest value, lane_below: its largest
+// below high (-1 where none).
 uint cone_values(Corners c, PageSpot spots[8], vec3 dir, float high, out float lane_max,
 		 out float lane_below)
 {
@@ -284,13 +311,21 @@ uint cone_values(Corners c, PageSpot spots[8], vec3 dir, float high, out float l
 	}
 	subgroupMemoryBarrierShared();
 	subgroupBarrier();
+#if ODF_MIRRORED
+	// The antipodes' entries, in the same order after the first half's.
+	for (uint k = gl_SubgroupInvocationID; k < n; k += SG)
+		s_pmf[sg][n + k] = s_pmf[sg][k];
+	n *= 2u;
+	subgroupMemoryBarrierShared();
+	subgroupBarrier();
+#endif
 	return n;
 }
 
 #if ODF_PAIR_LOADS
-const uint SPHERE_WORDS = NV / WORD_VERTICES;
+const uint SPHERE_WORDS = READ_WORDS;
 #else
-const uint SPHERE_WORDS = NV;
+const uint SPHERE_WORDS = READ_VERTICES;
 #endif
 
 // The largest PMF value of a word of vertices (with ODF_PAIR_LOADS as

@@ -452,6 +452,19 @@ static bool peak_lists(const struct gpu_limits *lim, const struct inputs *in)
 	return gpu_cpu_kernels(lim) && !inputs_boot(in);
 }
 
+/* Whether the ODF kernels read half the sphere (ODF_MIRRORED, pmf.glsl):
+ * where the ODF's values at every antipodal pair are equal to the bit
+ * (DIPY's sampled ODFs are) and the sphere's second half is its first
+ * negated, the PMF's second half is its first, read once. The same PMF
+ * from half the loads: on an H100 the HCP-sized 10 M job's pass 2 took
+ * 2.29 s instead of 3.19 s, and lavapipe tracked 25 % faster; the same
+ * bytes. Sampled storage only: SH storage samples the coefficients. */
+static bool odf_mirrored(const struct inputs *in, const struct resident *res)
+{
+	return inputs_symmetric(in) && inputs_mirrored(in) && sphere_mirrored(inputs_sphere(in)) &&
+	       resident_odf_storage(res) != JOBSPEC_ODF_SH;
+}
+
 /* odf.glsl's ODF_STORAGE codes. */
 static int odf_storage_code(enum jobspec_odf_storage storage)
 {
@@ -641,6 +654,7 @@ static int get_pipelines(struct pipeline_source *src, const struct jobspec *job,
 							    resident_odf_storage(res),
 							    inputs_sphere(in)->nv));
 		define(&d, "NC", resident_sh_coefs(res));
+		define(&d, "ODF_MIRRORED", odf_mirrored(in, res));
 		define(&d, "CONE_LISTS", cone_lists(job, in, res));
 		define(&d, "CONE_MASKS", cone_masks(job, in, res));
 		if (r == 0)

@@ -45,7 +45,7 @@ struct transpose_params {
 };
 
 /* odf_transpose.comp's flags. */
-enum { FLAG_ASYMMETRIC, FLAG_NONFINITE, FLAG_TINY, N_FLAGS };
+enum { FLAG_ASYMMETRIC, FLAG_NONFINITE, FLAG_TINY, FLAG_UNMIRRORED, N_FLAGS };
 
 /* One upload's device objects and what it has taken so far. */
 struct odf_transpose {
@@ -299,17 +299,19 @@ static int share_host_copy(struct gpu_ctx *gpu, struct odf_transpose *t, struct 
 static int take_flags(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbuf *err)
 {
 	uint32_t flags[N_FLAGS];
-	bool symmetric;
+	struct odf_symmetry found;
 	int r = gpu_download(gpu, t->flags, 0, flags, sizeof(flags), err);
 
-	symmetric = r == 0 && !flags[FLAG_ASYMMETRIC];
+	/* Mirrored takes pairs: a hemisphere has none. */
+	found.symmetric = r == 0 && !flags[FLAG_ASYMMETRIC];
+	found.mirrored = r == 0 && !flags[FLAG_UNMIRRORED] && t->n_pairs > 0;
 	if (r == 0 && flags[FLAG_NONFINITE])
 		r = odf_stream_raw_check_finite(t->stream, err);
 	t->host_symmetry = r == 0 && flags[FLAG_TINY];
 	if (t->host_symmetry)
-		r = odf_stream_raw_host_symmetry(t->stream, &symmetric, err);
+		r = odf_stream_raw_host_symmetry(t->stream, &found, err);
 	if (r == 0)
-		odf_stream_raw_symmetry(t->stream, symmetric);
+		odf_stream_raw_symmetry(t->stream, found);
 	return r;
 }
 

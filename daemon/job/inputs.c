@@ -59,12 +59,16 @@ struct inputs {
 	 * daemon's cached inputs hold them too. */
 	struct volume region_masks[JOBSPEC_MAX_REGION_MASKS];
 	struct sphere sphere;
-	bool symmetric;       /* compare directions by |cos| */
+	struct odf_symmetry symmetry;   /* the ODF's; a stream's is the stream's */
 	const char *grid_field;   /* the input that sets the grid, for messages */
 	bool fitted;          /* fit holds the DTI and CSD of a dwi input */
 	struct fit_result fit;
 	struct gradient_note gradients;
 };
+
+/* Even-order SH is antipodally symmetric; its values on the sphere are
+ * sums that round as they may, so not taken as mirrored. */
+#define SH_SYMMETRY ((struct odf_symmetry){ .symmetric = true, .mirrored = false })
 
 /* The volume in slot, NIfTI or MRtrix3 (image.h), and what else the file
  * carries into *info when info is not NULL: read from the descriptor the
@@ -719,7 +723,7 @@ static int load_boot(const struct jobspec *job, const struct fit_options *o,
 		r = boot_matrices_build(dirs, n - (size_t)in->n_b0, &in->sphere, &params, &in->boot, err);
 	if (r == 0)
 		r = gather_volumes(&dwi, volumes, n, &in->dwi, err);
-	in->symmetric = true;   /* even-order SH */
+	in->symmetry = SH_SYMMETRY;
 	free(volumes);
 	free(dirs);
 	volume_free(&dwi);
@@ -923,12 +927,12 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o, b
 	if (r < 0 || in->boot_getter)
 		return r;
 	if (sh_of(in)) {
-		in->symmetric = true;   /* even-order SH */
+		in->symmetry = SH_SYMMETRY;
 		return 0;
 	}
 	if (in->odf_stream)
 		return 0;   /* clipped and checked slab by slab */
-	return fit_prepare_odf(&in->odf, &in->sphere, o, &in->symmetric, err);
+	return fit_prepare_odf(&in->odf, &in->sphere, o, &in->symmetry, err);
 }
 
 static uint64_t volume_bytes(const struct volume *v)
@@ -1111,9 +1115,19 @@ const struct sphere *inputs_sphere(const struct inputs *in)
 	return &in->sphere;
 }
 
+static struct odf_symmetry inputs_symmetry(const struct inputs *in)
+{
+	return in->odf_stream ? odf_stream_symmetry(in->odf_stream) : in->symmetry;
+}
+
 bool inputs_symmetric(const struct inputs *in)
 {
-	return in->odf_stream ? odf_stream_symmetric(in->odf_stream) : in->symmetric;
+	return inputs_symmetry(in).symmetric;
+}
+
+bool inputs_mirrored(const struct inputs *in)
+{
+	return inputs_symmetry(in).mirrored;
 }
 
 const struct volume *inputs_stop(const struct inputs *in)

@@ -113,6 +113,9 @@ const struct sphere *inputs_sphere(const struct inputs *in);
 /* Whether directions compare by |cos| (even-order SH, or an antipodally
  * symmetric ODF). */
 bool inputs_symmetric(const struct inputs *in);
+/* Whether the ODF's values at each antipodal pair are equal to the bit
+ * (fit_prepare_odf's mirrored). */
+bool inputs_mirrored(const struct inputs *in);
 /* The stop map, on the grid. */
 const struct volume *inputs_stop(const struct inputs *in);
 /* stopping act's or cmc's maps on the grid (cmc's from its partial volumes

@@ -81,8 +81,8 @@ struct odf_stream {
 	struct slab_buffer buf[2];
 	size_t consumers;
 	size_t joined, slab_consumers;   /* consumers that joined; of them, those taking slabs */
-	bool symmetric;
-	bool raw_asymmetric;      /* a consumer reading the file itself found an asymmetry */
+	struct odf_symmetry symmetry;   /* the slabs' */
+	struct odf_symmetry raw;        /* what consumers reading the file itself found */
 
 	pthread_mutex_t lock;
 	pthread_cond_t changed;
@@ -117,7 +117,8 @@ int odf_stream_open(int fd, const char *path, const struct sphere *s,
 	/* Progress is the whole load's, not a slab's. */
 	st->fit.threads = fit ? fit->threads : 0;
 	st->n_slabs = (size_t)((header->dim[2] + SLAB_PLANES - 1) / SLAB_PLANES);
-	st->symmetric = true;
+	st->symmetry = ODF_SYMMETRY_ALL;
+	st->raw = ODF_SYMMETRY_ALL;
 	pthread_mutex_init(&st->lock, NULL);
 	pthread_cond_init(&st->changed, NULL);
 	*ret = st;
@@ -143,18 +144,18 @@ static int64_t slab_planes(const struct odf_stream *s, size_t k)
 }
 
 /* Slab k into v (room for SLAB_PLANES planes): read, clipped, its
- * symmetry in *symmetric (true where the read fails). */
+ * symmetry in *symmetry (all of it where the read fails). */
 static int read_slab(const struct odf_stream *s, size_t k, const struct volume *v,
-		     bool *symmetric, struct errbuf *err)
+		     struct odf_symmetry *symmetry, struct errbuf *err)
 {
 	struct volume view = *v;
 	int r;
 
-	*symmetric = true;
+	*symmetry = ODF_SYMMETRY_ALL;
 	view.dim[2] = slab_planes(s, k);
 	r = volume_slabs_read(s->file, (int64_t)k * SLAB_PLANES, &view, err);
 	if (r == 0)
-		r = fit_prepare_odf(&view, s->sphere, &s->fit, symmetric, err);
+		r = fit_prepare_odf(&view, s->sphere, &s->fit, symmetry, err);
 	return r;
 }
 
@@ -219,15 +220,15 @@ static void *reader_main(void *arg)
 	r = alloc_buffers(s, &err);
 	for (size_t k = 0; k < s->n_slabs && r == 0; k++) {
 		struct slab_buffer *b = &s->buf[k % 2];
-		bool symmetric;
+		struct odf_symmetry symmetry;
 
 		if (!wait_free(s, &b->holders, &b->ready))
 			break;
-		r = read_slab(s, k, &b->v, &symmetric, &err);
+		r = read_slab(s, k, &b->v, &symmetry, &err);
 		if (r < 0)
 			break;
-		if (!symmetric)
-			s->symmetric = false;   /* only the reader writes it, read after the join */
+		/* Only the reader writes it, read after the join. */
+		odf_symmetry_and(&s->symmetry, symmetry);
 		pthread_mutex_lock(&s->lock);
 		b->slab = k;
 		b->ready = true;
@@ -319,7 +320,7 @@ int odf_stream_raw_check_finite(const struct odf_stream *s, struct errbuf *err)
 	return r;
 }
 
-int odf_stream_raw_host_symmetry(const struct odf_stream *s, bool *symmetric,
+int odf_stream_raw_host_symmetry(const struct odf_stream *s, struct odf_symmetry *symmetry,
 				 struct errbuf *err)
 {
 	struct volume v;
@@ -329,20 +330,20 @@ int odf_stream_raw_host_symmetry(const struct odf_stream *s, bool *symmetric,
 	slab_dim(s, dim);
 	if (volume_alloc(&v, dim, 1.0) < 0)
 		return errbuf_set(err, -ENOMEM, "inputs.odf", "out of memory for a slab of the ODF");
-	*symmetric = true;
+	*symmetry = ODF_SYMMETRY_ALL;
 	for (size_t k = 0; k < s->n_slabs && r == 0; k++) {
-		bool slab_symmetric;
-		r = read_slab(s, k, &v, &slab_symmetric, err);
-		*symmetric = *symmetric && (r < 0 || slab_symmetric);
+		struct odf_symmetry slab;
+		r = read_slab(s, k, &v, &slab, err);
+		odf_symmetry_and(symmetry, slab);
 	}
 	volume_free(&v);
 	return r;
 }
 
-void odf_stream_raw_symmetry(struct odf_stream *s, bool symmetric)
+void odf_stream_raw_symmetry(struct odf_stream *s, struct odf_symmetry found)
 {
 	pthread_mutex_lock(&s->lock);
-	s->raw_asymmetric |= !symmetric;
+	odf_symmetry_and(&s->raw, found);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -621,9 +622,12 @@ void odf_stream_finish(struct odf_stream *s)
 	finish_share(s);
 }
 
-bool odf_stream_symmetric(const struct odf_stream *s)
+struct odf_symmetry odf_stream_symmetry(const struct odf_stream *s)
 {
-	return s->symmetric && !s->raw_asymmetric;
+	struct odf_symmetry all = s->symmetry;
+
+	odf_symmetry_and(&all, s->raw);
+	return all;
 }
 
 void odf_stream_free(struct odf_stream *s)

@@ -85,11 +85,11 @@ int odf_stream_raw_check_finite(const struct odf_stream *s, struct errbuf *err);
 /* The symmetry fit_prepare_odf finds, slab by slab on the host, for a raw
  * reader that cannot decide it (a voxel whose values are too small for a
  * GPU that flushes subnormal floats). Errors as the slabs'. */
-int odf_stream_raw_host_symmetry(const struct odf_stream *s, bool *symmetric,
+int odf_stream_raw_host_symmetry(const struct odf_stream *s, struct odf_symmetry *symmetry,
 				 struct errbuf *err);
-/* A raw reader's symmetry check (fit_prepare_odf's rule): a false makes
- * odf_stream_symmetric false. */
-void odf_stream_raw_symmetry(struct odf_stream *s, bool symmetric);
+/* A raw reader's symmetry check (fit_prepare_odf's rules): what it did not
+ * find, odf_stream_symmetry does not tell. */
+void odf_stream_raw_symmetry(struct odf_stream *s, struct odf_symmetry found);
 
 /* A chunk of a raw read: voxels [first, first + voxels) of every volume
  * (the file's voxel order, x fastest), all within slab `slab`. */
@@ -161,9 +161,9 @@ void odf_stream_release(struct odf_stream *s, size_t k);
 void odf_stream_cancel(struct odf_stream *s);
 
 /* Waits for the reader. After a run whose consumers took every slab,
- * odf_stream_symmetric says whether the ODF is antipodally symmetric. */
+ * odf_stream_symmetry says how the ODF's antipodal values compare. */
 void odf_stream_finish(struct odf_stream *s);
-bool odf_stream_symmetric(const struct odf_stream *s);
+struct odf_symmetry odf_stream_symmetry(const struct odf_stream *s);
 
 /* Accepts NULL; finishes a started stream first. */
 void odf_stream_free(struct odf_stream *s);

@@ -490,6 +490,7 @@ struct odf_ctx {
 	int *first, *second;
 	int n_pairs;
 	atomic_bool asymmetric;
+	atomic_bool unmirrored;   /* a pair's values differ at all */
 };
 
 /* For each vertex, the index of its antipode, or -1. */
@@ -584,22 +585,34 @@ static void odf_block(struct voxel_loop *loop, int worker, size_t begin, size_t 
 			for (int j = 0; j < nv; j++)
 				f[j] = f[j] < 0.0f ? 0.0f : f[j];
 		/* Values this far apart relative to the voxel's maximum (after
-		 * clipping) count as equal. */
-		if (check && antipodal_gap(f, c) > ODF_SYMMETRY_TOLERANCE * top) {
-			atomic_store(&c->asymmetric, true);
-			check = false;
+		 * clipping) count as equal; apart at all, not as mirrored. */
+		if (check) {
+			float gap = antipodal_gap(f, c);
+			if (gap > 0.0f)
+				atomic_store(&c->unmirrored, true);
+			if (gap > ODF_SYMMETRY_TOLERANCE * top) {
+				atomic_store(&c->asymmetric, true);
+				check = false;
+			}
 		}
 	}
 }
 
+void odf_symmetry_and(struct odf_symmetry *all, struct odf_symmetry part)
+{
+	all->symmetric = all->symmetric && part.symmetric;
+	all->mirrored = all->mirrored && part.mirrored;
+}
+
 int fit_prepare_odf(struct volume *odf, const struct sphere *s, const struct fit_options *o,
-		    bool *symmetric, struct errbuf *err)
+		    struct odf_symmetry *symmetry, struct errbuf *err)
 {
 	struct odf_ctx ctx = { .odf = odf };
 	struct voxel_loop loop = { .voxels = volume_voxels(odf), .block = odf_block, .ctx = &ctx };
 	int r;
 
 	atomic_init(&ctx.asymmetric, false);
+	atomic_init(&ctx.unmirrored, false);
 	/* On a hemisphere an ODF is symmetric by convention: nothing to compare. */
 	if (s->antipodal && antipodal_pairs(s, &ctx) < 0) {
 		free(ctx.first);
@@ -611,7 +624,8 @@ int fit_prepare_odf(struct volume *odf, const struct sphere *s, const struct fit
 	free(ctx.second);
 	if (r < 0)
 		return loop_error(r, "odf", err);
-	*symmetric = !atomic_load(&ctx.asymmetric);
+	symmetry->symmetric = !atomic_load(&ctx.asymmetric);
+	symmetry->mirrored = s->antipodal && !atomic_load(&ctx.unmirrored);
 	return 0;
 }
 

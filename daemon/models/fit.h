@@ -85,13 +85,25 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 		  const struct sphere *s, const struct fit_options *o, const char *field,
 		  struct volume *odf, struct errbuf *err);
 
+/* What an ODF's values at antipodal vertices allow. */
+struct odf_symmetry {
+	bool symmetric;   /* every voxel's equal to 1e-3 of its maximum, or the
+			   * sphere a hemisphere: directions compare by |cos| (DIPY) */
+	bool mirrored;    /* every voxel's equal to the bit (a full sphere): a
+			   * kernel may read one of each pair (engine.c's
+			   * ODF_MIRRORED) */
+};
+
+/* What parts of an ODF checked one by one allow: all that each allows;
+ * start from ODF_SYMMETRY_ALL. */
+#define ODF_SYMMETRY_ALL ((struct odf_symmetry){ true, true })
+void odf_symmetry_and(struct odf_symmetry *all, struct odf_symmetry part);
+
 /* An ODF volume (one volume per vertex of s) made ready to track: values
- * clipped at zero, and *symmetric set when every voxel has equal values (to
- * 1e-3 of its maximum) at antipodal vertices, or s is a hemisphere.
- * Symmetric ODFs compare directions by |cos| (DIPY). Runs on fit's threads;
- * errors as fit_dwi. */
+ * clipped at zero, and its symmetry found. Runs on fit's threads; errors as
+ * fit_dwi. */
 int fit_prepare_odf(struct volume *odf, const struct sphere *s, const struct fit_options *o,
-		    bool *symmetric, struct errbuf *err);
+		    struct odf_symmetry *symmetry, struct errbuf *err);
 
 /* fit_prepare_odf's rule, for a reader that checks an ODF elsewhere (the
  * GPU, engine/odf_transpose.h): a voxel is asymmetric when the largest

@@ -932,6 +932,19 @@ static uint32_t cone_list_word(const struct sphere *s, int i, int j, double cos_
 	return (uint32_t)j | (surely_in_cone(s, i, j, cos_max, axial) ? SPHERE_CONE_INSIDE : 0u);
 }
 
+bool sphere_mirrored(const struct sphere *s)
+{
+	int half = s->nv / 2;
+
+	if (s->nv % 2 != 0)
+		return false;
+	for (int j = 0; j < half; j++)
+		for (int c = 0; c < 3; c++)
+			if (s->vertices[3 * (j + half) + c] != -s->vertices[3 * j + c])
+				return false;
+	return true;
+}
+
 int sphere_cone_lists(const struct sphere *s, double cos_max, bool axial, uint32_t **ret,
 		      size_t *n_words)
 {

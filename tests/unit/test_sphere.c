@@ -646,6 +646,82 @@ static void test_cone_masks_match_lists(void **state)
 	sphere_free(&s);
 }
 
+/* DIPY's repulsion spheres list their second half as the first negated
+ * (sphere.h's sphere_mirrored); in symmetric362 17 of the pairs differ in
+ * their last bits. The same vertices in another order, and a hemisphere,
+ * are not mirrored. */
+static bool mirrored_builtin(const char *name)
+{
+	return strcmp(name, "symmetric362") != 0;
+}
+
+static void test_builtins_are_mirrored(void **state)
+{
+	(void)state;
+	for (int i = 0; i < N_DIPY; i++) {
+		struct sphere full = {0}, paired = {0}, hemi = {0};
+		int *map, nh, half;
+		double *xyz;
+
+		assert_int_equal(sphere_builtin(dipy[i].name, &full, NULL), 0);
+		assert_int_equal(sphere_mirrored(&full), mirrored_builtin(dipy[i].name));
+		/* Each vertex followed by its antipode: the same set, not mirrored. */
+		half = full.nv / 2;
+		xyz = malloc(3 * sizeof(*xyz) * (size_t)full.nv);
+		assert_non_null(xyz);
+		for (int j = 0; j < half; j++)
+			for (int c = 0; c < 3; c++) {
+				xyz[6 * j + c] = full.vertices[3 * j + c];
+				xyz[6 * j + 3 + c] = full.vertices[3 * (j + half) + c];
+			}
+		assert_int_equal(sphere_from_vertices(xyz, full.nv, "v", &paired, NULL), 0);
+		assert_true(paired.antipodal);
+		assert_false(sphere_mirrored(&paired));
+		free(xyz);
+		xyz = hemisphere_of(&full, &map, &nh);
+		assert_int_equal(sphere_from_vertices(xyz, nh, "v", &hemi, NULL), 0);
+		assert_false(sphere_mirrored(&hemi));
+		free(map);
+		free(xyz);
+		sphere_free(&hemi);
+		sphere_free(&paired);
+		sphere_free(&full);
+	}
+}
+
+/* On a mirrored sphere an axial cone's list holds j + nv/2 exactly where it
+ * holds j < nv/2, after all of them, in the same order and with the same
+ * inside mark: prob_track.comp (ODF_MIRRORED) reads the first half only. */
+static void test_axial_cone_lists_are_mirrored(void **state)
+{
+	const double cos_max = cos(30 * M_PI / 180);
+
+	(void)state;
+	for (int i = 0; i < N_DIPY; i++) {
+		struct sphere s;
+		uint32_t *lists;
+		size_t n_words;
+		uint32_t half;
+
+		if (!mirrored_builtin(dipy[i].name))
+			continue;
+		assert_int_equal(sphere_builtin(dipy[i].name, &s, NULL), 0);
+		half = (uint32_t)s.nv / 2;
+		assert_int_equal(sphere_cone_lists(&s, cos_max, true, &lists, &n_words), 0);
+		for (int v = 0; v < s.nv; v++) {
+			uint32_t first = lists[v], n = lists[v + 1] - first;
+			assert_int_equal(n % 2, 0);
+			for (uint32_t k = 0; k < n / 2; k++) {
+				uint32_t a = lists[first + k], b = lists[first + n / 2 + k];
+				assert_true((a & ~SPHERE_CONE_INSIDE) < half);
+				assert_int_equal(b, a + half);
+			}
+		}
+		free(lists);
+		sphere_free(&s);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -666,6 +742,8 @@ int main(void)
 		cmocka_unit_test(test_free_accepts_zeroed_and_freed),
 		cmocka_unit_test(test_cone_lists),
 		cmocka_unit_test(test_cone_masks_match_lists),
+		cmocka_unit_test(test_builtins_are_mirrored),
+		cmocka_unit_test(test_axial_cone_lists_are_mirrored),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

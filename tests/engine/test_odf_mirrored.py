@@ -1,0 +1,96 @@
+"""ODF_MIRRORED (issue 24; engine.c's odf_mirrored, pmf.glsl): where every
+antipodal pair of ODF values is equal to the bit (DIPY's sampled ODFs and
+the phantom's are) and the sphere's second half is its first negated (the
+default repulsion724), the kernels read the first half of the sphere and
+copy its PMF to the second. That must track exactly what reading the whole
+sphere tracks.
+
+The whole-sphere run takes the same ODF with one value of its strongest
+voxel one float step up: no longer mirrored, still symmetric (the
+difference is far within 1e-3 of the maximum), and a PMF that moves by a
+float step at the few points that interpolate that voxel, which draws no
+other direction on this job. The pairs are compared on the host, as the
+slabs are read, and on the GPU, as a raw .nii is transposed there (the test
+hook TRACTD_GPU_KERNELS=1 makes lavapipe a GPU device); float16 storage
+reads four values a word, the last of the first half's words holding two of
+the second half's.
+"""
+import gzip
+import json
+import re
+import shutil
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from conftest import run_cli, write_job
+
+N_SEEDS = 300
+GPU = {"TRACTD_GPU_KERNELS": "1"}
+RAW = "ODF transposed on the GPU"
+
+
+@pytest.fixture(scope="module")
+def phantom_dir(tractd, tmp_path_factory):
+    """A repulsion724 phantom, its ODF as given (mirrored.nii, and gzipped)
+    and one float step off at one value (nudged.nii, and gzipped)."""
+    ph = tmp_path_factory.mktemp("odf_mirrored") / "ph"
+    run_cli(tractd, ["phantom", "--dim", "24,24,16", "--sphere", "repulsion724", "--seeds",
+                     N_SEEDS, "--uncompressed", "--no-dwi", ph], check=True)
+    img = nib.load(str(ph / "odf.nii"))
+    odf = np.asarray(img.dataobj, dtype=np.float32).copy()
+    half = odf.shape[3] // 2
+    assert np.array_equal(odf[..., :half], odf[..., half:]), "the phantom's ODF is not mirrored"
+    _save(ph, "mirrored", odf, img)
+    top = odf.max(axis=3)
+    x, y, z = np.unravel_index(np.argmax(top), top.shape)
+    odf[x, y, z, 5] = np.nextafter(odf[x, y, z, 5], np.float32(np.inf))
+    _save(ph, "nudged", odf, img)
+    return ph
+
+
+def _save(ph, name, odf, img):
+    nib.save(nib.Nifti1Image(odf, img.affine, img.header), str(ph / f"{name}.nii"))
+    with open(ph / f"{name}.nii", "rb") as src, gzip.open(ph / f"{name}.nii.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+
+
+def _track(tractd, ph, name, odf, storage, env):
+    """(TRK bytes, the defines of prob_init and prob_track, stderr)."""
+    job = json.loads((ph / "job.json").read_text())
+    job.pop("output", None)
+    job["inputs"]["odf"] = odf
+    job["tracking"]["odf_storage"] = storage
+    trk = ph / f"{name}.trk"
+    proc = run_cli(tractd, ["-v", "run", write_job(ph / f"{name}.json", job), "-o", trk],
+                   env=env, check=True)
+    defines = re.findall(r"compiled prob_(?:init|track)\.comp (.*) in ", proc.stderr)
+    assert len(defines) == 2, proc.stderr[-2000:]
+    return trk.read_bytes(), defines, proc.stderr
+
+
+CASES = {
+    "cpu_float32": (".nii.gz", "float32", None),
+    "cpu_float16": (".nii.gz", "float16", None),
+    "gpu_float32": (".nii.gz", "float32", GPU),
+    "gpu_float16": (".nii.gz", "float16", GPU),
+    "gpu_raw_float32": (".nii", "float32", GPU),
+    "gpu_raw_float16": (".nii", "float16", GPU),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_half_the_sphere_tracks_as_the_whole(tractd, phantom_dir, case):
+    suffix, storage, env = CASES[case]
+    half, half_defines, half_err = _track(tractd, phantom_dir, f"{case}_half",
+                                          "mirrored" + suffix, storage, env)
+    whole, whole_defines, whole_err = _track(tractd, phantom_dir, f"{case}_whole",
+                                             "nudged" + suffix, storage, env)
+    for defines in half_defines:
+        assert "ODF_MIRRORED=1" in defines and "SYMMETRIC=1" in defines, defines
+    for defines in whole_defines:
+        assert "ODF_MIRRORED=0" in defines and "SYMMETRIC=1" in defines, defines
+    assert (RAW in half_err) == (RAW in whole_err) == (suffix == ".nii"), half_err[-2000:]
+    assert len(half) > 10000, f"only {len(half)} bytes tracked"
+    assert half == whole, f"{case}: reading half the sphere tracked otherwise than the whole"
