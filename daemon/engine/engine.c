@@ -457,12 +457,13 @@ static bool peak_lists(const struct gpu_limits *lim, const struct inputs *in)
  * (DIPY's sampled ODFs are) and the sphere's second half is its first
  * negated, the PMF's second half is its first, read once. The same PMF
  * from half the loads: on an H100 the HCP-sized 10 M job's pass 2 took
- * 2.29 s instead of 3.19 s, and lavapipe tracked 25 % faster; the same
- * bytes. Sampled storage only: SH storage samples the coefficients. */
+ * 2.29 s instead of 3.13 s, and lavapipe's bench case (README) 3.8 s
+ * instead of 5.0 s on one thread; the same bytes. Sampled storage only:
+ * SH storage samples the coefficients at each step. */
 static bool odf_mirrored(const struct inputs *in, const struct resident *res)
 {
-	return inputs_symmetric(in) && inputs_mirrored(in) && sphere_mirrored(inputs_sphere(in)) &&
-	       resident_odf_storage(res) != JOBSPEC_ODF_SH;
+	return inputs_symmetric(in) && inputs_mirrored(in) &&
+	       sphere_mirrored(inputs_sphere(in)) && resident_odf_storage(res) != JOBSPEC_ODF_SH;
 }
 
 /* odf.glsl's ODF_STORAGE codes. */
