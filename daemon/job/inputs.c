@@ -66,9 +66,9 @@ struct inputs {
 	struct gradient_note gradients;
 };
 
-/* Even-order SH is antipodally symmetric; its values on the sphere are
- * sums that round as they may, so not taken as mirrored. */
-#define SH_SYMMETRY ((struct odf_symmetry){ .symmetric = true, .mirrored = false })
+/* boot's: its bootstrap ODFs, even-order SH, are antipodally symmetric
+ * (sampled by its own kernels: never mirrored). */
+#define BOOT_SYMMETRY ((struct odf_symmetry){ .symmetric = true, .mirrored = false })
 
 /* The volume in slot, NIfTI or MRtrix3 (image.h), and what else the file
  * carries into *info when info is not NULL: read from the descriptor the
@@ -723,7 +723,7 @@ static int load_boot(const struct jobspec *job, const struct fit_options *o,
 		r = boot_matrices_build(dirs, n - (size_t)in->n_b0, &in->sphere, &params, &in->boot, err);
 	if (r == 0)
 		r = gather_volumes(&dwi, volumes, n, &in->dwi, err);
-	in->symmetry = SH_SYMMETRY;
+	in->symmetry = BOOT_SYMMETRY;
 	free(volumes);
 	free(dirs);
 	volume_free(&dwi);
@@ -927,7 +927,7 @@ static int load_inputs(const struct jobspec *job, const struct fit_options *o, b
 	if (r < 0 || in->boot_getter)
 		return r;
 	if (sh_of(in)) {
-		in->symmetry = SH_SYMMETRY;
+		in->symmetry = fit_sampled_sh_symmetry(&in->sphere);
 		return 0;
 	}
 	if (in->odf_stream)

@@ -452,6 +452,8 @@ struct sample_ctx {
 	const struct volume *sh;
 	struct volume *odf;
 	const float *basis_t;      /* ncoef x nv: basis_t[c * nv + j] = Y_c(vertex j) */
+	size_t sampled;            /* the vertices sampled: nv, or the first half on a
+				    * mirrored sphere, copied to the second */
 };
 
 /* odf += w * row over nv values; restrict lets the compiler vectorise it. */
@@ -464,7 +466,7 @@ static void add_scaled(float *restrict odf, const float *restrict row, float w, 
 static void sample_block(struct voxel_loop *loop, int worker, size_t begin, size_t end)
 {
 	struct sample_ctx *c = loop->ctx;
-	size_t nc = (size_t)c->sh->dim[3], nv = (size_t)c->odf->dim[3];
+	size_t nc = (size_t)c->sh->dim[3], nv = (size_t)c->odf->dim[3], n = c->sampled;
 
 	(void)worker;
 	for (size_t v = begin; v < end; v++) {
@@ -473,9 +475,10 @@ static void sample_block(struct voxel_loop *loop, int worker, size_t begin, size
 
 		for (size_t k = 0; k < nc; k++)
 			if (coef[k] != 0.0f)
-				add_scaled(odf, c->basis_t + k * nv, coef[k], nv);
-		for (size_t j = 0; j < nv; j++)
+				add_scaled(odf, c->basis_t + k * nv, coef[k], n);
+		for (size_t j = 0; j < n; j++)
 			odf[j] = odf[j] > 0.0f ? odf[j] : 0.0f;
+		memcpy(odf + n, odf, (nv - n) * sizeof(*odf));
 	}
 }
 
@@ -598,6 +601,11 @@ static void odf_block(struct voxel_loop *loop, int worker, size_t begin, size_t 
 	}
 }
 
+struct odf_symmetry fit_sampled_sh_symmetry(const struct sphere *s)
+{
+	return (struct odf_symmetry){ .symmetric = true, .mirrored = sphere_mirrored(s) };
+}
+
 void odf_symmetry_and(struct odf_symmetry *all, struct odf_symmetry part)
 {
 	all->symmetric = all->symmetric && part.symmetric;
@@ -656,7 +664,7 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 		  struct volume *odf, struct errbuf *err)
 {
 	int order = sh_order_from_ncoef(sh->dim[3]);
-	struct sample_ctx ctx = { .sh = sh, .odf = odf };
+	struct sample_ctx ctx = { .sh = sh, .odf = odf, .sampled = (size_t)s->nv };
 	struct voxel_loop loop = { .voxels = volume_voxels(sh), .block = sample_block, .ctx = &ctx };
 	double start = timing_now();
 	int threads = thread_count(o);
@@ -674,6 +682,8 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 				  s->nv);
 	}
 	ctx.basis_t = bt;
+	if (sphere_mirrored(s))
+		ctx.sampled /= 2;
 	r = run_loop(&loop, threads, o, "odf");
 	free(bt);
 	if (r < 0) {

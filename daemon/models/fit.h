@@ -79,8 +79,11 @@ void fit_result_free(struct fit_result *r);
 /* Samples the SH volume sh (basis, even order from its 4th dimension) at the
  * sphere's vertices into odf (same grid, one volume per vertex), clipped at
  * zero. Vertices are directions along the voxel axes; to_sh_frame (NULL:
- * identity) maps them to the frame the coefficients are expressed in. field
- * names sh in errors. */
+ * identity) maps them to the frame the coefficients are expressed in. On a
+ * mirrored sphere (sphere_mirrored) the first half is sampled and copied to
+ * the second: even-order SH takes one value at antipodal directions, and the
+ * ODF is then mirrored to the bit (fit_sampled_sh_symmetry). field names sh
+ * in errors. */
 int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_sh_frame[3][3],
 		  const struct sphere *s, const struct fit_options *o, const char *field,
 		  struct volume *odf, struct errbuf *err);
@@ -93,6 +96,9 @@ struct odf_symmetry {
 			   * kernel may read one of each pair (engine.c's
 			   * ODF_MIRRORED) */
 };
+
+/* The symmetry of an ODF fit_sample_sh samples on s. */
+struct odf_symmetry fit_sampled_sh_symmetry(const struct sphere *s);
 
 /* What parts of an ODF checked one by one allow: all that each allows;
  * start from ODF_SYMMETRY_ALL. */

@@ -14,6 +14,10 @@ slabs are read, and on the GPU, as a raw .nii is transposed there (the test
 hook TRACTD_GPU_KERNELS=1 makes lavapipe a GPU device); float16 storage
 reads four values a word, the last of the first half's words holding two of
 the second half's.
+
+ODFs sampled from SH (a dwi job's fit, an SH input) are mirrored by
+construction: fit_sample_sh samples the first half of a mirrored sphere and
+copies it, even-order SH taking one value at antipodes.
 """
 import gzip
 import json
@@ -94,3 +98,59 @@ def test_half_the_sphere_tracks_as_the_whole(tractd, phantom_dir, case):
     assert (RAW in half_err) == (RAW in whole_err) == (suffix == ".nii"), half_err[-2000:]
     assert len(half) > 10000, f"only {len(half)} bytes tracked"
     assert half == whole, f"{case}: reading half the sphere tracked otherwise than the whole"
+
+
+@pytest.fixture(scope="module")
+def fitted_dir(tractd, tmp_path_factory):
+    """A repulsion724 phantom with its DWI, fitted (CSD) by `tractd fit
+    --odf`: fit/sh.nii.gz, and fit/odf.nii.gz, the ODF its jobs track."""
+    ph = tmp_path_factory.mktemp("odf_mirrored_fit") / "ph"
+    run_cli(tractd, ["phantom", "--dim", "24,24,16", "--sphere", "repulsion724", "--seeds",
+                     N_SEEDS, ph], check=True)
+    run_cli(tractd, ["fit", ph / "job_dwi.json", "-o", ph / "fit", "--odf"], check=True)
+    return ph
+
+
+def _job_with_inputs(ph, inputs):
+    job = json.loads((ph / "job_dwi.json").read_text())
+    job.pop("output", None)
+    job["seeds"] = json.loads((ph / "job.json").read_text())["seeds"]
+    if inputs:
+        job["inputs"] = dict(inputs, stop_map="fit/fa.nii.gz")
+        job.pop("model", None)
+    return job
+
+
+def test_sampled_sh_reads_half_the_sphere(tractd, fitted_dir):
+    """The fit's ODF is mirrored to the bit; the dwi job, the same SH as an
+    input and the fit's ODF as an input track the same bytes reading half
+    the sphere, and that ODF one float step off at one value (read whole)
+    the same again."""
+    ph = fitted_dir
+    img = nib.load(str(ph / "fit" / "odf.nii.gz"))
+    odf = np.asarray(img.dataobj, dtype=np.float32).copy()
+    half = odf.shape[3] // 2
+    assert np.array_equal(odf[..., :half], odf[..., half:]), "the fit's ODF is not mirrored"
+    top = odf.max(axis=3)
+    x, y, z = np.unravel_index(np.argmax(top), top.shape)
+    odf[x, y, z, 5] = np.nextafter(odf[x, y, z, 5], np.float32(np.inf))
+    nib.save(nib.Nifti1Image(odf, img.affine, img.header), str(ph / "fit" / "nudged.nii.gz"))
+    runs = {
+        "dwi": (None, "1"),
+        "sh": ({"sh": "fit/sh.nii.gz", "sh_basis": "descoteaux07_legacy"}, "1"),
+        "odf": ({"odf": "fit/odf.nii.gz"}, "1"),
+        "nudged": ({"odf": "fit/nudged.nii.gz"}, "0"),
+    }
+    tracked = {}
+    for name, (inputs, mirrored) in runs.items():
+        trk = ph / f"fitted_{name}.trk"
+        proc = run_cli(tractd, ["-v", "run", write_job(ph / f"fitted_{name}.json",
+                                                        _job_with_inputs(ph, inputs)),
+                                "-o", trk], check=True)
+        defines = re.findall(r"compiled prob_track\.comp (.*) in ", proc.stderr)
+        assert len(defines) == 1, proc.stderr[-2000:]
+        assert f"ODF_MIRRORED={mirrored}" in defines[0], (name, defines[0])
+        tracked[name] = trk.read_bytes()
+    assert len(tracked["dwi"]) > 10000, f"only {len(tracked['dwi'])} bytes tracked"
+    for name in ("sh", "odf", "nudged"):
+        assert tracked[name] == tracked["dwi"], f"{name} tracked otherwise than the dwi job"
