@@ -100,6 +100,23 @@ def test_half_the_sphere_tracks_as_the_whole(tractd, phantom_dir, case):
     assert half == whole, f"{case}: reading half the sphere tracked otherwise than the whole"
 
 
+@pytest.mark.parametrize("storage", ["float32", "float16"])
+def test_cpu_kernels_track_as_the_gpu_ones(tractd, phantom_dir, storage):
+    """On the default sphere, where both read half of it: the CPU kernels
+    (the cone's list halved, its entries copied) and the GPU ones (half the
+    words, the PMF copied) track the same bytes."""
+    cpu, cpu_defines, _ = _track(tractd, phantom_dir, f"cpu_{storage}", "mirrored.nii.gz",
+                                 storage, None)
+    gpu, gpu_defines, _ = _track(tractd, phantom_dir, f"gpu_{storage}", "mirrored.nii.gz",
+                                 storage, GPU)
+    assert "CONE_LISTS=1" in cpu_defines[1] and "CONE_MASKS=1" in gpu_defines[1], \
+        (cpu_defines[1], gpu_defines[1])
+    for defines in cpu_defines + gpu_defines:
+        assert "ODF_MIRRORED=1" in defines, defines
+    assert len(cpu) > 10000, f"only {len(cpu)} bytes tracked"
+    assert cpu == gpu, "the CPU kernels tracked otherwise than the GPU ones"
+
+
 @pytest.fixture(scope="module")
 def fitted_dir(tractd, tmp_path_factory):
     """A repulsion724 phantom with its DWI, fitted (CSD) by `tractd fit
