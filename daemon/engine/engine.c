@@ -1710,8 +1710,10 @@ static int grow_line_buffers(struct job_run *run, uint64_t n_lines, struct errbu
 	t_lines = timing_now();
 	if (r == 0)
 		r = alloc_slots(run, capacity, err);
-	log_debug("line buffers for %llu streamlines allocated in %.3f s, write slots in %.3f s",
-		  (unsigned long long)capacity, t_lines - t0, timing_now() - t_lines);
+	if (r == 0)
+		log_debug("line buffers for %llu streamlines allocated in %.3f s, write slots in "
+			  "%.3f s", (unsigned long long)capacity, t_lines - t0,
+			  timing_now() - t_lines);
 	run->grow_seconds += timing_now() - t0;
 	return r;
 }

@@ -682,7 +682,7 @@ int fit_sample_sh(const struct volume *sh, enum sh_basis basis, const double to_
 				  s->nv);
 	}
 	ctx.basis_t = bt;
-	if (sphere_mirrored(s))
+	if (fit_sampled_sh_symmetry(s).mirrored)
 		ctx.sampled /= 2;
 	r = run_loop(&loop, threads, o, "odf");
 	free(bt);

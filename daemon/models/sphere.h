@@ -44,8 +44,9 @@ int sphere_from_vertices(const double *xyz, int nv, const char *field,
 			 struct sphere *ret, struct errbuf *err);
 
 /* Whether the sphere's second half is its first negated, to the bit:
- * vertex j + nv/2 the antipode of vertex j (DIPY's spheres), so that a
- * kernel can find a vertex's antipode without a table. */
+ * vertex j + nv/2 the antipode of vertex j (DIPY's repulsion spheres; in
+ * symmetric362 some pairs differ in their last bits), so that a kernel can
+ * find a vertex's antipode without a table. */
 bool sphere_mirrored(const struct sphere *s);
 
 /* How far below cos_max the cone lists reach: their user tests each listed
