@@ -462,6 +462,15 @@ if [ "$trx_case" != none ]; then
 	BENCH_TRX_CASE=$trx_case "$(dirname "$0")/trx.sh" "$tractd"
 fi
 
+# A warm daemon's big job (the any-size case's phantom, 10 M seeds, where a GPU
+# is listed): bench/warm_big.sh and its BENCH_WARM_BIG_* settings
+# (BENCH_WARM_BIG_CASE=none skips it).
+warm_big_case=${BENCH_WARM_BIG_CASE:-$size_case}
+if [ "$warm_big_case" != none ]; then
+	echo
+	BENCH_WARM_BIG_CASE=$warm_big_case "$(dirname "$0")/warm_big.sh" "$tractd"
+fi
+
 # The encoders alone, on the CPU (no GPU; also `make bench-encode`):
 # BENCH_ENCODE_STREAMLINES (default 1000000; 0 skips) synthetic streamlines of
 # 20-100 points as TRK, TCK and TRX float16, to a file in BENCH_DIR and to

@@ -15,7 +15,8 @@ SEEDS = 300
 SKIP_OTHERS = {"BENCH_FORMAT_CASE": "none", "BENCH_DAEMON_CASE": "none", "BENCH_WARM_RUNS": "0",
                "BENCH_FIT_CASE": "none", "BENCH_BOOT_CASE": "none", "BENCH_PTT_CASE": "none",
                "BENCH_ENCODE_STREAMLINES": "0", "BENCH_SHARD_CASE": "none",
-               "BENCH_COHORT_SUBJECTS": "0", "BENCH_TRX_CASE": "none"}
+               "BENCH_COHORT_SUBJECTS": "0", "BENCH_TRX_CASE": "none",
+               "BENCH_WARM_BIG_CASE": "none"}
 
 
 def _size_row(out, label, storage):
@@ -43,3 +44,27 @@ def test_bench_tiny(tractd, tmp_path):
     assert _size_row(out, "40M", "float16") <= 40 / 1024, out
     assert _size_row(out, "40M/40M", "float32") <= 40 / 1024, out
     assert len(list((tmp_path / "bench").glob("tiny/odf.nii"))) == 1
+
+
+WARM_BIG = BENCH.parent / "warm_big.sh"
+
+
+def test_warm_big_job(tractd, tmp_path):
+    """bench/warm_big.sh at a tiny size: a daemon with the phantom as its
+    data root runs the job twice; each row has the job's events in order
+    and the second finds the inputs cached (tracking starts at once)."""
+    env = {**os.environ, "BENCH_DIR": str(tmp_path / "bench"), "BENCH_WARM_BIG_CASE": "tiny",
+           "BENCH_WARM_BIG_SEEDS": "2000", "BENCH_WARM_BIG_RUNS": "2"}
+    proc = subprocess.run(["sh", str(WARM_BIG), tractd], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "tiny phantom 24x24x16, symmetric362, 2000 seeds" in proc.stdout, proc.stdout
+    rows = re.findall(rf"^  ([12]) +\S+ +((?:{NUMBER} *){{9}})$", proc.stdout, re.M)
+    assert [r[0] for r in rows] == ["1", "2"], proc.stdout
+    for _, numbers in rows:
+        wall, tracking, tracked, synced, done, track, kernels, *_ = map(float, numbers.split())
+        assert 0 < tracking <= tracked <= synced <= done <= wall, proc.stdout
+        assert track > 0 and kernels > 0, proc.stdout
+    first_tracking, second_tracking = (float(r[1].split()[1]) for r in rows)
+    assert second_tracking < first_tracking, proc.stdout
+    assert not (tmp_path / "bench" / "warm_big_state").exists()
