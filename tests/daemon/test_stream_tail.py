@@ -19,16 +19,19 @@ FIRST_CHUNK_SEEDS = 256     # engine.c's FIRST_TIMED_CHUNK_SEEDS
 # all the rest (as a fast GPU does for 100,000 seeds).
 FAST = dict(count=1500, rng_seed=5, tracking={"max_steps": 4})
 CHUNK_LOG = re.compile(r"chunk (\d+): (\d+) seeds")
+GROWTH_LOG = re.compile(r"line buffers for (\d+) streamlines allocated")
 
 
 def test_fast_job_streams_in_doubling_chunks(daemon_factory, phantom, references):
     """Each chunk after the first holds at most the seeds before it, so a fast
     1,500-seed job goes out in four chunks (256, 256, 512, 476) rather than two,
-    and its first records are in the spool before it is tracked; the streamed
-    bytes are `tractd run`'s (n_count possibly 0)."""
+    and its first records are in the spool before it is tracked; its line
+    buffers grow once, at the first chunk; the streamed bytes are `tractd
+    run`'s (n_count possibly 0)."""
     d = daemon_factory()
     ids = upload_phantom(d.api, phantom)
     run_to_completion(d.api, server_job(phantom, ids, count=100))   # compiles: not counted
+    log_start = len(d.log(tail=100000))
     logged = len(CHUNK_LOG.findall(d.log(tail=100000)))
     r = d.api.post_json("/v1/jobs?wait=stream", server_job(phantom, ids, **FAST))
     assert r.status == 200, str(r)
@@ -40,6 +43,10 @@ def test_fast_job_streams_in_doubling_chunks(daemon_factory, phantom, references
     for k in range(1, len(chunks)):
         assert chunks[k] <= max(sum(chunks[:k]), FIRST_CHUNK_SEEDS), chunks
     assert len(chunks) >= 4, chunks
+    # The first chunk sizes the line buffers for the largest the job can
+    # hold (half its seeds), so the doubling chunks grow them no more.
+    growths = GROWTH_LOG.findall(d.log(tail=100000)[log_start:])
+    assert len(growths) == 1, growths
     timing = doc["timing"]
     assert timing["first_output"] < timing["tracked"], timing
     assert_same_trk(r.body, references.trk(local_job(phantom, **FAST)), "streamed tractogram",
