@@ -20,6 +20,9 @@
 # (default 100000) track the fit phantom's DWI with the bootstrap getter.
 # PTT: BENCH_PTT_CASE (default small; medium, stanford; none) and BENCH_PTT_SEEDS
 # (default 10000) track the case's ODF with ptt and prob, max_angle 20.
+# A warm daemon's big job: bench/warm_big.sh on the any-size case's phantom
+# (BENCH_WARM_BIG_CASE, default that case; none skips it; BENCH_WARM_BIG_SEEDS,
+# BENCH_WARM_BIG_RUNS).
 # Cluster: bench/cluster.sh, last (shards and a pilot cohort; its own settings).
 set -eu
 tractd=${1:-build/tractd}
