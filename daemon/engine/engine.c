@@ -1691,7 +1691,8 @@ static int wait_slots_written(struct job_run *run, struct errbuf *err)
 /* The most seeds a chunk of the run can hold: the devices' limit, or with
  * a target chunk duration the rounds' bound (a chunk holds at most the
  * seeds handed out before it, so never more than half the run's after the
- * first). */
+ * first), and with seeds.select at most the streamlines selected
+ * (select_chunk_seeds' bound). */
 static uint64_t largest_chunk_seeds(const struct run_shared *sh)
 {
 	uint64_t all = sh->total - sh->first, largest = all;
@@ -1699,6 +1700,9 @@ static uint64_t largest_chunk_seeds(const struct run_shared *sh)
 	if (sh->opts->chunk_seconds > 0.0)
 		largest = all / 2 + 1 > FIRST_TIMED_CHUNK_SEEDS ? all / 2 + 1
 								 : FIRST_TIMED_CHUNK_SEEDS;
+	if (sh->job->seed_select)
+		largest = min_u64(largest, sh->job->seed_select > FIRST_TIMED_CHUNK_SEEDS
+						   ? sh->job->seed_select : FIRST_TIMED_CHUNK_SEEDS);
 	return min_u64(sh->chunk_limit, largest);
 }
 

@@ -53,6 +53,20 @@ def test_fast_job_streams_in_doubling_chunks(daemon_factory, phantom, references
                     allow_zero_n_count=True)
 
 
+def test_selection_sizes_the_line_buffers(daemon_factory, phantom):
+    """With seeds.select, chunks hold about the streamlines still missing, so
+    the line buffers are sized by the selection, not by the seed count: 300
+    streamlines of 100,000 seeds take buffers for at most 1,024 lines (the
+    next power of two above 300 at some 1.2 streamlines a seed)."""
+    d = daemon_factory()
+    ids = upload_phantom(d.api, phantom)
+    log_start = len(d.log(tail=100000))
+    doc, _ = run_to_completion(d.api, server_job(phantom, ids, count=100000, select=300))
+    assert doc["result"]["selected"] == 300, doc
+    growths = [int(n) for n in GROWTH_LOG.findall(d.log(tail=100000)[log_start:])]
+    assert growths and max(growths) <= 1024, growths
+
+
 def test_finished_result_served_with_its_length(daemon, volumes, phantom):
     """A done job's tractogram is the spool file's bytes, sent with a
     Content-Length equal to the recorded size (not chunked), so a client
