@@ -15,7 +15,7 @@ set -eu
 [ $# -ge 1 ] || { echo "usage: $0 TRACTD [TRACTD...]" >&2; exit 2; }
 dir=${BENCH_DIR:-build/bench}
 case=${BENCH_TRX_CASE:-hcp}
-seeds=${BENCH_TRX_SEEDS:-10000000}
+count=${BENCH_TRX_SEEDS:-10000000}   # not seeds: bench_case sets the case's
 runs=${BENCH_TRX_RUNS:-2}
 formats=${BENCH_TRX_FORMATS:-"trk trx-f16"}
 
@@ -38,7 +38,7 @@ output_of() { # FORMAT -> the job's "output"
 	esac
 }
 
-echo "TRX against TRK: prob, $case phantom $(echo "$grid" | tr , x), $sphere, $seeds seeds"
+echo "TRX against TRK: prob, $case phantom $(echo "$grid" | tr , x), $sphere, $count seeds"
 printf '  %-3s %-16s %-30s %8s %8s %8s %8s %8s %8s %9s\n' run format tractd load upload track \
 	encode write total GB
 for run in $(seq "$runs"); do
@@ -46,7 +46,7 @@ for run in $(seq "$runs"); do
 		ext=${fmt%%-*}
 		cat >"$ph/job_trx_bench.json" <<JOB
 {"inputs": {"odf": "$abs/odf.nii", "stop_map": "$abs/fa.nii"},
- "seeds": {"roi": "$abs/seed_roi.nii", "count": $seeds, "rng_seed": 0},
+ "seeds": {"roi": "$abs/seed_roi.nii", "count": $count, "rng_seed": 0},
  "tracking": {"sphere": "$sphere"}, "output": $(output_of "$fmt")}
 JOB
 		for tractd in "$@"; do
