@@ -374,7 +374,6 @@ fi
 # (column build: base, this).
 bench_size() { # CASE
 	bench_case "$1"
-	abs=$(cd "$ph" && pwd)
 	storage=${BENCH_SIZE_STORAGE:-auto}
 	echo
 	echo "any size: prob, $1 phantom $(echo "$grid" | tr , x), $sphere," \

@@ -26,7 +26,6 @@ tractd=$1
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$dir"
 bench_case "$case"
-abs=$(cd "$ph" && pwd)
 
 output_of() { # FORMAT -> the job's "output"
 	case $1 in
@@ -44,11 +43,7 @@ printf '  %-3s %-16s %-30s %8s %8s %8s %8s %8s %8s %9s\n' run format tractd load
 for run in $(seq "$runs"); do
 	for fmt in $formats; do
 		ext=${fmt%%-*}
-		cat >"$ph/job_trx_bench.json" <<JOB
-{"inputs": {"odf": "$abs/odf.nii", "stop_map": "$abs/fa.nii"},
- "seeds": {"roi": "$abs/seed_roi.nii", "count": $count, "rng_seed": 0},
- "tracking": {"sphere": "$sphere"}, "output": $(output_of "$fmt")}
-JOB
+		prob_job "$ph/job_trx_bench.json" "$count" ", \"output\": $(output_of "$fmt")"
 		for tractd in "$@"; do
 			out="$ph/bench_out.$ext"
 			stats="$ph/stats_trx_bench.json"

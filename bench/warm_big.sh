@@ -28,14 +28,9 @@ tractd=$1
 . "$(dirname "$0")/lib.sh"
 mkdir -p "$dir"
 bench_case "$case"
-abs=$(cd "$ph" && pwd)
 state=$(cd "$dir" && pwd)/warm_big_state
 sock=$state.sock
-cat >"$ph/job_warm_big.json" <<JOB
-{"inputs": {"odf": "$abs/odf.nii", "stop_map": "$abs/fa.nii"},
- "seeds": {"roi": "$abs/seed_roi.nii", "count": $count, "rng_seed": 0},
- "tracking": {"sphere": "$sphere"}}
-JOB
+prob_job "$ph/job_warm_big.json" "$count"
 device_set=""
 [ -n "${TRACTD_DEVICE:-}" ] && device_set="--set device=$TRACTD_DEVICE"
 
