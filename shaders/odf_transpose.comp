@@ -13,6 +13,10 @@
 // then moves 32 x 32 tiles of voxels x channels through shared memory, read
 // along the chunk's voxels and written along a voxel's channels.
 //
+// With pages of half a mirrored sphere (odf_transpose.h) the chunk holds the
+// first half's volumes, and the pages' channels (odf_layout.y, a multiple of 4)
+// may pass them: the rest of a voxel's channels are written as 0.
+//
 // Bindings:
 //   0 chunk   uint[channels * voxels]  value bits, channel after channel
 //   1 odf     page table (volume.glsl) of the pages written
@@ -49,7 +53,7 @@ layout(push_constant) uniform Params {
 	uint first;      // the chunk's first voxel in the file's order (x fastest, then y, z)
 	uint voxels;     // of the chunk
 	uint nx, ny, nz;
-	uint channels;
+	uint channels;   // volumes in the chunk
 	uint n_pairs;
 } pc;
 
@@ -169,17 +173,18 @@ uint page_voxel(uint i)
 
 void transpose(uint first, uint lane, uint row)
 {
-	for (uint c0 = 0u; c0 < pc.channels; c0 += TILE) {
+	for (uint c0 = 0u; c0 < odf_layout.y; c0 += TILE) {
 		barrier();   // the last tile's writes are done
 		for (uint k = row; k < TILE; k += ROWS) {
 			uint channel = c0 + k, voxel = first + lane;
-			if (voxel < pc.voxels && channel < pc.channels)
-				tile[k][lane] = clipped(chunk[channel * pc.voxels + voxel]);
+			if (voxel < pc.voxels && channel < odf_layout.y)
+				tile[k][lane] = channel < pc.channels
+						? clipped(chunk[channel * pc.voxels + voxel]) : 0u;
 		}
 		barrier();
 		for (uint k = row; k < TILE; k += ROWS) {
 			uint channel = c0 + lane, voxel = first + k;
-			if (voxel >= pc.voxels || channel >= pc.channels)
+			if (voxel >= pc.voxels || channel >= odf_layout.y)
 				continue;
 			PageSpot s = PAGE_SPOT(odf, page_voxel(voxel));
 #if HALF_PAGES

@@ -18,6 +18,7 @@
 #include "engine/odf_transpose.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,12 @@ enum { FLAG_ASYMMETRIC, FLAG_NONFINITE, FLAG_TINY, FLAG_UNMIRRORED, N_FLAGS };
 struct odf_transpose {
 	struct odf_stream *stream;
 	struct odf_raw raw;
-	uint64_t chunk_voxels;    /* the scratch buffer's */
+	uint64_t scratch_bytes;
+	uint64_t chunk_voxels;    /* of every staged volume, this upload's */
+	uint32_t staged;          /* volumes staged: all, or with half pages the first half */
+	bool half;                /* pages of half the sphere (odf_transpose_upload) */
+	atomic_bool unmirrored;   /* half: a staged value differed from its antipode's */
+	bool share_decided;       /* the first upload offered to share or declined */
 	struct gpu_buffer *scratch, *pairs, *flags;
 	struct gpu_pipeline *pipe;
 	int n_pairs;
@@ -70,6 +76,19 @@ static uint64_t min_u64(uint64_t a, uint64_t b)
 	return a < b ? a : b;
 }
 
+/* Voxels of channels volumes that bytes of scratch buffer hold, at most a
+ * slab's and what one dispatch's workgroups cover. */
+static uint64_t voxels_held(const struct gpu_ctx *gpu, const struct odf_stream *s, uint64_t bytes,
+			    uint32_t channels)
+{
+	uint64_t columns, column_voxels, first_z, planes;
+
+	odf_stream_columns(s, &columns, &column_voxels);
+	odf_stream_slab_span(s, 0, &first_z, &planes);
+	return min_u64(min_u64(bytes / (4ull * channels), columns * planes),
+		       (uint64_t)TRANSPOSE_TILE * gpu_get_limits(gpu)->max_workgroup_count_x);
+}
+
 /* Voxels of every volume the scratch buffer holds on this device, before
  * the pages are allocated: at most a slab's, and half the memory the limit
  * leaves beside the pages (the buffer goes once they are written). */
@@ -80,13 +99,9 @@ static uint64_t chunk_voxels(const struct gpu_ctx *gpu, const struct odf_stream 
 	uint64_t left = gpu_memory_free(gpu), pages = paged_bytes(layout);
 	uint64_t bytes = min_u64(SCRATCH_BYTES, min_u64(lim->max_alloc_bytes,
 							lim->max_binding_bytes));
-	uint64_t columns, column_voxels, first_z, planes;
 
-	odf_stream_columns(s, &columns, &column_voxels);
-	odf_stream_slab_span(s, 0, &first_z, &planes);
 	bytes = min_u64(bytes, left > pages ? (left - pages) / 2 : 0);
-	return min_u64(min_u64(bytes / (4ull * layout->channels), columns * planes),
-		       (uint64_t)TRANSPOSE_TILE * lim->max_workgroup_count_x);
+	return voxels_held(gpu, s, bytes, layout->channels);
 }
 
 /* The cheap conditions, before anything is allocated. */
@@ -146,25 +161,23 @@ static int get_pipeline(struct gpu_ctx *gpu, const struct paged_layout *layout,
 static int setup(struct gpu_ctx *gpu, const struct sphere *sphere,
 		 const struct paged_layout *layout, struct odf_transpose *t, struct errbuf *err)
 {
-	uint32_t zero[N_FLAGS] = { 0 };
 	int r;
 
 	(void)odf_stream_raw(t->stream, &t->raw);   /* usable() saw it */
-	t->chunk_voxels = chunk_voxels(gpu, t->stream, layout);
-	r = gpu_buffer_new(gpu, 4 * t->chunk_voxels * layout->channels, GPU_MEMORY_DEVICE,
-			   &t->scratch, err);
+	t->scratch_bytes = 4 * chunk_voxels(gpu, t->stream, layout) * layout->channels;
+	r = gpu_buffer_new(gpu, t->scratch_bytes, GPU_MEMORY_DEVICE, &t->scratch, err);
 	if (r == 0)
 		r = upload_pairs(gpu, sphere, t, err);
 	if (r == 0)
-		r = gpu_upload_new(gpu, zero, sizeof(zero), &t->flags, err);
+		r = gpu_buffer_new(gpu, 4 * N_FLAGS, GPU_MEMORY_DEVICE, &t->flags, err);
 	if (r == 0)
 		r = get_pipeline(gpu, layout, t, err);
 	return r;
 }
 
-/* A chunk of the stream, for gpu_upload_regions' fill. */
+/* A chunk of the stream, for gpu_upload_regions' fill (on threads). */
 struct chunk_fill {
-	const struct odf_stream *stream;
+	struct odf_transpose *t;
 	const struct odf_chunk *chunk;
 };
 
@@ -172,17 +185,20 @@ static void fill_chunk(void *dst, uint64_t offset, uint64_t size, void *userdata
 {
 	const struct chunk_fill *f = userdata;
 
-	odf_stream_copy_chunk(f->stream, f->chunk, offset, size, dst);
+	if (!f->t->half)
+		odf_stream_copy_chunk(f->t->stream, f->chunk, offset, size, dst);
+	else if (!odf_stream_copy_chunk_half(f->t->stream, f->chunk, offset, size, dst))
+		atomic_store(&f->t->unmirrored, true);
 }
 
 /* Chunk j's values into the scratch buffer, volume after volume: copied
  * from the file on threads through the staging buffers, or from the
  * shared host copy's import, released once copied out. */
 static int stage_chunk(struct gpu_ctx *gpu, struct odf_transpose *t, const struct odf_chunk *c,
-		       uint64_t channels, struct errbuf *err)
+		       struct errbuf *err)
 {
-	struct gpu_copy_region whole = { 0, 0, 4 * c->voxels * channels };
-	struct chunk_fill fill = { t->stream, c };
+	struct gpu_copy_region whole = { 0, 0, 4 * c->voxels * t->staged };
+	struct chunk_fill fill = { t, c };
 	double t0 = timing_now();
 	size_t buffer;
 	int r;
@@ -205,17 +221,16 @@ static int stage_chunk(struct gpu_ctx *gpu, struct odf_transpose *t, const struc
 static int transpose_chunk(struct gpu_ctx *gpu, struct paged_volume *v, struct odf_transpose *t,
 			   const struct odf_chunk *c, struct errbuf *err)
 {
-	const struct paged_layout *l = &v->layout;
 	struct transpose_params p = {
 		.first = (uint32_t)c->first, .voxels = (uint32_t)c->voxels,
 		.nx = (uint32_t)t->raw.dim[0], .ny = (uint32_t)t->raw.dim[1],
-		.nz = (uint32_t)t->raw.dim[2], .channels = l->channels,
-		.n_pairs = (uint32_t)t->n_pairs,
+		.nz = (uint32_t)t->raw.dim[2], .channels = t->staged,
+		.n_pairs = t->half ? 0u : (uint32_t)t->n_pairs,
 	};
 	struct gpu_buffer *buffers[] = { t->scratch, v->table, t->pairs, t->flags };
 	uint32_t groups = (uint32_t)((c->voxels + TRANSPOSE_TILE - 1) / TRANSPOSE_TILE);
 	double t0 = timing_now(), t1;
-	int r = stage_chunk(gpu, t, c, l->channels, err);
+	int r = stage_chunk(gpu, t, c, err);
 
 	t1 = timing_now();
 	t->stage_seconds += t1 - t0;
@@ -295,19 +310,24 @@ static int share_host_copy(struct gpu_ctx *gpu, struct odf_transpose *t, struct 
 
 /* The flags the kernel set: the slabs' error for a non-finite value, and
  * the ODF's symmetry to the stream (the host's where a voxel's values are
- * too small for the GPU to be sure). */
+ * too small for the GPU to be sure; with half pages, mirrored: the staging
+ * found every value equal to its antipode's). */
 static int take_flags(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbuf *err)
 {
 	uint32_t flags[N_FLAGS];
-	struct odf_symmetry found;
+	struct odf_symmetry found = { .symmetric = true, .mirrored = true };
 	int r = gpu_download(gpu, t->flags, 0, flags, sizeof(flags), err);
 
-	/* Mirrored takes pairs: a hemisphere has none. */
-	found.symmetric = r == 0 && !flags[FLAG_ASYMMETRIC];
-	found.mirrored = r == 0 && !flags[FLAG_UNMIRRORED] && t->n_pairs > 0;
 	if (r == 0 && flags[FLAG_NONFINITE])
 		r = odf_stream_raw_check_finite(t->stream, err);
-	t->host_symmetry = r == 0 && flags[FLAG_TINY];
+	if (r < 0)
+		return r;
+	if (!t->half) {
+		/* Mirrored takes pairs: a hemisphere has none. */
+		found.symmetric = !flags[FLAG_ASYMMETRIC];
+		found.mirrored = !flags[FLAG_UNMIRRORED] && t->n_pairs > 0;
+		t->host_symmetry = flags[FLAG_TINY];
+	}
 	if (t->host_symmetry)
 		r = odf_stream_raw_host_symmetry(t->stream, &found, err);
 	if (r == 0)
@@ -315,16 +335,34 @@ static int take_flags(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbu
 	return r;
 }
 
-/* paged_upload_with's producer: every chunk, then the flags. */
+/* The first upload shares the file's host copies with the other devices
+ * where it can (share_host_copy), or with half pages declines: the
+ * staging's check of each value against its antipode reads the file. */
+static int offer_to_share(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbuf *err)
+{
+	if (t->share_decided)
+		return 0;
+	t->share_decided = true;
+	if (!t->half)
+		return share_host_copy(gpu, t, err);
+	odf_stream_share_decline(t->stream, "it stages half the sphere (a mirrored ODF)");
+	return 0;
+}
+
+/* paged_upload_with's producer: every chunk, then the flags. With half
+ * pages, a value unequal to its antipode's ends the upload. */
 static int fill_pages(struct gpu_ctx *gpu, struct paged_volume *v, void *userdata,
 		      struct errbuf *err)
 {
 	struct odf_transpose *t = userdata;
 	struct odf_chunk c = { 0 };
-	int r = share_host_copy(gpu, t, err);
+	int r = offer_to_share(gpu, t, err);
 
 	while (r == 0 && odf_stream_next_chunk(t->stream, t->chunk_voxels, &c)) {
 		r = transpose_chunk(gpu, v, t, &c, err);
+		if (r == 0 && atomic_load(&t->unmirrored))
+			r = errbuf_set(err, -EAGAIN, "inputs.odf", "the ODF's values at antipodal "
+				       "vertices differ: half the sphere cannot hold it");
 		/* A device reading the file itself drops the slab's pages; the
 		 * shared copies' filler does where it reads for all. */
 		if (!t->sharers && c.ends_slab)
@@ -390,9 +428,10 @@ static void log_upload(struct odf_transpose *t, const struct paged_layout *layou
 	char staging[320];
 
 	describe_staging(t, staging, sizeof(staging));
-	log_debug("ODF transposed on the GPU (raw float32 upload%s%s): %zu slabs in %zu chunks "
+	log_debug("ODF transposed on the GPU (raw float32 upload%s%s%s): %zu slabs in %zu chunks "
 		  "of up to %llu voxels, %.3f s: %s, transpose kernels %.3f s (%.3f s on the "
 		  "device's clock)%s",
+		  t->half ? " of half the sphere" : "",
 		  layout->type == PAGED_FLOAT16 ? " into float16 pages" : "",
 		  t->sharers ? ", one host copy shared" : "",
 		  odf_stream_slabs(t->stream), t->chunks, (unsigned long long)t->chunk_voxels,
@@ -401,14 +440,35 @@ static void log_upload(struct odf_transpose *t, const struct paged_layout *layou
 				     "under 2^-90)" : "");
 }
 
+/* This upload's staging: every volume, or the first half's. */
+static void start_upload(struct gpu_ctx *gpu, struct odf_transpose *t, bool half)
+{
+	t->half = half;
+	t->staged = (uint32_t)(half ? t->raw.dim[3] / 2 : t->raw.dim[3]);
+	t->chunk_voxels = voxels_held(gpu, t->stream, t->scratch_bytes, t->staged);
+	atomic_store(&t->unmirrored, false);
+	t->chunks = 0;
+	t->stage_seconds = t->kernel_seconds = t->device_seconds = t->wait_seconds = 0.0;
+}
+
 int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_transpose *t,
-			 const struct paged_layout *layout, struct paged_volume *ret,
+			 const struct paged_layout *layout, bool half, struct paged_volume *ret,
 			 struct errbuf *err)
 {
+	uint32_t zero[N_FLAGS] = { 0 };
 	double start = timing_now();
-	int r = paged_upload_with(gpu, layout, fill_pages, t, ret, err);
+	int r;
 
+	start_upload(gpu, t, half);
+	r = gpu_upload(gpu, t->flags, 0, zero, sizeof(zero), err);
+	if (r == 0)
+		r = paged_upload_with(gpu, layout, fill_pages, t, ret, err);
 	if (r == 0)
 		log_upload(t, layout, timing_now() - start);
 	return r;
+}
+
+bool odf_transpose_unmirrored(const struct odf_transpose *t)
+{
+	return atomic_load(&t->unmirrored);
 }

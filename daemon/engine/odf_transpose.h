@@ -19,8 +19,9 @@
  * (gpu_buffer_import_host) and copies from instead (odf_stream_share_*);
  * where a device cannot import them, each copies the file itself.
  *
- * Owns, for one upload, the scratch buffer, the antipodal pairs and the
- * flags the kernel sets (allocated before the stream is joined, so that a
+ * Owns, for a device's upload of one stream (and where half the sphere did
+ * not hold it, the upload again of the whole), the scratch buffer, the
+ * antipodal pairs and the flags the kernel sets (allocated before the stream is joined, so that a
  * device short of memory takes the slabs instead) and its imports of the
  * stream's shared host copies; a second producer of paged_volume's pages
  * (paged_upload_with), the slabs being the first. Logs the upload's times
@@ -53,10 +54,21 @@ struct odf_transpose *odf_transpose_new(struct gpu_ctx *gpu, struct odf_stream *
 /* Uploads the stream's ODF into pages of layout (ret as paged_upload's),
  * telling the stream its symmetry (odf_stream_raw_symmetry). The caller
  * has joined the stream without slabs. Errors: the device's, or the
- * slabs' error for a non-finite value (inputs.odf). */
+ * slabs' error for a non-finite value (inputs.odf).
+ * half: on a mirrored sphere (sphere_mirrored), the pages hold the first
+ * nv/2 vertices' values (layout's channels, a multiple of 4, pass them:
+ * the rest 0), which every antipode shares where the ODF is mirrored; the
+ * upload stages only those volumes, comparing each value with its
+ * antipode's on the way (odf_stream_copy_chunk_half), and ends at the
+ * first chunk where one differs: odf_transpose_unmirrored() then says so,
+ * and the caller uploads again with pages of the whole sphere (a later
+ * upload re-reads the file; only the first shares the host copies). */
 int odf_transpose_upload(struct gpu_ctx *gpu, struct odf_transpose *t,
-			 const struct paged_layout *layout, struct paged_volume *ret,
+			 const struct paged_layout *layout, bool half, struct paged_volume *ret,
 			 struct errbuf *err);
+/* The last upload, of half the sphere, found a value unequal to its
+ * antipode's. */
+bool odf_transpose_unmirrored(const struct odf_transpose *t);
 
 /* Accepts NULL. */
 void odf_transpose_free(struct gpu_ctx *gpu, struct odf_transpose *t);

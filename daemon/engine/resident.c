@@ -134,11 +134,19 @@ static int odf_max_bytes(const struct gpu_limits *lim, const struct inputs *in,
 	return r;
 }
 
-/* The pages of the ODF in a storage, and its GPU bytes with the SH
- * sampling matrix. */
+/* A voxel's values with pages of half a mirrored sphere
+ * (odf_transpose_upload's half): the first half's, rounded up to a multiple
+ * of 4 so that each voxel starts 16-byte aligned (pmf.glsl's wide loads). */
+static uint32_t half_sphere_channels(uint32_t nv)
+{
+	return (nv / 2 + 3) / 4 * 4;
+}
+
+/* The pages of the ODF in a storage (sampled storage of half the sphere
+ * where half says so), and its GPU bytes with the SH sampling matrix. */
 static int plan_odf(const struct gpu_limits *lim, const struct inputs *in,
-		    enum jobspec_odf_storage storage, struct paged_layout *ret, uint64_t *bytes,
-		    struct errbuf *err)
+		    enum jobspec_odf_storage storage, bool half, struct paged_layout *ret,
+		    uint64_t *bytes, struct errbuf *err)
 {
 	uint64_t voxels = volume_voxels(inputs_grid(in));
 	uint32_t nv = (uint32_t)inputs_sphere(in)->nv;
@@ -150,7 +158,8 @@ static int plan_odf(const struct gpu_limits *lim, const struct inputs *in,
 		basis = 4ull * nc * nv;
 		r = paged_plan(voxels, nc, PAGED_FLOAT32, lim->max_alloc_bytes, ret, err);
 	} else {
-		r = paged_plan(voxels, nv, storage == JOBSPEC_ODF_FLOAT16 ? PAGED_FLOAT16 : PAGED_FLOAT32,
+		r = paged_plan(voxels, half ? half_sphere_channels(nv) : nv,
+			       storage == JOBSPEC_ODF_FLOAT16 ? PAGED_FLOAT16 : PAGED_FLOAT32,
 			       lim->max_alloc_bytes, ret, err);
 	}
 	*bytes = r == 0 ? paged_bytes(ret) + basis : 0;
@@ -186,10 +195,11 @@ static int odf_too_big(const struct inputs *in, enum jobspec_odf_storage request
 
 /* The requested storage, or with auto the first of float32, float16 and SH
  * that fits the budget: float32 is exact, float16 halves the memory, SH
- * takes the least but samples the sphere at every step. */
+ * takes the least but samples the sphere at every step. half: sampled
+ * storage holds half the sphere (plan_odf). */
 static int choose_odf_storage(const struct gpu_limits *lim, const struct inputs *in,
 			      enum jobspec_odf_storage requested, struct job_memory budget,
-			      struct resident *res, struct paged_layout *ret,
+			      bool half, struct resident *res, struct paged_layout *ret,
 			      struct errbuf *err)
 {
 	static const enum jobspec_odf_storage order[] = {
@@ -205,7 +215,7 @@ static int choose_odf_storage(const struct gpu_limits *lim, const struct inputs 
 
 		if (storage == JOBSPEC_ODF_SH && !inputs_sh(in))
 			continue;
-		r = plan_odf(lim, in, storage, &layout, &need[storage], err);
+		r = plan_odf(lim, in, storage, half, &layout, &need[storage], err);
 		if (r == 0)
 			r = odf_max_bytes(lim, in, storage, &maxima, err);
 		if (r < 0)
@@ -292,6 +302,7 @@ static int upload_boot(struct gpu_ctx *gpu, const struct inputs *in,
  * from SH inputs once, by the first upload that needs it, the others
  * waiting on the lock; the host copy lives only until they are done. */
 struct odf_values {
+	bool half_guess;          /* a streamed ODF's first upload holds half the sphere */
 	pthread_mutex_t lock;
 	bool done;
 	int r;
@@ -389,13 +400,45 @@ static void maxima_release(void *userdata, size_t k)
 	m->runs->release(m->runs->userdata, k);
 }
 
+/* The layout of the whole sphere, where a layout of half of it was
+ * planned: the storage chosen again, as it may now take more memory. */
+static int plan_whole_sphere(struct gpu_ctx *gpu, const struct inputs *in,
+			     const struct resident_upload *up, struct resident *res,
+			     struct paged_layout *ret, struct errbuf *err)
+{
+	return choose_odf_storage(gpu_get_limits(gpu), in, up->odf_storage,
+				  job_memory(gpu, up->memory_budget), false, res, ret, err);
+}
+
+/* A streamed ODF transposed by the GPU from the file's values, of half the
+ * sphere where half says so and the values prove it (else again, whole). */
+static int transpose_odf(struct gpu_ctx *gpu, const struct inputs *in,
+			 const struct resident_upload *up, struct odf_transpose *raw,
+			 const struct paged_layout *layout, bool half, struct resident *res,
+			 struct errbuf *err)
+{
+	struct paged_layout whole;
+	int r = odf_transpose_upload(gpu, raw, layout, half, &res->odf, err);
+
+	if (r < 0 && half && odf_transpose_unmirrored(raw)) {
+		log_debug("%s: the ODF's values at antipodal vertices differ (%s): its pages hold "
+			  "the whole sphere", gpu_get_limits(gpu)->device_name, err->message);
+		r = plan_whole_sphere(gpu, in, up, res, &whole, err);
+		if (r == 0)
+			r = odf_transpose_upload(gpu, raw, &whole, false, &res->odf, err);
+	}
+	return r;
+}
+
 /* The ODF as its storage wants it: SH coefficients and the matrix that
  * samples them, or values on the vertices: read while uploaded
  * (odf_stream.h), or on the host (odf_values); with maxima (NULL where not
- * wanted), each voxel's largest value found on the way. */
+ * wanted), each voxel's largest value found on the way. half: layout holds
+ * half the sphere, which only the GPU's transpose of a streamed ODF fills
+ * (else the whole sphere's layout is planned here). */
 static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 		      const struct resident_upload *up, struct odf_values *values,
-		      const struct paged_layout *layout, struct odf_maxima *maxima,
+		      const struct paged_layout *layout, bool half, struct odf_maxima *maxima,
 		      struct resident *res, struct errbuf *err)
 {
 	const struct fit_options *fit = up->fit;
@@ -419,13 +462,20 @@ static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 					   .get = stream_get, .release = stream_release,
 					   .userdata = up->odf_stream };
 		struct paged_runs found;
+		struct paged_layout whole;
 		/* A GPU transposes the file's values itself; CPU devices, and
 		 * what the kernel cannot take, get the slabs the host transposed. */
 		struct odf_transpose *raw = maxima ? NULL
 				: odf_transpose_new(gpu, up->odf_stream, inputs_sphere(in), layout);
+		if (!raw && half) {
+			r = plan_whole_sphere(gpu, in, up, res, &whole, err);
+			if (r < 0)
+				return r;
+			return upload_odf(gpu, in, up, values, &whole, false, maxima, res, err);
+		}
 		odf_stream_join(up->odf_stream, !raw);
 		if (raw) {
-			r = odf_transpose_upload(gpu, raw, layout, &res->odf, err);
+			r = transpose_odf(gpu, in, up, raw, layout, half, res, err);
 			odf_transpose_free(gpu, raw);
 			return r;
 		}
@@ -452,7 +502,7 @@ static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 /* The ODF, and where wanted its maxima (a float32 volume of one channel). */
 static int upload_odf_all(struct gpu_ctx *gpu, const struct inputs *in,
 			  const struct resident_upload *up, struct odf_values *values,
-			  const struct paged_layout *layout, struct resident *res,
+			  const struct paged_layout *layout, bool half, struct resident *res,
 			  struct errbuf *err)
 {
 	const struct gpu_limits *lim = gpu_get_limits(gpu);
@@ -462,11 +512,11 @@ static int upload_odf_all(struct gpu_ctx *gpu, const struct inputs *in,
 	int r;
 
 	if (!wants_odf_max(lim, res->storage))
-		return upload_odf(gpu, in, up, values, layout, NULL, res, err);
+		return upload_odf(gpu, in, up, values, layout, half, NULL, res, err);
 	maxima.maxima = malloc(sizeof(float) * layout->voxels);
 	if (!maxima.maxima)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
-	r = upload_odf(gpu, in, up, values, layout, &maxima, res, err);
+	r = upload_odf(gpu, in, up, values, layout, half, &maxima, res, err);
 	if (r == 0)
 		r = plan_odf_max(lim, layout->voxels, &maxima_layout, err);
 	if (r == 0)
@@ -496,6 +546,20 @@ static int upload_common(struct gpu_ctx *gpu, const struct inputs *in,
 	return r;
 }
 
+/* Whether GPUs upload a streamed ODF into pages of half the sphere first
+ * (odf_transpose_upload's half; half the pages to allocate, fill and free):
+ * a mirrored sphere and a file read raw whose middle z-plane is mirrored,
+ * a guess that the upload checks on every value. */
+static bool stream_half_guess(const struct inputs *in, const struct resident_upload *up)
+{
+	uint32_t nv = (uint32_t)inputs_sphere(in)->nv;
+	struct odf_raw raw;
+
+	return up->odf_stream && sphere_mirrored(inputs_sphere(in)) &&
+	       half_sphere_channels(nv) < nv && odf_stream_raw(up->odf_stream, &raw) &&
+	       odf_stream_raw_plane_mirrored(up->odf_stream);
+}
+
 static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
 			   const struct resident_upload *up, struct odf_values *values,
 			   struct resident *res, struct errbuf *err)
@@ -511,9 +575,10 @@ static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
 		if (r == 0)
 			r = upload_boot(gpu, in, &layout, res, err);
 	} else {
-		r = choose_odf_storage(lim, in, up->odf_storage, budget, res, &layout, err);
+		bool half = values->half_guess && !gpu_cpu_kernels(lim);
+		r = choose_odf_storage(lim, in, up->odf_storage, budget, half, res, &layout, err);
 		if (r == 0)
-			r = upload_odf_all(gpu, in, up, values, &layout, res, err);
+			r = upload_odf_all(gpu, in, up, values, &layout, half, res, err);
 	}
 	if (r == 0)
 		r = upload_common(gpu, in, res, err);
@@ -543,9 +608,12 @@ static int new_resident(struct gpu_ctx *gpu, const struct inputs *in,
 	}
 	{
 		const struct paged_volume *v = inputs_boot(in) ? &res->dwi : &res->odf;
-		log_debug("%s on the GPU%s%s: %u pages of %llu voxels, %.1f MiB; inputs uploaded "
+		log_debug("%s on the GPU%s%s%s: %u pages of %llu voxels, %.1f MiB; inputs uploaded "
 			  "in %.3f s (%.1f GB/s)", inputs_boot(in) ? "DWI" : "ODF",
 			  inputs_boot(in) ? "" : " as ", inputs_boot(in) ? "" : resident_storage(res),
+			  !inputs_boot(in) && res->storage != JOBSPEC_ODF_SH &&
+			  v->layout.channels < (uint32_t)inputs_sphere(in)->nv
+			  ? " of half the sphere" : "",
 			  v->layout.n_pages, (unsigned long long)v->layout.voxels_per_page,
 			  (double)v->bytes / (1 << 20), seconds,
 			  seconds > 0 ? (double)res->bytes / seconds * 1e-9 : 0.0);
@@ -598,6 +666,7 @@ int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs 
 	if (!tasks)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	odf_values_init(&values);
+	values.half_guess = stream_half_guess(in, up);
 	for (size_t i = 0; i < n; i++)
 		tasks[i] = (struct upload_task){ .gpu = gpus[i], .in = in, .up = up,
 						 .values = &values };

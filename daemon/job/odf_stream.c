@@ -387,12 +387,76 @@ bool odf_stream_next_chunk(const struct odf_stream *s, uint64_t max_voxels,
 	return true;
 }
 
+/* A value's bits clipped at zero (negative numbers, -inf too, as +0), -0 as
+ * +0: equal exactly where odf_transpose.comp's mirrored check finds two
+ * values equal (on the bits, NaN included). */
+static uint32_t mirror_bits(uint32_t bits)
+{
+	return bits >= 0x80000000u && bits <= 0xff800000u ? 0u : bits;
+}
+
+/* Whether n values of a equal those of b as mirror_bits() compares them. */
+static bool values_mirrored(const unsigned char *a, const unsigned char *b, uint64_t n)
+{
+	if (memcmp(a, b, 4 * n) == 0)
+		return true;
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t x, y;
+		memcpy(&x, a + 4 * i, 4);
+		memcpy(&y, b + 4 * i, 4);
+		if (mirror_bits(x) != mirror_bits(y))
+			return false;
+	}
+	return true;
+}
+
+static uint64_t volume_bytes(const struct odf_stream *s)
+{
+	return 4ull * (uint64_t)s->dim[0] * (uint64_t)s->dim[1] * (uint64_t)s->dim[2];
+}
+
+bool odf_stream_copy_chunk_half(const struct odf_stream *s, const struct odf_chunk *c,
+				uint64_t offset, uint64_t size, void *dst)
+{
+	const unsigned char *data = volume_slabs_float32(s->file);
+	uint64_t antipode = (uint64_t)s->dim[3] / 2 * volume_bytes(s);
+	uint64_t run = 4 * c->voxels;
+	char *out = dst;
+	bool mirrored = true;
+
+	while (size > 0) {
+		uint64_t volume = offset / run, at = offset % run;
+		uint64_t take = size < run - at ? size : run - at;
+		const unsigned char *from = data + volume * volume_bytes(s) + 4 * c->first + at;
+
+		memcpy(out, from, take);
+		mirrored = mirrored && values_mirrored(from, from + antipode, take / 4);
+		out += take;
+		offset += take;
+		size -= take;
+	}
+	return mirrored;
+}
+
+bool odf_stream_raw_plane_mirrored(const struct odf_stream *s)
+{
+	const unsigned char *data = volume_slabs_float32(s->file);
+	uint64_t plane = (uint64_t)s->dim[0] * (uint64_t)s->dim[1];
+	uint64_t start = 4 * plane * (uint64_t)(s->dim[2] / 2);
+	uint64_t antipode = (uint64_t)s->dim[3] / 2 * volume_bytes(s);
+	bool mirrored = true;
+
+	for (int64_t v = 0; v < s->dim[3] / 2 && mirrored; v++) {
+		const unsigned char *from = data + (uint64_t)v * volume_bytes(s) + start;
+		mirrored = values_mirrored(from, from + antipode, plane);
+	}
+	return mirrored;
+}
+
 void odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c,
 			   uint64_t offset, uint64_t size, void *dst)
 {
 	const unsigned char *data = volume_slabs_float32(s->file);
-	uint64_t volume_bytes = 4ull * (uint64_t)s->dim[0] * (uint64_t)s->dim[1] *
-				(uint64_t)s->dim[2];
 	uint64_t run = 4 * c->voxels;
 	char *out = dst;
 
@@ -400,7 +464,7 @@ void odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c
 		uint64_t volume = offset / run, at = offset % run;
 		uint64_t take = size < run - at ? size : run - at;
 
-		memcpy(out, data + volume * volume_bytes + 4 * c->first + at, take);
+		memcpy(out, data + volume * volume_bytes(s) + 4 * c->first + at, take);
 		out += take;
 		offset += take;
 		size -= take;
@@ -537,6 +601,15 @@ int odf_stream_share_offer(struct odf_stream *s, uint64_t max_voxels, uint64_t a
 		describe_share(sh, ret);
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+void odf_stream_share_decline(struct odf_stream *s, const char *why)
+{
+	pthread_mutex_lock(&s->lock);
+	s->share.offered++;
+	s->share.why_not = why;
+	pthread_cond_broadcast(&s->changed);
+	pthread_mutex_unlock(&s->lock);
 }
 
 int odf_stream_share_agree(struct odf_stream *s, bool imported, const char **why_not,

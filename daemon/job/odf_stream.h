@@ -110,6 +110,18 @@ bool odf_stream_next_chunk(const struct odf_stream *s, uint64_t max_voxels,
 void odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c,
 			   uint64_t offset, uint64_t size, void *dst);
 
+/* Half the sphere: where the sphere is mirrored (sphere_mirrored: vertex
+ * j + nv/2 the antipode of j) a raw reader may stage only the first nv/2
+ * volumes, their values being their antipodes'. odf_stream_copy_chunk for
+ * those volumes (4 * c->voxels * (nv / 2) bytes), which also says whether
+ * every value copied equals its antipode's, both clipped at zero (-0 as 0,
+ * on the bits: odf_transpose.comp's mirrored check). */
+bool odf_stream_copy_chunk_half(const struct odf_stream *s, const struct odf_chunk *c,
+				uint64_t offset, uint64_t size, void *dst);
+/* The same check on the middle z-plane of the file, all volumes: a guess,
+ * before the upload, at whether the whole ODF is mirrored. */
+bool odf_stream_raw_plane_mirrored(const struct odf_stream *s);
+
 /* Host copies of the chunks that two or more raw readers share, so that
  * the file's values are copied once, not once per reader: the stream's
  * filler thread copies chunk j into buffer j % ODF_SHARE_BUFFERS once every
@@ -136,6 +148,10 @@ struct odf_share {
  * import. -ECANCELED. */
 int odf_stream_share_offer(struct odf_stream *s, uint64_t max_voxels, uint64_t alignment,
 			   struct odf_share *ret, struct errbuf *err);
+/* A raw reader that will not share (it stages half the sphere) says so in
+ * place of an offer, why being the reason the others log: sharing is then
+ * off for all. Does not wait. */
+void odf_stream_share_decline(struct odf_stream *s, const char *why);
 /* A reader that got buffers says whether it imported them; waits for the
  * others: 1 when sharing is on (every reader agreed; the filler runs),
  * 0 when it is off (each reader reads the file itself; *why_not says
