@@ -75,25 +75,41 @@ uint64_t paged_bytes(const struct paged_layout *l)
 }
 
 /* A page's bytes from its float32 values: as they are, or as float16
- * (byte 2i is value i, and the pad value of an odd count is 0). */
+ * (byte 2i is value i, and the pad value of an odd count is 0); from a
+ * source of more values a voxel, each voxel's first `kept`, the rest of its
+ * channels 0. */
 struct page_values {
-	const float *src;
-	uint64_t n;
+	const float *src;         /* the piece's first voxel's values */
+	uint64_t n;               /* the piece's values in the page */
 	enum paged_type type;
+	uint32_t channels;        /* a voxel's in the page */
+	uint32_t src_channels;    /* a voxel's in src */
+	uint32_t kept;
 };
 
 static void fill_values(void *dst, uint64_t offset, uint64_t size, void *userdata)
 {
 	const struct page_values *pv = userdata;
-	uint16_t *out = dst;
-	uint64_t first = offset / 2;
+	uint64_t first = offset / value_bytes(pv->type), n = size / value_bytes(pv->type);
+	uint64_t voxel = first / pv->channels;
+	uint32_t c = (uint32_t)(first % pv->channels);
 
-	if (pv->type == PAGED_FLOAT32) {
+	if (pv->type == PAGED_FLOAT32 && pv->src_channels == pv->channels) {
 		memcpy(dst, (const char *)pv->src + offset, size);
 		return;
 	}
-	for (uint64_t i = 0; i < size / 2; i++)
-		out[i] = first + i < pv->n ? half_from_float(pv->src[first + i]) : 0;
+	for (uint64_t i = 0; i < n; i++) {
+		float v = first + i < pv->n && c < pv->kept ? pv->src[voxel * pv->src_channels + c]
+							     : 0.0f;
+		if (pv->type == PAGED_FLOAT32)
+			((float *)dst)[i] = v;
+		else
+			((uint16_t *)dst)[i] = half_from_float(v);
+		if (++c == pv->channels) {
+			c = 0;
+			voxel++;
+		}
+	}
 }
 
 /* Voxels of page k. */
@@ -131,12 +147,15 @@ struct page_pieces {
 	uint64_t stream;          /* bytes so far */
 };
 
-static int upload_pieces(struct gpu_ctx *gpu, struct paged_volume *v, const struct paged_run *run,
-			 const struct page_pieces *p, struct errbuf *err)
+static int upload_pieces(struct gpu_ctx *gpu, struct paged_volume *v, const struct paged_runs *runs,
+			 const struct paged_run *run, const struct page_pieces *p,
+			 struct errbuf *err)
 {
 	const struct paged_layout *l = &v->layout;
-	struct page_values pv = { run->values + p->first_voxel * l->channels,
-				  p->voxels * l->channels, l->type };
+	uint32_t src_channels = runs->src_channels ? runs->src_channels : l->channels;
+	struct page_values pv = { run->values + p->first_voxel * src_channels,
+				  p->voxels * l->channels, l->type, l->channels, src_channels,
+				  runs->kept ? runs->kept : l->channels };
 
 	if (p->n == 0)
 		return 0;
@@ -177,7 +196,7 @@ static int upload_run(struct gpu_ctx *gpu, struct paged_volume *v, const struct 
 			uint64_t at = first - (uint64_t)k * l->voxels_per_page;
 			uint64_t take = page_voxels(l, k) - at < left ? page_voxels(l, k) - at : left;
 			if (k != p.page) {
-				r = upload_pieces(gpu, v, run, &p, err);
+				r = upload_pieces(gpu, v, runs, run, &p, err);
 				p = (struct page_pieces){ .page = k, .first_voxel = done,
 							  .regions = regions };
 			}
@@ -190,7 +209,7 @@ static int upload_run(struct gpu_ctx *gpu, struct paged_volume *v, const struct 
 			done += take;
 		}
 	}
-	return r < 0 ? r : upload_pieces(gpu, v, run, &p, err);
+	return r < 0 ? r : upload_pieces(gpu, v, runs, run, &p, err);
 }
 
 /* The runs into the allocated pages, each as it comes; they must cover
@@ -300,14 +319,22 @@ static int whole_run(void *userdata, size_t k, struct paged_run *ret, struct err
 	return 0;
 }
 
-int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const float *data,
-		 struct paged_volume *ret, struct errbuf *err)
+int paged_upload_part(struct gpu_ctx *gpu, const struct paged_layout *layout, const float *data,
+		      uint32_t src_channels, uint32_t kept, struct paged_volume *ret,
+		      struct errbuf *err)
 {
 	struct paged_run all = { .values = data, .first_voxel = 0, .voxels = layout->voxels };
 	struct paged_runs runs = { .n_runs = 1, .columns = 1, .column_voxels = layout->voxels,
-				   .get = whole_run, .userdata = &all };
+				   .get = whole_run, .userdata = &all,
+				   .src_channels = src_channels, .kept = kept };
 
 	return paged_upload_runs(gpu, layout, &runs, ret, err);
+}
+
+int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const float *data,
+		 struct paged_volume *ret, struct errbuf *err)
+{
+	return paged_upload_part(gpu, layout, data, layout->channels, layout->channels, ret, err);
 }
 
 void paged_free(struct gpu_ctx *gpu, struct paged_volume *v)

@@ -56,6 +56,12 @@ uint64_t paged_bytes(const struct paged_layout *layout);
 int paged_upload(struct gpu_ctx *gpu, const struct paged_layout *layout, const float *data,
 		 struct paged_volume *ret, struct errbuf *err);
 
+/* paged_upload from data of src_channels values a voxel: each voxel's
+ * first kept (at most the layout's channels), the rest of its channels 0
+ * (resident.c's pages of half a mirrored sphere). */
+int paged_upload_part(struct gpu_ctx *gpu, const struct paged_layout *layout, const float *data,
+		      uint32_t src_channels, uint32_t kept, struct paged_volume *ret,
+		      struct errbuf *err);
 /* Values that arrive in runs of whole voxels (an ODF read while it is
  * uploaded, odf_stream.h). The volume is `columns` columns of
  * `column_voxels` consecutive voxels each (a grid's z-columns, or one column
@@ -77,6 +83,10 @@ struct paged_runs {
 	 * succeeded); may be NULL. */
 	void (*release)(void *userdata, size_t k);
 	void *userdata;
+	/* Values a voxel in the runs (0: the layout's channels), of which each
+	 * voxel's first `kept` (0: all) go to its page, the rest of its
+	 * channels being 0. */
+	uint32_t src_channels, kept;
 };
 
 /* paged_upload of runs, each scattered into its pages as it comes, one

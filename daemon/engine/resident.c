@@ -434,8 +434,9 @@ static int transpose_odf(struct gpu_ctx *gpu, const struct inputs *in,
  * samples them, or values on the vertices: read while uploaded
  * (odf_stream.h), or on the host (odf_values); with maxima (NULL where not
  * wanted), each voxel's largest value found on the way. half: layout holds
- * half the sphere, which only the GPU's transpose of a streamed ODF fills
- * (else the whole sphere's layout is planned here). */
+ * half the sphere (odf_half), from the host's copy or a streamed ODF
+ * through the GPU's transpose; where the slabs would take a streamed one,
+ * the whole sphere's layout is planned here. */
 static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 		      const struct resident_upload *up, struct odf_values *values,
 		      const struct paged_layout *layout, bool half, struct odf_maxima *maxima,
@@ -493,7 +494,9 @@ static int upload_odf(struct gpu_ctx *gpu, const struct inputs *in,
 	}
 	r = odf_values_get(values, in, fit, &odf, err);
 	if (r == 0)
-		r = paged_upload(gpu, layout, odf->data, &res->odf, err);
+		r = paged_upload_part(gpu, layout, odf->data, (uint32_t)odf->dim[3],
+				      half ? (uint32_t)odf->dim[3] / 2 : layout->channels, &res->odf,
+				      err);
 	if (r == 0 && maxima)
 		find_maxima(maxima, odf->data, 0, layout->voxels);
 	return r;
@@ -506,7 +509,7 @@ static int upload_odf_all(struct gpu_ctx *gpu, const struct inputs *in,
 			  struct errbuf *err)
 {
 	const struct gpu_limits *lim = gpu_get_limits(gpu);
-	struct odf_maxima maxima = { .nv = layout->channels,
+	struct odf_maxima maxima = { .nv = (uint32_t)inputs_sphere(in)->nv,
 				     .half = res->storage == JOBSPEC_ODF_FLOAT16 };
 	struct paged_layout maxima_layout;
 	int r;
@@ -546,18 +549,37 @@ static int upload_common(struct gpu_ctx *gpu, const struct inputs *in,
 	return r;
 }
 
-/* Whether GPUs upload a streamed ODF into pages of half the sphere first
- * (odf_transpose_upload's half; half the pages to allocate, fill and free):
- * a mirrored sphere and a file read raw whose middle z-plane is mirrored,
- * a guess that the upload checks on every value. */
-static bool stream_half_guess(const struct inputs *in, const struct resident_upload *up)
+/* Whether a mirrored ODF's pages can hold half the sphere: its second
+ * half's vertices the first's antipodes, and fewer channels for it. */
+static bool half_sphere_fits(const struct inputs *in)
 {
 	uint32_t nv = (uint32_t)inputs_sphere(in)->nv;
+
+	return sphere_mirrored(inputs_sphere(in)) && half_sphere_channels(nv) < nv;
+}
+
+/* Whether GPUs upload a streamed ODF into pages of half the sphere first
+ * (odf_transpose_upload's half): a file read raw whose middle z-plane is
+ * mirrored, a guess that the upload checks on every value. */
+static bool stream_half_guess(const struct inputs *in, const struct resident_upload *up)
+{
 	struct odf_raw raw;
 
-	return up->odf_stream && sphere_mirrored(inputs_sphere(in)) &&
-	       half_sphere_channels(nv) < nv && odf_stream_raw(up->odf_stream, &raw) &&
+	return up->odf_stream && half_sphere_fits(in) && odf_stream_raw(up->odf_stream, &raw) &&
 	       odf_stream_raw_plane_mirrored(up->odf_stream);
+}
+
+/* Whether the ODF's sampled storage holds half the sphere: half the pages
+ * to allocate, fill and free, and half the GPU memory; the kernels read that
+ * half only (ODF_MIRRORED). Known for an ODF on the host (inputs.h's
+ * symmetry); guessed for a streamed one, which only a GPU's transpose can
+ * put into such pages. */
+static bool odf_half(const struct gpu_limits *lim, const struct inputs *in,
+		     const struct resident_upload *up, const struct odf_values *values)
+{
+	if (up->odf_stream)
+		return values->half_guess && !gpu_cpu_kernels(lim);
+	return half_sphere_fits(in) && inputs_symmetric(in) && inputs_mirrored(in);
 }
 
 static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
@@ -575,7 +597,7 @@ static int upload_resident(struct gpu_ctx *gpu, const struct inputs *in,
 		if (r == 0)
 			r = upload_boot(gpu, in, &layout, res, err);
 	} else {
-		bool half = values->half_guess && !gpu_cpu_kernels(lim);
+		bool half = odf_half(lim, in, up, values);
 		r = choose_odf_storage(lim, in, up->odf_storage, budget, half, res, &layout, err);
 		if (r == 0)
 			r = upload_odf_all(gpu, in, up, values, &layout, half, res, err);

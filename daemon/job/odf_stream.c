@@ -450,6 +450,11 @@ bool odf_stream_raw_plane_mirrored(const struct odf_stream *s)
 		const unsigned char *from = data + (uint64_t)v * volume_bytes(s) + start;
 		mirrored = values_mirrored(from, from + antipode, plane);
 	}
+	/* A plane of every volume touches pages all over the file: where the
+	 * page cache holds it in large folios, a fault may map a whole folio
+	 * (2.7 GiB of host memory at the upload's start on an H100 host, not
+	 * 1.7, until the first slab dropped them). */
+	volume_slabs_drop_pages(s->file);
 	return mirrored;
 }
 

@@ -8,9 +8,11 @@ values a voxel instead of 724: half the ODF's GPU memory, allocation, upload
 and freeing. The kernels read only that half already (ODF_MIRRORED). The
 staging compares each value it copies with its antipode's, clipped at zero
 as the transpose's check compares them; at the first that differs the
-upload starts again with pages of the whole sphere. Every run must track
-the bytes of the same ODF read whole on the host (gzipped, never streamed),
-and say in its defines whether the kernels read half the sphere.
+upload starts again with pages of the whole sphere. An ODF read whole on
+the host (gzipped, never streamed) is known mirrored or not before its
+upload and goes up as half or whole pages from the start. Every run must
+track the bytes of the same ODF read whole on the host, and say in its
+defines whether the kernels read half the sphere.
 
 The phantom is test_odf_stream.py's 21x19x37 (5 slabs, planes varied along
 z) on repulsion724; the test hook TRACTD_GPU_KERNELS=1 makes lavapipe a GPU.
@@ -105,12 +107,15 @@ def test_mirrored_odf_goes_up_as_half_the_sphere(tractd, phantom_dir, host, name
                                  odf_storage=storage)
     assert HALF_UPLOAD in stderr and WHOLE_AGAIN not in stderr, stderr[-2000:]
     assert f"ODF on the GPU as {storage} of half the sphere" in stderr
-    whole_stderr, whole_trk, whole_mirrored = host[(name, storage)]
+    host_stderr, host_trk, host_mirrored = host[(name, storage)]
+    assert f"ODF on the GPU as {storage} of half the sphere" in host_stderr
     # 364 values a voxel (362 rounded up to a multiple of 4) against 724.
-    assert _odf_mib(stderr) == pytest.approx(_odf_mib(whole_stderr) * 364 / 724, rel=0.01)
-    assert mirrored and whole_mirrored
+    whole_mib = _odf_mib(host[("late", storage)][0])
+    assert _odf_mib(stderr) == _odf_mib(host_stderr) == pytest.approx(whole_mib * 364 / 724,
+                                                                      rel=0.01)
+    assert mirrored and host_mirrored
     assert len(trk) > 10000, f"only {len(trk)} bytes tracked"
-    assert trk == whole_trk
+    assert trk == host_trk
 
 
 def test_unequal_pair_past_the_middle_goes_up_whole(tractd, phantom_dir, host):
@@ -119,6 +124,7 @@ def test_unequal_pair_past_the_middle_goes_up_whole(tractd, phantom_dir, host):
     assert "ODF transposed on the GPU (raw float32 upload):" in stderr
     assert "ODF on the GPU as float32:" in stderr
     assert not mirrored and not host[("late", "float32")][2]
+    assert "half the sphere" not in host[("late", "float32")][0]
     assert trk == host[("late", "float32")][1]
 
 

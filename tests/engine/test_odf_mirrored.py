@@ -18,6 +18,9 @@ the second half's.
 ODFs sampled from SH (a dwi job's fit, an SH input) are mirrored by
 construction: fit_sample_sh samples the first half of a mirrored sphere and
 copies it, even-order SH taking one value at antipodes.
+
+A mirrored ODF's pages hold only the first half of the sphere, which is all
+the kernels read (test_odf_half_pages.py has the streamed cases).
 """
 import gzip
 import json
@@ -96,6 +99,9 @@ def test_half_the_sphere_tracks_as_the_whole(tractd, phantom_dir, case):
     for defines in whole_defines:
         assert "ODF_MIRRORED=0" in defines and "SYMMETRIC=1" in defines, defines
     assert (RAW in half_err) == (RAW in whole_err) == (suffix == ".nii"), half_err[-2000:]
+    # The mirrored ODF's pages hold half the sphere (resident.c's odf_half).
+    assert f"ODF on the GPU as {storage} of half the sphere" in half_err, half_err[-2000:]
+    assert "of half the sphere:" not in whole_err, whole_err[-2000:]
     assert len(half) > 10000, f"only {len(half)} bytes tracked"
     assert half == whole, f"{case}: reading half the sphere tracked otherwise than the whole"
 
@@ -115,6 +121,33 @@ def test_cpu_kernels_track_as_the_gpu_ones(tractd, phantom_dir, storage):
         assert "ODF_MIRRORED=1" in defines, defines
     assert len(cpu) > 10000, f"only {len(cpu)} bytes tracked"
     assert cpu == gpu, "the CPU kernels tracked otherwise than the GPU ones"
+
+
+@pytest.mark.parametrize("storage", ["float32", "float16"])
+def test_ptt_reads_half_the_sphere(tractd, phantom_dir, storage):
+    """ptt reads the ODF at the vertex nearest its probe's tangent by axis
+    (ptt.glsl's nearest_vertex): a vertex and its antipode tie exactly, and
+    the lower index, in the first half, wins. Half pages (the mirrored ODF,
+    read whole on the host) hold every value it reads: a second-half vertex
+    would read the next voxel's values there, and other bytes."""
+    tracked = {}
+    for name in ("mirrored", "nudged"):
+        job = json.loads((phantom_dir / "job_ptt.json").read_text())
+        job.pop("output", None)
+        job["inputs"]["odf"] = f"{name}.nii.gz"
+        job["seeds"]["count"] = N_SEEDS
+        job["tracking"]["odf_storage"] = storage
+        trk = phantom_dir / f"ptt_{name}_{storage}.trk"
+        proc = run_cli(tractd, ["-v", "run", write_job(phantom_dir / f"ptt_{name}.json", job),
+                                "-o", trk], env=GPU, check=True)
+        defines = re.findall(r"compiled ptt_track\.comp (.*) in ", proc.stderr)
+        assert len(defines) == 1, proc.stderr[-2000:]
+        mirrored = name == "mirrored"
+        assert f"ODF_MIRRORED={int(mirrored)}" in defines[0], defines[0]
+        assert (f"ODF on the GPU as {storage} of half the sphere" in proc.stderr) == mirrored
+        tracked[name] = trk.read_bytes()
+    assert len(tracked["mirrored"]) > 10000, f"only {len(tracked['mirrored'])} bytes tracked"
+    assert tracked["mirrored"] == tracked["nudged"]
 
 
 @pytest.fixture(scope="module")
