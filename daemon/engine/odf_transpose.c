@@ -209,6 +209,8 @@ static int stage_chunk(struct gpu_ctx *gpu, struct odf_transpose *t, const struc
 	t->wait_seconds += timing_now() - t0;
 	if (r < 0)
 		return r;
+	if (t->half && odf_stream_share_unmirrored(t->stream))
+		atomic_store(&t->unmirrored, true);
 	r = gpu_batch_begin(gpu, err);
 	if (r == 0)
 		r = gpu_batch_copy(gpu, t->shared[buffer], t->scratch, &whole, err);
@@ -284,7 +286,7 @@ static int share_host_copy(struct gpu_ctx *gpu, struct odf_transpose *t, struct 
 	struct odf_share share;
 	double seconds;
 	int r = odf_stream_share_offer(t->stream, t->chunk_voxels, gpu_host_import_alignment(gpu),
-				       &share, err);
+				       t->half, &share, err);
 
 	if (r < 0 || share.readers == 0) {
 		if (r == 0 && share.why_not)
@@ -335,18 +337,15 @@ static int take_flags(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbu
 	return r;
 }
 
-/* The first upload shares the file's host copies with the other devices
- * where it can (share_host_copy), or with half pages declines: the
- * staging's check of each value against its antipode reads the file. */
+/* Only the first upload shares the file's host copies with the other
+ * devices (share_host_copy): an upload again of the whole sphere reads the
+ * file itself. */
 static int offer_to_share(struct gpu_ctx *gpu, struct odf_transpose *t, struct errbuf *err)
 {
 	if (t->share_decided)
 		return 0;
 	t->share_decided = true;
-	if (!t->half)
-		return share_host_copy(gpu, t, err);
-	odf_stream_share_decline(t->stream, "it stages half the sphere (a mirrored ODF)");
-	return 0;
+	return share_host_copy(gpu, t, err);
 }
 
 /* paged_upload_with's producer: every chunk, then the flags. With half
@@ -446,6 +445,7 @@ static void start_upload(struct gpu_ctx *gpu, struct odf_transpose *t, bool half
 	t->half = half;
 	t->staged = (uint32_t)(half ? t->raw.dim[3] / 2 : t->raw.dim[3]);
 	t->chunk_voxels = voxels_held(gpu, t->stream, t->scratch_bytes, t->staged);
+	t->sharers = 0;   /* until the first upload's share_host_copy: a later one reads the file */
 	atomic_store(&t->unmirrored, false);
 	t->chunks = 0;
 	t->stage_seconds = t->kernel_seconds = t->device_seconds = t->wait_seconds = 0.0;

@@ -421,8 +421,8 @@ static int transpose_odf(struct gpu_ctx *gpu, const struct inputs *in,
 	int r = odf_transpose_upload(gpu, raw, layout, half, &res->odf, err);
 
 	if (r < 0 && half && odf_transpose_unmirrored(raw)) {
-		log_debug("%s: the ODF's values at antipodal vertices differ (%s): its pages hold "
-			  "the whole sphere", gpu_get_limits(gpu)->device_name, err->message);
+		log_debug("%s: %s: its pages hold the whole sphere",
+			  gpu_get_limits(gpu)->device_name, err->message);
 		r = plan_whole_sphere(gpu, in, up, res, &whole, err);
 		if (r == 0)
 			r = odf_transpose_upload(gpu, raw, &whole, false, &res->odf, err);

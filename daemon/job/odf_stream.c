@@ -66,6 +66,10 @@ struct share {
 	bool agreement_done;
 	bool on;                  /* every reader agreed and the filler runs */
 	const char *why_not;      /* why the readers do not share */
+	bool half;                /* the readers stage half the sphere
+				   * (odf_stream_copy_chunk_half) */
+	bool unmirrored;          /* half: the filler found a value unequal to
+				   * its antipode's and stopped after that chunk */
 	uint64_t chunk_voxels, alignment, bytes;
 	struct share_buffer buf[ODF_SHARE_BUFFERS];
 	pthread_t filler;
@@ -450,10 +454,10 @@ bool odf_stream_raw_plane_mirrored(const struct odf_stream *s)
 		const unsigned char *from = data + (uint64_t)v * volume_bytes(s) + start;
 		mirrored = values_mirrored(from, from + antipode, plane);
 	}
-	/* A plane of every volume touches pages all over the file: where the
-	 * page cache holds it in large folios, a fault may map a whole folio
-	 * (2.7 GiB of host memory at the upload's start on an H100 host, not
-	 * 1.7, until the first slab dropped them). */
+	/* A plane of every volume touches pages all over the file, and a
+	 * fault maps more than its page: on an H100 host the process held
+	 * 2.7 GiB at the upload's start, not 1.7, until the first slab's end
+	 * dropped them. */
 	volume_slabs_drop_pages(s->file);
 	return mirrored;
 }
@@ -476,58 +480,82 @@ void odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c
 	}
 }
 
+/* The volumes a raw reader stages: every one, or the first half's. */
+static uint64_t staged_volumes(const struct odf_stream *s, bool half)
+{
+	return (uint64_t)(half ? s->dim[3] / 2 : s->dim[3]);
+}
+
 /* A piece of a chunk's copy into a shared buffer, on a thread of its own. */
 struct fill_part {
 	const struct odf_stream *s;
 	const struct odf_chunk *c;
 	unsigned char *dst;
 	uint64_t offset, size;
+	bool half;
+	bool mirrored;            /* out, with half */
 };
 
 static void fill_part(void *arg)
 {
-	const struct fill_part *p = arg;
+	struct fill_part *p = arg;
 
-	odf_stream_copy_chunk(p->s, p->c, p->offset, p->size, p->dst + p->offset);
+	p->mirrored = true;
+	if (p->half)
+		p->mirrored = odf_stream_copy_chunk_half(p->s, p->c, p->offset, p->size,
+							 p->dst + p->offset);
+	else
+		odf_stream_copy_chunk(p->s, p->c, p->offset, p->size, p->dst + p->offset);
 }
 
-/* Chunk c into dst on threads, in pieces of whole 64-byte units. */
-static void fill_shared(const struct odf_stream *s, const struct odf_chunk *c, void *dst)
+/* Chunk c into dst on threads, in pieces of whole 64-byte units; with half,
+ * whether every value copied equals its antipode's. */
+static bool fill_shared(const struct odf_stream *s, const struct odf_chunk *c, bool half,
+			void *dst)
 {
 	struct fill_part parts[PARALLEL_MAX_PARTS];
-	uint64_t bytes = 4 * c->voxels * (uint64_t)s->dim[3], at = 0;
+	uint64_t bytes = 4 * c->voxels * staged_volumes(s, half), at = 0;
 	size_t n = parallel_parts(bytes, SHARE_FILL_MIN_BYTES);
 	uint64_t piece = (bytes / n + 63) & ~63ull;
+	bool mirrored = true;
 
 	for (size_t i = 0; i < n; i++) {
 		uint64_t size = bytes - at < piece ? bytes - at : piece;
 
-		parts[i] = (struct fill_part){ .s = s, .c = c, .dst = dst, .offset = at, .size = size };
+		parts[i] = (struct fill_part){ .s = s, .c = c, .dst = dst, .offset = at, .size = size,
+					       .half = half };
 		at += size;
 	}
 	parallel_run(fill_part, parts, sizeof(parts[0]), n);
+	for (size_t i = 0; i < n; i++)
+		mirrored = mirrored && parts[i].mirrored;
+	return mirrored;
 }
 
 /* The filler: chunk j into buffer j % ODF_SHARE_BUFFERS once the readers
- * released it, the slab's mapped pages dropped after its last chunk. */
+ * released it, the slab's mapped pages dropped after its last chunk. With
+ * half the sphere, a chunk with a value unequal to its antipode's is the
+ * last: the readers see unmirrored with it and stop there. */
 static void *filler_main(void *arg)
 {
 	struct odf_stream *s = arg;
 	struct share *sh = &s->share;
 	struct odf_chunk c = { 0 };
+	bool mirrored = true;
 
-	for (size_t j = 0; odf_stream_next_chunk(s, sh->chunk_voxels, &c); j++) {
+	for (size_t j = 0; mirrored && odf_stream_next_chunk(s, sh->chunk_voxels, &c); j++) {
 		struct share_buffer *b = &sh->buf[j % ODF_SHARE_BUFFERS];
 		double t0;
 
 		if (!wait_free(s, &b->holders, &b->ready))
 			break;
 		t0 = timing_now();
-		fill_shared(s, &c, b->host);
+		mirrored = fill_shared(s, &c, sh->half, b->host);
 		if (c.ends_slab)
 			volume_slabs_drop_pages(s->file);
 		pthread_mutex_lock(&s->lock);
 		sh->fill_seconds += timing_now() - t0;
+		sh->unmirrored = !mirrored;
 		b->chunk = j;
 		b->ready = true;
 		b->holders = sh->readers;
@@ -545,7 +573,7 @@ static void allocate_share(struct odf_stream *s)
 	struct share *sh = &s->share;
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t align = sh->alignment > page ? sh->alignment : page;
-	uint64_t voxel_bytes = 4 * (uint64_t)s->dim[3], bytes;
+	uint64_t voxel_bytes = 4 * staged_volumes(s, sh->half), bytes;
 
 	if (sh->chunk_voxels * voxel_bytes > SHARE_BUFFER_BYTES)
 		sh->chunk_voxels = SHARE_BUFFER_BYTES / voxel_bytes ? SHARE_BUFFER_BYTES / voxel_bytes
@@ -578,12 +606,16 @@ static void describe_share(const struct share *sh, struct odf_share *ret)
 }
 
 int odf_stream_share_offer(struct odf_stream *s, uint64_t max_voxels, uint64_t alignment,
-			   struct odf_share *ret, struct errbuf *err)
+			   bool half, struct odf_share *ret, struct errbuf *err)
 {
 	struct share *sh = &s->share;
 	int r = 0;
 
 	pthread_mutex_lock(&s->lock);
+	if (sh->offered == 0)
+		sh->half = half;
+	else if (sh->half != half)
+		sh->why_not = "the devices stage different parts of the sphere";
 	sh->chunk_voxels = sh->offered++ == 0 || max_voxels < sh->chunk_voxels ? max_voxels
 										 : sh->chunk_voxels;
 	if (alignment == 0)
@@ -606,15 +638,6 @@ int odf_stream_share_offer(struct odf_stream *s, uint64_t max_voxels, uint64_t a
 		describe_share(sh, ret);
 	pthread_mutex_unlock(&s->lock);
 	return r;
-}
-
-void odf_stream_share_decline(struct odf_stream *s, const char *why)
-{
-	pthread_mutex_lock(&s->lock);
-	s->share.offered++;
-	s->share.why_not = why;
-	pthread_cond_broadcast(&s->changed);
-	pthread_mutex_unlock(&s->lock);
 }
 
 int odf_stream_share_agree(struct odf_stream *s, bool imported, const char **why_not,
@@ -655,6 +678,16 @@ int odf_stream_share_get(struct odf_stream *s, size_t j, size_t *buffer, struct 
 	pthread_mutex_unlock(&s->lock);
 	*buffer = j % ODF_SHARE_BUFFERS;
 	return r;
+}
+
+bool odf_stream_share_unmirrored(struct odf_stream *s)
+{
+	bool unmirrored;
+
+	pthread_mutex_lock(&s->lock);
+	unmirrored = s->share.unmirrored;
+	pthread_mutex_unlock(&s->lock);
+	return unmirrored;
 }
 
 void odf_stream_share_release(struct odf_stream *s, size_t j)

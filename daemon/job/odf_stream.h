@@ -142,16 +142,14 @@ struct odf_share {
 
 /* A raw reader (joined without slabs) that can take chunks of up to
  * max_voxels voxels offers to share; alignment: what its imports of host
- * memory must be a multiple of (0: it cannot import). Waits for every raw
- * reader's offer; then, where two or more offered, every one can import
- * and the buffers could be allocated, *ret has them for the reader to
- * import. -ECANCELED. */
+ * memory must be a multiple of (0: it cannot import); half: it stages half
+ * the sphere (the chunks then hold those volumes, copied with
+ * odf_stream_copy_chunk_half; every reader must say the same). Waits for
+ * every raw reader's offer; then, where two or more offered, every one can
+ * import and the buffers could be allocated, *ret has them for the reader
+ * to import. -ECANCELED. */
 int odf_stream_share_offer(struct odf_stream *s, uint64_t max_voxels, uint64_t alignment,
-			   struct odf_share *ret, struct errbuf *err);
-/* A raw reader that will not share (it stages half the sphere) says so in
- * place of an offer, why being the reason the others log: sharing is then
- * off for all. Does not wait. */
-void odf_stream_share_decline(struct odf_stream *s, const char *why);
+			   bool half, struct odf_share *ret, struct errbuf *err);
 /* A reader that got buffers says whether it imported them; waits for the
  * others: 1 when sharing is on (every reader agreed; the filler runs),
  * 0 when it is off (each reader reads the file itself; *why_not says
@@ -161,6 +159,10 @@ int odf_stream_share_agree(struct odf_stream *s, bool imported, const char **why
 /* Chunk j (the j-th of the walk), once in its shared buffer: that
  * buffer's index in *buffer. Errors as odf_stream_get. */
 int odf_stream_share_get(struct odf_stream *s, size_t j, size_t *buffer, struct errbuf *err);
+/* With half the sphere: the filler found a value unequal to its
+ * antipode's, in the last chunk it filled (a reader that got a chunk and
+ * sees this stops after it: no later chunk comes). */
+bool odf_stream_share_unmirrored(struct odf_stream *s);
 /* The reader has copied chunk j out of its buffer. */
 void odf_stream_share_release(struct odf_stream *s, size_t j);
 /* Seconds the filler spent copying from the file so far. */

@@ -7,8 +7,9 @@ antipode's, stages only the first half's volumes and writes pages of 364
 values a voxel instead of 724: half the ODF's GPU memory, allocation, upload
 and freeing. The kernels read only that half already (ODF_MIRRORED). The
 staging compares each value it copies with its antipode's, clipped at zero
-as the transpose's check compares them; at the first that differs the
-upload starts again with pages of the whole sphere. An ODF read whole on
+as the transpose's check compares them (on two devices, the stream's
+filler does, once for both); at the first that differs the upload starts
+again with pages of the whole sphere. An ODF read whole on
 the host (gzipped, never streamed) is known mirrored or not before its
 upload and goes up as half or whole pages from the start. Every run must
 track the bytes of the same ODF read whole on the host, and say in its
@@ -136,14 +137,18 @@ def test_unequal_middle_plane_never_tries_half(tractd, phantom_dir, host):
 
 
 @pytest.mark.parametrize("name", ["mirrored", "late"])
-def test_two_devices_each_stage_half(tractd, phantom_dir, host, name):
-    """Devices staging half the sphere do not share the host copies (the
-    staging compares with the file's other half): each reads the file, and
-    each starts again on its own where a pair differs."""
+def test_two_devices_share_half_the_sphere(tractd, phantom_dir, host, name):
+    """Two devices share one host copy of the first half's volumes, which
+    the stream's filler compares with their antipodes as it copies them; at
+    a chunk where a pair differs it stops, and each device uploads the
+    whole sphere again from the file itself."""
     stderr, trk, mirrored = _run(tractd, phantom_dir, f"two_{name}", f"{name}.nii",
                                  "--device", "0,0")
-    assert stderr.count(HALF_UPLOAD) == (2 if name == "mirrored" else 0), stderr[-3000:]
+    shared_half = f"{HALF_UPLOAD}, one host copy shared)"
+    assert stderr.count(shared_half) == (2 if name == "mirrored" else 0), stderr[-3000:]
+    assert stderr.count("reads the ODF from the host copy shared by 2 devices") == 2
     assert stderr.count(WHOLE_AGAIN) == (0 if name == "mirrored" else 2), stderr[-3000:]
-    assert "shared by" not in stderr
+    if name == "late":
+        assert stderr.count("ODF transposed on the GPU (raw float32 upload):") == 2
     assert mirrored == (name == "mirrored")
     assert trk == host[(name, "float32")][1]
