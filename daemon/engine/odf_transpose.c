@@ -57,7 +57,7 @@ struct odf_transpose {
 	uint32_t staged;          /* volumes staged: all, or with half pages the first half */
 	bool half;                /* pages of half the sphere (odf_transpose_upload) */
 	atomic_bool unmirrored;   /* half: a staged value differed from its antipode's */
-	bool share_decided;       /* the first upload offered to share or declined */
+	bool share_decided;       /* the first upload offered to share */
 	struct gpu_buffer *scratch, *pairs, *flags;
 	struct gpu_pipeline *pipe;
 	int n_pairs;

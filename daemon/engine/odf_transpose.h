@@ -21,11 +21,11 @@
  *
  * Owns, for a device's upload of one stream (and where half the sphere did
  * not hold it, the upload again of the whole), the scratch buffer, the
- * antipodal pairs and the flags the kernel sets (allocated before the stream is joined, so that a
- * device short of memory takes the slabs instead) and its imports of the
- * stream's shared host copies; a second producer of paged_volume's pages
- * (paged_upload_with), the slabs being the first. Logs the upload's times
- * at debug level.
+ * antipodal pairs and the flags the kernel sets (allocated before the
+ * stream is joined, so that a device short of memory takes the slabs
+ * instead) and its imports of the stream's shared host copies; a second
+ * producer of paged_volume's pages (paged_upload_with), the slabs being the
+ * first. Logs the upload's times at debug level.
  */
 #ifndef TRACTD_ODF_TRANSPOSE_H
 #define TRACTD_ODF_TRANSPOSE_H

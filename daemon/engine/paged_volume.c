@@ -94,7 +94,8 @@ static void fill_values(void *dst, uint64_t offset, uint64_t size, void *userdat
 	uint64_t voxel = first / pv->channels;
 	uint32_t c = (uint32_t)(first % pv->channels);
 
-	if (pv->type == PAGED_FLOAT32 && pv->src_channels == pv->channels) {
+	if (pv->type == PAGED_FLOAT32 && pv->src_channels == pv->channels &&
+	    pv->kept == pv->channels) {
 		memcpy(dst, (const char *)pv->src + offset, size);
 		return;
 	}
