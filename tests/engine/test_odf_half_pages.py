@@ -21,15 +21,17 @@ z) on repulsion724; the test hook TRACTD_GPU_KERNELS=1 makes lavapipe a GPU.
 import gzip
 import re
 import shutil
+import struct
 
 import nibabel as nib
 import numpy as np
 import pytest
 
-from conftest import run_cli
-from test_odf_stream import _stack_along_z
+from conftest import run_cli, run_job
+from test_odf_stream import _job, _stack_along_z
 from test_odf_stream import _run as stream_run
 
+EXIT_INVALID = 3
 GPU = {"TRACTD_GPU_KERNELS": "1"}
 HALF_UPLOAD = "ODF transposed on the GPU (raw float32 upload of half the sphere"
 WHOLE_AGAIN = "its pages hold the whole sphere"
@@ -152,3 +154,40 @@ def test_two_devices_share_half_the_sphere(tractd, phantom_dir, host, name):
         assert stderr.count("ODF transposed on the GPU (raw float32 upload):") == 2
     assert mirrored == (name == "mirrored")
     assert trk == host[(name, "float32")][1]
+
+
+def _with_nans(directory, name, x, y, z, volumes):
+    """The phantom's ODF with NaN (the same bits) at voxel (x, y, z) of each
+    volume given, as .nii and gzipped."""
+    ph = directory / "ph"
+    img = nib.load(str(ph / "odf.nii"))
+    nx, ny, nz, _ = img.shape
+    data = bytearray((ph / "odf.nii").read_bytes())
+    for t in volumes:
+        offset = img.dataobj.offset + 4 * (((t * nz + z) * ny + y) * nx + x)
+        data[offset:offset + 4] = struct.pack("<f", float("nan"))
+    (ph / f"{name}.nii").write_bytes(bytes(data))
+    with gzip.open(ph / f"{name}.nii.gz", "wb") as gz:
+        gz.write(bytes(data))
+
+
+@pytest.mark.parametrize("volumes", [(5,), (5, 362 + 5)], ids=["one_vertex", "antipodes"])
+def test_non_finite_value_fails_as_the_host_does(tractd, phantom_dir, volumes):
+    """NaN at one vertex differs from its antipode's value, so the upload
+    starts again, whole, and the transpose flags it there; NaN at both
+    (equal bits) stays mirrored, and the half upload's transpose flags it:
+    either way the error of the same ODF read whole on the host."""
+    name = "nan_" + "_".join(map(str, volumes))
+    _with_nans(phantom_dir, name, 13, 4, 33, volumes)
+    messages = []
+    for odf in (f"{name}.nii", f"{name}.nii.gz"):
+        proc, trk, _ = run_job(tractd, _job(phantom_dir, odf), phantom_dir, name=odf,
+                               check=False, extra_args=("-v",), env=GPU)
+        assert proc.returncode == EXIT_INVALID, proc.stderr[-2000:]
+        assert not trk.exists()
+        raw = odf.endswith(".nii")
+        assert (WHOLE_AGAIN in proc.stderr) == (raw and len(volumes) == 1), proc.stderr[-2000:]
+        errors = [line for line in proc.stderr.splitlines() if "error" in line]
+        messages.append(errors[-1].replace(".gz", ""))
+    assert "inputs.odf" in messages[0] and "voxel (13, 4, 33), volume 5" in messages[0], messages
+    assert messages[0] == messages[1]
