@@ -121,6 +121,21 @@ def test_mirrored_odf_goes_up_as_half_the_sphere(tractd, phantom_dir, host, name
     assert trk == host_trk
 
 
+@pytest.mark.parametrize("storage", ["float32", "float16"])
+def test_small_pages_through_the_staging_buffers(tractd, phantom_dir, host, storage):
+    """Pages of 140 (float16: 281) voxels of 364 values end inside z-columns,
+    chunks inside planes, and each piece goes through the staging buffers
+    (TRACTD_STAGED_UPLOADS, as on a discrete GPU)."""
+    proc, trk, _ = stream_run(tractd, phantom_dir, f"small_{storage}", "mirrored.nii",
+                              "--max-alloc-bytes", "200K", odf_storage=storage,
+                              env=dict(GPU, TRACTD_STAGED_UPLOADS="1"))
+    voxels = 140 if storage == "float32" else 281
+    assert f"ODF on the GPU as {storage} of half the sphere: " in proc.stderr, \
+        proc.stderr[-2000:]
+    assert f"pages of {voxels} voxels" in proc.stderr
+    assert trk == host[("mirrored", storage)][1]
+
+
 def test_unequal_pair_past_the_middle_goes_up_whole(tractd, phantom_dir, host):
     stderr, trk, mirrored = _run(tractd, phantom_dir, "late", "late.nii")
     assert WHOLE_AGAIN in stderr, stderr[-2000:]
