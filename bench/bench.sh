@@ -22,7 +22,7 @@
 # (default 10000) track the case's ODF with ptt and prob, max_angle 20.
 # A warm daemon's big job: bench/warm_big.sh on the any-size case's phantom
 # (BENCH_WARM_BIG_CASE, default that case; none skips it; BENCH_WARM_BIG_SEEDS,
-# BENCH_WARM_BIG_RUNS).
+# BENCH_WARM_BIG_RUNS, BENCH_WARM_BIG_FORMAT: trk or trx-f16).
 # Cluster: bench/cluster.sh, last (shards and a pilot cohort; its own settings).
 set -eu
 tractd=${1:-build/tractd}

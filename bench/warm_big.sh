@@ -12,7 +12,9 @@
 # BENCH_DIR (default build/bench) holds the phantoms and the daemon's state;
 # BENCH_WARM_BIG_CASE: a case of bench/cases.sh (default hcp, the phantom
 # bench.sh's "any size" writes; tiny and small do on lavapipe);
-# BENCH_WARM_BIG_SEEDS (default 10000000); TRACTD_DEVICE picks a device.
+# BENCH_WARM_BIG_SEEDS (default 10000000); BENCH_WARM_BIG_FORMAT: trk (the
+# default) or trx-f16 (stored TRX float16, pyAFQ's choice: written whole,
+# then sent); TRACTD_DEVICE picks a device.
 set -eu
 [ $# -ge 1 ] || { echo "usage: $0 TRACTD [TRACTD...]" >&2; exit 2; }
 command -v curl >/dev/null || { echo "warm big job: skipped (no curl)"; exit 0; }
@@ -20,6 +22,12 @@ dir=${BENCH_DIR:-build/bench}
 case=${BENCH_WARM_BIG_CASE:-hcp}
 count=${BENCH_WARM_BIG_SEEDS:-10000000}
 runs=${BENCH_WARM_BIG_RUNS:-3}
+format=${BENCH_WARM_BIG_FORMAT:-trk}
+case $format in
+trk)     output="" ;;
+trx-f16) output=', "output": {"format": "trx", "positions": "float16"}' ;;
+*) echo "BENCH_WARM_BIG_FORMAT: trk or trx-f16, not $format" >&2; exit 2 ;;
+esac
 
 tractd=$1
 # shellcheck source=bench/cases.sh
@@ -30,11 +38,12 @@ mkdir -p "$dir"
 bench_case "$case"
 state=$(cd "$dir" && pwd)/warm_big_state
 sock=$state.sock
-prob_job "$ph/job_warm_big.json" "$count"
+prob_job "$ph/job_warm_big.json" "$count" "$output"
 device_set=""
 [ -n "${TRACTD_DEVICE:-}" ] && device_set="--set device=$TRACTD_DEVICE"
 
-echo "warm daemon, big job: prob, $case phantom $(echo "$grid" | tr , x), $sphere, $count seeds"
+echo "warm daemon, big job: prob, $case phantom $(echo "$grid" | tr , x), $sphere, $count seeds," \
+	"$format"
 printf '  %-3s %-30s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n' run tractd wall tracking tracked \
 	synced "done" track kernels encode write
 for tractd in "$@"; do

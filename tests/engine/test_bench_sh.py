@@ -4,10 +4,13 @@ bench/cases.sh's phantom, made once; the any-size section's
 runs under a GPU memory limit (--gpu-memory, as the 16 GB card's run) print
 the storage each picked and a GPU peak within the limit. The other sections
 are skipped (the ptt section's cold compile alone takes 20 s here)."""
+import json
 import os
 import re
 import subprocess
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench.sh"
 NUMBER = r"[0-9]+\.[0-9]+"
@@ -49,16 +52,21 @@ def test_bench_tiny(tractd, tmp_path):
 WARM_BIG = BENCH.parent / "warm_big.sh"
 
 
-def test_warm_big_job(tractd, tmp_path):
+@pytest.mark.parametrize("output_format", ["trk", "trx-f16"])
+def test_warm_big_job(tractd, tmp_path, output_format):
     """bench/warm_big.sh at a tiny size: a daemon with the phantom as its
     data root runs the job twice; each row has the job's events in order
     and the second finds the inputs cached (tracking starts at once)."""
     env = {**os.environ, "BENCH_DIR": str(tmp_path / "bench"), "BENCH_WARM_BIG_CASE": "tiny",
-           "BENCH_WARM_BIG_SEEDS": "2000", "BENCH_WARM_BIG_RUNS": "2"}
+           "BENCH_WARM_BIG_SEEDS": "2000", "BENCH_WARM_BIG_RUNS": "2",
+           "BENCH_WARM_BIG_FORMAT": output_format}
     proc = subprocess.run(["sh", str(WARM_BIG), tractd], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "tiny phantom 24x24x16, symmetric362, 2000 seeds" in proc.stdout, proc.stdout
+    assert f"tiny phantom 24x24x16, symmetric362, 2000 seeds, {output_format}" in proc.stdout, \
+        proc.stdout
+    job = json.loads((tmp_path / "bench" / "tiny" / "job_warm_big.json").read_text())
+    assert job.get("output", {"format": "trk"})["format"] == output_format[:3], job
     rows = re.findall(rf"^  ([12]) +\S+ +((?:{NUMBER} *){{9}})$", proc.stdout, re.M)
     assert [r[0] for r in rows] == ["1", "2"], proc.stdout
     for _, numbers in rows:
