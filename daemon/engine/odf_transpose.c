@@ -185,9 +185,7 @@ static void fill_chunk(void *dst, uint64_t offset, uint64_t size, void *userdata
 {
 	const struct chunk_fill *f = userdata;
 
-	if (!f->t->half)
-		odf_stream_copy_chunk(f->t->stream, f->chunk, offset, size, dst);
-	else if (!odf_stream_copy_chunk_half(f->t->stream, f->chunk, offset, size, dst))
+	if (!odf_stream_copy_chunk(f->t->stream, f->chunk, f->t->half, offset, size, dst))
 		atomic_store(&f->t->unmirrored, true);
 }
 
@@ -201,15 +199,16 @@ static int stage_chunk(struct gpu_ctx *gpu, struct odf_transpose *t, const struc
 	struct chunk_fill fill = { t, c };
 	double t0 = timing_now();
 	size_t buffer;
+	bool unmirrored;
 	int r;
 
 	if (!t->sharers)
 		return gpu_upload_regions(gpu, t->scratch, &whole, 1, fill_chunk, &fill, err);
-	r = odf_stream_share_get(t->stream, t->chunks, &buffer, err);
+	r = odf_stream_share_get(t->stream, t->chunks, &buffer, &unmirrored, err);
 	t->wait_seconds += timing_now() - t0;
 	if (r < 0)
 		return r;
-	if (t->half && odf_stream_share_unmirrored(t->stream))
+	if (unmirrored)
 		atomic_store(&t->unmirrored, true);
 	r = gpu_batch_begin(gpu, err);
 	if (r == 0)

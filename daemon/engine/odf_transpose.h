@@ -59,7 +59,7 @@ struct odf_transpose *odf_transpose_new(struct gpu_ctx *gpu, struct odf_stream *
  * nv/2 vertices' values (layout's channels, a multiple of 4, pass them:
  * the rest 0), which every antipode shares where the ODF is mirrored; the
  * upload stages only those volumes, comparing each value with its
- * antipode's on the way (odf_stream_copy_chunk_half), and ends at the
+ * antipode's on the way (odf_stream_copy_chunk's half), and ends at the
  * first chunk where one differs: odf_transpose_unmirrored() then says so,
  * and the caller uploads again with pages of the whole sphere (a later
  * upload re-reads the file; only the first shares the host copies). */

@@ -67,7 +67,7 @@ struct share {
 	bool on;                  /* every reader agreed and the filler runs */
 	const char *why_not;      /* why the readers do not share */
 	bool half;                /* the readers stage half the sphere
-				   * (odf_stream_copy_chunk_half) */
+				   * (odf_stream_copy_chunk's half) */
 	bool unmirrored;          /* half: the filler found a value unequal to
 				   * its antipode's and stopped after that chunk */
 	uint64_t chunk_voxels, alignment, bytes;
@@ -419,29 +419,6 @@ static uint64_t volume_bytes(const struct odf_stream *s)
 	return 4ull * (uint64_t)s->dim[0] * (uint64_t)s->dim[1] * (uint64_t)s->dim[2];
 }
 
-bool odf_stream_copy_chunk_half(const struct odf_stream *s, const struct odf_chunk *c,
-				uint64_t offset, uint64_t size, void *dst)
-{
-	const unsigned char *data = volume_slabs_float32(s->file);
-	uint64_t antipode = (uint64_t)s->dim[3] / 2 * volume_bytes(s);
-	uint64_t run = 4 * c->voxels;
-	char *out = dst;
-	bool mirrored = true;
-
-	while (size > 0) {
-		uint64_t volume = offset / run, at = offset % run;
-		uint64_t take = size < run - at ? size : run - at;
-		const unsigned char *from = data + volume * volume_bytes(s) + 4 * c->first + at;
-
-		memcpy(out, from, take);
-		mirrored = mirrored && values_mirrored(from, from + antipode, take / 4);
-		out += take;
-		offset += take;
-		size -= take;
-	}
-	return mirrored;
-}
-
 bool odf_stream_raw_plane_mirrored(const struct odf_stream *s)
 {
 	const unsigned char *data = volume_slabs_float32(s->file);
@@ -462,22 +439,28 @@ bool odf_stream_raw_plane_mirrored(const struct odf_stream *s)
 	return mirrored;
 }
 
-void odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c,
+bool odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c, bool half,
 			   uint64_t offset, uint64_t size, void *dst)
 {
 	const unsigned char *data = volume_slabs_float32(s->file);
+	uint64_t antipode = (uint64_t)s->dim[3] / 2 * volume_bytes(s);
 	uint64_t run = 4 * c->voxels;
 	char *out = dst;
+	bool mirrored = true;
 
 	while (size > 0) {
 		uint64_t volume = offset / run, at = offset % run;
 		uint64_t take = size < run - at ? size : run - at;
+		const unsigned char *from = data + volume * volume_bytes(s) + 4 * c->first + at;
 
-		memcpy(out, data + volume * volume_bytes(s) + 4 * c->first + at, take);
+		memcpy(out, from, take);
+		if (half)
+			mirrored = mirrored && values_mirrored(from, from + antipode, take / 4);
 		out += take;
 		offset += take;
 		size -= take;
 	}
+	return mirrored;
 }
 
 /* The volumes a raw reader stages: every one, or the first half's. */
@@ -500,12 +483,8 @@ static void fill_part(void *arg)
 {
 	struct fill_part *p = arg;
 
-	p->mirrored = true;
-	if (p->half)
-		p->mirrored = odf_stream_copy_chunk_half(p->s, p->c, p->offset, p->size,
-							 p->dst + p->offset);
-	else
-		odf_stream_copy_chunk(p->s, p->c, p->offset, p->size, p->dst + p->offset);
+	p->mirrored = odf_stream_copy_chunk(p->s, p->c, p->half, p->offset, p->size,
+					    p->dst + p->offset);
 }
 
 /* Chunk c into dst on threads, in pieces of whole 64-byte units; with half,
@@ -665,7 +644,8 @@ int odf_stream_share_agree(struct odf_stream *s, bool imported, const char **why
 	return r;
 }
 
-int odf_stream_share_get(struct odf_stream *s, size_t j, size_t *buffer, struct errbuf *err)
+int odf_stream_share_get(struct odf_stream *s, size_t j, size_t *buffer, bool *unmirrored,
+			 struct errbuf *err)
 {
 	struct share_buffer *b = &s->share.buf[j % ODF_SHARE_BUFFERS];
 	int r = 0;
@@ -675,19 +655,10 @@ int odf_stream_share_get(struct odf_stream *s, size_t j, size_t *buffer, struct 
 		pthread_cond_wait(&s->changed, &s->lock);
 	if (s->cancelled)
 		r = cancelled_err(err);
+	*unmirrored = s->share.unmirrored;
 	pthread_mutex_unlock(&s->lock);
 	*buffer = j % ODF_SHARE_BUFFERS;
 	return r;
-}
-
-bool odf_stream_share_unmirrored(struct odf_stream *s)
-{
-	bool unmirrored;
-
-	pthread_mutex_lock(&s->lock);
-	unmirrored = s->share.unmirrored;
-	pthread_mutex_unlock(&s->lock);
-	return unmirrored;
 }
 
 void odf_stream_share_release(struct odf_stream *s, size_t j)

@@ -106,18 +106,15 @@ bool odf_stream_next_chunk(const struct odf_stream *s, uint64_t max_voxels,
 			   struct odf_chunk *c);
 /* Bytes [offset, offset + size) of chunk c as a raw reader stages it (its
  * run of each volume, volume after volume, 4 * c->voxels bytes each) into
- * dst, from the file. Safe on several threads for disjoint ranges. */
-void odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c,
+ * dst, from the file. Safe on several threads for disjoint ranges.
+ * half: where the sphere is mirrored (sphere_mirrored: vertex j + nv/2 the
+ * antipode of j) a raw reader may stage only the first nv/2 volumes, their
+ * values being their antipodes'; the copy then also compares each value it
+ * copies with its antipode's, both clipped at zero (-0 as 0, on the bits:
+ * odf_transpose.comp's mirrored check), and returns whether all are equal
+ * (true without half). */
+bool odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c, bool half,
 			   uint64_t offset, uint64_t size, void *dst);
-
-/* Half the sphere: where the sphere is mirrored (sphere_mirrored: vertex
- * j + nv/2 the antipode of j) a raw reader may stage only the first nv/2
- * volumes, their values being their antipodes'. odf_stream_copy_chunk for
- * those volumes (4 * c->voxels * (nv / 2) bytes), which also says whether
- * every value copied equals its antipode's, both clipped at zero (-0 as 0,
- * on the bits: odf_transpose.comp's mirrored check). */
-bool odf_stream_copy_chunk_half(const struct odf_stream *s, const struct odf_chunk *c,
-				uint64_t offset, uint64_t size, void *dst);
 /* The same check on the middle z-plane of the file, all volumes: a guess,
  * before the upload, at whether the whole ODF is mirrored. */
 bool odf_stream_raw_plane_mirrored(const struct odf_stream *s);
@@ -144,7 +141,7 @@ struct odf_share {
  * max_voxels voxels offers to share; alignment: what its imports of host
  * memory must be a multiple of (0: it cannot import); half: it stages half
  * the sphere (the chunks then hold those volumes, copied with
- * odf_stream_copy_chunk_half; every reader must say the same). Waits for
+ * odf_stream_copy_chunk's half; every reader must say the same). Waits for
  * every raw reader's offer; then, where two or more offered, every one can
  * import and the buffers could be allocated, *ret has them for the reader
  * to import. -ECANCELED. */
@@ -157,12 +154,12 @@ int odf_stream_share_offer(struct odf_stream *s, uint64_t max_voxels, uint64_t a
 int odf_stream_share_agree(struct odf_stream *s, bool imported, const char **why_not,
 			   struct errbuf *err);
 /* Chunk j (the j-th of the walk), once in its shared buffer: that
- * buffer's index in *buffer. Errors as odf_stream_get. */
-int odf_stream_share_get(struct odf_stream *s, size_t j, size_t *buffer, struct errbuf *err);
-/* With half the sphere: the filler found a value unequal to its
- * antipode's, in the last chunk it filled (a reader that got a chunk and
- * sees this stops after it: no later chunk comes). */
-bool odf_stream_share_unmirrored(struct odf_stream *s);
+ * buffer's index in *buffer, and with half the sphere whether the filler
+ * has found a value unequal to its antipode's, in the last chunk it filled
+ * (a reader that sees it stops after chunk j: no later chunk comes).
+ * Errors as odf_stream_get. */
+int odf_stream_share_get(struct odf_stream *s, size_t j, size_t *buffer, bool *unmirrored,
+			 struct errbuf *err);
 /* The reader has copied chunk j out of its buffer. */
 void odf_stream_share_release(struct odf_stream *s, size_t j);
 /* Seconds the filler spent copying from the file so far. */

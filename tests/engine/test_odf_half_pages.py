@@ -1,5 +1,5 @@
 """Pages of half the sphere for a streamed mirrored ODF (issue 24;
-engine/odf_transpose.h's half, job/odf_stream.h's odf_stream_copy_chunk_half).
+engine/odf_transpose.h's half, job/odf_stream.h's odf_stream_copy_chunk).
 
 On a mirrored sphere (the default repulsion724) a GPU that transposes a raw
 .nii ODF guesses from its middle z-plane that every value equals its
