@@ -101,7 +101,7 @@ static const char run_text[] =
 "                             (default 4194304; bounds a submit's duration, and\n"
 "                             how often progress moves within a chunk)\n"
 "      --readback-bytes B     host memory of each of the two buffers tracked\n"
-"                             points are read back through (default 256M; a\n"
+"                             points are read back through (default 128M; a\n"
 "                             batch that does not fit goes in pieces)\n"
 "      --max-binding-bytes B  lower the device's storage-buffer range (testing)\n"
 "      --max-alloc-bytes B    lower the device's allocation size limit, which\n"
@@ -1031,6 +1031,8 @@ static int load_inputs(void *userdata, const struct jobspec *spec, struct inputs
 	if (r == 0) {
 		log_gradients(j->inputs);
 		log_fit(j->inputs);
+		/* A GPU takes longer to open than the inputs to load. */
+		resident_prepare(j->inputs);
 	}
 	*inputs = j->inputs;
 	timing->load_seconds = timing_now() - j->load_started;

@@ -53,8 +53,17 @@
 /* Each write slot's read-back buffer holds at most this much of a batch's
  * packed points by default: host memory the driver pins (slow to allocate
  * and free), so it is not sized for the worst case of every line running
- * max_steps; a batch whose kept points do not fit goes out in pieces. */
-#define DEFAULT_READBACK_BYTES (256ull << 20)
+ * max_steps; a batch whose kept points do not fit goes out in pieces. A
+ * batch of BATCH_SLOT_BYTES' lines of 50 points (the HCP-sized phantom's)
+ * fits; 256 MiB took an H100 0.05 s more to pin and to free (gpu/exp33.sh). */
+#define DEFAULT_READBACK_BYTES (128ull << 20)
+/* A batch's point slots (2 * max_steps + 1 points a line, most of them left
+ * empty) take at most this much: the driver's time to allocate and free the
+ * line buffers grows with their size (4 GiB, the binding limit, cost an H100
+ * 0.1 s at each end of a 10 M-seed job), and 1.5 GiB still holds some 130,000
+ * lines of max_steps 500, dozens of times what a GPU tracks at once, in the
+ * same kernel time (gpu/exp33.sh). */
+#define BATCH_SLOT_BYTES (3ull << 29)
 /* Lines of a batch that keep one more thread encoding them busy enough to
  * be worth starting it: some 100 us of encoding against the tens of us a
  * thread takes to start. Low enough that the phantom jobs of the tests
@@ -315,7 +324,8 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	 * id (seed, direction), range, destination, particle filtering's scratch. */
 	per_line = line_slot_bytes + 8 + 4 * RANGE_WORDS + 4 + plan->resume_bytes_per_line +
 		   4ull * plan->pft.line_words;
-	plan->batch_lines = min_u64(buffer_limit / line_slot_bytes, work * 2 / 3 / per_line);
+	plan->batch_lines = min_u64(min_u64(buffer_limit, BATCH_SLOT_BYTES) / line_slot_bytes,
+				    work * 2 / 3 / per_line);
 	if (plan->resume_bytes_per_line)
 		plan->batch_lines = min_u64(plan->batch_lines,
 					    (buffer_limit - 4) / plan->resume_bytes_per_line);

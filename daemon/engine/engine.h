@@ -69,7 +69,7 @@ struct engine_options {
 				     * (resident_budget), and never more than the
 				     * device's memory limit leaves */
 	uint64_t readback_bytes;    /* host memory of each of a device's two read-back
-				     * buffers, at most; 0: 256 MiB. Smaller ones
+				     * buffers, at most; 0: 128 MiB. Smaller ones
 				     * split batches into more pieces, same output */
 	double chunk_seconds;       /* > 0: size chunks to take about this long, so that
 				     * progress, streaming and cancellation stay responsive */

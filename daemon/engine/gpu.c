@@ -825,6 +825,7 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 {
 	struct gpu_ctx *ctx = calloc(1, sizeof(*ctx));
 	uint32_t timestamp_bits = 0;
+	double t0 = timing_now(), t_instance, t_device, t_cache;
 	int r;
 
 	if (!ctx)
@@ -833,6 +834,7 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 	r = create_instance(&ctx->instance, err);
 	if (r < 0)
 		goto fail;
+	t_instance = timing_now();
 	r = pick_device(ctx->instance, opts->device_index, opts->device_uuid, &ctx->physical, err);
 	if (r < 0)
 		goto fail;
@@ -850,9 +852,11 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 		r = create_timestamps(ctx, timestamp_bits, err);
 	if (r < 0)
 		goto fail;
+	t_device = timing_now();
 	r = create_pipeline_cache(ctx, opts->pipeline_cache_path, err);
 	if (r < 0)
 		goto fail;
+	t_cache = timing_now();
 	ctx->compiler = shaderc_compiler_initialize();
 	if (!ctx->compiler) {
 		r = device_err(err, -ENOMEM, "cannot initialise the shader compiler");
@@ -860,10 +864,12 @@ int gpu_open(const struct gpu_options *opts, struct gpu_ctx **ret, struct errbuf
 	}
 	arm_fault(ctx);
 	ctx->staged_uploads = staged_uploads();
-	log_debug("device: %s (%s), subgroup %u, binding %llu B, allocation %llu B",
+	log_debug("device: %s (%s), subgroup %u, binding %llu B, allocation %llu B; opened in "
+		  "%.3f s: instance %.3f s, device %.3f s, pipeline cache %.3f s",
 		  ctx->limits.device_name, ctx->limits.device_type, ctx->limits.subgroup_size,
 		  (unsigned long long)ctx->limits.max_binding_bytes,
-		  (unsigned long long)ctx->limits.max_alloc_bytes);
+		  (unsigned long long)ctx->limits.max_alloc_bytes, timing_now() - t0,
+		  t_instance - t0, t_device - t_instance, t_cache - t_device);
 	*ret = ctx;
 	return 0;
 fail:

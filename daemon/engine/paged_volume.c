@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/timing.h"
 #include "formats/half.h"
 
 /* The table: uvec4 (voxels per page, channels, 0, 0), then uvec2 addresses. */
@@ -282,6 +284,7 @@ int paged_upload_with(struct gpu_ctx *gpu, const struct paged_layout *layout,
 		      paged_fill_fn *fill, void *userdata, struct paged_volume *ret,
 		      struct errbuf *err)
 {
+	double t0 = timing_now();
 	int r = 0;
 
 	memset(ret, 0, sizeof(*ret));
@@ -293,6 +296,9 @@ int paged_upload_with(struct gpu_ctx *gpu, const struct paged_layout *layout,
 		r = gpu_buffer_new(gpu, page_bytes(layout->type, layout->channels,
 						   page_voxels(layout, k)),
 				   GPU_MEMORY_DEVICE, &ret->pages[k], err);
+	if (r == 0)
+		log_debug("%u page(s) of %.1f MiB allocated in %.3f s", layout->n_pages,
+			  (double)paged_bytes(layout) / (1 << 20), timing_now() - t0);
 	if (r == 0)
 		r = upload_table(gpu, ret, err);
 	if (r == 0)

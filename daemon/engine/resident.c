@@ -561,12 +561,17 @@ static bool half_sphere_fits(const struct inputs *in)
 /* Whether GPUs upload a streamed ODF into pages of half the sphere first
  * (odf_transpose_upload's half): a file read raw whose middle z-plane is
  * mirrored, a guess that the upload checks on every value. */
-static bool stream_half_guess(const struct inputs *in, const struct resident_upload *up)
+static bool stream_half_guess(const struct inputs *in, struct odf_stream *stream)
 {
 	struct odf_raw raw;
 
-	return up->odf_stream && half_sphere_fits(in) && odf_stream_raw(up->odf_stream, &raw) &&
-	       odf_stream_raw_plane_mirrored(up->odf_stream);
+	return stream && half_sphere_fits(in) && odf_stream_raw(stream, &raw) &&
+	       odf_stream_raw_plane_mirrored(stream);
+}
+
+void resident_prepare(struct inputs *in)
+{
+	(void)stream_half_guess(in, inputs_odf_stream(in));
 }
 
 /* Whether the ODF's sampled storage holds half the sphere: half the pages
@@ -688,7 +693,7 @@ int resident_new_all(struct gpu_ctx *const *gpus, size_t n, const struct inputs 
 	if (!tasks)
 		return errbuf_set(err, -ENOMEM, "", "out of memory");
 	odf_values_init(&values);
-	values.half_guess = stream_half_guess(in, up);
+	values.half_guess = stream_half_guess(in, up->odf_stream);
 	for (size_t i = 0; i < n; i++)
 		tasks[i] = (struct upload_task){ .gpu = gpus[i], .in = in, .up = up,
 						 .values = &values };

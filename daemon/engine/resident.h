@@ -51,6 +51,12 @@ struct resident_upload {
  * the memory limit where one is set (gpu_memory_bytes). */
 uint64_t resident_budget(const struct gpu_limits *lim, uint64_t requested);
 
+/* What the upload of in needs of the inputs alone, done ahead of it where
+ * the caller has time while the devices open (resident_new_all does what
+ * is left): a streamed ODF's guess at pages of half the sphere, which reads
+ * a plane of each of its volumes. */
+void resident_prepare(struct inputs *in);
+
 /* Uploads in to each of n devices, a thread each so that the uploads
  * overlap: ret[i] is gpus[i]'s. An ODF sampled from SH coefficients is
  * sampled once for all of them. -E2BIG when the inputs do not fit the

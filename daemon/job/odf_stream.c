@@ -87,6 +87,8 @@ struct odf_stream {
 	size_t joined, slab_consumers;   /* consumers that joined; of them, those taking slabs */
 	struct odf_symmetry symmetry;   /* the slabs' */
 	struct odf_symmetry raw;        /* what consumers reading the file itself found */
+	enum { PLANE_UNCHECKED, PLANE_MIRRORED, PLANE_UNMIRRORED } plane;   /* the middle
+					 * z-plane's check, done once */
 
 	pthread_mutex_t lock;
 	pthread_cond_t changed;
@@ -419,7 +421,7 @@ static uint64_t volume_bytes(const struct odf_stream *s)
 	return 4ull * (uint64_t)s->dim[0] * (uint64_t)s->dim[1] * (uint64_t)s->dim[2];
 }
 
-bool odf_stream_raw_plane_mirrored(const struct odf_stream *s)
+bool odf_stream_raw_plane_mirrored(struct odf_stream *s)
 {
 	const unsigned char *data = volume_slabs_float32(s->file);
 	uint64_t plane = (uint64_t)s->dim[0] * (uint64_t)s->dim[1];
@@ -427,6 +429,8 @@ bool odf_stream_raw_plane_mirrored(const struct odf_stream *s)
 	uint64_t antipode = (uint64_t)s->dim[3] / 2 * volume_bytes(s);
 	bool mirrored = true;
 
+	if (s->plane != PLANE_UNCHECKED)
+		return s->plane == PLANE_MIRRORED;
 	for (int64_t v = 0; v < s->dim[3] / 2 && mirrored; v++) {
 		const unsigned char *from = data + (uint64_t)v * volume_bytes(s) + start;
 		mirrored = values_mirrored(from, from + antipode, plane);
@@ -436,6 +440,7 @@ bool odf_stream_raw_plane_mirrored(const struct odf_stream *s)
 	 * 2.7 GiB at the upload's start, not 1.7, until the first slab's end
 	 * dropped them. */
 	volume_slabs_drop_pages(s->file);
+	s->plane = mirrored ? PLANE_MIRRORED : PLANE_UNMIRRORED;
 	return mirrored;
 }
 

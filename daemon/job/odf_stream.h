@@ -116,8 +116,9 @@ bool odf_stream_next_chunk(const struct odf_stream *s, uint64_t max_voxels,
 bool odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c, bool half,
 			   uint64_t offset, uint64_t size, void *dst);
 /* The same check on the middle z-plane of the file, all volumes: a guess,
- * before the upload, at whether the whole ODF is mirrored. */
-bool odf_stream_raw_plane_mirrored(const struct odf_stream *s);
+ * before the upload, at whether the whole ODF is mirrored. Checked once, on
+ * the first call (not thread-safe), and remembered. */
+bool odf_stream_raw_plane_mirrored(struct odf_stream *s);
 
 /* Host copies of the chunks that two or more raw readers share, so that
  * the file's values are copied once, not once per reader: the stream's
