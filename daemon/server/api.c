@@ -1598,7 +1598,10 @@ static struct MHD_Daemon *start_daemon(struct listener *listener, int fd)
 {
 	const struct api_config *cfg = &listener->api->cfg;
 
-	return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+	/* poll(), not select(): queued jobs hold their inputs open, so a new
+	 * connection's descriptor may be past FD_SETSIZE, which libmicrohttpd's
+	 * select() loop refuses (every new client dropped). */
+	return MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD |
 				MHD_USE_ERROR_LOG | MHD_USE_ITC,
 				0, NULL, NULL, on_request, listener,
 				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
