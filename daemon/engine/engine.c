@@ -55,7 +55,8 @@
  * and free), so it is not sized for the worst case of every line running
  * max_steps; a batch whose kept points do not fit goes out in pieces. A
  * batch of BATCH_SLOT_BYTES' lines of 50 points (the HCP-sized phantom's)
- * fits; 256 MiB took an H100 0.05 s more to pin and to free (gpu/exp33.sh). */
+ * fits; two of 256 MiB took an H100 0.07 s more to pin and 0.03 s more to
+ * free (gpu/exp33.sh). */
 #define DEFAULT_READBACK_BYTES (128ull << 20)
 /* A batch's point slots (2 * max_steps + 1 points a line, most of them left
  * empty) take at most this much: the driver's time to allocate and free the
