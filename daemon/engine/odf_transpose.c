@@ -442,7 +442,7 @@ static void log_upload(struct odf_transpose *t, const struct paged_layout *layou
 static void start_upload(struct gpu_ctx *gpu, struct odf_transpose *t, bool half)
 {
 	t->half = half;
-	t->staged = (uint32_t)(half ? t->raw.dim[3] / 2 : t->raw.dim[3]);
+	t->staged = (uint32_t)odf_stream_staged_volumes(t->stream, half);
 	t->chunk_voxels = voxels_held(gpu, t->stream, t->scratch_bytes, t->staged);
 	t->sharers = 0;   /* until the first upload's share_host_copy: a later one reads the file */
 	atomic_store(&t->unmirrored, false);

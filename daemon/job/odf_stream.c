@@ -468,8 +468,7 @@ bool odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c
 	return mirrored;
 }
 
-/* The volumes a raw reader stages: every one, or the first half's. */
-static uint64_t staged_volumes(const struct odf_stream *s, bool half)
+uint64_t odf_stream_staged_volumes(const struct odf_stream *s, bool half)
 {
 	return (uint64_t)(half ? s->dim[3] / 2 : s->dim[3]);
 }
@@ -498,7 +497,7 @@ static bool fill_shared(const struct odf_stream *s, const struct odf_chunk *c, b
 			void *dst)
 {
 	struct fill_part parts[PARALLEL_MAX_PARTS];
-	uint64_t bytes = 4 * c->voxels * staged_volumes(s, half), at = 0;
+	uint64_t bytes = 4 * c->voxels * odf_stream_staged_volumes(s, half), at = 0;
 	size_t n = parallel_parts(bytes, SHARE_FILL_MIN_BYTES);
 	uint64_t piece = (bytes / n + 63) & ~63ull;
 	bool mirrored = true;
@@ -557,7 +556,7 @@ static void allocate_share(struct odf_stream *s)
 	struct share *sh = &s->share;
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
 	uint64_t align = sh->alignment > page ? sh->alignment : page;
-	uint64_t voxel_bytes = 4 * staged_volumes(s, sh->half), bytes;
+	uint64_t voxel_bytes = 4 * odf_stream_staged_volumes(s, sh->half), bytes;
 
 	if (sh->chunk_voxels * voxel_bytes > SHARE_BUFFER_BYTES)
 		sh->chunk_voxels = SHARE_BUFFER_BYTES / voxel_bytes ? SHARE_BUFFER_BYTES / voxel_bytes

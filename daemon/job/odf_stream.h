@@ -115,6 +115,9 @@ bool odf_stream_next_chunk(const struct odf_stream *s, uint64_t max_voxels,
  * (true without half). */
 bool odf_stream_copy_chunk(const struct odf_stream *s, const struct odf_chunk *c, bool half,
 			   uint64_t offset, uint64_t size, void *dst);
+/* The volumes a raw reader stages: every one, or with half the first
+ * half's. */
+uint64_t odf_stream_staged_volumes(const struct odf_stream *s, bool half);
 /* The same check on the middle z-plane of the file, all volumes: a guess,
  * before the upload, at whether the whole ODF is mirrored. Checked once, on
  * the first call (not thread-safe), and remembered. */
