@@ -10,7 +10,9 @@
  * and ptt_track for the other getters), read back only the points of kept
  * streamlines, and the device's writer thread has them encoded on all cores
  * and appended to the output (output_write_lines) while the next batch
- * tracks.
+ * tracks. The next batch's pass 2 is queued right behind a batch's
+ * compaction, so that the GPU goes on while the host hands the batch to
+ * the writer.
  */
 #include "engine/engine.h"
 
@@ -83,13 +85,24 @@ struct job_plan {
 	uint64_t readback_bytes;  /* of each write slot */
 };
 
+/* The buffers a batch of lines is tracked and packed in. */
+struct line_buffers {
+	struct gpu_buffer *line_id, *points, *ranges, *dest;
+	struct gpu_buffer *resume;          /* track.glsl's suspended streamlines */
+	struct gpu_buffer *pft;             /* pft.glsl's particles, per streamline */
+	/* Host-visible, so that the batch's submits carry them with no submit
+	 * of their own: the ids the host writes and the tracking's first
+	 * submit copies to line_id, the ranges its last submit copies back,
+	 * the destinations the host writes and the compaction's submit copies
+	 * to dest. */
+	struct gpu_buffer *line_id_host, *ranges_host, *dest_host;
+};
+
 struct job_gpu {
 	struct gpu_pipeline *init, *track, *compact;
 	const struct resident *res;
 	struct gpu_buffer *seeds, *ndirs, *dirs;   /* the chunk's seeds and their directions */
-	struct gpu_buffer *line_id, *points, *ranges, *dest;
-	struct gpu_buffer *resume;          /* track.glsl's suspended streamlines */
-	struct gpu_buffer *pft;             /* pft.glsl's particles, per streamline */
+	struct line_buffers lines;
 	struct paged_volume odf_scale;        /* ptt: daemon/engine/ptt.h's tables for this job */
 	struct gpu_buffer *lut;
 	struct gpu_buffer *regions;         /* the job's regions (upload_regions), or NULL */
@@ -111,10 +124,6 @@ struct job_host {
 	float *seed_xyz;          /* 3 * chunk_seeds */
 	uint32_t *ndirs;          /* chunk_seeds */
 	uint32_t *line_id;        /* 2 * chunk lines: (global seed, direction index) */
-	uint32_t *ranges;         /* RANGE_WORDS per line of line_capacity: the tracked
-				   * batch's ranges */
-	uint32_t *dest;           /* per line of line_capacity: packed offsets within
-				   * each piece */
 	float *compressed;        /* 3 * slot_points per encoder when output.compress,
 				   * else NULL */
 	uint32_t *kept;           /* slot_points per encoder: the indices compression
@@ -322,8 +331,10 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 	work = room > 2 * plan->readback_bytes ? room - 2 * plan->readback_bytes : 0;
 
 	/* Two thirds of the work budget for streamlines: point slots on the GPU,
-	 * id (seed, direction), range, destination, particle filtering's scratch. */
-	per_line = line_slot_bytes + 8 + 4 * RANGE_WORDS + 4 + plan->resume_bytes_per_line +
+	 * id (seed, direction), range, destination, particle filtering's
+	 * scratch, and the host-visible copies of the id, range and
+	 * destination. */
+	per_line = line_slot_bytes + 2 * (8 + 4 * RANGE_WORDS + 4) + plan->resume_bytes_per_line +
 		   4ull * plan->pft.line_words;
 	plan->batch_lines = min_u64(min_u64(buffer_limit, BATCH_SLOT_BYTES) / line_slot_bytes,
 				    work * 2 / 3 / per_line);
@@ -729,50 +740,44 @@ static int alloc_seed_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 }
 
 /* The buffers of a batch of l lines: on the GPU their ids, point slots,
- * ranges, destinations, resume state and particle filtering's scratch; on
- * the host their ranges and destinations. */
+ * ranges, destinations, resume state and particle filtering's scratch; in
+ * host-visible memory their ids, ranges and destinations. */
 static int alloc_line_buffers(struct gpu_ctx *gpu, const struct job_plan *plan, uint64_t l,
-			      struct job_gpu *g, struct job_host *h, struct errbuf *err)
+			      struct line_buffers *s, struct errbuf *err)
 {
 	uint64_t slot_bytes = 12ull * plan->slot_points * l;
-	int r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &g->line_id, err);
+	int r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &s->line_id, err);
 
 	if (r == 0)
-		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_DEVICE, &g->points, err);
+		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_DEVICE, &s->points, err);
 	if (r == 0)
-		r = new_buffer(gpu, 4 * RANGE_WORDS * l, GPU_MEMORY_DEVICE, &g->ranges, err);
+		r = new_buffer(gpu, 4 * RANGE_WORDS * l, GPU_MEMORY_DEVICE, &s->ranges, err);
 	if (r == 0)
-		r = new_buffer(gpu, 4 * l, GPU_MEMORY_DEVICE, &g->dest, err);
+		r = new_buffer(gpu, 4 * l, GPU_MEMORY_DEVICE, &s->dest, err);
 	if (r == 0)
-		r = new_buffer(gpu, 4 + plan->resume_bytes_per_line * l, GPU_MEMORY_DEVICE, &g->resume,
+		r = new_buffer(gpu, 4 + plan->resume_bytes_per_line * l, GPU_MEMORY_DEVICE, &s->resume,
 			       err);
 	if (r == 0)
-		r = new_buffer(gpu, 4ull * plan->pft.line_words * l, GPU_MEMORY_DEVICE, &g->pft, err);
-	if (r < 0)
-		return r;
-	h->ranges = malloc(4 * RANGE_WORDS * l);
-	h->dest = malloc(4 * l);
-	if (!h->ranges || !h->dest)
-		return errbuf_set(err, -ENOMEM, "", "out of host memory for %llu streamlines per "
-				  "batch", (unsigned long long)l);
-	return 0;
+		r = new_buffer(gpu, 4ull * plan->pft.line_words * l, GPU_MEMORY_DEVICE, &s->pft, err);
+	if (r == 0)
+		r = new_buffer(gpu, 8 * l, GPU_MEMORY_READBACK, &s->line_id_host, err);
+	if (r == 0)
+		r = new_buffer(gpu, 4 * RANGE_WORDS * l, GPU_MEMORY_READBACK, &s->ranges_host, err);
+	if (r == 0)
+		r = new_buffer(gpu, 4 * l, GPU_MEMORY_READBACK, &s->dest_host, err);
+	return r;
 }
 
 /* Lets the line buffers go (as spares, for the larger ones that replace
  * them or a later job of the same shape). */
-static void free_line_buffers(struct gpu_ctx *gpu, struct job_gpu *g, struct job_host *h)
+static void free_line_buffers(struct gpu_ctx *gpu, struct line_buffers *s)
 {
-	struct gpu_buffer **lines[] = { &g->line_id, &g->points, &g->ranges, &g->dest,
-					&g->resume, &g->pft };
+	struct gpu_buffer *all[] = { s->line_id, s->points, s->ranges, s->dest, s->resume, s->pft,
+				     s->line_id_host, s->ranges_host, s->dest_host };
 
-	for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
-		gpu_buffer_recycle(gpu, *lines[i]);
-		*lines[i] = NULL;
-	}
-	free(h->ranges);
-	free(h->dest);
-	h->ranges = NULL;
-	h->dest = NULL;
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		gpu_buffer_recycle(gpu, all[i]);
+	memset(s, 0, sizeof(*s));
 }
 
 /* The lines the line buffers are sized for when a chunk lists n_lines:
@@ -792,11 +797,11 @@ static uint64_t line_capacity_for(const struct job_plan *plan, uint64_t n_lines)
 
 static void free_job_gpu(struct gpu_ctx *gpu, struct job_gpu *g)
 {
-	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->line_id, g->points,
-				     g->ranges, g->dest, g->resume, g->pft, g->lut, g->regions,
+	struct gpu_buffer *all[] = { g->seeds, g->ndirs, g->dirs, g->lut, g->regions,
 				     g->cone_table };
 
 	/* Kept for the next run of the same shape (a warm daemon's next job). */
+	free_line_buffers(gpu, &g->lines);
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		gpu_buffer_recycle(gpu, all[i]);
 	paged_free(gpu, &g->odf_scale);
@@ -840,8 +845,6 @@ static void free_host(struct job_host *h)
 	free(h->seed_xyz);
 	free(h->ndirs);
 	free(h->line_id);
-	free(h->ranges);
-	free(h->dest);
 	free(h->compressed);
 	free(h->kept);
 	memset(h, 0, sizeof(*h));
@@ -909,10 +912,10 @@ struct job_run {
 	 * chunks before its own, tracked by other devices, to be written. */
 	double slot_wait_seconds, turn_wait_seconds;
 	double listing_seconds;      /* its chunks' seeds and lists, pass 1 left out */
-	/* Its batches' host steps around the track kernel: the line ids up,
-	 * the ranges down, and the pieces (their compaction included); and
-	 * growing the line buffers and write slots. */
-	double ids_seconds, ranges_seconds, pieces_seconds, grow_seconds;
+	/* Its batches' host steps around the track kernel: writing the line
+	 * ids, waiting for the tracking, and the pieces (their compaction
+	 * included); and growing the line buffers and write slots. */
+	double ids_seconds, tracking_wait_seconds, pieces_seconds, grow_seconds;
 	double tracked_seconds, written_seconds;   /* its threads' ends, from the run's start */
 	struct errbuf err;           /* the tracking thread's */
 	struct errbuf write_err;     /* the writer thread's */
@@ -1045,8 +1048,33 @@ static uint64_t items_per_submit(const struct job_run *run, double rate)
 	return sized >= (double)UINT32_MAX ? UINT32_MAX : (uint64_t)sized;
 }
 
-/* Called after each submit of dispatch_items with the end of the items done. */
+/* Called after each submit of a dispatch with the end of the items done. */
 typedef int submitted_fn(struct job_run *run, uint64_t items_done, struct errbuf *err);
+
+/* A copy recorded with a kernel's dispatches: before the first or after
+ * the last (src NULL: none). */
+struct side_copy {
+	struct gpu_buffer *src, *dst;
+	struct gpu_copy_region region;
+};
+
+/* A kernel's items [first_item, n) on the device, in submits of
+ * items_per_submit: start_dispatch waits for all but the last, which
+ * finish_dispatch waits for, so that the host may do other work while it
+ * runs. */
+struct dispatch {
+	enum engine_kernel kernel;
+	struct gpu_pipeline *pipe;
+	struct gpu_buffer *const *buffers;
+	uint64_t first_item, n;
+	submitted_fn *submitted;    /* may be NULL */
+	struct side_copy before, after;
+	/* The submit in flight: its items [start, end). */
+	struct gpu_ticket ticket;
+	uint64_t start, end, submits;
+	double t0, t_submit;
+	bool pending;
+};
 
 /* Adds a finished batch's device time to the kernel's (stays -1 on a
  * device that keeps no clock). */
@@ -1060,52 +1088,107 @@ static void add_device_time(struct job_run *run, enum engine_kernel kernel)
 		run->stats.device_seconds[kernel] = -1.0;
 }
 
-/* Dispatches items [first, n) of a kernel in submits of items_per_submit,
- * each split where the workgroup count limit requires it; run->rate keeps
- * the kernel's items per second. Items carry their global index
- * (first_item), so the split changes no output. submitted may be NULL. */
+static int record_side_copy(struct job_run *run, const struct side_copy *c, struct errbuf *err)
+{
+	return c->src ? gpu_batch_copy(run->gpu, c->src, c->dst, &c->region, err) : 0;
+}
+
+/* Records and submits the items [d->start, d->end), split where the
+ * workgroup count limit requires it, with the side copies of the first and
+ * the last submit; leaves it in flight. */
+static int submit_items(struct job_run *run, struct dispatch *d, struct errbuf *err)
+{
+	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
+	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan.items;
+	int r = gpu_batch_begin(run->gpu, err);
+
+	d->t_submit = timing_now();
+	if (r == 0 && d->start == d->first_item)
+		r = record_side_copy(run, &d->before, err);
+	for (uint64_t first = d->start; r == 0 && first < d->end; first += per_dispatch) {
+		uint64_t count = min_u64(per_dispatch, d->end - first);
+		run->params.first_item = (uint32_t)first;
+		run->params.item_count = (uint32_t)count;
+		r = gpu_batch_dispatch(run->gpu, d->pipe, d->buffers, &run->params,
+				       (uint32_t)((count + run->plan.items - 1) / run->plan.items),
+				       err);
+	}
+	if (r == 0 && d->end == d->n)
+		r = record_side_copy(run, &d->after, err);
+	if (r == 0)
+		r = gpu_batch_submit(run->gpu, &d->ticket, err);
+	d->pending = r == 0;
+	d->submits++;
+	run->stats.kernel_seconds += timing_now() - d->t_submit;
+	return r;
+}
+
+/* Waits for the submit in flight; run->rate keeps the kernel's items per
+ * second (from the submit to the end of the wait: with the host busy
+ * elsewhere meanwhile, a little less than the device's). */
+static int wait_items(struct job_run *run, struct dispatch *d, struct errbuf *err)
+{
+	double t_wait = timing_now(), took;
+	int r = 0;
+
+	if (!d->pending)
+		return 0;
+	d->pending = false;
+	r = gpu_batch_wait(run->gpu, d->ticket, err);
+	if (r == 0)
+		add_device_time(run, d->kernel);
+	took = timing_now() - d->t_submit;
+	if (took > 0.0)
+		run->rate[d->kernel] = (double)(d->end - d->start) / took;
+	run->stats.kernel_seconds += timing_now() - t_wait;
+	if (r == 0 && d->submitted)
+		r = d->submitted(run, d->end, err);
+	return r;
+}
+
+/* Starts the kernel's items: every submit but the last is waited for
+ * here. Items carry their global index (first_item), so the split changes
+ * no output. */
+static int start_dispatch(struct job_run *run, struct dispatch *d, struct errbuf *err)
+{
+	int r = 0;
+
+	d->t0 = timing_now();
+	d->submits = 0;
+	d->pending = false;
+	for (d->end = d->first_item; r == 0 && d->end < d->n;) {
+		r = wait_items(run, d, err);
+		d->start = d->end;
+		d->end = min_u64(d->n, d->start + items_per_submit(run, run->rate[d->kernel]));
+		if (r == 0)
+			r = submit_items(run, d, err);
+	}
+	return r;
+}
+
+/* Waits for the kernel's last submit. */
+static int finish_dispatch(struct job_run *run, struct dispatch *d, struct errbuf *err)
+{
+	int r = wait_items(run, d, err);
+
+	run->stats.submits += d->submits;
+	log_debug("%s: %llu items in %llu submit(s), %.4f s", engine_kernel_key(d->kernel),
+		  (unsigned long long)(d->n - d->first_item), (unsigned long long)d->submits,
+		  timing_now() - d->t0);
+	return r;
+}
+
+/* A kernel's items [first_item, n), waited for. submitted may be NULL. */
 static int dispatch_items(struct job_run *run, enum engine_kernel kernel,
 			  struct gpu_pipeline *pipe, struct gpu_buffer *const *buffers,
 			  uint64_t first_item, uint64_t n, submitted_fn *submitted,
 			  struct errbuf *err)
 {
-	double *rate = &run->rate[kernel];
-	const struct gpu_limits *lim = gpu_get_limits(run->gpu);
-	uint64_t per_dispatch = (uint64_t)lim->max_workgroup_count_x * run->plan.items;
-	uint64_t submits = 0;
-	double t0 = timing_now();
-	int r = 0;
+	struct dispatch d = { .kernel = kernel, .pipe = pipe, .buffers = buffers,
+			      .first_item = first_item, .n = n, .submitted = submitted };
+	int r = start_dispatch(run, &d, err);
 
-	for (uint64_t start = first_item; r == 0 && start < n; submits++) {
-		uint64_t end = min_u64(n, start + items_per_submit(run, *rate));
-		double t_submit = timing_now(), took;
-
-		r = gpu_batch_begin(run->gpu, err);
-		for (uint64_t first = start; r == 0 && first < end; first += per_dispatch) {
-			uint64_t count = min_u64(per_dispatch, end - first);
-			run->params.first_item = (uint32_t)first;
-			run->params.item_count = (uint32_t)count;
-			r = gpu_batch_dispatch(run->gpu, pipe, buffers, &run->params,
-					       (uint32_t)((count + run->plan.items - 1) / run->plan.items),
-					       err);
-		}
-		if (r == 0)
-			r = gpu_batch_submit_wait(run->gpu, err);
-		if (r == 0)
-			add_device_time(run, kernel);
-		took = timing_now() - t_submit;
-		if (took > 0.0)
-			*rate = (double)(end - start) / took;
-		if (r == 0 && submitted)
-			r = submitted(run, end, err);
-		start = end;
-	}
-	run->stats.submits += submits;
-	run->stats.kernel_seconds += timing_now() - t0;
-	log_debug("%s: %llu items in %llu submit(s), %.4f s", engine_kernel_key(kernel),
-		  (unsigned long long)(n - first_item), (unsigned long long)submits,
-		  timing_now() - t0);
-	return r;
+	return r == 0 ? finish_dispatch(run, &d, err) : r;
 }
 
 /* Whether an end stopped where DIPY's LocalTracking calls it valid
@@ -1149,26 +1232,28 @@ static enum region_verdict region_verdict(uint32_t stops)
  * the others are DROP_LINE and never read back. Returns the piece's end. */
 static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lines)
 {
-	struct job_host *h = &run->h;
+	const struct line_buffers *s = &run->g.lines;
+	const uint32_t *ranges = gpu_buffer_host(s->ranges_host);
+	uint32_t *dest = gpu_buffer_host(s->dest_host);
 	uint64_t capacity = slot_readback_bytes(&run->plan, run->line_capacity) / 12, next = 0, i;
 
 	for (i = first; i < n_lines; i++) {
-		uint32_t count = h->ranges[RANGE_WORDS * i + RANGE_POINTS];
-		uint32_t stops = h->ranges[RANGE_WORDS * i + RANGE_STOPS];
+		uint32_t count = ranges[RANGE_WORDS * i + RANGE_POINTS];
+		uint32_t stops = ranges[RANGE_WORDS * i + RANGE_STOPS];
 		float length_mm;
 
-		memcpy(&length_mm, &h->ranges[RANGE_WORDS * i + RANGE_LENGTH], sizeof(length_mm));
+		memcpy(&length_mm, &ranges[RANGE_WORDS * i + RANGE_LENGTH], sizeof(length_mm));
 		if (count < 2 || length_mm < run->job->min_length ||
 		    length_mm > run->job->max_length || region_verdict(stops) != REGIONS_KEEP ||
 		    (!run->job->return_all && !line_valid(stops))) {
-			h->dest[i] = DROP_LINE;
+			dest[i] = DROP_LINE;
 			continue;
 		}
 		/* A streamline is never longer than a slot, which the plan keeps
 		 * within the capacity: a piece holds at least one. */
 		if (next + count > capacity)
 			break;
-		h->dest[i] = (uint32_t)next;
+		dest[i] = (uint32_t)next;
 		next += count;
 	}
 	return i;
@@ -1336,19 +1421,20 @@ static int write_batch(struct job_run *run, const struct write_slot *w, struct e
 static void getter_track_bindings(const struct job_run *run, struct gpu_buffer **b)
 {
 	const struct job_gpu *g = &run->g;
+	const struct line_buffers *s = &g->lines;
 	const struct resident_bindings res = resident_bindings(g->res);
 
 	if (run->job->direction_getter == JOBSPEC_DG_PTT) {
 		struct gpu_buffer *const ptt[PTT_TRACK_BINDINGS + 1] = {
 			res.odf, res.stop, res.vertices, g->odf_scale.table, g->lut, g->seeds,
-			g->dirs, g->line_id, g->points, g->ranges, g->resume, res.odf_basis };
+			g->dirs, s->line_id, s->points, s->ranges, s->resume, res.odf_basis };
 		memcpy(b, ptt, sizeof(ptt));
 		return;
 	}
 	if (!inputs_boot(run->in)) {
 		struct gpu_buffer *prob[PROB_TRACK_BINDINGS + 2] = {
-			res.odf, res.stop, res.vertices, g->seeds, g->dirs, g->line_id,
-			g->points, g->ranges, g->resume, NULL, NULL };
+			res.odf, res.stop, res.vertices, g->seeds, g->dirs, s->line_id,
+			s->points, s->ranges, s->resume, NULL, NULL };
 		/* After the common ones: SH storage's basis, then the cone's
 		 * tables: the maxima and lists, or the masks. */
 		uint32_t n = PROB_TRACK_BINDINGS;
@@ -1362,7 +1448,7 @@ static void getter_track_bindings(const struct job_run *run, struct gpu_buffer *
 	}
 	struct gpu_buffer *const boot[BOOT_TRACK_BINDINGS] = {
 		res.stop, res.vertices, res.nbr_offset, res.nbr, res.matrices, g->seeds,
-		g->dirs, g->line_id, g->points, g->ranges, g->resume, res.dwi };
+		g->dirs, s->line_id, s->points, s->ranges, s->resume, res.dwi };
 	memcpy(b, boot, sizeof(boot));
 }
 
@@ -1374,7 +1460,7 @@ static void track_bindings(const struct job_run *run, struct gpu_buffer **b)
 
 	getter_track_bindings(run, b);
 	if (run->job->pft)
-		b[n++] = run->g.pft;
+		b[n++] = run->g.lines.pft;
 	if (run->g.regions)
 		b[n] = run->g.regions;
 }
@@ -1447,6 +1533,15 @@ struct batch_place {
 	bool first, last;         /* the chunk's first and last batch */
 };
 
+/* A batch of the chunk's lines [first_line, first_line + n_lines). */
+struct batch {
+	struct batch_place at;
+	uint64_t first_line, n_lines;
+	struct dispatch track;    /* its pass of the track kernel */
+};
+
+static int start_batch(struct job_run *run, struct batch *b, struct errbuf *err);
+
 /* The seeds of a slot's lines: the writer needs them after the chunk's
  * arrays are rebuilt for the next chunk, which need not wait for it. */
 static void copy_line_seeds(const struct job_run *run, struct write_slot *w, uint64_t first_line,
@@ -1462,32 +1557,42 @@ static void copy_line_seeds(const struct job_run *run, struct write_slot *w, uin
 }
 
 /* Packs the batch's lines [first, end), tracked, into a write slot for the
- * writer thread. */
-static int post_piece(struct job_run *run, const struct batch_place *at, uint64_t batch_line,
-		      uint64_t first, uint64_t end, bool batch_end, struct errbuf *err)
+ * writer thread: while the compaction runs, the host copies the lines'
+ * ranges, destinations and seeds into the slot, then queues the next
+ * batch's tracking (next, unless NULL: it overwrites the line buffers, so
+ * only after the batch's last piece) behind it. */
+static int post_piece(struct job_run *run, const struct batch *b, uint64_t first, uint64_t end,
+		      struct batch *next, struct errbuf *err)
 {
-	struct job_gpu *g = &run->g;
-	struct job_host *h = &run->h;
+	const struct line_buffers *s = &run->g.lines;
 	struct write_slot *w = take_slot(run);
 	int r;
 
 	if (!w)
 		return errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
-	struct gpu_buffer *const pack_buffers[] = { g->points, g->ranges, g->dest, w->readback };
-	r = gpu_upload(run->gpu, g->dest, 4 * first, h->dest + first, 4 * (end - first), err);
-	if (r == 0)
-		r = dispatch_items(run, ENGINE_KERNEL_COMPACT, g->compact,
-				   pack_buffers, first, end, NULL, err);
+	struct gpu_buffer *const pack_buffers[] = { s->points, s->ranges, s->dest, w->readback };
+	struct dispatch compact = {
+		.kernel = ENGINE_KERNEL_COMPACT, .pipe = run->g.compact, .buffers = pack_buffers,
+		.first_item = first, .n = end,
+		.before = { s->dest_host, s->dest, { 4 * first, 4 * first, 4 * (end - first) } },
+	};
+	r = start_dispatch(run, &compact, err);
 	if (r < 0)
 		return r;
-	memcpy(w->ranges, h->ranges + RANGE_WORDS * first, 4 * RANGE_WORDS * (end - first));
-	memcpy(w->dest, h->dest + first, 4 * (end - first));
-	copy_line_seeds(run, w, batch_line + first, end - first);
+	memcpy(w->ranges, (const uint32_t *)gpu_buffer_host(s->ranges_host) + RANGE_WORDS * first,
+	       4 * RANGE_WORDS * (end - first));
+	memcpy(w->dest, (const uint32_t *)gpu_buffer_host(s->dest_host) + first, 4 * (end - first));
+	copy_line_seeds(run, w, b->first_line + first, end - first);
+	r = next ? start_batch(run, next, err) : 0;
+	if (r == 0)
+		r = finish_dispatch(run, &compact, err);
+	if (r < 0)
+		return r;
 	w->n_lines = end - first;
 	w->chunk = run->chunk;
-	w->end_seed = at->end_seed;
-	w->first_of_chunk = at->first && first == 0;
-	w->last_of_chunk = at->last && batch_end;
+	w->end_seed = b->at.end_seed;
+	w->first_of_chunk = b->at.first && first == 0;
+	w->last_of_chunk = b->at.last && end == b->n_lines;
 	post_slot(run, w);
 	run->stats.pieces++;
 	return 0;
@@ -1572,73 +1677,132 @@ static int fail_stalled(const struct job_run *run, struct errbuf *err)
 			  "sphere, or a GPU");
 }
 
-/* Tracks the batch's n_lines lines. On a LOOP_LIMITED device the kernel
- * suspends the streamlines whose loops the device would cut, and runs again
- * over the batch, resuming them, until none is left (shaders/track.glsl);
- * a line that stalls, or more passes than the lines' steps allow, fail. */
-static int track_lines(struct job_run *run, struct gpu_buffer *const *buffers, uint64_t n_lines,
-		       struct errbuf *err)
+/* Starts a pass of the track kernel over the batch: the first copies the
+ * lines' ids to the GPU before it, and each copies the ranges back after
+ * it (so that the last pass's are the host's). Left in flight. */
+static int start_track_pass(struct job_run *run, struct batch *b, uint32_t pass,
+			    struct errbuf *err)
 {
-	struct job_gpu *g = &run->g;
+	const struct line_buffers *s = &run->g.lines;
+	struct gpu_buffer *buffers[MAX_BINDINGS];
 	const uint32_t none = 0;
-	const uint64_t max_passes = max_track_passes(run->job);
-	uint32_t suspended = 0;
 	int r = 0;
 
-	for (uint32_t pass = 0; r == 0 && (pass == 0 || suspended > 0); pass++) {
-		if (pass == max_passes) {
-			r = errbuf_set_kind(err, ERR_KIND_DEVICE, -EIO, "",
-					    "track: %u streamlines still suspended after %u "
-					    "passes, the most their steps allow",
-					    suspended & ~RESUME_STALLED, pass);
-			break;
-		}
-		run->params.resuming = pass > 0;
-		if (run->plan.resume_bytes_per_line)
-			r = gpu_upload(run->gpu, g->resume, 0, &none, sizeof(none), err);
-		if (r == 0)
-			r = dispatch_items(run, ENGINE_KERNEL_TRACK, g->track, buffers,
-					   0, n_lines, pass == 0 ? report_tracked : NULL, err);
-		if (r == 0 && run->plan.resume_bytes_per_line)
-			r = gpu_download(run->gpu, g->resume, 0, &suspended, sizeof(suspended), err);
-		if (r == 0 && (suspended & RESUME_STALLED))
-			r = fail_stalled(run, err);
-		if (r == 0 && suspended > 0)
-			log_debug("track: %u streamlines suspended in pass %u", suspended, pass);
-	}
+	track_bindings(run, buffers);
+	b->track = (struct dispatch){
+		.kernel = ENGINE_KERNEL_TRACK, .pipe = run->g.track, .buffers = buffers,
+		.first_item = 0, .n = b->n_lines, .submitted = pass == 0 ? report_tracked : NULL,
+		.after = { s->ranges, s->ranges_host, { 0, 0, 4 * RANGE_WORDS * b->n_lines } },
+	};
+	if (pass == 0)
+		b->track.before = (struct side_copy){ s->line_id_host, s->line_id,
+						      { 0, 0, 8 * b->n_lines } };
+	run->params.resuming = pass > 0;
+	if (run->plan.resume_bytes_per_line)
+		r = gpu_upload(run->gpu, s->resume, 0, &none, sizeof(none), err);
+	if (r == 0)
+		r = start_dispatch(run, &b->track, err);
+	b->track.buffers = NULL;   /* recorded: the array goes with this call */
 	run->params.resuming = 0;
 	return r;
 }
 
-/* Tracks lines [first_line, first_line + n_lines) of the chunk and hands
- * the kept ones to the writer, in as many pieces as the read-back needs. */
-static int run_batch(struct job_run *run, const struct batch_place *at, uint64_t first_line,
-		     uint64_t n_lines, struct errbuf *err)
+/* Queues the batch's tracking: its line ids go to the host-visible buffer,
+ * and its first pass is left in flight. */
+static int start_batch(struct job_run *run, struct batch *b, struct errbuf *err)
 {
-	struct job_gpu *g = &run->g;
-	struct gpu_buffer *buffers[MAX_BINDINGS];
-	double t0 = timing_now(), t_ids, t_tracked, t_ranges;
-	int r = gpu_upload(run->gpu, g->line_id, 0, run->h.line_id + 2 * first_line, 8 * n_lines,
-			   err);
+	double t0 = timing_now();
 
-	track_bindings(run, buffers);
-	run->batch_first_line = first_line;
-	t_ids = timing_now();
-	if (r == 0)
-		r = track_lines(run, buffers, n_lines, err);
-	t_tracked = timing_now();
-	if (r == 0)
-		r = gpu_download(run->gpu, g->ranges, 0, run->h.ranges, 4 * RANGE_WORDS * n_lines,
+	memcpy(gpu_buffer_host(run->g.lines.line_id_host), run->h.line_id + 2 * b->first_line,
+	       8 * b->n_lines);
+	run->batch_first_line = b->first_line;
+	run->ids_seconds += timing_now() - t0;
+	return start_track_pass(run, b, 0, err);
+}
+
+/* Waits for the batch's tracking. On a LOOP_LIMITED device the kernel
+ * suspends the streamlines whose loops the device would cut, and runs again
+ * over the batch, resuming them, until none is left (shaders/track.glsl);
+ * a line that stalls, or more passes than the lines' steps allow, fail. */
+static int finish_tracking(struct job_run *run, struct batch *b, struct errbuf *err)
+{
+	const uint64_t max_passes = max_track_passes(run->job);
+	uint32_t suspended = 0;
+	int r = finish_dispatch(run, &b->track, err);
+
+	for (uint32_t pass = 1; r == 0 && run->plan.resume_bytes_per_line; pass++) {
+		r = gpu_download(run->gpu, run->g.lines.resume, 0, &suspended, sizeof(suspended),
 				 err);
-	t_ranges = timing_now();
-	for (uint64_t first = 0, end; r == 0 && first < n_lines; first = end) {
-		end = assign_piece(run, first, n_lines);
-		r = post_piece(run, at, first_line, first, end, end == n_lines, err);
+		if (r < 0 || suspended == 0)
+			break;
+		if (suspended & RESUME_STALLED)
+			return fail_stalled(run, err);
+		log_debug("track: %u streamlines suspended in pass %u", suspended, pass - 1);
+		if (pass == max_passes)
+			return errbuf_set_kind(err, ERR_KIND_DEVICE, -EIO, "",
+					       "track: %u streamlines still suspended after %u "
+					       "passes, the most their steps allow",
+					       suspended, pass);
+		r = start_track_pass(run, b, pass, err);
+		if (r == 0)
+			r = finish_dispatch(run, &b->track, err);
 	}
-	run->ids_seconds += t_ids - t0;
-	run->ranges_seconds += t_ranges - t_tracked;
-	run->pieces_seconds += timing_now() - t_ranges;
+	return r;
+}
+
+/* Hands the batch's kept lines to the writer, in as many pieces as the
+ * read-back needs, and queues the next batch's tracking (unless NULL)
+ * behind the last one's compaction. */
+static int post_pieces(struct job_run *run, const struct batch *b, struct batch *next,
+		       struct errbuf *err)
+{
+	double t0 = timing_now();
+	int r = 0;
+
+	for (uint64_t first = 0, end; r == 0 && first < b->n_lines; first = end) {
+		end = assign_piece(run, first, b->n_lines);
+		r = post_piece(run, b, first, end, end == b->n_lines ? next : NULL, err);
+	}
+	run->pieces_seconds += timing_now() - t0;
 	run->stats.batches++;
+	return r;
+}
+
+/* The chunk's k-th batch. */
+static void place_batch(struct job_run *run, uint64_t k, uint64_t n_lines, uint64_t end_seed,
+			struct batch *b)
+{
+	uint64_t first = k * run->plan.batch_lines;
+
+	b->first_line = first;
+	b->n_lines = min_u64(run->plan.batch_lines, n_lines - first);
+	b->at = (struct batch_place){ end_seed, first == 0, first + b->n_lines >= n_lines };
+}
+
+/* Tracks the chunk's n_lines lines in batches, each one's tracking queued
+ * behind the compaction of the one before, so that the GPU goes from one
+ * batch to the next without waiting for the host. */
+static int run_batches(struct job_run *run, uint64_t n_lines, uint64_t end_seed,
+		       struct errbuf *err)
+{
+	struct batch batches[2];
+	int r;
+
+	place_batch(run, 0, n_lines, end_seed, &batches[0]);
+	r = start_batch(run, &batches[0], err);
+	for (uint64_t k = 0; r == 0; k++) {
+		struct batch *b = &batches[k % 2], *next = &batches[(k + 1) % 2];
+		double t0 = timing_now();
+
+		r = finish_tracking(run, b, err);
+		run->tracking_wait_seconds += timing_now() - t0;
+		if (!b->at.last)
+			place_batch(run, k + 1, n_lines, end_seed, next);
+		if (r == 0)
+			r = post_pieces(run, b, b->at.last ? NULL : next, err);
+		if (b->at.last)
+			break;
+	}
 	return r;
 }
 
@@ -1749,9 +1913,9 @@ static int grow_line_buffers(struct job_run *run, uint64_t n_lines, struct errbu
 	if (r < 0)
 		return r;
 	free_slots(run);
-	free_line_buffers(run->gpu, &run->g, &run->h);
+	free_line_buffers(run->gpu, &run->g.lines);
 	run->line_capacity = capacity;
-	r = alloc_line_buffers(run->gpu, &run->plan, capacity, &run->g, &run->h, err);
+	r = alloc_line_buffers(run->gpu, &run->plan, capacity, &run->g.lines, err);
 	t_lines = timing_now();
 	if (r == 0)
 		r = alloc_slots(run, capacity, err);
@@ -1799,11 +1963,8 @@ static int run_chunk(struct job_run *run, uint64_t first_seed, uint64_t n_seeds,
 		r = post_empty_chunk(run, first_seed + n_seeds, err);
 	else
 		r = grow_line_buffers(run, lines_expected(run, n_seeds, n_lines), err);
-	for (uint64_t first = 0; r == 0 && first < n_lines; first += run->plan.batch_lines) {
-		uint64_t n = min_u64(run->plan.batch_lines, n_lines - first);
-		struct batch_place at = { first_seed + n_seeds, first == 0, first + n >= n_lines };
-		r = run_batch(run, &at, first, n, err);
-	}
+	if (r == 0 && n_lines > 0)
+		r = run_batches(run, n_lines, first_seed + n_seeds, err);
 	run->stats.chunks++;
 	return r;
 }
@@ -2165,6 +2326,8 @@ static void count_work_buffers(struct job_run *run)
 
 static void free_device_run(struct job_run *run)
 {
+	/* A failed run may leave a batch in flight that uses them. */
+	gpu_batch_settle(run->gpu);
 	count_work_buffers(run);
 	free_slots(run);
 	free_host(&run->h);
@@ -2327,12 +2490,13 @@ static void log_device_waits(const struct job_run *run, size_t index)
 	log_debug("device %zu: %llu chunk(s), tracked by %.3f s and written by %.3f s from the "
 		  "run's start; kernels %.3f s; its chunks' seeds and lists %.3f s; its tracking "
 		  "waited %.3f s for a write slot, its writer %.3f s for the chunks before its own; "
-		  "its buffers grown in %.3f s; its batches' line ids up %.3f s, ranges down "
-		  "%.3f s, pieces %.3f s (their compaction and slot waits included)",
+		  "its buffers grown in %.3f s; its batches' line ids written in %.3f s, their "
+		  "tracking waited for %.3f s, their pieces %.3f s (their compaction and slot "
+		  "waits included)",
 		  index, (unsigned long long)run->stats.chunks, run->tracked_seconds,
 		  run->written_seconds, run->stats.kernel_seconds, run->listing_seconds,
 		  run->slot_wait_seconds, run->turn_wait_seconds, run->grow_seconds,
-		  run->ids_seconds, run->ranges_seconds, run->pieces_seconds);
+		  run->ids_seconds, run->tracking_wait_seconds, run->pieces_seconds);
 }
 
 const char *engine_kernel_key(enum engine_kernel kernel)

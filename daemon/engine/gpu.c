@@ -32,6 +32,9 @@
 #define UPLOAD_SLOTS 2
 #define FILL_MIN_BYTES (4u << 20)
 #define DESCRIPTOR_SETS_PER_BATCH 256
+/* Batches in flight at once: the engine tracks one batch while the host
+ * reads the one before and packs it. */
+#define BATCH_FRAMES 2
 #define MAX_BINDINGS 16
 
 struct gpu_buffer {
@@ -63,16 +66,28 @@ struct upload_slot {
 	bool pending;            /* submitted, not yet waited for */
 };
 
+/* What one batch is recorded into, and held while it runs: its descriptor
+ * sets live until its fence signals. */
+struct batch_frame {
+	VkCommandBuffer cmd;
+	VkFence fence;
+	VkDescriptorPool descriptor_pool;
+	uint64_t serial;         /* the batch recorded into it last (gpu_ticket) */
+	double device_seconds;   /* that batch's, once waited for (-1: no clock) */
+	bool pending;            /* submitted, not yet waited for */
+};
+
 struct gpu_ctx {
 	VkInstance instance;
 	VkPhysicalDevice physical;
 	VkDevice device;
 	VkQueue queue;
 	uint32_t queue_family;
+	unsigned frame;          /* of frames: the one recording, or submitted last */
 	VkCommandPool command_pool;
-	VkCommandBuffer cmd;
-	VkFence fence;
-	VkDescriptorPool descriptor_pool;
+	struct batch_frame frames[BATCH_FRAMES];
+	uint64_t batch_serial;   /* batches begun so far */
+	VkCommandBuffer cmd;     /* frames[frame]'s, while it records */
 	VkPipelineCache pipeline_cache;
 	char *pipeline_cache_path;
 	VkPhysicalDeviceMemoryProperties memory_props;
@@ -97,10 +112,10 @@ struct gpu_ctx {
 	/* Each batch's start and end on the device's clock, where its queue
 	 * keeps one: what the batch took there, apart from the host's submit
 	 * and wait. */
-	VkQueryPool timestamps;  /* 2 queries, or VK_NULL_HANDLE */
+	VkQueryPool timestamps;  /* 2 queries a frame, or VK_NULL_HANDLE */
 	uint64_t timestamp_mask; /* the bits the queue's timestamps hold */
 	double timestamp_ns;     /* nanoseconds a tick */
-	double batch_device_seconds;   /* the last batch's, or -1 */
+	double batch_device_seconds;   /* the last batch waited for, or -1 */
 	/* VK_KHR_pipeline_executable_properties, on when the log is at debug
 	 * level: each compiled pipeline's registers, shared memory and the like
 	 * as the driver reports them. */
@@ -683,9 +698,13 @@ static int create_command_objects(struct gpu_ctx *ctx, struct errbuf *err)
 
 	GPU_TRY(err, vkCreateCommandPool(ctx->device, &pool, NULL, &ctx->command_pool));
 	alloc.commandPool = ctx->command_pool;
-	GPU_TRY(err, vkAllocateCommandBuffers(ctx->device, &alloc, &ctx->cmd));
-	GPU_TRY(err, vkCreateFence(ctx->device, &fence, NULL, &ctx->fence));
-	GPU_TRY(err, vkCreateDescriptorPool(ctx->device, &dpool, NULL, &ctx->descriptor_pool));
+	for (unsigned i = 0; i < BATCH_FRAMES; i++) {
+		struct batch_frame *f = &ctx->frames[i];
+		GPU_TRY(err, vkAllocateCommandBuffers(ctx->device, &alloc, &f->cmd));
+		GPU_TRY(err, vkCreateFence(ctx->device, &fence, NULL, &f->fence));
+		GPU_TRY(err, vkCreateDescriptorPool(ctx->device, &dpool, NULL,
+						    &f->descriptor_pool));
+	}
 	return 0;
 }
 
@@ -695,7 +714,7 @@ static int create_timestamps(struct gpu_ctx *ctx, uint32_t timestamp_bits, struc
 	VkQueryPoolCreateInfo info = {
 		.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
 		.queryType = VK_QUERY_TYPE_TIMESTAMP,
-		.queryCount = 2,
+		.queryCount = 2 * BATCH_FRAMES,
 	};
 	VkPhysicalDeviceProperties props;
 
@@ -936,10 +955,13 @@ void gpu_close(struct gpu_ctx *ctx)
 		t_device = timing_now();
 		if (ctx->pipeline_cache)
 			vkDestroyPipelineCache(ctx->device, ctx->pipeline_cache, NULL);
-		if (ctx->descriptor_pool)
-			vkDestroyDescriptorPool(ctx->device, ctx->descriptor_pool, NULL);
-		if (ctx->fence)
-			vkDestroyFence(ctx->device, ctx->fence, NULL);
+		for (unsigned i = 0; i < BATCH_FRAMES; i++) {
+			if (ctx->frames[i].descriptor_pool)
+				vkDestroyDescriptorPool(ctx->device, ctx->frames[i].descriptor_pool,
+							NULL);
+			if (ctx->frames[i].fence)
+				vkDestroyFence(ctx->device, ctx->frames[i].fence, NULL);
+		}
 		if (ctx->timestamps)
 			vkDestroyQueryPool(ctx->device, ctx->timestamps, NULL);
 		for (int i = 0; i < UPLOAD_SLOTS; i++)
@@ -2223,24 +2245,81 @@ int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const 
 
 /* ---- batches ------------------------------------------------------------ */
 
+/* The finished frame's time on the device (-1 where it keeps no clock, or
+ * the read fails: the timing is only for statistics). */
+static double read_batch_time(const struct gpu_ctx *ctx, unsigned frame)
+{
+	uint64_t ticks[2];
+
+	if (ctx->timestamps &&
+	    vkGetQueryPoolResults(ctx->device, ctx->timestamps, 2 * frame, 2, sizeof(ticks), ticks,
+				  sizeof(ticks[0]), VK_QUERY_RESULT_64_BIT) == VK_SUCCESS)
+		return (double)((ticks[1] - ticks[0]) & ctx->timestamp_mask) * ctx->timestamp_ns *
+		       1e-9;
+	return -1.0;
+}
+
+/* Waits for a frame's batch, if it is still pending. */
+static int settle_frame(struct gpu_ctx *ctx, unsigned frame, struct errbuf *err)
+{
+	struct batch_frame *f = &ctx->frames[frame];
+	int r;
+
+	if (!f->pending)
+		return 0;
+	f->pending = false;
+	r = wait_fence(ctx, f->fence, err);
+	f->device_seconds = r == 0 ? read_batch_time(ctx, frame) : -1.0;
+	return r;
+}
+
+/* A frame to record into: one whose batch is done, else the oldest
+ * pending one, once it is. */
+static int free_frame(struct gpu_ctx *ctx, unsigned *ret, struct errbuf *err)
+{
+	unsigned oldest = 0;
+
+	for (unsigned i = 0; i < BATCH_FRAMES; i++) {
+		if (!ctx->frames[i].pending) {
+			*ret = i;
+			return 0;
+		}
+		if (ctx->frames[i].serial < ctx->frames[oldest].serial)
+			oldest = i;
+	}
+	*ret = oldest;
+	return settle_frame(ctx, oldest, err);
+}
+
 int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err)
 {
 	VkCommandBufferBeginInfo begin = {
 		.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
 		.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
 	};
+	struct batch_frame *f;
+	unsigned frame;
+	int r;
 
 	if (ctx->lost)
 		return device_err(err, -ENODEV, "the device was lost by an earlier "
 				  "submit");
+	r = free_frame(ctx, &frame, err);
+	if (r < 0)
+		return r;
+	f = &ctx->frames[frame];
 	/* Resetting also discards a batch abandoned after an error. */
-	GPU_TRY(err, vkResetDescriptorPool(ctx->device, ctx->descriptor_pool, 0));
-	GPU_TRY(err, vkResetCommandBuffer(ctx->cmd, 0));
-	GPU_TRY(err, vkBeginCommandBuffer(ctx->cmd, &begin));
+	GPU_TRY(err, vkResetDescriptorPool(ctx->device, f->descriptor_pool, 0));
+	GPU_TRY(err, vkResetCommandBuffer(f->cmd, 0));
+	GPU_TRY(err, vkBeginCommandBuffer(f->cmd, &begin));
 	if (ctx->timestamps) {
-		vkCmdResetQueryPool(ctx->cmd, ctx->timestamps, 0, 2);
-		vkCmdWriteTimestamp(ctx->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, ctx->timestamps, 0);
+		vkCmdResetQueryPool(f->cmd, ctx->timestamps, 2 * frame, 2);
+		vkCmdWriteTimestamp(f->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, ctx->timestamps,
+				    2 * frame);
 	}
+	f->serial = ++ctx->batch_serial;
+	ctx->frame = frame;
+	ctx->cmd = f->cmd;
 	ctx->recording = true;
 	ctx->batch_has_commands = false;
 	return 0;
@@ -2268,7 +2347,7 @@ static int bind_buffers(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 {
 	VkDescriptorSetAllocateInfo alloc = {
 		.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-		.descriptorPool = ctx->descriptor_pool,
+		.descriptorPool = ctx->frames[ctx->frame].descriptor_pool,
 		.descriptorSetCount = 1,
 		.pSetLayouts = &pipe->set_layout,
 	};
@@ -2361,44 +2440,59 @@ int gpu_batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffe
 	return batch_copy(ctx, src, dst, region, 1, err);
 }
 
-/* The finished batch's time on the device (-1 where it keeps no clock, or
- * the read fails: the timing is only for statistics). */
-static void read_batch_time(struct gpu_ctx *ctx)
-{
-	uint64_t ticks[2];
-
-	ctx->batch_device_seconds = -1.0;
-	if (ctx->timestamps &&
-	    vkGetQueryPoolResults(ctx->device, ctx->timestamps, 0, 2, sizeof(ticks), ticks,
-				  sizeof(ticks[0]), VK_QUERY_RESULT_64_BIT) == VK_SUCCESS)
-		ctx->batch_device_seconds = (double)((ticks[1] - ticks[0]) & ctx->timestamp_mask) *
-					    ctx->timestamp_ns * 1e-9;
-}
-
-int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err)
+int gpu_batch_submit(struct gpu_ctx *ctx, struct gpu_ticket *ticket, struct errbuf *err)
 {
 	VkMemoryBarrier to_host = {
 		.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
 		.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
 		.dstAccessMask = VK_ACCESS_HOST_READ_BIT,
 	};
+	struct batch_frame *f = &ctx->frames[ctx->frame];
 	int r;
 
 	if (!ctx->recording)
 		return device_err(err, -EINVAL, "no batch to submit");
 	ctx->recording = false;
-	vkCmdPipelineBarrier(ctx->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
+	vkCmdPipelineBarrier(f->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
 			     VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
 			     &to_host, 0, NULL, 0, NULL);
 	if (ctx->timestamps)
-		vkCmdWriteTimestamp(ctx->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, ctx->timestamps, 1);
-	GPU_TRY(err, vkEndCommandBuffer(ctx->cmd));
-	r = submit(ctx, ctx->cmd, ctx->fence, err);
-	if (r == 0)
-		r = wait_fence(ctx, ctx->fence, err);
-	if (r == 0)
-		read_batch_time(ctx);
+		vkCmdWriteTimestamp(f->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, ctx->timestamps,
+				    2 * ctx->frame + 1);
+	GPU_TRY(err, vkEndCommandBuffer(f->cmd));
+	r = submit(ctx, f->cmd, f->fence, err);
+	f->pending = r == 0;
+	*ticket = (struct gpu_ticket){ f->serial, ctx->frame };
 	return r;
+}
+
+int gpu_batch_wait(struct gpu_ctx *ctx, struct gpu_ticket ticket, struct errbuf *err)
+{
+	int r;
+
+	/* Its frame was waited for and taken again (by a third batch begun
+	 * meanwhile): done, its time no longer known. */
+	if (ticket.frame >= BATCH_FRAMES || ctx->frames[ticket.frame].serial != ticket.serial) {
+		ctx->batch_device_seconds = -1.0;
+		return 0;
+	}
+	r = settle_frame(ctx, ticket.frame, err);
+	ctx->batch_device_seconds = ctx->frames[ticket.frame].device_seconds;
+	return r;
+}
+
+int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err)
+{
+	struct gpu_ticket ticket;
+	int r = gpu_batch_submit(ctx, &ticket, err);
+
+	return r == 0 ? gpu_batch_wait(ctx, ticket, err) : r;
+}
+
+void gpu_batch_settle(struct gpu_ctx *ctx)
+{
+	for (unsigned i = 0; i < BATCH_FRAMES; i++)
+		settle_frame(ctx, i, NULL);
 }
 
 double gpu_batch_device_seconds(const struct gpu_ctx *ctx)

@@ -10,8 +10,9 @@
  *
  * Shaders are the GLSL sources embedded from shaders/ (daemon/engine/shaders.h),
  * compiled with libshaderc on first use. Work is recorded into one batch at a
- * time (dispatches, copies, barriers) and submitted synchronously; callers are
- * single-threaded per context. Sizes are never assumed: gpu_get_limits()
+ * time (dispatches, copies, barriers) and submitted, then waited for; two
+ * batches may be in flight at once (the queue runs them in order); callers
+ * are single-threaded per context. Sizes are never assumed: gpu_get_limits()
  * reports what the device allows, optionally lowered by gpu_options so that
  * tests can force splitting on lavapipe. gpu_options.memory_limit caps the
  * device memory the context's buffers hold, each counted at its
@@ -232,7 +233,9 @@ int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const 
 bool gpu_pipeline_cached(const struct gpu_ctx *ctx, const char *shader, const char *const *defines);
 
 /* Batch recording: begin, add dispatches, submit and wait. Commands in a batch
- * run in order, each separated by a full compute/transfer barrier. */
+ * run in order, each separated by a full compute/transfer barrier; batches
+ * run in the order they were submitted, each after the one before. Two may
+ * be in flight: beginning a third waits for the oldest first. */
 int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err);
 int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
@@ -240,12 +243,26 @@ int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 /* Adds a copy of region from src to dst to the batch. */
 int gpu_batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
 		   const struct gpu_copy_region *region, struct errbuf *err);
-/* A submit that fails for another reason than memory (VK_ERROR_DEVICE_LOST)
- * marks the context lost: see gpu_lost. */
+/* A submitted batch, to wait for. */
+struct gpu_ticket {
+	uint64_t serial;
+	unsigned frame;
+};
+/* Submits the batch without waiting for it: its buffers must stay as they
+ * are until gpu_batch_wait of its ticket returns. A submit that fails for
+ * another reason than memory (VK_ERROR_DEVICE_LOST) marks the context
+ * lost: see gpu_lost. */
+int gpu_batch_submit(struct gpu_ctx *ctx, struct gpu_ticket *ticket, struct errbuf *err);
+/* Waits for a submitted batch (at once when it was waited for already). */
+int gpu_batch_wait(struct gpu_ctx *ctx, struct gpu_ticket ticket, struct errbuf *err);
+/* gpu_batch_submit, then gpu_batch_wait. */
 int gpu_batch_submit_wait(struct gpu_ctx *ctx, struct errbuf *err);
-/* The seconds the last batch took on the device, from timestamps written at
- * its start and end (the host's submit and wait left out); -1 where the
- * device keeps no timestamps on its queue. */
+/* Waits for every batch still in flight, errors ignored (before freeing
+ * what they use after a failure). */
+void gpu_batch_settle(struct gpu_ctx *ctx);
+/* The seconds the batch waited for last took on the device, from
+ * timestamps written at its start and end (the host's submit and wait left
+ * out); -1 where the device keeps no timestamps on its queue. */
 double gpu_batch_device_seconds(const struct gpu_ctx *ctx);
 
 /* The most device memory the context's buffers and spares held at once so

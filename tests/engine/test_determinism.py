@@ -20,8 +20,11 @@ SMALL_CHUNK_SEEDS = 7
 TIGHT_BUDGET = "85M"
 # A bound on one GPU submit's work (streamline steps) far below the default.
 DISPATCH_STEPS = "20000"
-# Read-back buffers far below the default 256 MiB.
+# Read-back buffers far below the default 128 MiB.
 READBACK_BYTES = "64K"
+# A storage-buffer range that holds a few hundred streamlines' point slots
+# (12,012 bytes each at max_steps 500): several batches a chunk.
+SMALL_BINDING = "4M"
 
 
 def _roi_job(phantom, rng_seed=0):
@@ -86,6 +89,23 @@ def test_chunking_does_not_change_output(tractd, phantom, workdir, reference, fl
                                   + _diff_summary(data, reference[0]))
     for key in ("stop_reasons", "seeds_without_direction"):
         assert stats[key] == reference[1][key], f"{flag} {value} changed {key}"
+
+
+def test_batches_in_pieces_do_not_change_output(tractd, phantom, workdir, reference):
+    """Many batches, each going out in several pieces: the next batch's
+    tracking, queued behind a batch's compaction, reuses its line buffers, so
+    it may start only after the batch's last piece is packed (engine.c's
+    post_pieces); started after the first piece, the later pieces pack the
+    next batch's points and this test fails."""
+    _, trk, stats_path = run_job(tractd, _roi_job(phantom), workdir, name="batch_pieces",
+                                 extra_args=["--max-binding-bytes", SMALL_BINDING,
+                                             "--readback-bytes", READBACK_BYTES])
+    stats = json.loads(stats_path.read_text())
+    print(f"\n{stats['batches']} batches, {stats['pieces']} pieces")
+    assert stats["batches"] >= 5 and stats["pieces"] >= 3 * stats["batches"], stats
+    data = trk.read_bytes()
+    assert data == reference[0], "batches in pieces changed the output: " + _diff_summary(
+        data, reference[0])
 
 
 def test_different_rng_seed_differs(tractd, phantom, workdir, reference):
