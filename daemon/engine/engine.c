@@ -87,14 +87,16 @@ struct job_plan {
 
 /* The buffers a batch of lines is tracked and packed in. */
 struct line_buffers {
-	struct gpu_buffer *line_id, *points, *ranges, *dest;
+	struct gpu_buffer *points, *ranges, *dest;
 	struct gpu_buffer *resume;          /* track.glsl's suspended streamlines */
 	struct gpu_buffer *pft;             /* pft.glsl's particles, per streamline */
+	struct gpu_buffer *packed;          /* a piece's kept points, packed for the
+					     * copy to a write slot */
 	/* Host-visible, so that the batch's submits carry them with no submit
-	 * of their own: the ids the host writes and the tracking's first
-	 * submit copies to line_id, the ranges its last submit copies back,
-	 * the destinations the host writes and the compaction's submit copies
-	 * to dest. */
+	 * of their own: the ids the host writes and the track kernel reads
+	 * (once a line), the ranges its last submit copies back, the
+	 * destinations the host writes and the compaction's submit copies to
+	 * dest. */
 	struct gpu_buffer *line_id_host, *ranges_host, *dest_host;
 };
 
@@ -300,8 +302,9 @@ static int work_room(struct gpu_ctx *gpu, const struct inputs *in, const struct 
 }
 
 /* Plans a run's chunks and batches within room bytes of GPU memory
- * (work_room): two read-back buffers of at most a quarter of it each, then
- * two thirds of the rest for streamlines and a third for seeds. */
+ * (work_room): three read-back sized buffers (the write slots' two and the
+ * compaction's on the GPU) of at most a sixth of it each, then two thirds
+ * of the rest for streamlines and a third for seeds. */
 static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 		     const struct inputs *in, const struct resident *res,
 		     struct seeds *seeds, const struct engine_options *opts, uint64_t room,
@@ -325,16 +328,17 @@ static int plan_work(const struct gpu_limits *lim, const struct jobspec *job,
 
 	line_slot_bytes = 12ull * plan->slot_points;
 	plan->readback_bytes = opts->readback_bytes ? opts->readback_bytes : DEFAULT_READBACK_BYTES;
-	plan->readback_bytes = min_u64(plan->readback_bytes, min_u64(room / 4, buffer_limit));
+	plan->readback_bytes = min_u64(plan->readback_bytes, min_u64(room / 6, buffer_limit));
 	if (plan->readback_bytes < line_slot_bytes)
 		plan->readback_bytes = line_slot_bytes;
-	work = room > 2 * plan->readback_bytes ? room - 2 * plan->readback_bytes : 0;
+	/* The two write slots' read-back buffers and the packed buffer the
+	 * compaction fills on the GPU. */
+	work = room > 3 * plan->readback_bytes ? room - 3 * plan->readback_bytes : 0;
 
 	/* Two thirds of the work budget for streamlines: point slots on the GPU,
-	 * id (seed, direction), range, destination, particle filtering's
-	 * scratch, and the host-visible copies of the id, range and
-	 * destination. */
-	per_line = line_slot_bytes + 2 * (8 + 4 * RANGE_WORDS + 4) + plan->resume_bytes_per_line +
+	 * range, destination, particle filtering's scratch, and the
+	 * host-visible id (seed, direction), range and destination. */
+	per_line = line_slot_bytes + 8 + 2 * (4 * RANGE_WORDS + 4) + plan->resume_bytes_per_line +
 		   4ull * plan->pft.line_words;
 	plan->batch_lines = min_u64(min_u64(buffer_limit, BATCH_SLOT_BYTES) / line_slot_bytes,
 				    work * 2 / 3 / per_line);
@@ -739,6 +743,13 @@ static int alloc_seed_buffers(struct gpu_ctx *gpu, const struct job_plan *plan,
 	return r;
 }
 
+/* A write slot's read-back buffer when the line buffers hold lines: the
+ * plan's, or less when that many lines of max_steps fill less. */
+static uint64_t slot_readback_bytes(const struct job_plan *plan, uint64_t lines)
+{
+	return min_u64(plan->readback_bytes, 12ull * plan->slot_points * lines);
+}
+
 /* The buffers of a batch of l lines: on the GPU their ids, point slots,
  * ranges, destinations, resume state and particle filtering's scratch; in
  * host-visible memory their ids, ranges and destinations. */
@@ -746,10 +757,8 @@ static int alloc_line_buffers(struct gpu_ctx *gpu, const struct job_plan *plan, 
 			      struct line_buffers *s, struct errbuf *err)
 {
 	uint64_t slot_bytes = 12ull * plan->slot_points * l;
-	int r = new_buffer(gpu, 8 * l, GPU_MEMORY_DEVICE, &s->line_id, err);
+	int r = new_buffer(gpu, slot_bytes, GPU_MEMORY_DEVICE, &s->points, err);
 
-	if (r == 0)
-		r = new_buffer(gpu, slot_bytes, GPU_MEMORY_DEVICE, &s->points, err);
 	if (r == 0)
 		r = new_buffer(gpu, 4 * RANGE_WORDS * l, GPU_MEMORY_DEVICE, &s->ranges, err);
 	if (r == 0)
@@ -759,6 +768,8 @@ static int alloc_line_buffers(struct gpu_ctx *gpu, const struct job_plan *plan, 
 			       err);
 	if (r == 0)
 		r = new_buffer(gpu, 4ull * plan->pft.line_words * l, GPU_MEMORY_DEVICE, &s->pft, err);
+	if (r == 0)
+		r = new_buffer(gpu, slot_readback_bytes(plan, l), GPU_MEMORY_DEVICE, &s->packed, err);
 	if (r == 0)
 		r = new_buffer(gpu, 8 * l, GPU_MEMORY_READBACK, &s->line_id_host, err);
 	if (r == 0)
@@ -772,7 +783,7 @@ static int alloc_line_buffers(struct gpu_ctx *gpu, const struct job_plan *plan, 
  * them or a later job of the same shape). */
 static void free_line_buffers(struct gpu_ctx *gpu, struct line_buffers *s)
 {
-	struct gpu_buffer *all[] = { s->line_id, s->points, s->ranges, s->dest, s->resume, s->pft,
+	struct gpu_buffer *all[] = { s->points, s->ranges, s->dest, s->resume, s->pft, s->packed,
 				     s->line_id_host, s->ranges_host, s->dest_host };
 
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
@@ -923,13 +934,6 @@ struct job_run {
 	bool started, writer_started;
 };
 
-/* A write slot's read-back buffer when the line buffers hold lines: the
- * plan's, or less when that many lines of max_steps fill less. */
-static uint64_t slot_readback_bytes(const struct job_plan *plan, uint64_t lines)
-{
-	return min_u64(plan->readback_bytes, 12ull * plan->slot_points * lines);
-}
-
 /* The write slots for batches of up to l lines. */
 static int alloc_slots(struct job_run *run, uint64_t l, struct errbuf *err)
 {
@@ -1069,6 +1073,9 @@ struct dispatch {
 	uint64_t first_item, n;
 	submitted_fn *submitted;    /* may be NULL */
 	struct side_copy before, after;
+	/* Ordered after the kernels before it only (gpu_batch_after_kernels):
+	 * a compaction's copy to its write slot runs beside it. */
+	bool after_kernels;
 	/* The submit in flight: its items [start, end). */
 	struct gpu_ticket ticket;
 	uint64_t start, end, submits;
@@ -1090,7 +1097,8 @@ static void add_device_time(struct job_run *run, enum engine_kernel kernel)
 
 static int record_side_copy(struct job_run *run, const struct side_copy *c, struct errbuf *err)
 {
-	return c->src ? gpu_batch_copy(run->gpu, c->src, c->dst, &c->region, err) : 0;
+	return c->src && c->region.size ? gpu_batch_copy(run->gpu, c->src, c->dst, &c->region, err)
+					 : 0;
 }
 
 /* Records and submits the items [d->start, d->end), split where the
@@ -1103,6 +1111,8 @@ static int submit_items(struct job_run *run, struct dispatch *d, struct errbuf *
 	int r = gpu_batch_begin(run->gpu, err);
 
 	d->t_submit = timing_now();
+	if (r == 0 && d->start == d->first_item && d->after_kernels)
+		r = gpu_batch_after_kernels(run->gpu, err);
 	if (r == 0 && d->start == d->first_item)
 		r = record_side_copy(run, &d->before, err);
 	for (uint64_t first = d->start; r == 0 && first < d->end; first += per_dispatch) {
@@ -1230,7 +1240,8 @@ static enum region_verdict region_verdict(uint32_t stops)
  * keep (>= 2 points, length within the job's limits, not rejected by the
  * job's regions, both ends valid unless return_all) gets its place there;
  * the others are DROP_LINE and never read back. Returns the piece's end. */
-static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lines)
+static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lines,
+			     uint64_t *points)
 {
 	const struct line_buffers *s = &run->g.lines;
 	const uint32_t *ranges = gpu_buffer_host(s->ranges_host);
@@ -1256,6 +1267,7 @@ static uint64_t assign_piece(struct job_run *run, uint64_t first, uint64_t n_lin
 		dest[i] = (uint32_t)next;
 		next += count;
 	}
+	*points = next;
 	return i;
 }
 
@@ -1427,13 +1439,13 @@ static void getter_track_bindings(const struct job_run *run, struct gpu_buffer *
 	if (run->job->direction_getter == JOBSPEC_DG_PTT) {
 		struct gpu_buffer *const ptt[PTT_TRACK_BINDINGS + 1] = {
 			res.odf, res.stop, res.vertices, g->odf_scale.table, g->lut, g->seeds,
-			g->dirs, s->line_id, s->points, s->ranges, s->resume, res.odf_basis };
+			g->dirs, s->line_id_host, s->points, s->ranges, s->resume, res.odf_basis };
 		memcpy(b, ptt, sizeof(ptt));
 		return;
 	}
 	if (!inputs_boot(run->in)) {
 		struct gpu_buffer *prob[PROB_TRACK_BINDINGS + 2] = {
-			res.odf, res.stop, res.vertices, g->seeds, g->dirs, s->line_id,
+			res.odf, res.stop, res.vertices, g->seeds, g->dirs, s->line_id_host,
 			s->points, s->ranges, s->resume, NULL, NULL };
 		/* After the common ones: SH storage's basis, then the cone's
 		 * tables: the maxima and lists, or the masks. */
@@ -1448,7 +1460,7 @@ static void getter_track_bindings(const struct job_run *run, struct gpu_buffer *
 	}
 	struct gpu_buffer *const boot[BOOT_TRACK_BINDINGS] = {
 		res.stop, res.vertices, res.nbr_offset, res.nbr, res.matrices, g->seeds,
-		g->dirs, s->line_id, s->points, s->ranges, s->resume, res.dwi };
+		g->dirs, s->line_id_host, s->points, s->ranges, s->resume, res.dwi };
 	memcpy(b, boot, sizeof(boot));
 }
 
@@ -1562,7 +1574,7 @@ static void copy_line_seeds(const struct job_run *run, struct write_slot *w, uin
  * batch's tracking (next, unless NULL: it overwrites the line buffers, so
  * only after the batch's last piece) behind it. */
 static int post_piece(struct job_run *run, const struct batch *b, uint64_t first, uint64_t end,
-		      struct batch *next, struct errbuf *err)
+		      uint64_t points, struct batch *next, struct errbuf *err)
 {
 	const struct line_buffers *s = &run->g.lines;
 	struct write_slot *w = take_slot(run);
@@ -1570,11 +1582,12 @@ static int post_piece(struct job_run *run, const struct batch *b, uint64_t first
 
 	if (!w)
 		return errbuf_set(err, -ECANCELED, "", "stopped: another device failed");
-	struct gpu_buffer *const pack_buffers[] = { s->points, s->ranges, s->dest, w->readback };
+	struct gpu_buffer *const pack_buffers[] = { s->points, s->ranges, s->dest, s->packed };
 	struct dispatch compact = {
 		.kernel = ENGINE_KERNEL_COMPACT, .pipe = run->g.compact, .buffers = pack_buffers,
 		.first_item = first, .n = end,
 		.before = { s->dest_host, s->dest, { 4 * first, 4 * first, 4 * (end - first) } },
+		.after = { s->packed, w->readback, { 0, 0, 12 * points } },
 	};
 	r = start_dispatch(run, &compact, err);
 	if (r < 0)
@@ -1677,9 +1690,8 @@ static int fail_stalled(const struct job_run *run, struct errbuf *err)
 			  "sphere, or a GPU");
 }
 
-/* Starts a pass of the track kernel over the batch: the first copies the
- * lines' ids to the GPU before it, and each copies the ranges back after
- * it (so that the last pass's are the host's). Left in flight. */
+/* Starts a pass of the track kernel over the batch, which copies the ranges
+ * back after it (so that the last pass's are the host's). Left in flight. */
 static int start_track_pass(struct job_run *run, struct batch *b, uint32_t pass,
 			    struct errbuf *err)
 {
@@ -1694,9 +1706,7 @@ static int start_track_pass(struct job_run *run, struct batch *b, uint32_t pass,
 		.first_item = 0, .n = b->n_lines, .submitted = pass == 0 ? report_tracked : NULL,
 		.after = { s->ranges, s->ranges_host, { 0, 0, 4 * RANGE_WORDS * b->n_lines } },
 	};
-	if (pass == 0)
-		b->track.before = (struct side_copy){ s->line_id_host, s->line_id,
-						      { 0, 0, 8 * b->n_lines } };
+	b->track.after_kernels = true;
 	run->params.resuming = pass > 0;
 	if (run->plan.resume_bytes_per_line)
 		r = gpu_upload(run->gpu, s->resume, 0, &none, sizeof(none), err);
@@ -1759,9 +1769,9 @@ static int post_pieces(struct job_run *run, const struct batch *b, struct batch 
 	double t0 = timing_now();
 	int r = 0;
 
-	for (uint64_t first = 0, end; r == 0 && first < b->n_lines; first = end) {
-		end = assign_piece(run, first, b->n_lines);
-		r = post_piece(run, b, first, end, end == b->n_lines ? next : NULL, err);
+	for (uint64_t first = 0, end, points; r == 0 && first < b->n_lines; first = end) {
+		end = assign_piece(run, first, b->n_lines, &points);
+		r = post_piece(run, b, first, end, points, end == b->n_lines ? next : NULL, err);
 	}
 	run->pieces_seconds += timing_now() - t0;
 	run->stats.batches++;

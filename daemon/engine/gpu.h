@@ -232,14 +232,19 @@ int gpu_pipeline_get(struct gpu_ctx *ctx, const char *shader, const char *const 
  * cache file (DIR/spirv/) has its code. */
 bool gpu_pipeline_cached(const struct gpu_ctx *ctx, const char *shader, const char *const *defines);
 
-/* Batch recording: begin, add dispatches, submit and wait. Commands in a batch
- * run in order, each separated by a full compute/transfer barrier; batches
- * run in the order they were submitted, each after the one before. Two may
- * be in flight: beginning a third waits for the oldest first. */
+/* Batch recording: begin, add dispatches, submit and wait. Commands run in
+ * order, each after a full compute/transfer barrier, a batch's first after
+ * the batches submitted before it. Two batches may be in flight: beginning
+ * a third waits for the oldest first. */
 int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err);
 int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
 		       struct errbuf *err);
+/* Opens a batch with an order after the kernels (compute dispatches) of the
+ * batches before it only, in place of the full barrier its first command
+ * gets otherwise: a copy those batches end with (read-back data on its way
+ * to the host) may still run beside its kernels, where the device can. */
+int gpu_batch_after_kernels(struct gpu_ctx *ctx, struct errbuf *err);
 /* Adds a copy of region from src to dst to the batch. */
 int gpu_batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
 		   const struct gpu_copy_region *region, struct errbuf *err);
