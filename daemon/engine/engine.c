@@ -1073,9 +1073,6 @@ struct dispatch {
 	uint64_t first_item, n;
 	submitted_fn *submitted;    /* may be NULL */
 	struct side_copy before, after;
-	/* Ordered after the kernels before it only (gpu_batch_after_kernels):
-	 * a compaction's copy to its write slot runs beside it. */
-	bool after_kernels;
 	/* The submit in flight: its items [start, end). */
 	struct gpu_ticket ticket;
 	uint64_t start, end, submits;
@@ -1111,8 +1108,6 @@ static int submit_items(struct job_run *run, struct dispatch *d, struct errbuf *
 	int r = gpu_batch_begin(run->gpu, err);
 
 	d->t_submit = timing_now();
-	if (r == 0 && d->start == d->first_item && d->after_kernels)
-		r = gpu_batch_after_kernels(run->gpu, err);
 	if (r == 0 && d->start == d->first_item)
 		r = record_side_copy(run, &d->before, err);
 	for (uint64_t first = d->start; r == 0 && first < d->end; first += per_dispatch) {
@@ -1706,7 +1701,6 @@ static int start_track_pass(struct job_run *run, struct batch *b, uint32_t pass,
 		.first_item = 0, .n = b->n_lines, .submitted = pass == 0 ? report_tracked : NULL,
 		.after = { s->ranges, s->ranges_host, { 0, 0, 4 * RANGE_WORDS * b->n_lines } },
 	};
-	b->track.after_kernels = true;
 	run->params.resuming = pass > 0;
 	if (run->plan.resume_bytes_per_line)
 		r = gpu_upload(run->gpu, s->resume, 0, &none, sizeof(none), err);

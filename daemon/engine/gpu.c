@@ -93,9 +93,6 @@ struct gpu_ctx {
 	VkPhysicalDeviceMemoryProperties memory_props;
 	bool size_control;       /* can require the subgroup size and full subgroups */
 	bool recording;
-	bool batch_has_commands;
-	bool next_ordered;       /* the batch's next command needs no full barrier
-				  * (gpu_batch_after_kernels recorded one) */
 	struct upload_slot slots[UPLOAD_SLOTS];   /* created at the first transfer */
 	struct gpu_buffer *buffers;
 	uint64_t buffer_bytes, peak_buffer_bytes;   /* held by buffers, and by them and the
@@ -2323,8 +2320,6 @@ int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err)
 	ctx->frame = frame;
 	ctx->cmd = f->cmd;
 	ctx->recording = true;
-	ctx->batch_has_commands = false;
-	ctx->next_ordered = false;
 	return 0;
 }
 
@@ -2341,26 +2336,7 @@ static void barrier_before_next(struct gpu_ctx *ctx)
 	const VkPipelineStageFlags stages = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT |
 					    VK_PIPELINE_STAGE_TRANSFER_BIT;
 
-	if (!ctx->next_ordered)
-		vkCmdPipelineBarrier(ctx->cmd, stages, stages, 0, 1, &mb, 0, NULL, 0, NULL);
-	ctx->next_ordered = false;
-	ctx->batch_has_commands = true;
-}
-
-int gpu_batch_after_kernels(struct gpu_ctx *ctx, struct errbuf *err)
-{
-	VkMemoryBarrier mb = {
-		.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-		.srcAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-		.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-	};
-
-	if (!ctx->recording || ctx->batch_has_commands)
-		return device_err(err, -EINVAL, "a barrier after the kernels must open a batch");
-	vkCmdPipelineBarrier(ctx->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-			     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
-	ctx->next_ordered = true;
-	return 0;
+	vkCmdPipelineBarrier(ctx->cmd, stages, stages, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
 static int bind_buffers(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,

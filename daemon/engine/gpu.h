@@ -240,11 +240,6 @@ int gpu_batch_begin(struct gpu_ctx *ctx, struct errbuf *err);
 int gpu_batch_dispatch(struct gpu_ctx *ctx, struct gpu_pipeline *pipe,
 		       struct gpu_buffer *const *buffers, const void *push, uint32_t groups,
 		       struct errbuf *err);
-/* Opens a batch with an order after the kernels (compute dispatches) of the
- * batches before it only, in place of the full barrier its first command
- * gets otherwise: a copy those batches end with (read-back data on its way
- * to the host) may still run beside its kernels, where the device can. */
-int gpu_batch_after_kernels(struct gpu_ctx *ctx, struct errbuf *err);
 /* Adds a copy of region from src to dst to the batch. */
 int gpu_batch_copy(struct gpu_ctx *ctx, struct gpu_buffer *src, struct gpu_buffer *dst,
 		   const struct gpu_copy_region *region, struct errbuf *err);
