@@ -750,9 +750,10 @@ static uint64_t slot_readback_bytes(const struct job_plan *plan, uint64_t lines)
 	return min_u64(plan->readback_bytes, 12ull * plan->slot_points * lines);
 }
 
-/* The buffers of a batch of l lines: on the GPU their ids, point slots,
- * ranges, destinations, resume state and particle filtering's scratch; in
- * host-visible memory their ids, ranges and destinations. */
+/* The buffers of a batch of l lines: on the GPU their point slots, ranges,
+ * destinations, resume state, particle filtering's scratch and a piece's
+ * packed points; in host-visible memory their ids, ranges and
+ * destinations. */
 static int alloc_line_buffers(struct gpu_ctx *gpu, const struct job_plan *plan, uint64_t l,
 			      struct line_buffers *s, struct errbuf *err)
 {
@@ -1795,16 +1796,17 @@ static int run_batches(struct job_run *run, uint64_t n_lines, uint64_t end_seed,
 	place_batch(run, 0, n_lines, end_seed, &batches[0]);
 	r = start_batch(run, &batches[0], err);
 	for (uint64_t k = 0; r == 0; k++) {
-		struct batch *b = &batches[k % 2], *next = &batches[(k + 1) % 2];
+		struct batch *b = &batches[k % 2];
+		struct batch *next = b->at.last ? NULL : &batches[(k + 1) % 2];
 		double t0 = timing_now();
 
 		r = finish_tracking(run, b, err);
 		run->tracking_wait_seconds += timing_now() - t0;
-		if (!b->at.last)
+		if (next)
 			place_batch(run, k + 1, n_lines, end_seed, next);
 		if (r == 0)
-			r = post_pieces(run, b, b->at.last ? NULL : next, err);
-		if (b->at.last)
+			r = post_pieces(run, b, next, err);
+		if (!next)
 			break;
 	}
 	return r;
