@@ -948,6 +948,24 @@ struct cli_job {
 	struct output_file out;
 };
 
+/* The runner's device_done: this job's inputs on the device, and the run's
+ * work buffers it kept as spares, go while the writer finishes the file
+ * (0.2 s of freeing on an H100 for the HCP-sized ODF); the device itself
+ * closes in cli_job_free. */
+static void release_device_inputs(void *userdata, size_t device)
+{
+	struct cli_job *j = userdata;
+	struct gpu_ctx *gpu = j->devices[device].gpu;
+	double t0 = timing_now();
+
+	resident_free(gpu, j->residents[device]);
+	j->residents[device] = NULL;
+	j->devices[device].resident = NULL;
+	gpu_drop_spares(gpu);
+	log_debug("device %zu: its inputs and spare buffers freed in %.3f s once it tracked "
+		  "no more", device, timing_now() - t0);
+}
+
 static void cli_job_free(struct cli_job *j)
 {
 	double t0 = timing_now(), t1, t2;
@@ -1084,7 +1102,8 @@ static int run_job_text(struct cli *cli, const char *text, size_t len, const cha
 	struct cli_job j = { .cli = cli };
 	struct runner_job run = {
 		.spec = &j.spec,
-		.source = { load_inputs, upload_inputs, &j },
+		.source = { .load = load_inputs, .upload = upload_inputs,
+			    .device_done = release_device_inputs, .userdata = &j },
 		.output = { open_output, &j },
 	};
 	struct errbuf err = { 0 };

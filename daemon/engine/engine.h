@@ -54,6 +54,15 @@ typedef bool engine_progress_fn(void *userdata, const struct engine_progress *pr
  * seconds (minutes on lavapipe), at most once per device and run. */
 typedef void engine_compiling_fn(void *userdata, const char *device_name);
 
+/* Called once a device's kernels are done for the run and its work buffers
+ * on the GPU are back in its spares, on a thread of its own that engine_run
+ * joins before it returns, while the writers may still be writing: device
+ * is its index in engine_run's devs, and the callback may use that
+ * device's context (nothing else does meanwhile). A caller whose inputs on
+ * the device serve this job only (tractd run) frees them there, so that the
+ * driver's freeing runs beside the end of the file instead of after it. */
+typedef void engine_device_done_fn(void *userdata, size_t device);
+
 /* The default bound on one submit's work, in streamline steps: a few
  * milliseconds on a discrete GPU, well under a second on lavapipe, so that
  * no single submit of a huge chunk runs into a driver's GPU-hang timeout
@@ -76,6 +85,8 @@ struct engine_options {
 	engine_progress_fn *progress;   /* may be NULL */
 	engine_compiling_fn *compiling; /* may be NULL */
 	void *progress_userdata;        /* of both */
+	engine_device_done_fn *device_done;   /* may be NULL */
+	void *device_done_userdata;
 	FILE *seeds_file;           /* TCK jobs with output.save_seeds: where the seeds
 				     * text (tckgen -output_seeds) goes; NULL refuses them */
 	bool writeback;             /* output_options.writeback: the output goes to disk

@@ -65,6 +65,8 @@ static int track(const struct runner_job *job, const struct engine_device *devs,
 
 	if (r < 0)
 		return r;
+	opts.device_done = job->source.device_done;
+	opts.device_done_userdata = job->source.userdata;
 	return engine_run(devs, n_devs, job->spec, inputs, seeds, &opts, tracks, stats, err);
 }
 

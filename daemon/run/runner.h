@@ -34,6 +34,10 @@ struct runner_source {
 	int (*upload)(void *userdata, const struct jobspec *spec, const struct inputs *inputs,
 		      struct engine_device devs[GPU_MAX_DEVICES], size_t *n_devs,
 		      struct engine_stats *timing, struct errbuf *err);
+	/* Once a device's kernels are done for the job (engine_device_done_fn):
+	 * a source whose inputs there serve this job alone frees them while
+	 * the tractogram is finished; NULL keeps them (a cache's). */
+	engine_device_done_fn *device_done;
 	void *userdata;
 };
 

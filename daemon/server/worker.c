@@ -266,7 +266,7 @@ static int track_job(struct worker *w, const struct jobs_running *job, FILE *out
 					.userdata = &ctx } };
 	struct runner_job run = {
 		.spec = job->spec,
-		.source = { load_volumes, lend_devices, &ctx },
+		.source = { .load = load_volumes, .upload = lend_devices, .userdata = &ctx },
 		.output = { open_spool_file, &ctx },
 		.engine = {
 			.memory_budget = w->cfg.gpu_memory_budget,

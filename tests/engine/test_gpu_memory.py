@@ -105,6 +105,24 @@ def test_two_devices_each_within_the_limit(tractd, small):
     assert two.read_bytes() == one.read_bytes()
 
 
+def test_each_device_frees_its_inputs_once_it_tracks_no_more(tractd, small):
+    """tractd run frees a device's inputs and spare buffers as soon as that
+    device tracks no more, while the writers finish the file (the driver's
+    0.15-0.2 s for an HCP-sized ODF then overlaps the last writes and TRX's
+    closing entries): with two devices, the one done first frees its own
+    while the other still tracks, and the output is the one-device output."""
+    d, job = small
+    doc = job("job.json")
+    _, one, _ = _run(tractd, doc, d, "free_one")
+    proc, two, stats = _run(tractd, doc, d, "free_two", "-v", "--device", "0,0",
+                            "--max-chunk-seeds", "50")
+    assert stats["devices"] == 2, stats
+    for device in (0, 1):
+        assert (f"device {device}: its inputs and spare buffers freed in "
+                in proc.stderr), proc.stderr
+    assert two.read_bytes() == one.read_bytes()
+
+
 def test_limit_too_small_names_it(tractd, small):
     d, job = small
     proc, trk, _ = _run(tractd, job("job.json"), d, "nothing", "--gpu-memory", "12M",
