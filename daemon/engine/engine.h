@@ -56,7 +56,8 @@ typedef void engine_compiling_fn(void *userdata, const char *device_name);
 
 /* Called once a device's kernels are done for the run and its work buffers
  * on the GPU are back in its spares, on a thread of its own that engine_run
- * joins before it returns, while the writers may still be writing: device
+ * joins before it returns (on the device's tracking thread where no thread
+ * can start), while the writers may still be writing: device
  * is its index in engine_run's devs, and the callback may use that
  * device's context (nothing else does meanwhile). A caller whose inputs on
  * the device serve this job only (tractd run) frees them there, so that the
